@@ -1,0 +1,28 @@
+# tidelog: every target sets itself up on a fresh machine (creates .venv, installs from PyPI).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DATA   ?= ./data
+
+.PHONY: setup run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/tidelog --data-dir $(DATA) demo
+
+test: setup
+	$(PY) -m pytest -q -n 2 -p no:cacheprovider
+
+bench: setup
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,146 @@
+"""Typed errors for every layer, one hierarchy.
+
+Each error carries the context a caller or operator needs (file path, byte position, offset,
+partition, config key) as attributes, and renders them into its message. Errors that have a
+Kafka protocol equivalent carry Kafka's error code in ``error_code`` so the server maps them
+one-to-one (codes from Kafka's ``org.apache.kafka.common.protocol.Errors``).
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+from typing import Any
+
+
+class TidelogError(Exception):
+    """Base of every tidelog error. ``error_code`` is Kafka's code (-1 = UNKNOWN_SERVER_ERROR)."""
+
+    error_code: int = -1
+
+    def __init__(self, message: str, **context: Any) -> None:
+        self.message = message
+        self.context = {k: v for k, v in context.items() if v is not None}
+        for key, value in context.items():
+            setattr(self, key, value)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if not self.context:
+            return self.message
+        where = ", ".join(f"{k}={_show(v)}" for k, v in self.context.items())
+        return f"{self.message} ({where})"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, PathLike):
+        return str(value)
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+# --- records -------------------------------------------------------------------------------
+
+class CorruptRecordError(TidelogError):
+    """A batch fails its size or CRC check, or its bytes do not parse (Kafka CORRUPT_MESSAGE).
+
+    Context: ``path`` (file, when read from one), ``position`` (byte position of the batch),
+    ``offset`` (base offset, when known).
+    """
+
+    error_code = 2
+
+
+class InvalidRecordError(TidelogError):
+    """A well-formed batch whose content breaks a rule (Kafka INVALID_RECORD).
+
+    ``record_errors`` lists ``(record_index, reason)`` pairs when individual records failed.
+    """
+
+    error_code = 87
+
+
+class UnsupportedCompressionError(TidelogError):
+    """Codec id not in 0..4, or not allowed for the magic (Kafka UNSUPPORTED_COMPRESSION_TYPE)."""
+
+    error_code = 76
+
+
+class RecordTooLargeError(TidelogError):
+    """A batch is larger than ``max.message.bytes`` (Kafka MESSAGE_TOO_LARGE)."""
+
+    error_code = 10
+
+
+class RecordBatchTooLargeError(TidelogError):
+    """A whole append is larger than ``segment.bytes`` (Kafka RECORD_LIST_TOO_LARGE)."""
+
+    error_code = 18
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A record timestamp is outside ``message.timestamp.before/after.max.ms`` (Kafka INVALID_TIMESTAMP)."""
+
+    error_code = 32
+
+
+# --- storage -------------------------------------------------------------------------------
+
+class StorageError(TidelogError):
+    """An I/O failure in a log dir (Kafka KAFKA_STORAGE_ERROR); the log dir goes offline."""
+
+    error_code = 56
+
+
+class OffsetOutOfRangeError(TidelogError):
+    """A read or log-start-offset move outside [log start offset, bound] (Kafka OFFSET_OUT_OF_RANGE)."""
+
+    error_code = 1
+
+
+class CorruptIndexError(TidelogError):
+    """An index file fails its sanity check (wrong length, entries out of order)."""
+
+
+class InvalidOffsetError(TidelogError):
+    """An index append that is not strictly after the last entry."""
+
+
+class IndexFullError(TidelogError):
+    """An append to an index that has no free slot."""
+
+
+class IndexOffsetOverflowError(TidelogError):
+    """An offset whose distance from the index base offset does not fit in an int32."""
+
+
+class LogSegmentOffsetOverflowError(TidelogError):
+    """An append whose offsets do not fit in the segment's relative-offset range."""
+
+
+class UnexpectedAppendOffsetError(TidelogError):
+    """An append that keeps offsets (follower/tool) starts below the log end offset."""
+
+
+class OffsetsOutOfOrderError(TidelogError):
+    """Batches of one append that keeps offsets are not in increasing offset order."""
+
+
+class PolicyViolationError(TidelogError):
+    """An operation the topic's ``cleanup.policy`` forbids (Kafka POLICY_VIOLATION)."""
+
+    error_code = 44
+
+
+class CheckpointError(TidelogError):
+    """A checkpoint or metadata file that does not parse (malformed line, wrong version or count)."""
+
+
+class LogDirLockedError(TidelogError):
+    """Another process holds the log dir's ``.lock``."""
+
+
+# --- configuration -------------------------------------------------------------------------
+
+class ConfigError(TidelogError):
+    """An unknown config key or a value outside its type or range (Kafka INVALID_CONFIG)."""
+
+    error_code = 40
