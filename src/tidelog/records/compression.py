@@ -1,0 +1,274 @@
+"""Compression codecs of record batches, with the stream framing Kafka's Java clients write.
+
+The compressed area of a batch (v2: everything after the 61-byte header; v0/v1: the value of the
+wrapper message) is one stream of the batch's codec:
+
+| id | codec  | framing written                                             | decoder accepts                    |
+|----|--------|-------------------------------------------------------------|------------------------------------|
+| 0  | none   | raw bytes                                                   | raw bytes                          |
+| 1  | gzip   | one gzip member (RFC 1952), mtime 0, zlib level 6 by default | concatenated gzip members          |
+| 2  | snappy | xerial snappy-java stream (below), 32 KiB blocks            | xerial stream, or one raw block    |
+| 3  | lz4    | LZ4 frame: 64 KiB independent blocks, no content size or     | any LZ4 frame; for magic 0 the     |
+|    |        | checksum (``KafkaLZ4BlockOutputStream``), level 9 by default | broken header checksum (below)     |
+| 4  | zstd   | one zstd frame, level 3 by default                          | zstd frames with or without size   |
+
+xerial snappy-java stream (``SnappyOutputStream``):
+
+| bytes | field                                  |
+|-------|----------------------------------------|
+| 0-7   | magic ``82 53 4e 41 50 50 59 00`` (``\\x82SNAPPY\\0``) |
+| 8-11  | int32 BE version = 1                    |
+| 12-15 | int32 BE minimum compatible version = 1 |
+| ...   | blocks: int32 BE compressed length + raw snappy block of at most 32 KiB input |
+
+A decoder also accepts a concatenation of such streams (the header may reappear between blocks),
+as snappy-java does, and plain raw snappy data without the header, as Kafka's clients do.
+
+LZ4 and magic 0: Kafka before 0.10 wrote the frame-descriptor checksum (HC byte) over the 4 magic
+bytes as well as the descriptor, and Kafka still ignores that checksum when reading magic-0
+messages. :func:`decompress` with ``magic=0`` therefore recomputes the correct HC before decoding;
+:func:`compress` with ``magic=0`` writes the historical (broken) one, for tests of legacy reading.
+
+Compressed bytes differ between libraries and versions (see the storage reference §1.7): treat them
+as opaque and compare decompressed records. Errors: an unknown codec id raises
+:class:`UnsupportedCompressionError`; data that does not decode raises :class:`CorruptRecordError`
+chained ``from`` the library's error.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+
+from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
+
+Buffer = bytes | bytearray | memoryview
+
+
+class CompressionType(IntEnum):
+    """Codec id stored in attribute bits 0-2 of a batch (Kafka ``CompressionType``)."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def from_id(cls, codec_id: int) -> CompressionType:
+        """The codec for an id; UnsupportedCompressionError names an unknown id."""
+        try:
+            return cls(codec_id)
+        except ValueError:
+            raise UnsupportedCompressionError(f"unknown compression codec id {codec_id}") from None
+
+    @classmethod
+    def from_name(cls, name: str) -> CompressionType:
+        """Kafka's codec names (``compression.type``): none/uncompressed, gzip, snappy, lz4, zstd."""
+        codec = _BY_NAME.get(name.strip().lower())
+        if codec is None:
+            raise UnsupportedCompressionError(f"unknown compression type name {name!r}")
+        return codec
+
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the codec (``none``, ``gzip``, ...)."""
+        return self.name.lower()
+
+
+_BY_NAME = {
+    "none": CompressionType.NONE,
+    "uncompressed": CompressionType.NONE,
+    "gzip": CompressionType.GZIP,
+    "snappy": CompressionType.SNAPPY,
+    "lz4": CompressionType.LZ4,
+    "zstd": CompressionType.ZSTD,
+}
+
+GZIP_DEFAULT_LEVEL = 6
+LZ4_DEFAULT_LEVEL = 9
+ZSTD_DEFAULT_LEVEL = 3
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+XERIAL_BLOCK_SIZE = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+# LZ4 frame: 4-byte magic, FLG, BD, [8-byte content size], HC.
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_FLG_CONTENT_SIZE = 0x08
+
+
+# --- public entry points ---------------------------------------------------------------------
+
+def compress(codec: int, data: Buffer, level: int | None = None, *, magic: int = 2) -> bytes:
+    """Compress ``data`` into the stream a Kafka client writes for ``codec`` (see the table)."""
+    codec = CompressionType.from_id(codec)
+    if codec is CompressionType.NONE:
+        return bytes(data)
+    if codec is CompressionType.GZIP:
+        return _gzip_compress(data, GZIP_DEFAULT_LEVEL if level is None else level)
+    if codec is CompressionType.SNAPPY:
+        return _snappy_compress(data)
+    if codec is CompressionType.LZ4:
+        return _lz4_compress(data, LZ4_DEFAULT_LEVEL if level is None else level, magic)
+    return bytes(cramjam.zstd.compress(data, level=ZSTD_DEFAULT_LEVEL if level is None else level))
+
+
+def decompress(codec: int, data: Buffer, *, magic: int = 2) -> bytes:
+    """Decode one compressed stream of ``codec``; CorruptRecordError when it does not decode."""
+    codec = CompressionType.from_id(codec)
+    try:
+        return _DECODERS[codec](data, magic)
+    except CorruptRecordError:
+        raise
+    except (zlib.error, cramjam.DecompressionError, RuntimeError, ValueError, struct.error) as err:
+        raise CorruptRecordError(f"{codec.kafka_name} data does not decompress: {err}") from err
+
+
+# --- gzip ------------------------------------------------------------------------------------
+
+def _gzip_compress(data: Buffer, level: int) -> bytes:
+    deflater = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return deflater.compress(data) + deflater.flush()
+
+
+def _gzip_decompress(data: Buffer, magic: int) -> bytes:
+    parts = []
+    rest = bytes(data)
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        parts.append(inflater.decompress(rest))
+        if not inflater.eof:
+            raise CorruptRecordError("gzip stream ends before its trailer")
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(parts)
+
+
+# --- snappy (xerial framing) -----------------------------------------------------------------
+
+def _snappy_compress(data: Buffer) -> bytes:
+    view = memoryview(data)
+    out = [XERIAL_HEADER]
+    for start in range(0, len(view), XERIAL_BLOCK_SIZE):
+        block = bytes(cramjam.snappy.compress_raw(view[start:start + XERIAL_BLOCK_SIZE]))
+        out.append(_INT32.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_decompress(data: Buffer, magic: int) -> bytes:
+    view = memoryview(data)
+    if bytes(view[:8]) != XERIAL_MAGIC or len(view) < len(XERIAL_HEADER):
+        return bytes(cramjam.snappy.decompress_raw(view))
+    parts = []
+    pos = len(XERIAL_HEADER)
+    while pos < len(view):
+        if bytes(view[pos:pos + 8]) == XERIAL_MAGIC:
+            pos += len(XERIAL_HEADER)
+            continue
+        pos = _snappy_block(view, pos, parts)
+    return b"".join(parts)
+
+
+def _snappy_block(view: memoryview, pos: int, parts: list[bytes]) -> int:
+    if pos + 4 > len(view):
+        raise CorruptRecordError("snappy stream ends inside a block length", position=pos)
+    (length,) = _INT32.unpack_from(view, pos)
+    end = pos + 4 + length
+    if length < 0 or end > len(view):
+        raise CorruptRecordError(f"snappy block length {length} runs past the stream", position=pos)
+    parts.append(bytes(cramjam.snappy.decompress_raw(view[pos + 4:end])))
+    return end
+
+
+# --- lz4 -------------------------------------------------------------------------------------
+
+def _lz4_compress(data: Buffer, level: int, magic: int) -> bytes:
+    frame = lz4.frame.compress(
+        data,
+        compression_level=level,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        store_size=False,
+    )
+    if magic == 0:
+        return _with_header_checksum(frame, broken=True)
+    return frame
+
+
+def _lz4_decompress(data: Buffer, magic: int) -> bytes:
+    frame = bytes(data)
+    if magic == 0:
+        frame = _with_header_checksum(frame, broken=False)
+    return lz4.frame.decompress(frame)
+
+
+def _with_header_checksum(frame: bytes, *, broken: bool) -> bytes:
+    """``frame`` with its HC byte set to the correct or to Kafka's historical (broken) value."""
+    if len(frame) < 7 or frame[:4] != _LZ4_MAGIC:
+        raise CorruptRecordError("not an LZ4 frame (bad magic or too short)")
+    hc_pos = 6 + (8 if frame[4] & _LZ4_FLG_CONTENT_SIZE else 0)
+    if len(frame) <= hc_pos:
+        raise CorruptRecordError("LZ4 frame ends inside its descriptor")
+    covered = frame[0:hc_pos] if broken else frame[4:hc_pos]
+    hc = (xxh32(covered) >> 8) & 0xFF
+    return frame[:hc_pos] + bytes((hc,)) + frame[hc_pos + 1:]
+
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_U32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _U32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of ``data`` (only used on LZ4 frame descriptors, a few bytes long)."""
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        acc = [(seed + _P1 + _P2) & _U32, (seed + _P2) & _U32, seed & _U32, (seed - _P1) & _U32]
+        while pos + 16 <= n:
+            for i in range(4):
+                lane = int.from_bytes(data[pos:pos + 4], "little")
+                acc[i] = (_rotl((acc[i] + lane * _P2) & _U32, 13) * _P1) & _U32
+                pos += 4
+        h = (_rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)) & _U32
+    else:
+        h = (seed + _P5) & _U32
+    h = (h + n) & _U32
+    while pos + 4 <= n:
+        h = (_rotl((h + int.from_bytes(data[pos:pos + 4], "little") * _P3) & _U32, 17) * _P4) & _U32
+        pos += 4
+    for b in data[pos:]:
+        h = (_rotl((h + b * _P5) & _U32, 11) * _P1) & _U32
+    h = ((h ^ (h >> 15)) * _P2) & _U32
+    h = ((h ^ (h >> 13)) * _P3) & _U32
+    return h ^ (h >> 16)
+
+
+# --- zstd / none -----------------------------------------------------------------------------
+
+def _zstd_decompress(data: Buffer, magic: int) -> bytes:
+    return bytes(cramjam.zstd.decompress(data))
+
+
+def _none_decompress(data: Buffer, magic: int) -> bytes:
+    return bytes(data)
+
+
+_DECODERS = {
+    CompressionType.NONE: _none_decompress,
+    CompressionType.GZIP: _gzip_decompress,
+    CompressionType.SNAPPY: _snappy_decompress,
+    CompressionType.LZ4: _lz4_decompress,
+    CompressionType.ZSTD: _zstd_decompress,
+}
