@@ -5,12 +5,18 @@ Nothing here is used by production code paths.
 
 from __future__ import annotations
 
+from tidelog.scheduler import Task, _TaskQueue, run_task
+
 
 class FakeClock:
-    """A clock that moves only when told. ``sleep`` advances it instead of blocking."""
+    """A clock that moves only when told. ``sleep`` advances it instead of blocking.
+
+    Schedulers attached with :class:`FakeScheduler` run their due tasks on every ``advance``.
+    """
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._ns = start_ms * 1_000_000
+        self._schedulers: list[FakeScheduler] = []
 
     def milliseconds(self) -> int:
         return self._ns // 1_000_000
@@ -25,3 +31,33 @@ class FakeClock:
         if ms < 0:
             raise ValueError(f"cannot move a clock backwards by {ms} ms")
         self._ns += ms * 1_000_000
+        for scheduler in self._schedulers:
+            scheduler.run_due()
+
+
+class FakeScheduler:
+    """Runs tasks synchronously, in due order, whenever its :class:`FakeClock` advances."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._queue = _TaskQueue()
+        self.ran: list[str] = []
+        clock._schedulers.append(self)
+
+    def schedule_once(self, name: str, task: Task, delay_ms: int = 0) -> None:
+        self._queue.push(self._clock.milliseconds() + max(0, delay_ms), name, task, 0)
+
+    def schedule_periodic(self, name: str, task: Task, delay_ms: int, period_ms: int) -> None:
+        self._queue.push(self._clock.milliseconds() + max(0, delay_ms), name, task, period_ms)
+
+    def run_due(self) -> None:
+        """Run every task due at the clock's current time (tasks scheduled meanwhile included)."""
+        while (due := self._queue.pop_due(self._clock.milliseconds())) is not None:
+            self.ran.append(due[0])
+            run_task(due[0], due[1])
+
+    def pending(self) -> int:
+        return len(self._queue._heap)
+
+    def shutdown(self) -> None:
+        self._queue.clear()

@@ -1,0 +1,255 @@
+"""A segment's ``.log`` file: append-only record batches with positional reads.
+
+The file holds concatenated batches and nothing else (kafka-storage.md §1.2). Its logical size
+is the end of the data written so far; a preallocated file (``preallocate=true``) is longer than
+that on disk until it is trimmed on roll or close. After an unclean stop the loader trusts the
+file length, and segment recovery truncates whatever does not form complete, valid batches.
+
+The file descriptor is opened on first use, so opening a data dir of many partitions costs one
+``stat`` per segment and no descriptors. Not thread-safe: the owning log serialises writers.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.errors import CorruptRecordError, StorageError
+from tidelog.records import FileBatch, read_batch_at
+from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD
+
+# Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
+SCAN_CHUNK_BYTES = 1 << 20
+SEARCH_CHUNK_BYTES = 16 << 10
+
+# v2 header fields a search needs: baseOffset, length, (epoch), magic, (crc, attributes), lastOffsetDelta.
+_SEARCH_HEADER = struct.Struct(">qiibIhi")
+_SEARCH_HEADER_SIZE = _SEARCH_HEADER.size  # 27 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    """Where a batch sits in a ``.log`` file, from its header alone."""
+
+    base_offset: int  # for legacy entries: the last offset (the base needs decompression)
+    last_offset: int
+    position: int
+    size: int
+    magic: int
+
+
+class FileRecords:
+    def __init__(self, path: Path, size: int, *, fd: int | None = None) -> None:
+        self._path = path
+        self._size = size
+        self._fd = fd
+
+    @classmethod
+    def open(
+        cls, path: Path, *, file_already_exists: bool, init_file_size: int = 0, preallocate: bool = False
+    ) -> FileRecords:
+        """Open or create. A new preallocated file is ``init_file_size`` long on disk, size 0 logically."""
+        try:
+            if file_already_exists:
+                return cls(path, path.stat().st_size)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if preallocate and init_file_size > 0:
+                os.ftruncate(fd, init_file_size)
+            return cls(path, 0, fd=fd)
+        except OSError as e:
+            raise StorageError(f"cannot open segment file: {e.strerror}", path=path) from e
+
+    # --- properties ---------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    def last_modified_ms(self) -> int:
+        try:
+            return self._path.stat().st_mtime_ns // 1_000_000
+        except OSError as e:
+            raise StorageError(f"cannot stat segment file: {e.strerror}", path=self._path) from e
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    # --- I/O ----------------------------------------------------------------------------------
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path, os.O_RDWR)
+            except OSError as e:
+                raise StorageError(f"cannot open segment file: {e.strerror}", path=self._path) from e
+        return self._fd
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the end of the logical data; returns the bytes written."""
+        fd = self._descriptor()
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.pwrite(fd, view[written:], self._size + written)
+        except OSError as e:
+            raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
+        self._size += written
+        return written
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position``, never past the logical end."""
+        size = min(size, self._size - position)
+        if size <= 0:
+            return b""
+        try:
+            return os.pread(self._descriptor(), size, position)
+        except OSError as e:
+            raise StorageError(f"read failed: {e.strerror}", path=self._path, position=position) from e
+
+    def flush(self) -> None:
+        if self._fd is None:
+            return  # nothing written through this object since it was opened
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise StorageError(f"fsync failed: {e.strerror}", path=self._path) from e
+
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to ``target_size`` bytes (also trims preallocated space); returns bytes removed."""
+        if target_size < 0 or target_size > self._size:
+            raise StorageError(
+                f"cannot truncate to {target_size} bytes: file holds {self._size}", path=self._path
+            )
+        removed = self._size - target_size
+        try:
+            os.ftruncate(self._descriptor(), target_size)
+        except OSError as e:
+            raise StorageError(f"truncate failed: {e.strerror}", path=self._path) from e
+        self._size = target_size
+        return removed
+
+    def trim(self) -> None:
+        """Drop preallocated space past the data (on roll and close)."""
+        try:
+            if os.stat(self._path).st_size != self._size:
+                os.truncate(self._path, self._size)
+        except OSError as e:
+            raise StorageError(f"trim failed: {e.strerror}", path=self._path) from e
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename_to(self, new_path: Path) -> None:
+        try:
+            os.replace(self._path, new_path)
+        except OSError as e:
+            raise StorageError(f"rename to {new_path.name} failed: {e.strerror}", path=self._path) from e
+        self._path = new_path
+
+    def delete_if_exists(self) -> bool:
+        self.close()
+        try:
+            self._path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    # --- scanning -----------------------------------------------------------------------------
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, FileBatch]]:
+        """Every complete batch from byte ``start`` to ``end`` (default: the logical end), in order.
+
+        Stops quietly at a partial tail. Raises :class:`CorruptRecordError` (with this file's path
+        and the byte position) where a header cannot be a batch. Batches are not CRC-checked here.
+        """
+        end = self._size if end is None else min(end, self._size)
+        position = start
+        chunk_size = SCAN_CHUNK_BYTES
+        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+            chunk = self.read(position, min(chunk_size, end - position))
+            consumed = 0
+            for relative, batch in self._batches_in(chunk, position):
+                consumed = relative + batch.size_in_bytes
+                yield position + relative, batch
+            if consumed == 0:
+                needed = self._length_at(chunk, position)
+                if needed is None or needed > end - position:
+                    return  # partial tail
+                chunk_size = max(chunk_size, needed)
+            position += consumed
+
+    def _batches_in(self, chunk: bytes, chunk_position: int) -> Iterator[tuple[int, FileBatch]]:
+        relative = 0
+        while True:
+            try:
+                batch = read_batch_at(chunk, relative)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(e.message, path=self._path, position=chunk_position + relative) from e
+            if batch is None:
+                return
+            yield relative, batch
+            relative += batch.size_in_bytes
+
+    @staticmethod
+    def _length_at(chunk: bytes, position: int) -> int | None:
+        if len(chunk) < LOG_OVERHEAD:
+            return None
+        return LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
+
+    def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
+        """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.
+
+        Reads headers only (v2). None when no such batch exists before the end of the data.
+        """
+        for location in self.batch_locations(start_position):
+            if location.last_offset >= target_offset:
+                if location.magic < 2:
+                    return self._legacy_location(location)
+                return location
+        return None
+
+    def batch_locations(self, start: int = 0) -> Iterator[BatchLocation]:
+        """Batch headers from ``start`` in order, reading small chunks (for index-guided searches)."""
+        position = start
+        while position + HEADER_SIZE_UP_TO_MAGIC <= self._size:
+            chunk = self.read(position, SEARCH_CHUNK_BYTES)
+            relative = 0
+            while (location := self._location_in(chunk, relative, position + relative)) is not None:
+                yield location
+                relative += location.size
+            if relative == 0:
+                return  # partial tail, or a header cut by the chunk that is also past the end
+            position += relative
+
+    def _location_in(self, chunk: bytes, relative: int, position: int) -> BatchLocation | None:
+        if relative + HEADER_SIZE_UP_TO_MAGIC > len(chunk):
+            return None
+        base, length, _epoch, magic = struct.unpack_from(">qiib", chunk, relative)
+        if length < 14 or magic not in (0, 1, 2):
+            raise CorruptRecordError(
+                f"invalid batch header (length {length}, magic {magic})", path=self._path, position=position
+            )
+        size = LOG_OVERHEAD + length
+        if position + size > self._size:
+            return None
+        if magic < 2:
+            return BatchLocation(base, base, position, size, magic)
+        if relative + _SEARCH_HEADER_SIZE > len(chunk):
+            return None  # header cut by the chunk: the caller re-reads from here
+        last_offset_delta = _SEARCH_HEADER.unpack_from(chunk, relative)[6]
+        return BatchLocation(base, base + last_offset_delta, position, size, magic)
+
+    def _legacy_location(self, location: BatchLocation) -> BatchLocation:
+        batch = read_batch_at(self.read(location.position, location.size), 0)
+        base = batch.base_offset if batch is not None else location.base_offset
+        return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)

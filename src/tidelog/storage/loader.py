@@ -1,0 +1,231 @@
+"""Loading a partition dir after a clean or unclean stop (Kafka's ``LogLoader``).
+
+Phases, in order (kafka-storage.md §3.7.7 and §3.9), one function each:
+
+1. **Temporary files.** ``*.deleted`` files are removed. ``*.cleaned`` files are cleaner output
+   that never reached ``.swap``: removed, and so is every ``*.swap`` at or above the lowest
+   ``.cleaned`` base offset (an incomplete split). Remaining ``.log.swap`` segments are complete
+   cleaner output: the files they replace (any non-swap file whose base offset lies in
+   [lowest swap base, highest swap next offset)) are removed and the swaps renamed into place.
+   A crash at any step of the cleaner's ``.cleaned`` → ``.swap`` → swap-in protocol therefore
+   reloads to either the original segments or the fully cleaned ones, never a mix.
+2. **Segment files.** An index file without its ``.log`` is an orphan and is removed. Each
+   ``.log`` is opened; a missing or insane index (checked in O(1)) has its segment rebuilt.
+3. **Recovery** after an unclean stop: every segment from the one holding the recovery point to
+   the end is re-validated batch by batch (CRC, size); the first invalid or partial batch and
+   everything after it is truncated, and segments after a truncated one are deleted.
+4. **Offsets.** A log whose end is below the log-start-offset checkpoint is emptied; an empty
+   dir gets one empty segment at that offset; the recovery point is the log end after a clean
+   stop, else ``min(checkpoint, log end)`` — recovery itself does not advance it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.clock import Clock
+from tidelog.errors import CorruptIndexError, InvalidOffsetError, TidelogError
+from tidelog.records import FileBatch
+from tidelog.storage import files
+from tidelog.storage.segment import LogSegment, SegmentConfig
+from tidelog.storage.segments import LogSegments
+
+log = logging.getLogger(__name__)
+
+BatchesRecovered = Callable[[list[FileBatch]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    had_clean_shutdown: bool
+    truncated_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadParams:
+    dir: Path
+    config: SegmentConfig
+    clock: Clock
+    log_start_offset_checkpoint: int
+    recovery_point_checkpoint: int
+    had_clean_shutdown: bool
+    segment_jitter_ms: int = 0
+    on_batches_recovered: BatchesRecovered | None = None
+
+
+def load_log(params: LoadParams) -> LoadedLog:
+    """Run every phase on ``params.dir`` and return the opened segments and offsets."""
+    complete_swaps_and_remove_temporary_files(params)
+    segments = load_segment_files(params)
+    truncated = 0
+    if not params.had_clean_shutdown:
+        truncated = recover_from(segments, params)
+    return _settle_offsets(segments, params, truncated)
+
+
+# --- phase 1 -----------------------------------------------------------------------------------
+
+def complete_swaps_and_remove_temporary_files(params: LoadParams) -> None:
+    names = sorted(os.listdir(params.dir))
+    min_cleaned = min(
+        (files.offset_from_file_name(n) for n in names if n.endswith(files.CLEANED_SUFFIX)), default=None
+    )
+    for name in names:
+        path = params.dir / name
+        if name.endswith((files.DELETED_SUFFIX, files.CLEANED_SUFFIX)):
+            path.unlink(missing_ok=True)
+        elif name.endswith(files.SWAP_SUFFIX) and min_cleaned is not None:
+            if files.offset_from_file_name(name) >= min_cleaned:
+                log.info("removing %s: swap of an incomplete split", path)
+                path.unlink(missing_ok=True)
+    _install_swap_segments(params)
+
+
+def _install_swap_segments(params: LoadParams) -> None:
+    swap_logs = sorted(params.dir.glob(f"*{files.LOG_SUFFIX}{files.SWAP_SUFFIX}"))
+    if not swap_logs:
+        return
+    bases = [files.offset_from_file_name(p.name) for p in swap_logs]
+    ends = [_swap_next_offset(params, base) for base in bases]
+    low, high = min(bases), max(ends)
+    for path in list(params.dir.iterdir()):
+        if path.name.endswith(files.SWAP_SUFFIX) or not path.name[:1].isdigit():
+            continue
+        if low <= files.offset_from_file_name(path.name) < high:
+            log.info("removing %s: replaced by a swap segment", path)
+            path.unlink()
+    for path in list(params.dir.glob(f"*{files.SWAP_SUFFIX}")):
+        path.rename(path.with_name(files.strip_temporary_suffix(path.name)))
+
+
+def _swap_next_offset(params: LoadParams, base: int) -> int:
+    segment = LogSegment.open(
+        params.dir, base, params.config, params.clock, file_already_exists=True, file_suffix=files.SWAP_SUFFIX
+    )
+    try:
+        if not segment.has_index_files():
+            segment.recover()
+        return segment.read_next_offset()
+    finally:
+        segment.close_handlers()
+
+
+# --- phase 2 -----------------------------------------------------------------------------------
+
+def load_segment_files(params: LoadParams) -> LogSegments:
+    segments = LogSegments()
+    names = set(os.listdir(params.dir))
+    for name in sorted(names):
+        if not name[:1].isdigit():
+            continue
+        base = files.offset_from_file_name(name)
+        if _is_index_file(name):
+            if files.log_file(params.dir, base).name not in names:
+                log.info("removing orphan index file %s", params.dir / name)
+                (params.dir / name).unlink(missing_ok=True)
+        elif name.endswith(files.LOG_SUFFIX):
+            segments.add(_open_segment(params, base))
+    return segments
+
+
+def _is_index_file(name: str) -> bool:
+    return name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX))
+
+
+def _open_segment(params: LoadParams, base: int) -> LogSegment:
+    segment = LogSegment.open(
+        params.dir, base, params.config, params.clock,
+        file_already_exists=True, segment_jitter_ms=params.segment_jitter_ms,
+    )
+    try:
+        segment.sanity_check()
+    except (FileNotFoundError, CorruptIndexError) as e:
+        log.warning("rebuilding indexes of %s: %s", segment.log.path, e)
+        _recover_segment(segment, params)
+    return segment
+
+
+# --- phase 3 -----------------------------------------------------------------------------------
+
+def recover_from(segments: LogSegments, params: LoadParams) -> int:
+    """Re-validate segments from the recovery point on; returns the bytes truncated."""
+    start = segments.floor(params.recovery_point_checkpoint) or segments.first
+    if start is None:
+        return 0
+    truncated_total = 0
+    for segment in segments.values_between(start.base_offset, 2**63 - 1):
+        truncated = _recover_segment(segment, params)
+        truncated_total += truncated
+        if truncated > 0:
+            _delete_segments_after(segments, segment)
+            break
+    return truncated_total
+
+
+def _recover_segment(segment: LogSegment, params: LoadParams) -> int:
+    try:
+        result = segment.recover()
+    except (InvalidOffsetError, CorruptIndexError, OSError, TidelogError) as e:
+        log.warning("recovery of %s failed (%s); truncating it to its base offset", segment.log.path, e)
+        return segment.truncate_to(segment.base_offset)
+    if params.on_batches_recovered is not None:
+        params.on_batches_recovered(result.batches)
+    return result.truncated_bytes
+
+
+def _delete_segments_after(segments: LogSegments, segment: LogSegment) -> None:
+    for later in segments.values_between(segment.base_offset + 1, 2**63 - 1):
+        if later.base_offset > segment.base_offset:
+            log.warning("deleting %s: it follows a truncated segment", later.log.path)
+            segments.remove(later.base_offset)
+            later.delete_files()
+
+
+# --- phase 4 -----------------------------------------------------------------------------------
+
+def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int) -> LoadedLog:
+    next_offset = _next_offset(segments)
+    if segments and next_offset < params.log_start_offset_checkpoint:
+        log.warning(
+            "log end %d of %s is below the log start offset checkpoint %d: removing all segments",
+            next_offset, params.dir, params.log_start_offset_checkpoint,
+        )
+        for segment in segments.snapshot():
+            segment.delete_files()
+        segments.clear()
+    if not segments:
+        segments.add(LogSegment.open(
+            params.dir, params.log_start_offset_checkpoint, params.config, params.clock,
+            segment_jitter_ms=params.segment_jitter_ms,
+        ))
+        next_offset = params.log_start_offset_checkpoint
+    _release_inactive_indexes(segments)
+    recovery_point = next_offset if params.had_clean_shutdown else min(params.recovery_point_checkpoint, next_offset)
+    first_base = segments.first.base_offset  # type: ignore[union-attr]
+    return LoadedLog(
+        segments, max(params.log_start_offset_checkpoint, first_base), recovery_point, next_offset,
+        params.had_clean_shutdown, truncated,
+    )
+
+
+def _next_offset(segments: LogSegments) -> int:
+    active = segments.last
+    return active.read_next_offset() if active is not None else 0
+
+
+def _release_inactive_indexes(segments: LogSegments) -> None:
+    active = segments.last
+    for segment in segments.snapshot():
+        if segment is not active:
+            segment.release_indexes()
+    if active is not None:
+        active.offset_index.resize(active.offset_index.max_index_size)
+        active.time_index.resize(active.time_index.max_index_size)

@@ -1,0 +1,598 @@
+"""Log: one partition's log — ordered segments and the offsets that bound them.
+
+Kafka splits this between ``UnifiedLog`` and ``LocalLog``; tidelog keeps one class because there
+is no tiered storage. The offsets (kafka-storage.md §3.5)::
+
+    log start offset  <=  high watermark  <=  log end offset
+          first readable     last offset+1 consumers      next offset to assign
+                             may read (reads, retention
+                             and DeleteRecords stop here)
+    recovery point: everything below it is fsynced; recovery after a crash starts there.
+
+Thread-safety: every mutation takes ``self._lock``. Reads take a consistent snapshot of the
+segment list and bound under the lock, then read files without it; sealed segments never change
+in place (cleaning swaps whole segments), and the active segment is read only up to a bound
+that was complete when taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.errors import (
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RecordBatchTooLargeError,
+    StorageError,
+    TidelogError,
+    UnexpectedAppendOffsetError,
+)
+from tidelog.records import CompressionType
+from tidelog.scheduler import Scheduler, shared_scheduler
+from tidelog.storage import files
+from tidelog.storage.atomic import fsync_dir
+from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
+from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
+from tidelog.storage.config import LogConfig
+from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
+from tidelog.storage.loader import LoadParams, load_log
+from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
+from tidelog.storage.segments import LogSegments
+from tidelog.storage.validator import ValidatedRecords, analyze_batches, assign_offsets, check_offsets_in_order
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+_LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """An upper read bound with its segment and byte position (None position: unknown)."""
+
+    offset: int
+    segment_base: int
+    position: int | None
+
+
+class Log:
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        high_watermark: int | None,
+        clock: Clock,
+        scheduler: Scheduler,
+        topic_partition: TopicPartition,
+        leader_epoch_cache: LeaderEpochCache,
+        had_clean_shutdown: bool = True,
+    ) -> None:
+        self._dir = dir
+        self._config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._log_end_offset = next_offset
+        self._clock = clock
+        self._scheduler = scheduler
+        self.topic_partition = topic_partition
+        self.leader_epoch_cache = leader_epoch_cache
+        self.had_clean_shutdown = had_clean_shutdown
+        self._lock = threading.RLock()
+        self._last_flush_ms = clock.milliseconds()
+        self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
+        self._closed = False
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig | None = None,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = False,
+        high_watermark: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        scheduler: Scheduler | None = None,
+        topic_partition: TopicPartition | None = None,
+    ) -> Log:
+        """Open (creating if needed) the partition dir ``dir`` and load it (see :mod:`.loader`).
+
+        ``log_start_offset`` and ``recovery_point`` are the checkpointed values (0 when unknown);
+        ``had_clean_shutdown`` skips recovery. ``high_watermark`` defaults to the log end offset:
+        tidelog is a single replica, and a sole leader's high watermark reaches its log end as soon
+        as it leads, so nothing that was written becomes unreadable after a restart.
+        """
+        config = config or LogConfig.defaults()
+        tp = topic_partition or files.parse_topic_partition_name(dir.name)
+        dir.mkdir(parents=True, exist_ok=True)
+        epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT_FILE))
+        loaded = load_log(LoadParams(
+            dir=dir, config=segment_config(config), clock=clock,
+            log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
+            had_clean_shutdown=had_clean_shutdown, segment_jitter_ms=config.segment_jitter_ms,
+            on_batches_recovered=lambda batches: _assign_epochs(epoch_cache, batches),
+        ))
+        epoch_cache.truncate_from_end(loaded.next_offset)
+        epoch_cache.truncate_from_start(loaded.log_start_offset)
+        return cls(
+            dir, config, loaded.segments,
+            log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset, high_watermark=high_watermark, clock=clock,
+            scheduler=scheduler or shared_scheduler(), topic_partition=tp,
+            leader_epoch_cache=epoch_cache, had_clean_shutdown=loaded.had_clean_shutdown,
+        )
+
+    # --- offsets and properties ---------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No open-transaction tracking yet: the LSO equals the high watermark."""
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_flush_time(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def active_segment(self) -> LogSegment:
+        active = self._segments.last
+        if active is None:
+            raise StorageError("log has no segment", path=self._dir)
+        return active
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self._segments.snapshot()
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size(self) -> int:
+        """Bytes in all segments, active included (what ``retention.bytes`` limits)."""
+        return self._segments.size_in_bytes()
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+
+    # --- high watermark and log start offset --------------------------------------------------
+
+    def _clamp_hw(self, offset: int) -> int:
+        return min(max(offset, self._log_start_offset), self._log_end_offset)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start, log end]; returns the value set."""
+        with self._lock:
+            self._high_watermark = self._clamp_hw(offset)
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> int:
+        """Move the high watermark forward only (a leader's rule)."""
+        with self._lock:
+            if offset > self._high_watermark:
+                self._high_watermark = self._clamp_hw(offset)
+            return self._high_watermark
+
+    def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
+        """Raise the log start offset; never past the high watermark. No file is touched:
+        segments wholly below it go at the next retention pass."""
+        with self._lock:
+            if new_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset to {new_offset}: it is past the high watermark "
+                    f"{self._high_watermark}", topic_partition=str(self.topic_partition),
+                )
+            if new_offset <= self._log_start_offset:
+                return False
+            log.info("%s: log start offset %d -> %d (%s)", self.topic_partition, self._log_start_offset, new_offset, reason)
+            self._log_start_offset = new_offset
+            self.leader_epoch_cache.truncate_from_start(new_offset)
+            return True
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset to ``offset`` (-1 = the high watermark).
+
+        Refused with :class:`PolicyViolationError` unless ``cleanup.policy`` contains ``delete``.
+        Returns the log start offset after the call.
+        """
+        if not self._config.delete:
+            raise PolicyViolationError(
+                "records can only be deleted from topics whose cleanup.policy includes 'delete'",
+                topic_partition=str(self.topic_partition), cleanup_policy=",".join(sorted(self._config.cleanup_policy)),
+            )
+        with self._lock:
+            target = self._high_watermark if offset == -1 else offset
+            if target < 0:
+                raise OffsetOutOfRangeError(f"invalid delete-records offset {offset}", topic_partition=str(self.topic_partition))
+            self.maybe_increment_log_start_offset(target, "delete records")
+            return self._log_start_offset
+
+    # --- append -------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append."""
+        analyzed = analyze_batches(records, origin=origin, max_message_bytes=self._config.max_message_bytes)
+        if analyzed.valid_bytes == 0:
+            return self._empty_append_info(analyzed.source_compression)
+        with self._lock:
+            self._ensure_open()
+            validated = assign_offsets(
+                analyzed, next_offset=self._log_end_offset, config=self._config, now=self._clock.milliseconds(),
+                origin=origin, leader_epoch=leader_epoch, topic_partition=str(self.topic_partition),
+            )
+            self._append(validated, epochs=[(leader_epoch, validated.first_offset)])
+            return self._append_info(validated, analyzed.source_compression)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches that already carry their offsets (replication, tools, repair).
+
+        Offsets must be increasing and start at or after the log end; the batch CRCs are checked;
+        ``max.message.bytes`` is not (as for Kafka followers).
+        """
+        analyzed = analyze_batches(records, origin=AppendOrigin.REPLICATION, max_message_bytes=_LONG_MAX)
+        if analyzed.valid_bytes == 0:
+            return self._empty_append_info(analyzed.source_compression)
+        check_offsets_in_order(analyzed)
+        with self._lock:
+            self._ensure_open()
+            if analyzed.first_offset < self._log_end_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"append starting at offset {analyzed.first_offset} is below the log end offset {self._log_end_offset}",
+                    topic_partition=str(self.topic_partition), first_offset=analyzed.first_offset, last_offset=analyzed.last_offset,
+                )
+            data = bytes(analyzed.records)
+            validated = ValidatedRecords(
+                data, analyzed.first_offset, analyzed.last_offset, analyzed.max_timestamp,
+                analyzed.shallow_offset_of_max_timestamp, NO_TIMESTAMP, -1, analyzed.source_compression,
+            )
+            epochs = [(b.partition_leader_epoch, b.base_offset) for _, b in analyzed.batches if b.magic >= 2]
+            self._append(validated, epochs=epochs)
+            return self._append_info(validated, analyzed.source_compression)
+
+    def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]]) -> None:
+        size = len(validated.records)
+        if size > self._config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {size} bytes is larger than segment.bytes {self._config.segment_bytes}",
+                topic_partition=str(self.topic_partition),
+            )
+        segment = self._maybe_roll(size, validated)
+        segment.append(validated.last_offset, validated.max_timestamp, validated.shallow_offset_of_max_timestamp, validated.records)
+        for epoch, start in epochs:
+            if epoch >= 0:
+                self.leader_epoch_cache.assign(epoch, start)
+        self._log_end_offset = validated.last_offset + 1
+        if self._log_end_offset - self._recovery_point >= self._config.flush_messages:
+            self.flush()
+
+    def _append_info(self, validated: ValidatedRecords, source: CompressionType) -> LogAppendInfo:
+        return LogAppendInfo(
+            first_offset=validated.first_offset, last_offset=validated.last_offset,
+            max_timestamp=validated.max_timestamp, shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+            log_append_time=validated.log_append_time, log_start_offset=self._log_start_offset,
+            record_count=validated.record_count, valid_bytes=len(validated.records),
+            source_compression=source, target_compression=validated.target_compression,
+        )
+
+    def _empty_append_info(self, codec: CompressionType) -> LogAppendInfo:
+        return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset, 0, 0, codec, codec)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError("log is closed", path=self._dir)
+
+    # --- roll ---------------------------------------------------------------------------------
+
+    def _maybe_roll(self, messages_size: int, validated: ValidatedRecords) -> LogSegment:
+        segment = self.active_segment
+        params = RollParams(
+            max_segment_ms=self._config.max_segment_ms, max_segment_bytes=self._config.segment_bytes,
+            max_timestamp_in_messages=validated.max_timestamp, max_offset_in_messages=validated.last_offset,
+            messages_size=messages_size, now=self._clock.milliseconds(),
+        )
+        if segment.should_roll(params):
+            return self.roll(validated.first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Seal the active segment and open a new one at ``max(expected_next_offset, log end)``.
+
+        An empty active segment at that base offset is recreated in place. The sealed segments are
+        flushed in the background (that is what normally advances the recovery point).
+        """
+        with self._lock:
+            new_base = max(expected_next_offset or 0, self._log_end_offset)
+            active = self.active_segment
+            if self._segments.contains(new_base):
+                self._recreate_empty_active(active, new_base)
+            elif new_base < active.base_offset:
+                raise TidelogError(
+                    f"cannot roll to base offset {new_base}: below the active segment's {active.base_offset}",
+                    topic_partition=str(self.topic_partition),
+                )
+            else:
+                self._remove_stale_files(new_base)
+            active.on_become_inactive_segment()
+            segment = LogSegment.open(
+                self._dir, new_base, segment_config(self._config), self._clock,
+                segment_jitter_ms=self._config.segment_jitter_ms,
+            )
+            self._segments.add(segment)
+            self._scheduler.schedule_once(f"flush-{self.topic_partition}", lambda: self.flush_upto(new_base))
+            return segment
+
+    def _recreate_empty_active(self, active: LogSegment, new_base: int) -> None:
+        if active.base_offset != new_base or active.size > 0:
+            raise TidelogError(
+                f"cannot roll: a segment with base offset {new_base} already exists",
+                topic_partition=str(self.topic_partition),
+            )
+        log.warning("%s: recreating empty active segment %d", self.topic_partition, new_base)
+        self._segments.remove(new_base)
+        active.delete_files()
+
+    def _remove_stale_files(self, base: int) -> None:
+        for name in (files.log_file, files.offset_index_file, files.time_index_file, files.transaction_index_file):
+            path = name(self._dir, base)
+            if path.exists():
+                log.warning("%s: removing stale file %s before roll", self.topic_partition, path)
+                path.unlink()
+
+    # --- read ---------------------------------------------------------------------------------
+
+    def read(
+        self, start_offset: int, max_length: int,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Raw batches from ``start_offset``, at most ``max_length`` bytes, never past the bound of
+        ``isolation``. Raises :class:`OffsetOutOfRangeError` below the log start or past the log end.
+        Offset gaps (compaction) are skipped: the read continues in the next segment."""
+        with self._lock:
+            self._check_in_range(start_offset)
+            bound = self._bound(isolation)
+            segments = self._segments.values_between(start_offset, _LONG_MAX)
+        if start_offset >= bound.offset:
+            return FetchDataInfo(LogOffsetMetadata(start_offset), b"")
+        for segment in segments:
+            info = segment.read(start_offset, max_length, self._max_position(segment, bound), min_one_message)
+            if info is not None:
+                return info
+        return FetchDataInfo(LogOffsetMetadata(self._log_end_offset), b"")
+
+    def _check_in_range(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{self._log_start_offset}, {self._log_end_offset}]",
+                topic_partition=str(self.topic_partition),
+            )
+
+    @staticmethod
+    def _max_position(segment: LogSegment, bound: _Bound) -> int | None:
+        if segment.base_offset < bound.segment_base:
+            return segment.size
+        if segment.base_offset == bound.segment_base:
+            return bound.position
+        return None
+
+    def _bound(self, isolation: FetchIsolation) -> _Bound:
+        offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark
+        if offset == self._log_end_offset:
+            active = self.active_segment
+            return _Bound(offset, active.base_offset, active.size)
+        segment = self._segments.floor(offset)
+        if segment is None:
+            return _Bound(offset, -1, None)
+        location = segment.translate_offset(offset)
+        position = location.position if location is not None else segment.size
+        return _Bound(offset, segment.base_offset, position)
+
+    # --- ListOffsets --------------------------------------------------------------------------
+
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets (§3.4): -2 earliest, -1 latest (the high watermark for consumers, the
+        log end for ``LOG_END``), -3 the record with the max timestamp, -4 earliest local,
+        else the first record with a timestamp >= ``timestamp``. None when nothing matches."""
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return TimestampAndOffset(-1, self._log_start_offset, self._earliest_epoch())
+        if timestamp == LATEST_TIMESTAMP:
+            offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark
+            return TimestampAndOffset(-1, offset, self.leader_epoch_cache.latest_epoch)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return TimestampAndOffset(-1, -1, None)
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_offset()
+        if timestamp < 0:
+            raise OffsetOutOfRangeError(f"invalid ListOffsets timestamp {timestamp}", topic_partition=str(self.topic_partition))
+        return self._offset_for_timestamp(timestamp)
+
+    def _earliest_epoch(self) -> int | None:
+        entry = self.leader_epoch_cache.earliest_entry
+        if entry is not None and entry.start_offset <= self._log_start_offset:
+            return entry.epoch
+        return None
+
+    def _offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        for segment in self.segments:
+            if segment.largest_timestamp >= timestamp:
+                return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+        return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset | None:
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return None
+        target = best.max_timestamp_and_offset_so_far
+        position = best.offset_index.lookup(target.offset).position
+        for _, batch in best.log.batches(position):
+            if batch.max_timestamp == target.timestamp:
+                for record in batch.records():
+                    if record.timestamp == target.timestamp:
+                        epoch = batch.partition_leader_epoch
+                        return TimestampAndOffset(record.timestamp, record.offset, epoch if epoch >= 0 else None)
+        return None
+
+    # --- flush --------------------------------------------------------------------------------
+
+    def flush(self, include_active: bool = True) -> None:
+        """fsync every segment from the recovery point to the log end (the active segment too,
+        even when empty, if ``include_active``) and move the recovery point to the log end."""
+        end = self._log_end_offset
+        self._flush(end + 1 if include_active else end, end)
+
+    def flush_upto(self, offset: int) -> None:
+        """fsync segments holding offsets below ``offset``; the recovery point becomes ``offset``."""
+        self._flush(offset, offset)
+
+    def _flush(self, flush_offset: int, new_recovery_point: int) -> None:
+        with self._lock:
+            if self._closed or flush_offset <= self._recovery_point:
+                return
+            old = self._recovery_point
+            to_flush = self._segments.values_between(old, flush_offset)
+        for segment in to_flush:
+            segment.flush()
+        if any(segment.base_offset >= old for segment in to_flush):
+            fsync_dir(self._dir)
+        with self._lock:
+            if new_recovery_point > self._recovery_point:
+                self._recovery_point = min(new_recovery_point, self._log_end_offset)
+                self._last_flush_ms = self._clock.milliseconds()
+
+    # --- truncation and deletion --------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every record at or after ``target_offset``; False when nothing was there."""
+        if target_offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate to negative offset {target_offset}")
+        with self._lock:
+            if target_offset >= self._log_end_offset:
+                return False
+            first = self._segments.first
+            if first is None or first.base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            later = [s for s in self._segments.snapshot() if s.base_offset > target_offset]
+            self.delete_segments(later, "truncation")
+            self.active_segment.truncate_to(target_offset)
+            self._log_end_offset = target_offset
+            self._log_start_offset = min(self._log_start_offset, target_offset)
+            self._recovery_point = min(self._recovery_point, target_offset)
+            self._high_watermark = self._clamp_hw(self._high_watermark)
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at ``new_offset`` (all offsets become ``new_offset``)."""
+        with self._lock:
+            self.delete_segments(self._segments.snapshot(), "full truncation")
+            self._segments.add(LogSegment.open(
+                self._dir, new_offset, segment_config(self._config), self._clock,
+                segment_jitter_ms=self._config.segment_jitter_ms,
+            ))
+            self._log_start_offset = self._log_end_offset = new_offset
+            self._recovery_point = self._high_watermark = new_offset
+            self.leader_epoch_cache.clear()
+
+    def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
+        """Take segments out of the log, rename their files ``.deleted`` and unlink them after
+        ``file.delete.delay.ms`` in the background (a large unlink blocks for a long time)."""
+        with self._lock:
+            for segment in segments:
+                self._segments.remove(segment.base_offset)
+                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+        if segments:
+            log.info("%s: deleting segments %s (%s)", self.topic_partition, [s.base_offset for s in segments], reason)
+            self._scheduler.schedule_once(
+                f"delete-segments-{self.topic_partition}", lambda: _delete_files(segments), self._config.file_delete_delay_ms
+            )
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every segment: final time-index entries, trimmed indexes and ``.log`` files."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments.snapshot():
+                segment.close()
+            self.leader_epoch_cache.flush()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic_partition}, start={self._log_start_offset}, hw={self._high_watermark}, "
+                f"end={self._log_end_offset}, segments={len(self._segments)})")
+
+
+def segment_config(config: LogConfig) -> SegmentConfig:
+    return SegmentConfig(
+        index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
+        init_file_size=config.init_file_size, preallocate=config.preallocate,
+    )
+
+
+def _assign_epochs(cache: LeaderEpochCache, batches: list) -> None:
+    """Recovery's rule (Kafka's ``LogSegment.recover``): only an epoch newer than the cache's latest
+    starts an entry, so a recovered batch never cuts back a checkpointed later epoch."""
+    for batch in batches:
+        epoch = batch.partition_leader_epoch
+        latest = cache.latest_epoch
+        if batch.magic >= 2 and epoch >= 0 and (latest is None or epoch > latest):
+            cache.assign(epoch, batch.base_offset)
+
+
+def _delete_files(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.delete_files()
+

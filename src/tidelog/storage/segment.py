@@ -1,0 +1,464 @@
+"""LogSegment: one ``.log`` file and its indexes, named by the segment's base offset.
+
+Index entries are sparse (kafka-storage.md §1.12): one offset-index entry and one time-index
+entry per append call once more than ``index.interval.bytes`` were written since the last entry,
+so lookups land within a few KiB of the target and finish with a short header scan. The first
+append of a segment never gets an entry; lookups fall back to ``(base_offset, 0)``. Recovery
+rebuilds the indexes per batch, which may differ byte-wise from append-built ones; both are valid.
+
+Index files are created lazily, on first use (Kafka's ``LazyIndex``): a freshly rolled segment
+has only its ``.log`` until something appends to, reads or flushes it.
+
+Not thread-safe: the owning :class:`~tidelog.storage.log.Log` holds its lock around every
+mutating call. Reads of sealed segments are safe alongside appends to the active one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.clock import Clock
+from tidelog.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError
+from tidelog.records import FileBatch
+from tidelog.storage import files
+from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
+from tidelog.storage.file_records import BatchLocation, FileRecords
+from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from tidelog.storage.txn_index import TransactionIndex
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentConfig:
+    """The per-segment knobs taken from the topic's LogConfig."""
+
+    index_interval_bytes: int = 4096
+    max_index_size: int = 10485760
+    init_file_size: int = 0
+    preallocate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RollParams:
+    """Inputs of the roll decision for one append (Kafka's ``RollParams``)."""
+
+    max_segment_ms: int
+    max_segment_bytes: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now: int
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    truncated_bytes: int
+    batches: list[FileBatch]
+
+
+class LogSegment:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        log_file: FileRecords,
+        config: SegmentConfig,
+        clock: Clock,
+        *,
+        rolling_jitter_ms: int = 0,
+        file_suffix: str = "",
+    ) -> None:
+        self._dir = dir
+        self.base_offset = base_offset
+        self.log = log_file
+        self._config = config
+        self._clock = clock
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self._suffix = file_suffix
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp: int | None = None
+        self._created_ms = clock.milliseconds()
+        self._max_timestamp_and_offset: TimestampOffset | None = None
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        base_offset: int,
+        config: SegmentConfig,
+        clock: Clock,
+        *,
+        file_already_exists: bool = False,
+        file_suffix: str = "",
+        segment_jitter_ms: int = 0,
+    ) -> LogSegment:
+        """Open (or create) the segment at ``base_offset``; index files stay lazy."""
+        path = files.log_file(dir, base_offset, file_suffix)
+        log_file = FileRecords.open(
+            path,
+            file_already_exists=file_already_exists,
+            init_file_size=config.init_file_size,
+            preallocate=config.preallocate,
+        )
+        jitter = random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0
+        return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=jitter, file_suffix=file_suffix)
+
+    # --- indexes (lazy) -----------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            path = files.offset_index_file(self._dir, self.base_offset, self._suffix)
+            self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size)
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            path = files.time_index_file(self._dir, self.base_offset, self._suffix)
+            self._time_index = TimeIndex(path, self.base_offset, self._config.max_index_size)
+        return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        if self._txn_index is None:
+            path = files.transaction_index_file(self._dir, self.base_offset, self._suffix)
+            self._txn_index = TransactionIndex(path, self.base_offset)
+        return self._txn_index
+
+    def has_index_files(self) -> bool:
+        return files.offset_index_file(self._dir, self.base_offset, self._suffix).exists()
+
+    def sanity_check(self) -> None:
+        """Check every index file without reading the ``.log`` (O(1) per index).
+
+        Kafka checks only that the offset index exists and the transaction index is sane; a cheap
+        check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
+        misdirect reads. Raises :class:`CorruptIndexError` (or FileNotFoundError for a missing index).
+        """
+        for name in (files.offset_index_file, files.time_index_file):
+            path = name(self._dir, self.base_offset, self._suffix)
+            if not path.exists():  # Kafka recreates a missing time index empty; we rebuild it
+                raise FileNotFoundError(path)
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        if files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists():
+            self.txn_index.sanity_check()
+
+    # --- sizes and timestamps -----------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self.log.size_in_bytes
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def max_timestamp_and_offset_so_far(self) -> TimestampOffset:
+        if self._max_timestamp_and_offset is None:
+            self._max_timestamp_and_offset = self.time_index.last_entry
+        return self._max_timestamp_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self.max_timestamp_and_offset_so_far.timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the ``.log`` mtime when no record has one (Kafka's rule)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.log.last_modified_ms()
+
+    def first_batch_timestamp(self) -> int:
+        """The max timestamp of the first batch, or Long.MAX when the segment is empty."""
+        self._load_first_batch_timestamp()
+        return self._rolling_based_timestamp if self._rolling_based_timestamp is not None else 2**63 - 1
+
+    def _load_first_batch_timestamp(self) -> None:
+        if self._rolling_based_timestamp is None:
+            for _, batch in self.log.batches(0, self._first_batch_end()):
+                self._rolling_based_timestamp = batch.max_timestamp
+                break
+
+    def _first_batch_end(self) -> int:
+        location = next(self.log.batch_locations(0), None)
+        return 0 if location is None else location.size
+
+    # --- append -------------------------------------------------------------------------------
+
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: bytes | bytearray | memoryview) -> None:
+        """Write already-validated batches and maintain the sparse indexes (§1.12).
+
+        ``largest_offset`` is the last offset in ``records``; ``shallow_offset_of_max_timestamp`` the
+        last offset of the first batch carrying ``largest_timestamp``. Needs the log lock.
+        """
+        if len(records) == 0:
+            return
+        position = self.log.size_in_bytes
+        if position == 0:
+            self._rolling_based_timestamp = largest_timestamp
+        self._ensure_offset_in_range(largest_offset)
+        self.log.append(records)
+        if largest_timestamp > self.max_timestamp_so_far:
+            self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            mts = self.max_timestamp_and_offset_so_far
+            self.time_index.maybe_append(mts.timestamp, mts.offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += len(records)
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def _ensure_offset_in_range(self, offset: int) -> None:
+        if not self.can_convert_to_relative_offset(offset):
+            raise LogSegmentOffsetOverflowError(
+                "offset does not fit in the segment's relative offset range",
+                path=self.log.path, offset=offset, base_offset=self.base_offset,
+            )
+
+    # --- roll ---------------------------------------------------------------------------------
+
+    def should_roll(self, params: RollParams) -> bool:
+        """Kafka's roll rules (§3.2): size, time (with jitter), full index, offset overflow."""
+        if self.size > params.max_segment_bytes - params.messages_size:
+            return True
+        reached_roll_ms = (
+            self.time_waited_for_roll(params.now, params.max_timestamp_in_messages)
+            > params.max_segment_ms - self.rolling_jitter_ms
+        )
+        return (
+            (self.size > 0 and reached_roll_ms)
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+        )
+
+    def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
+        self._load_first_batch_timestamp()
+        ts = self._rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now - self._created_ms
+
+    def on_become_inactive_segment(self) -> None:
+        """On roll: the final time-index entry, then trim indexes and any preallocated ``.log`` tail."""
+        mts = self.max_timestamp_and_offset_so_far
+        self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    # --- read ---------------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchLocation | None:
+        """Locate the first batch whose last offset is >= ``offset`` (index lookup, then header scan)."""
+        entry = self.offset_index.lookup(offset)
+        return self.log.search_for_offset(offset, max(starting_position, entry.position))
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False) -> FetchDataInfo | None:
+        """Bytes from the batch holding ``start_offset``; None when no batch in this segment reaches it.
+
+        The slice starts at that batch's first byte (so it may include lower offsets) and may end
+        mid-batch. With ``min_one_message`` the first batch is returned whole even past ``max_size``.
+        ``max_position`` bounds the slice (the high watermark's position); None means the bound is
+        not in this segment's known range, and the result carries the position but no bytes.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for segment read")
+        location = self.translate_offset(start_offset)
+        if location is None:
+            return None
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, location.position)
+        adjusted = max(max_size, location.size) if min_one_message else max_size
+        if adjusted == 0 or max_position is None:
+            return FetchDataInfo(metadata, b"")
+        fetch_size = max(0, min(max_position - location.position, adjusted))
+        data = self.log.read(location.position, fetch_size)
+        return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < location.size)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (scans from the last offset-index entry)."""
+        entry = self.offset_index.lookup(2**63 - 1)
+        next_offset = self.base_offset
+        for location in self.log.batch_locations(entry.position):
+            next_offset = location.last_offset + 1
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampAndOffset | None:
+        """The first record with timestamp >= ``timestamp`` and offset >= ``start_offset`` (§3.4)."""
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, start_offset)).position
+        for _, batch in self.log.batches(position):
+            if batch.max_timestamp < timestamp:
+                continue
+            for record in batch.records():
+                if record.timestamp >= timestamp and record.offset >= start_offset:
+                    return TimestampAndOffset(record.timestamp, record.offset, _leader_epoch(batch))
+        return None
+
+    # --- recovery and truncation --------------------------------------------------------------
+
+    def recover(self) -> RecoveryResult:
+        """Rebuild the indexes from the ``.log``, validating every batch; truncate an invalid tail.
+
+        Stops at the first batch that fails its CRC or size check, or at a partial batch, and
+        truncates the ``.log`` there. Returns the bytes removed and the valid batches (headers only
+        are used by callers: leader epochs, producer state). Scans the whole segment.
+        """
+        self._reset_indexes()
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
+        batches: list[FileBatch] = []
+        try:
+            for position, batch in self.log.batches(0):
+                batch.ensure_valid(path=self.log.path, position=position)
+                self._ensure_offset_in_range(batch.last_offset)
+                if batch.max_timestamp > max_ts:
+                    max_ts, offset_of_max = batch.max_timestamp, batch.last_offset
+                if valid_bytes - last_index_entry > self._config.index_interval_bytes:
+                    self.offset_index.append(batch.last_offset, valid_bytes)
+                    self.time_index.maybe_append(max_ts, offset_of_max)
+                    last_index_entry = valid_bytes
+                valid_bytes += batch.size_in_bytes
+                batches.append(batch)
+        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as e:
+            log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, valid_bytes, e)
+        truncated = self.log.size_in_bytes - valid_bytes
+        if truncated > 0:
+            log.warning("truncating %s from %d to %d bytes", self.log.path, self.log.size_in_bytes, valid_bytes)
+            self.log.truncate_to(valid_bytes)
+        self.offset_index.trim_to_valid_size()
+        self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
+        self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self._rolling_based_timestamp = batches[0].max_timestamp if batches else None
+        return RecoveryResult(truncated, batches)
+
+    def _reset_indexes(self) -> None:
+        for index in (self.offset_index, self.time_index):
+            index.truncate()
+            index.resize(self._config.max_index_size)
+        self.txn_index.reset()
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
+        location = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self.offset_index.resize(self._config.max_index_size)
+        self.time_index.resize(self._config.max_index_size)
+        removed = 0 if location is None else self.log.truncate_to(location.position)
+        if self.log.size_in_bytes == 0:
+            self._created_ms = self._clock.milliseconds()
+            self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_and_offset = None
+        if self.size > 0:
+            self._reload_max_timestamp()
+        return removed
+
+    def _reload_max_timestamp(self) -> None:
+        last = self.time_index.last_entry
+        best = TimestampOffset(last.timestamp, last.offset)
+        start = self.offset_index.lookup(last.offset).position
+        for _, batch in self.log.batches(start):
+            if batch.max_timestamp > best.timestamp:
+                best = TimestampOffset(batch.max_timestamp, batch.last_offset)
+        self._max_timestamp_and_offset = best
+
+    # --- files --------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the ``.log`` and every index (creating lazy index files, as Kafka's flush does)."""
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def close(self) -> None:
+        """Final time-index entry, trim, close. Index files are created if still lazy."""
+        mts = self._max_timestamp_and_offset
+        if mts is not None:  # known only if this process appended, recovered or looked it up
+            self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
+        self.close_handlers()
+        self.log.trim()
+
+    def close_handlers(self) -> None:
+        """Release files without writing anything more (indexes trimmed by their own close)."""
+        for index in (self._offset_index, self._time_index, self._txn_index):
+            if index is not None:
+                index.close()
+        self.log.close()
+
+    def all_files(self) -> list[Path]:
+        return [
+            self.log.path,
+            files.offset_index_file(self._dir, self.base_offset, self._suffix),
+            files.time_index_file(self._dir, self.base_offset, self._suffix),
+            files.transaction_index_file(self._dir, self.base_offset, self._suffix),
+        ]
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename every existing file of the segment, e.g. ``""`` → ``.deleted`` (lazy indexes stay lazy)."""
+        if old_suffix != self._suffix:
+            raise ValueError(f"segment {self.base_offset} has suffix {self._suffix!r}, not {old_suffix!r}")
+        self.log.rename_to(files.log_file(self._dir, self.base_offset, new_suffix))
+        pairs = (
+            (self._offset_index, files.offset_index_file),
+            (self._time_index, files.time_index_file),
+            (self._txn_index, files.transaction_index_file),
+        )
+        for index, name in pairs:
+            old_path, new_path = name(self._dir, self.base_offset, old_suffix), name(self._dir, self.base_offset, new_suffix)
+            if index is not None:
+                if index.path.exists():
+                    index.rename_to(new_path)
+            elif old_path.exists():
+                old_path.rename(new_path)
+        self._suffix = new_suffix
+
+    def release_indexes(self) -> None:
+        """Unmap index files without trimming them; they reopen lazily on next use.
+
+        Keeps memory maps (bounded by ``vm.max_map_count``) for segments nobody is reading.
+        """
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close_handler()
+        self._offset_index = self._time_index = None
+
+    def has_suffix(self, suffix: str) -> bool:
+        return self._suffix == suffix
+
+    def delete_files(self) -> None:
+        """Unlink every file of the segment (used for ``.deleted`` files after the delay)."""
+        self.close_handlers()
+        for path in self.all_files():
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={str(self._dir)!r})"
+
+
+def _leader_epoch(batch: FileBatch) -> int | None:
+    epoch = batch.partition_leader_epoch
+    return epoch if epoch >= 0 else None
+
+
+__all__ = ["LogSegment", "RollParams", "SegmentConfig", "RecoveryResult", "CorruptIndexError"]

@@ -1,0 +1,359 @@
+"""Append validation and offset assignment (Kafka's ``LogValidator``), on batches as bytes.
+
+An append arrives as a buffer of record batches. Two steps, as in Kafka (kafka-storage.md §3.1):
+
+1. :func:`analyze_batches` — a shallow pass over batch headers: sizes against
+   ``max.message.bytes``, CRCs, offset order; a trailing partial batch is trimmed.
+2. :func:`assign_offsets` (appends as leader) — per-record rules (keys on compacted topics,
+   timestamp bounds, batch shape for producer batches) checked on arrays filled by the scan kernel
+   (:mod:`tidelog.records.scan`), never record by record in Python; then offsets, leader epoch and
+   timestamps are patched into the bytes in place. Only a codec change (``compression.type`` not
+   ``producer`` and not the batch's codec) or a legacy v0/v1 batch rebuilds batches.
+
+Any record error fails the whole append, naming the batch position and record indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidelog.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+)
+from tidelog.records import (
+    BatchBuilder,
+    CompressionType,
+    FileBatch,
+    RecordBatch,
+    TimestampType,
+    iter_batches,
+    set_base_offset,
+    set_max_timestamp,
+    set_partition_leader_epoch,
+)
+from tidelog.records.scan import ScanResult, scan_batches
+from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin
+from tidelog.storage.config import LogConfig
+
+_LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzedBatches:
+    """Step 1's result: the valid batches (positions into ``buffer``) and their shallow facts."""
+
+    buffer: bytes | bytearray | memoryview
+    batches: tuple[tuple[int, FileBatch], ...]
+    valid_bytes: int
+    first_offset: int
+    last_offset: int
+    offsets_monotonic: bool
+    source_compression: CompressionType
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+
+    @property
+    def records(self) -> memoryview:
+        return memoryview(self.buffer)[: self.valid_bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRecords:
+    """Step 2's result: bytes ready to write, with the offsets and timestamps they now carry."""
+
+    records: bytes | bytearray
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int
+    record_count: int
+    target_compression: CompressionType
+
+
+def analyze_batches(
+    buffer: bytes | bytearray | memoryview, *, origin: AppendOrigin, max_message_bytes: int
+) -> AnalyzedBatches:
+    """Shallow checks of every batch (§3.1 step 2). Trailing partial bytes are left out.
+
+    Raises :class:`InvalidRecordError` (producer batch with a non-zero base offset),
+    :class:`RecordTooLargeError` (batch over ``max.message.bytes``, leader appends only),
+    :class:`CorruptRecordError` (CRC or size), each naming the batch's byte position.
+    """
+    found: list[tuple[int, FileBatch]] = []
+    monotonic, last_offset, valid_bytes = True, -1, 0
+    max_ts, offset_of_max = NO_TIMESTAMP, -1
+    codec = CompressionType.NONE
+    for position, batch in iter_batches(buffer):
+        _check_shallow(batch, position, origin, max_message_bytes)
+        if last_offset >= batch.last_offset:
+            monotonic = False
+        last_offset = batch.last_offset
+        if batch.max_timestamp > max_ts:
+            max_ts, offset_of_max = batch.max_timestamp, batch.last_offset
+        if batch.compression != CompressionType.NONE:
+            codec = batch.compression
+        valid_bytes = position + batch.size_in_bytes
+        found.append((position, batch))
+    first = found[0][1].base_offset if found else -1
+    return AnalyzedBatches(buffer, tuple(found), valid_bytes, first, last_offset, monotonic, codec, max_ts, offset_of_max)
+
+
+def _check_shallow(batch: FileBatch, position: int, origin: AppendOrigin, max_message_bytes: int) -> None:
+    if origin is AppendOrigin.CLIENT and batch.magic >= 2 and batch.base_offset != 0:
+        raise InvalidRecordError(
+            "producer batches must have base offset 0", position=position, base_offset=batch.base_offset
+        )
+    if origin is not AppendOrigin.REPLICATION and batch.size_in_bytes > max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch of {batch.size_in_bytes} bytes is larger than max.message.bytes {max_message_bytes}",
+            position=position, offset=batch.base_offset,
+        )
+    batch.ensure_valid(position=position)
+
+
+def check_offsets_in_order(analyzed: AnalyzedBatches) -> None:
+    """Appends that keep offsets must be strictly increasing (Kafka's ``OffsetsOutOfOrderException``)."""
+    if not analyzed.offsets_monotonic:
+        offsets = [batch.last_offset for _, batch in analyzed.batches]
+        raise OffsetsOutOfOrderError("batches of the append are not in increasing offset order", last_offsets=offsets)
+
+
+def assign_offsets(
+    analyzed: AnalyzedBatches,
+    *,
+    next_offset: int,
+    config: LogConfig,
+    now: int,
+    origin: AppendOrigin,
+    leader_epoch: int,
+    topic_partition: object = None,
+) -> ValidatedRecords:
+    """Validate every record and give the batches offsets from ``next_offset`` (§3.1 step 3)."""
+    batches = analyzed.batches
+    if origin is AppendOrigin.CLIENT:
+        _check_single_batch(batches)
+    for position, batch in batches:
+        if origin is AppendOrigin.CLIENT and batch.magic >= 2:
+            _check_producer_batch(batch, position)
+    target = _target_compression(config, analyzed.source_compression)
+    log_append = config.message_timestamp_type == "LogAppendTime"
+    if all(batch.magic >= 2 for _, batch in batches):
+        scan = scan_batches(analyzed.records)
+        _check_records(scan, batches, config, now, log_append, topic_partition)
+        if target == analyzed.source_compression and _codecs_uniform(batches, target):
+            return _assign_in_place(analyzed, scan, next_offset, leader_epoch, now, log_append, target)
+    return _rebuild(analyzed, next_offset, config, leader_epoch, now, log_append, target, topic_partition)
+
+
+def _check_single_batch(batches: Sequence[tuple[int, FileBatch]]) -> None:
+    first = batches[0][1]
+    if len(batches) > 1 and (first.magic >= 2 or first.compression != CompressionType.NONE):
+        raise InvalidRecordError(
+            "a producer append holds more than one batch (Kafka: 'Compressed outer record has more than one batch')",
+            batches=len(batches),
+        )
+
+
+def _check_producer_batch(batch: FileBatch, position: int) -> None:
+    count = batch.records_count
+    if count <= 0 or batch.last_offset_delta + 1 != count:
+        raise InvalidRecordError(
+            f"producer batch declares {count} records but last offset delta {batch.last_offset_delta}",
+            position=position,
+        )
+    if batch.is_control:
+        raise InvalidRecordError("producers may not write control batches", position=position)
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise InvalidRecordError(
+            f"idempotent batch of producer {batch.producer_id} has base sequence {batch.base_sequence}",
+            position=position,
+        )
+
+
+def _target_compression(config: LogConfig, source: CompressionType) -> CompressionType:
+    name = config.compression_type
+    if name == "producer":
+        return source
+    return CompressionType.from_name(name)
+
+
+def _codecs_uniform(batches: Sequence[tuple[int, FileBatch]], target: CompressionType) -> bool:
+    return all(batch.compression == target for _, batch in batches)
+
+
+def _check_records(
+    scan: ScanResult,
+    batches: Sequence[tuple[int, FileBatch]],
+    config: LogConfig,
+    now: int,
+    log_append: bool,
+    topic_partition: object,
+) -> None:
+    """Kafka's per-record rules on the scan arrays; one error lists every failing record."""
+    if config.compact:
+        keyless = np.flatnonzero(scan.key_len < 0)
+        if keyless.size:
+            raise InvalidRecordError(
+                "compacted topic cannot accept message without key",
+                topic_partition=topic_partition,
+                record_errors=_record_indexes(scan, keyless),
+            )
+    for rows, (position, batch) in zip(_batch_rows(scan, len(batches)), batches):
+        _check_timestamps(scan.timestamp[rows], batch, position, config, now, log_append)
+
+
+def _batch_rows(scan: ScanResult, batch_count: int) -> list[slice]:
+    """Row slices of each batch (the scan emits rows batch by batch, in order)."""
+    bounds = np.searchsorted(scan.batch, np.arange(batch_count + 1), side="left")
+    return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(batch_count)]
+
+
+def _check_timestamps(
+    timestamps: np.ndarray, batch: FileBatch, position: int, config: LogConfig, now: int, log_append: bool
+) -> None:
+    batch_is_log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if not log_append and not batch_is_log_append:
+        stamped = timestamps[timestamps != NO_TIMESTAMP]
+        too_old = stamped < now - config.message_timestamp_before_max_ms if config.message_timestamp_before_max_ms < _LONG_MAX else np.zeros(stamped.shape, bool)
+        too_new = stamped > now + config.message_timestamp_after_max_ms if config.message_timestamp_after_max_ms < _LONG_MAX else np.zeros(stamped.shape, bool)
+        if too_old.any() or too_new.any():
+            bad = int(stamped[too_old | too_new][0])
+            raise InvalidTimestampError(
+                f"timestamp {bad} of a record is out of range: must be within "
+                f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} and "
+                f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} of broker time {now}",
+                position=position,
+            )
+    elif batch_is_log_append:
+        raise InvalidTimestampError(
+            "producer should not set timestamp type to LogAppendTime", position=position
+        )
+
+
+def _record_indexes(scan: ScanResult, rows: np.ndarray) -> list[tuple[int, str]]:
+    first_row_of_batch = np.searchsorted(scan.batch, scan.batch[rows], side="left")
+    return [(int(i), "record has no key") for i in rows - first_row_of_batch]
+
+
+def _assign_in_place(
+    analyzed: AnalyzedBatches,
+    scan: ScanResult,
+    next_offset: int,
+    leader_epoch: int,
+    now: int,
+    log_append: bool,
+    codec: CompressionType,
+) -> ValidatedRecords:
+    buffer = bytearray(analyzed.records)
+    offset = next_offset
+    max_ts, offset_of_max = NO_TIMESTAMP, -1
+    rows_of = _batch_rows(scan, len(analyzed.batches))
+    for rows, (position, batch) in zip(rows_of, analyzed.batches):
+        set_base_offset(buffer, offset, position)
+        set_partition_leader_epoch(buffer, leader_epoch, position)
+        last = offset + batch.last_offset_delta
+        batch_max = now if log_append else _max_timestamp(scan.timestamp[rows])
+        stamp_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+        if batch.max_timestamp != batch_max or batch.timestamp_type != stamp_type:
+            set_max_timestamp(buffer, stamp_type, batch_max, position)
+        if batch_max > max_ts:
+            max_ts, offset_of_max = batch_max, last
+        offset = last + 1
+    return ValidatedRecords(
+        buffer, next_offset, offset - 1, max_ts, offset_of_max,
+        now if log_append else NO_TIMESTAMP, int(scan.record_count), codec,
+    )
+
+
+def _max_timestamp(timestamps: np.ndarray) -> int:
+    return int(timestamps.max()) if timestamps.size else NO_TIMESTAMP
+
+
+def _rebuild(
+    analyzed: AnalyzedBatches,
+    next_offset: int,
+    config: LogConfig,
+    leader_epoch: int,
+    now: int,
+    log_append: bool,
+    target: CompressionType,
+    topic_partition: object,
+) -> ValidatedRecords:
+    """Re-encode into one v2 batch per source batch (codec change or legacy up-conversion)."""
+    out = bytearray()
+    offset, count = next_offset, 0
+    max_ts, offset_of_max = NO_TIMESTAMP, -1
+    for position, batch in analyzed.batches:
+        built, last, batch_max, n = _rebuild_one(batch, position, offset, config, leader_epoch, now, log_append, target, topic_partition)
+        if len(built) > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch re-encoded as {target.name} is {len(built)} bytes, over max.message.bytes {config.max_message_bytes}",
+                position=position,
+            )
+        out += built
+        if batch_max > max_ts:
+            max_ts, offset_of_max = batch_max, last
+        offset, count = last + 1, count + n
+    return ValidatedRecords(out, next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, target)
+
+
+def _rebuild_one(
+    batch: FileBatch, position: int, base: int, config: LogConfig, leader_epoch: int, now: int,
+    log_append: bool, target: CompressionType, topic_partition: object,
+) -> tuple[bytes, int, int, int]:
+    records = list(batch.records())
+    if config.compact and any(r.key is None for r in records):
+        bad = [(i, "record has no key") for i, r in enumerate(records) if r.key is None]
+        raise InvalidRecordError("compacted topic cannot accept message without key",
+                                 topic_partition=topic_partition, record_errors=bad)
+    if batch.magic < 2:
+        stamps = np.array([r.timestamp for r in records], dtype=np.int64)
+        _check_timestamps(stamps, batch, position, config, now, log_append)
+    builder = BatchBuilder(
+        compression=target,
+        compression_level=_level(config, target),
+        base_offset=base,
+        partition_leader_epoch=leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        is_transactional=batch.is_transactional,
+    )
+    for delta, record in enumerate(records):
+        builder.append(base + delta, record.timestamp, record.key, record.value, record.headers)
+    built = bytearray(builder.build())
+    last = base + max(len(records) - 1, 0)
+    batch_max = max((r.timestamp for r in records), default=NO_TIMESTAMP)
+    if log_append:
+        batch_max = now
+        set_max_timestamp(built, TimestampType.LOG_APPEND_TIME, now, 0)
+    return bytes(built), last, batch_max, len(records)
+
+
+def _level(config: LogConfig, codec: CompressionType) -> int | None:
+    levels = {
+        CompressionType.GZIP: config.compression_gzip_level,
+        CompressionType.LZ4: config.compression_lz4_level,
+        CompressionType.ZSTD: config.compression_zstd_level,
+    }
+    level = levels.get(codec)
+    return None if level is None or level == -1 else level
+
+
+__all__ = [
+    "AnalyzedBatches",
+    "ValidatedRecords",
+    "analyze_batches",
+    "assign_offsets",
+    "check_offsets_in_order",
+    "CorruptRecordError",
+    "RecordBatch",
+]
