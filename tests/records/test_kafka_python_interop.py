@@ -2,12 +2,11 @@
 
 kafka-python reads what we build (every codec) with equal records, and we read what its
 ``DefaultRecordBatchBuilder`` / ``MemoryRecordsBuilder`` / ``LegacyRecordBatchBuilder`` build.
-Snappy on the kafka-python side uses the ``kafka_snappy`` fixture (conftest).
+kafka-python's snappy and legacy-LZ4 codecs use python-snappy and xxhash (test dependencies).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 
 import pytest
@@ -30,9 +29,7 @@ from tidelog.records import (
     iter_batches,
 )
 
-pytestmark = pytest.mark.usefixtures("kafka_snappy")
 LEGACY_CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4]
-HAS_XXHASH = importlib.util.find_spec("xxhash") is not None
 
 
 def _kp_records(data: bytes) -> list[Record]:
@@ -116,8 +113,6 @@ def test_we_read_kafka_python_memory_records(codec: CompressionType) -> None:
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", LEGACY_CODECS)
 def test_we_read_kafka_python_legacy_batches(magic: int, codec: CompressionType) -> None:
-    if magic == 0 and codec is CompressionType.LZ4 and not HAS_XXHASH:
-        pytest.skip("kafka-python writes magic-0 LZ4 only with the xxhash package")
     kp = LegacyRecordBatchBuilder(magic=magic, compression_type=int(codec), batch_size=1 << 20)
     for i in range(20):
         kp.append(i, timestamp=500 + i, key=None if i == 3 else b"k%d" % i, value=b"legacy value " * 3)
@@ -132,8 +127,6 @@ def test_we_read_kafka_python_legacy_batches(magic: int, codec: CompressionType)
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", LEGACY_CODECS)
 def test_kafka_python_reads_our_legacy_batches(magic: int, codec: CompressionType) -> None:
-    if magic == 0 and codec is CompressionType.LZ4 and not HAS_XXHASH:
-        pytest.skip("kafka-python reads magic-0 LZ4 only with the xxhash package")
     messages = [(40 + i, 900 + i, b"k%d" % i, None if i == 2 else b"v" * i) for i in range(6)]
     built = build_legacy_batch(messages, magic=magic, compression=codec)
     assert _kp_records(built) == _our_records(built)
