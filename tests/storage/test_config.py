@@ -20,10 +20,9 @@ from tidelog.storage.config import (
     ConfigSource,
     LogConfig,
     describe,
-    format_properties,
     java_double_string,
-    parse_properties,
 )
+from tidelog.storage.properties import format_properties, parse_properties
 
 LONG_MAX = 2**63 - 1
 

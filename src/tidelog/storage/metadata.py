@@ -51,7 +51,7 @@ from pathlib import Path
 from tidelog.errors import CheckpointError, ConfigError, StorageError, TidelogError
 from tidelog.storage.atomic import fsync_dir, write_atomically
 from tidelog.storage.checkpoints import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_java_int, split_lines
-from tidelog.storage.config import format_properties, parse_properties
+from tidelog.storage.properties import format_properties, parse_properties
 
 PARTITION_METADATA_FILE = "partition.metadata"
 META_PROPERTIES_FILE = "meta.properties"
