@@ -61,8 +61,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar, overload
 
-from tidelog.errors import ConfigError, StorageError
-from tidelog.storage.properties import format_properties, parse_properties, read_properties_file
+from tidelog.errors import ConfigError
+from tidelog.storage.properties import read_properties_file
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

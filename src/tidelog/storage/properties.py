@@ -7,6 +7,7 @@ Errors name the file and line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
