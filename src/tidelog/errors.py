@@ -112,6 +112,11 @@ class IndexOffsetOverflowError(TidelogError):
     """An offset whose distance from the index base offset does not fit in an int32."""
 
 
+class IndexStateError(TidelogError):
+    """An index call its state does not allow: an entry number outside [0, entries), a resize
+    below the entries held, a write to a read-only index, or any use after close."""
+
+
 class LogSegmentOffsetOverflowError(TidelogError):
     """An append whose offsets do not fit in the segment's relative-offset range."""
 

@@ -1,0 +1,557 @@
+"""A segment's offset index (``.index``) and time index (``.timeindex``): sparse, sorted, memory-mapped.
+
+Byte layouts (big-endian, no header, no checksum; shared/reference/kafka-storage.md §1.8, §1.9)::
+
+    .index — 8-byte entries
+    +------+------+----------------+----------------------------------------------------------+
+    | byte | type | field          | meaning                                                  |
+    +------+------+----------------+----------------------------------------------------------+
+    | 0    | i32  | relativeOffset | offset - segment base offset, in [0, 2^31-1]             |
+    | 4    | i32  | position       | byte position in the .log where the batch (or append     |
+    |      |      |                | chunk) whose LAST offset is ``offset`` starts             |
+    +------+------+----------------+----------------------------------------------------------+
+    e.g. base 100, offset 150 at position 4096 -> 00000032 00001000
+
+    .timeindex — 12-byte entries
+    +------+------+----------------+----------------------------------------------------------+
+    | 0    | i64  | timestamp      | largest timestamp seen in the segment up to and          |
+    |      |      |                | including the batch whose last offset is ``offset``      |
+    | 8    | i32  | relativeOffset | offset - segment base offset                             |
+    +------+------+----------------+----------------------------------------------------------+
+
+Offset-index offsets strictly increase; time-index timestamps strictly increase and their offsets
+never decrease. Relative offsets never leave this module: every offset in and out is absolute.
+
+**Lookups.** An index is sparse: one entry per ``index.interval.bytes`` of appended data. A lookup
+returns the entry with the largest key <= the target (the caller scans batches forward from its
+position), or a floor value when every entry is above the target: ``(base_offset, 0)`` for the
+offset index, ``(-1, base_offset)`` for the time index. The search is a binary search over the
+mapping with ``struct.unpack_from``; like Kafka (KAFKA-6432) it first tries the last
+``8192 / entry size`` entries ("warm section", 1024 offset entries, 682 time entries), which most
+lookups hit and whose pages stay resident. The answer equals a plain bisect; only the pages
+touched differ.
+
+**Lifecycle** (§1.12). A new index file is preallocated (sparse ``ftruncate``) to the largest
+multiple of the entry size <= ``max_index_size`` and mapped whole. An existing file is trusted:
+``entries = file length // entry size``, and it is mapped as it is (a trimmed file is therefore
+full until :meth:`resize`; the segment resizes its active segment's indexes to the maximum).
+:meth:`close` trims the file to ``entries * entry size``.
+
+**Thread-safety.** None inside. Appends, truncations, resizes and close need the partition lock;
+lookups may run concurrently with each other and with appends, but not with a resize or close
+(they remap the file).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from abc import ABC, abstractmethod
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tidelog.errors import (
+    ConfigError,
+    CorruptIndexError,
+    IndexFullError,
+    IndexOffsetOverflowError,
+    IndexStateError,
+    InvalidOffsetError,
+)
+
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes default
+NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP
+WARM_SECTION_BYTES = 8192  # bytes at the end of an index searched first
+
+_INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_EMPTY = b""
+
+_Unpack = Callable[[Any, int], tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    """Offset-index entry: the batch whose last offset is ``offset`` starts at ``.log`` byte ``position``."""
+
+    offset: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """Time-index entry: ``timestamp`` is the largest timestamp up to the batch whose last offset is ``offset``."""
+
+    timestamp: int
+    offset: int
+
+
+class _MappedIndex(ABC):
+    """The shared core of both indexes: file, mapping, entry count, resize and trim, sorted search.
+
+    Subclasses name their entry struct and columns and keep a cache of their last entry
+    (:meth:`_on_entries_changed`).
+    """
+
+    ENTRY_SIZE: ClassVar[int]
+    _ENTRY: ClassVar[struct.Struct]
+    _OFFSET_COLUMN: ClassVar[tuple[_Unpack, int]]  # (unpack_from, byte within the entry) of relativeOffset
+    _KIND: ClassVar[str]
+
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        writable: bool = True,
+    ) -> None:
+        if base_offset < 0:
+            raise InvalidOffsetError("index base offset must be >= 0", path=path, base_offset=base_offset)
+        self._path = Path(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        self._closed = False
+        self._mmap: mmap.mmap | None = None
+        self._buffer: mmap.mmap | bytes = _EMPTY  # the mapping, or b"" while there is none
+        self._length = 0
+        fd, created = self._open_or_create()
+        self._map(fd)
+        self._entries = 0 if created else self._length // self.ENTRY_SIZE
+        self._on_entries_changed()
+
+    # --- opening and mapping ---------------------------------------------------------------
+
+    def _open_or_create(self) -> tuple[int, bool]:
+        """A descriptor of the file and whether it was created (preallocated; writable index only)."""
+        if not self._writable:
+            return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC), False
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            return os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
+        try:
+            os.ftruncate(fd, self._preallocated_size())
+        except BaseException:
+            os.close(fd)
+            self._path.unlink(missing_ok=True)
+            raise
+        return fd, True
+
+    def _preallocated_size(self) -> int:
+        size = self._round_down(self._max_index_size)
+        if size <= 0:
+            raise ConfigError(
+                f"max index size must hold at least one {self.ENTRY_SIZE}-byte entry",
+                key="segment.index.bytes", value=self._max_index_size, path=self._path,
+            )
+        return size
+
+    def _map(self, fd: int) -> None:
+        """Map the whole file and close ``fd`` (the mapping keeps its own descriptor)."""
+        try:
+            self._length = os.fstat(fd).st_size
+            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+            self._mmap = mmap.mmap(fd, self._length, access=access) if self._length else None
+            self._buffer = _EMPTY if self._mmap is None else self._mmap
+        finally:
+            os.close(fd)
+
+    def _unmap(self) -> None:
+        self._buffer = _EMPTY
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def _round_down(self, size: int) -> int:
+        return size // self.ENTRY_SIZE * self.ENTRY_SIZE
+
+    # --- state ----------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        """Entries the current file length holds (the mapped length, not ``max_index_size``)."""
+        return self._length // self.ENTRY_SIZE
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes the entries occupy: ``entries * ENTRY_SIZE``."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def length(self) -> int:
+        """Length of the file as mapped (preallocated slack included)."""
+        return self._length
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries
+
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether ``offset`` is representable as a relative offset of this index."""
+        return 0 <= offset - self._base_offset <= _INT32_MAX
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._path}, base_offset={self._base_offset}, entries={self._entries})"
+
+    # --- file operations ------------------------------------------------------------------
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file length to ``new_size`` rounded down to whole entries, keeping the entries.
+
+        Returns whether the length changed. Remaps the file. Raises :class:`IndexStateError` when
+        the new length cannot hold the entries, or the index is read-only or closed.
+        """
+        self._require_open()
+        rounded = self._round_down(new_size)
+        if rounded == self._length:
+            return False
+        self._require_writable("resize")
+        if rounded < self.size_in_bytes:
+            raise IndexStateError(
+                "resize would cut off index entries", path=self._path, new_size=new_size,
+                entries=self._entries, entry_size=self.ENTRY_SIZE,
+            )
+        self._remap(rounded)
+        return True
+
+    def _remap(self, length: int) -> None:
+        fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        self._unmap()
+        try:
+            os.ftruncate(fd, length)
+        finally:
+            self._map(fd)
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the file to ``entries * ENTRY_SIZE`` bytes (done on roll and close)."""
+        self.resize(self.size_in_bytes)
+
+    def reset(self) -> None:
+        """Drop every entry and grow the file back to ``max_index_size`` (segment recovery)."""
+        self.truncate()
+        self.resize(self._max_index_size)
+
+    def truncate(self) -> None:
+        """Drop every entry (the file keeps its length)."""
+        self._truncate_to_entries(0)
+
+    def flush(self) -> None:
+        """``msync`` the mapping to disk."""
+        self._require_open()
+        if self._mmap is not None and self._writable:
+            self._mmap.flush()
+
+    def close(self) -> None:
+        """Trim the file to its entries (when writable), then unmap it. Idempotent."""
+        if not self._closed and self._writable:
+            self.trim_to_valid_size()
+        self.close_handler()
+
+    def close_handler(self) -> None:
+        """Unmap without trimming. Every later access raises :class:`IndexStateError`."""
+        self._unmap()
+        self._closed = True
+
+    def delete_if_exists(self) -> bool:
+        """Unmap, then delete the file; returns whether a file was deleted."""
+        self.close_handler()
+        try:
+            self._path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rename_to(self, new_path: Path) -> None:
+        """Rename the file (also while mapped); a missing file only changes the recorded path."""
+        new_path = Path(new_path)
+        if self._path.exists():
+            os.replace(self._path, new_path)
+        self._path = new_path
+
+    def update_parent_dir(self, parent_dir: Path) -> None:
+        """Record that the file now lives in ``parent_dir`` (the directory was renamed)."""
+        self._path = Path(parent_dir) / self._path.name
+
+    def _check_length(self, last_offset: int) -> None:
+        if self._length % self.ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"{self._KIND} file length is not a multiple of {self.ENTRY_SIZE}",
+                path=self._path, length=self._length, entries=self._entries,
+                last_offset=last_offset, base_offset=self._base_offset,
+            )
+
+    # --- entries --------------------------------------------------------------------------
+
+    def _require_open(self) -> mmap.mmap | bytes:
+        if self._closed:
+            raise IndexStateError(f"{self._KIND} is closed", path=self._path)
+        return self._buffer
+
+    def _require_writable(self, operation: str) -> mmap.mmap | bytes:
+        buffer = self._require_open()
+        if not self._writable:
+            raise IndexStateError(f"cannot {operation} a read-only {self._KIND}", path=self._path)
+        return buffer
+
+    def _check_slot(self, n: int) -> mmap.mmap | bytes:
+        buffer = self._require_open()
+        if not 0 <= n < self._entries:
+            raise IndexStateError(
+                f"{self._KIND} entry number out of range", path=self._path, n=n, entries=self._entries
+            )
+        return buffer
+
+    def _put_entry(self, *fields: int) -> None:
+        """Write one entry into the next free slot (the caller checked order, range and space)."""
+        buffer = self._require_writable("append to")
+        self._ENTRY.pack_into(buffer, self._entries * self.ENTRY_SIZE, *fields)
+        self._entries += 1
+
+    def _relative_offset(self, offset: int) -> int:
+        if not self.can_append_offset(offset):
+            raise IndexOffsetOverflowError(
+                f"offset does not fit in the {self._KIND}'s int32 relative offset",
+                path=self._path, offset=offset, base_offset=self._base_offset,
+            )
+        return offset - self._base_offset
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        self._require_open()
+        self._entries = entries
+        self._on_entries_changed()
+
+    def _truncate_to_offset(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset`` (offsets are sorted in both indexes)."""
+        unpack, at = self._OFFSET_COLUMN
+        self._truncate_to_entries(self._floor_slot(unpack, at, offset - self._base_offset - 1) + 1)
+
+    @abstractmethod
+    def _on_entries_changed(self) -> None:
+        """Refresh the cached last entry after a load or truncation."""
+
+    def _floor_slot(self, unpack: _Unpack, at: int, target: int) -> int:
+        """Largest slot whose column (``unpack`` at byte ``at`` of the entry) is <= ``target``; -1 if none.
+
+        Hot path, hence written out: the warm section first, then a bisect of one half.
+        """
+        if self._closed:  # inline test: a method call per lookup costs ~2% here
+            self._require_open()
+        buffer, entries, size = self._buffer, self._entries, self.ENTRY_SIZE
+        if entries == 0:
+            return -1
+        lo = max(0, entries - 1 - WARM_SECTION_BYTES // size)
+        if unpack(buffer, lo * size + at)[0] <= target:
+            hi = entries - 1
+        elif unpack(buffer, at)[0] > target:
+            return -1
+        else:
+            lo, hi = 0, lo - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(buffer, mid * size + at)[0] <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+class OffsetIndex(_MappedIndex):
+    """Sparse map from offset to ``.log`` byte position for one segment (``<base>.index``)."""
+
+    ENTRY_SIZE = 8
+    _ENTRY = struct.Struct(">ii")
+    _RELATIVE = struct.Struct(">i")
+    _OFFSET_COLUMN = (_RELATIVE.unpack_from, 0)
+    _POSITION_COLUMN = (_RELATIVE.unpack_from, 4)
+    _KIND = "offset index"
+
+    _last_offset: int
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last entry; ``base_offset`` when empty."""
+        return self._last_offset
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the largest offset <= ``target_offset``, else ``(base_offset, 0)``."""
+        unpack, at = self._OFFSET_COLUMN
+        slot = self._floor_slot(unpack, at, target_offset - self._base_offset)
+        return OffsetPosition(self._base_offset, 0) if slot < 0 else self._parse(slot)
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The ``n``-th entry; :class:`IndexStateError` unless ``0 <= n < entries``."""
+        self._check_slot(n)
+        return self._parse(n)
+
+    def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> OffsetPosition | None:
+        """The first entry whose position is >= ``fetch_position + fetch_size``, or None.
+
+        Its offset bounds what a fetch of ``fetch_size`` bytes from ``fetch_position`` can
+        return (used to limit the aborted-transaction search).
+        """
+        unpack, at = self._POSITION_COLUMN
+        slot = self._floor_slot(unpack, at, fetch_position + fetch_size - 1) + 1
+        return self._parse(slot) if slot < self._entries else None
+
+    def append(self, offset: int, position: int) -> None:
+        """Add ``(offset, position)``; ``offset`` must be above :attr:`last_offset` when non-empty.
+
+        Raises :class:`IndexFullError`, :class:`InvalidOffsetError` (offset not increasing, or
+        position outside [0, 2^31-1]), :class:`IndexOffsetOverflowError`, or
+        :class:`IndexStateError` (read-only or closed), checked in that order.
+        """
+        self._require_open()
+        if self.is_full():
+            raise IndexFullError("attempt to append to a full offset index", path=self._path, entries=self._entries)
+        if self._entries and offset <= self._last_offset:
+            raise InvalidOffsetError(
+                "offset index append is not above the last offset",
+                path=self._path, offset=offset, last_offset=self._last_offset, slot=self._entries,
+            )
+        relative = self._relative_offset(offset)
+        if not 0 <= position <= _INT32_MAX:
+            raise InvalidOffsetError("offset index position outside [0, 2^31-1]", path=self._path, position=position)
+        self._put_entry(relative, position)
+        self._last_offset = offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset``."""
+        self._truncate_to_offset(offset)
+
+    def sanity_check(self) -> None:
+        """:class:`CorruptIndexError` if the last offset is below the base offset or the length is not whole entries."""
+        if self._entries and self._last_offset < self._base_offset:
+            raise CorruptIndexError(
+                "corrupt offset index: last offset is below the base offset",
+                path=self._path, entries=self._entries, last_offset=self._last_offset,
+                base_offset=self._base_offset, length=self._length,
+            )
+        self._check_length(self._last_offset)
+
+    def _parse(self, slot: int) -> OffsetPosition:
+        relative, position = self._ENTRY.unpack_from(self._buffer, slot * 8)  # caller checked open
+        return OffsetPosition(self._base_offset + relative, position)
+
+    def _on_entries_changed(self) -> None:
+        self._last_offset = self._parse(self._entries - 1).offset if self._entries else self._base_offset
+
+
+class TimeIndex(_MappedIndex):
+    """Sparse map from timestamp to offset for one segment (``<base>.timeindex``)."""
+
+    ENTRY_SIZE = 12
+    _ENTRY = struct.Struct(">qi")
+    _TIMESTAMP_COLUMN = (struct.Struct(">q").unpack_from, 0)
+    _OFFSET_COLUMN = (struct.Struct(">i").unpack_from, 8)
+    _KIND = "time index"
+
+    _last_entry: TimestampOffset
+
+    def is_full(self) -> bool:
+        """One slot stays free for the final entry a roll or close appends with ``skip_full_check``."""
+        return self._entries >= self.max_entries - 1
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry; ``(-1, base_offset)`` when empty."""
+        return self._last_entry
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """The entry with the largest timestamp <= ``target_timestamp``, else ``(-1, base_offset)``."""
+        unpack, at = self._TIMESTAMP_COLUMN
+        slot = self._floor_slot(unpack, at, target_timestamp)
+        return TimestampOffset(NO_TIMESTAMP, self._base_offset) if slot < 0 else self._parse(slot)
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The ``n``-th entry; :class:`IndexStateError` unless ``0 <= n < entries``."""
+        self._check_slot(n)
+        return self._parse(n)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Add ``(timestamp, offset)`` if ``timestamp`` is above the last entry's (so -1 never lands).
+
+        Raises :class:`IndexFullError` (full, unless ``skip_full_check``; or no slot at all),
+        :class:`InvalidOffsetError` when the offset or the timestamp goes back (or the timestamp
+        is outside int64), :class:`IndexOffsetOverflowError`, :class:`IndexStateError`.
+        """
+        self._require_open()
+        if not skip_full_check and self.is_full():
+            raise IndexFullError("attempt to append to a full time index", path=self._path, entries=self._entries)
+        self._check_order(timestamp, offset)
+        if timestamp <= self._last_entry.timestamp:
+            return
+        if self._entries >= self.max_entries:
+            raise IndexFullError("time index has no slot left", path=self._path, entries=self._entries)
+        self._put_entry(timestamp, self._relative_offset(offset))
+        self._last_entry = TimestampOffset(timestamp, offset)
+
+    def _check_order(self, timestamp: int, offset: int) -> None:
+        last = self._last_entry
+        if self._entries and offset < last.offset:
+            raise InvalidOffsetError(
+                "time index append goes back in offset",
+                path=self._path, offset=offset, last_offset=last.offset, slot=self._entries,
+            )
+        if self._entries and timestamp < last.timestamp:
+            raise InvalidOffsetError(
+                "time index append goes back in time",
+                path=self._path, timestamp=timestamp, last_timestamp=last.timestamp, slot=self._entries,
+            )
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise InvalidOffsetError("time index timestamp outside int64", path=self._path, timestamp=timestamp)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose OFFSET is >= ``offset``."""
+        self._truncate_to_offset(offset)
+
+    def sanity_check(self) -> None:
+        """:class:`CorruptIndexError` if the last timestamp is below the first, the last offset below
+        the base offset, or the length is not whole entries."""
+        self._require_open()
+        last = self._last_entry
+        if self._entries and last.timestamp < self._parse(0).timestamp:
+            raise CorruptIndexError(
+                "corrupt time index: last timestamp is below the first timestamp",
+                path=self._path, entries=self._entries, last_timestamp=last.timestamp,
+                first_timestamp=self._parse(0).timestamp, length=self._length,
+            )
+        if self._entries and last.offset < self._base_offset:
+            raise CorruptIndexError(
+                "corrupt time index: last offset is below the base offset",
+                path=self._path, entries=self._entries, last_offset=last.offset,
+                base_offset=self._base_offset, length=self._length,
+            )
+        self._check_length(last.offset)
+
+    def _parse(self, slot: int) -> TimestampOffset:
+        timestamp, relative = self._ENTRY.unpack_from(self._buffer, slot * 12)  # caller checked open
+        return TimestampOffset(timestamp, self._base_offset + relative)
+
+    def _on_entries_changed(self) -> None:
+        if self._entries:
+            self._last_entry = self._parse(self._entries - 1)
+        else:
+            self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
