@@ -1,0 +1,360 @@
+# mypy: disable-error-code="no-untyped-def"
+"""Scan kernels: RecordBatch v2 headers and records decoded into flat columns.
+
+Private to :mod:`tidelog.records.scan`, which is the only caller. Every function here is written
+in the subset of Python that numba compiles (ints, tuples, indexing, loops; no objects, no
+exceptions) so that ONE source serves both twins: ``scan.py`` compiles these functions with
+``numba.njit(cache=True, ...)`` using the NUMBA_* options below, or runs them as they are,
+interpreted, when numba is absent or ``TIDELOG_PURE_PYTHON=1``. Interpreted, ``buf`` is a ``memoryview`` of bytes and the output
+columns are Python lists; compiled, they are numpy arrays. Both index to plain ints.
+
+Rules the code keeps so that both twins give identical, crash-free results on any bytes:
+every read is bounds-checked against an explicit ``end`` before it happens; no arithmetic
+overflows int64 (sums that could are checked first and reported as errors); no value written to a
+column exceeds that column's dtype; failures are returned as ``(error code, byte position)``, never
+raised. Nothing here checks CRCs (callers run crc32c over whole batches, far faster).
+
+RecordBatch v2 header (all integers big-endian; kafka-storage.md §1.3)::
+
+    offset  size  field
+    0       8     baseOffset            int64, offset of the first record
+    8       4     batchLength           int32, batch size - 12 (>= 49 for v2)
+    12      4     partitionLeaderEpoch  int32
+    16      1     magic                 int8, 2 (0 and 1 are legacy formats, not scanned here)
+    17      4     crc                   uint32 CRC-32C of bytes [21, end of batch)
+    21      2     attributes            int16: bits 0-2 codec, 3 LogAppendTime, 4 transactional,
+                                        5 control, 6 delete horizon in baseTimestamp
+    23      4     lastOffsetDelta       int32
+    27      8     baseTimestamp         int64 (the delete horizon when attributes bit 6 is set)
+    35      8     maxTimestamp          int64
+    43      8     producerId            int64
+    51      2     producerEpoch         int16
+    53      4     baseSequence          int32
+    57      4     recordsCount          int32
+    61      ...   records               uncompressed, or one compressed stream of them
+
+Record v2 (kafka-storage.md §1.4; varints are zig-zag LEB128, at most 5 bytes, varlongs 10)::
+
+    length          varint   bytes that follow this field
+    attributes      int8     unused
+    timestampDelta  varlong  timestamp - baseTimestamp
+    offsetDelta     varint   offset - baseOffset
+    keyLength       varint   negative = null key
+    key             bytes
+    valueLength     varint   negative = null value (a tombstone)
+    value           bytes
+    headersCount    varint   >= 0
+    headers         headersCount x (keyLength varint >= 0, key, valueLength varint, value)
+
+Column tuples, in order (``scan.py`` names and allocates them):
+
+    batch columns   position i8, size i4, base_offset i8, last_offset i8, attributes i2,
+                    base_timestamp i8, max_timestamp i8, producer_id i8, producer_epoch i2,
+                    records_count i4
+    record columns  offset i8, timestamp i8, key_pos i8, key_len i4, value_pos i8, value_len i4,
+                    headers_pos i8, headers_count i4, arena i2, batch i4
+"""
+
+from __future__ import annotations
+
+# --- layout ---------------------------------------------------------------------------------
+
+LOG_OVERHEAD = 12  # baseOffset + batchLength: batch size = LOG_OVERHEAD + batchLength
+HEADER_SIZE_UP_TO_MAGIC = 17
+RECORD_BATCH_OVERHEAD = 61  # the v2 header; also the size of an empty batch
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # 49
+LEGACY_MIN_LENGTH = 14  # Kafka's RECORD_OVERHEAD_V0: anything shorter is corrupt whatever the magic
+MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers
+MAGIC_V2 = 2
+TIMESTAMP_TYPE_MASK = 0x08
+
+INT64_MAX = 9223372036854775807
+INT64_MIN = -INT64_MAX - 1
+INT32_MAX = 2147483647
+INT32_MIN = -INT32_MAX - 1
+
+# --- error codes (scan.py turns them into CorruptRecordError messages) -----------------------
+
+OK = 0
+ERR_VARINT_TOO_LONG = 1  # a varint's 5th (varlong's 10th) byte still has its continuation bit
+ERR_RECORD_TRUNCATED = 2  # the records area ends inside a record
+ERR_RECORDS_MISSING = 3  # the records area ends before recordsCount records were read
+ERR_TRAILING_BYTES = 4  # bytes left in the records area after recordsCount records
+ERR_RECORD_LENGTH = 5  # a record's fields do not end exactly at its declared length
+ERR_KEY_OVERRUN = 6  # keyLength runs past the end of the record
+ERR_VALUE_OVERRUN = 7  # valueLength runs past the end of the record
+ERR_HEADER_COUNT = 8  # negative headersCount
+ERR_HEADER_OVERRUN = 9  # a header key or value runs past the record, or a header key is null
+ERR_BATCH_LENGTH = 10  # batchLength below 49 (v2) or 14 (any magic)
+ERR_MAGIC = 11  # magic other than 2
+ERR_OFFSET_OVERFLOW = 12  # baseOffset + a delta does not fit in int64
+ERR_TIMESTAMP_OVERFLOW = 13  # baseTimestamp + timestampDelta does not fit in int64
+
+_TRUNCATED = -1  # read_varint position results that mean "failed"
+_TOO_LONG = -2
+VARINT = 5  # max_size argument of read_varint: an int32 varint takes at most 5 bytes
+VARLONG = 10  # an int64 varlong at most 10
+
+
+# --- how scan.py compiles these functions with numba ----------------------------------------
+# Kept here because numba's on-disk cache is invalidated by a change to THIS file's content only.
+# No reference counting (``_nrt``): nothing here allocates, and the incref/decref numba otherwise
+# wraps around every helper call taking an array cost 3x in the per-record loop. The per-record
+# helpers are inlined at numba-IR level (a call between compiled functions costs as much again);
+# the rest stay separate functions, which keeps the cold compile to a few seconds.
+NUMBA_OPTIONS = {"nogil": True, "_nrt": False}
+NUMBA_INLINED = ("read_int", "read_varint", "add_overflows", "varint_error", "check_batch",
+                 "decode_record", "record_failure", "decode_records")
+NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_batches")
+
+
+# --- primitives -----------------------------------------------------------------------------
+
+def read_int(buf, pos, size):
+    """Big-endian two's-complement integer of ``size`` bytes at ``pos`` (caller checked bounds)."""
+    first = buf[pos]
+    value = first - ((first & 0x80) << 1)  # sign-extend the first byte
+    for i in range(1, size):
+        value = (value << 8) | buf[pos + i]
+    return value
+
+
+def read_varint(buf, pos, end, max_size):
+    """Zig-zag varint (``max_size`` VARINT) or varlong (VARLONG) at ``pos``: ``(value, next pos)``.
+
+    The next position is negative on failure (_TRUNCATED, _TOO_LONG). This is the inlined fast
+    path for the 1- and 2-byte values that make up nearly every record; longer ones, and reads
+    near ``end``, take read_varint_slow.
+    """
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        if pos + 1 < end:
+            raw = (b & 0x7F) | (buf[pos + 1] << 7)
+            if raw < 0x4000:
+                return (raw >> 1) ^ -(raw & 1), pos + 2
+    return read_varint_slow(buf, pos, end, max_size)
+
+
+def read_varint_slow(buf, pos, end, max_size):
+    """As Kafka's ByteUtils.readVarint/readVarlong: at most 5 (10) bytes, bits past 32 (64) dropped.
+
+    The last byte contributes only the bits that fit (4 of a varint's, 1 of a varlong's), so the raw
+    value has the same bits compiled (int64, wrapping) and interpreted (unbounded int), and the
+    logical shift below keeps the results equal.
+    """
+    raw = 0
+    last = max_size - 1
+    for i in range(max_size):
+        if pos >= end:
+            return 0, _TRUNCATED
+        b = buf[pos]
+        pos += 1
+        if i == last:
+            if b & 0x80:
+                return 0, _TOO_LONG
+            raw |= (b & (0x0F if max_size == VARINT else 0x01)) << (7 * last)
+        else:
+            raw |= (b & 0x7F) << (7 * i)
+            if b < 0x80:
+                break
+    return ((raw >> 1) & INT64_MAX) ^ -(raw & 1), pos
+
+
+def add_overflows(a, b):
+    """True when ``a + b`` does not fit in int64 (checked without computing it)."""
+    if b > 0:
+        return a > INT64_MAX - b
+    return a < INT64_MIN - b
+
+
+def varint_error(pos, truncated_code):
+    """Error code for a failed varint read: too long, or ``truncated_code``."""
+    if pos == _TOO_LONG:
+        return ERR_VARINT_TOO_LONG
+    return truncated_code
+
+
+# --- batch headers --------------------------------------------------------------------------
+
+def check_batch(buf, pos, end):
+    """Classify the batch at ``pos``: ``(error code, batch size)``; size 0 = stop (partial tail).
+
+    As Kafka's FileLogInputStream: fewer than 17 bytes left, or a batch running past ``end``, is
+    the end of the data (not an error); a length below 14 is corrupt whatever the magic.
+    """
+    if end - pos < HEADER_SIZE_UP_TO_MAGIC:
+        return OK, 0
+    length = read_int(buf, pos + 8, 4)
+    if length < LEGACY_MIN_LENGTH:
+        return ERR_BATCH_LENGTH, 0
+    if length > end - pos - LOG_OVERHEAD:
+        return OK, 0
+    if buf[pos + 16] != MAGIC_V2:
+        return ERR_MAGIC, 0
+    if length < MIN_BATCH_LENGTH:
+        return ERR_BATCH_LENGTH, 0
+    return OK, LOG_OVERHEAD + length
+
+
+def walk_batches(buf, start, end, limit, batches):
+    """Walk every complete v2 batch in ``buf[start:end]``; fill batch columns for the first ``limit``.
+
+    Returns ``(batch count, end position, error code, error position)``. With ``limit`` 0 it only
+    counts (the driver sizes the columns from that count, then walks again to fill them). The end
+    position is the byte after the last complete batch; the error position is the bad batch's.
+    """
+    (position, size, base_offset, last_offset, attributes, base_timestamp, max_timestamp,
+     producer_id, producer_epoch, records_count) = batches
+    pos = start
+    n = 0
+    while True:
+        error, batch_size = check_batch(buf, pos, end)
+        if error != OK:
+            return n, pos, error, pos
+        if batch_size == 0:
+            return n, pos, OK, pos
+        base = read_int(buf, pos, 8)
+        delta = read_int(buf, pos + 23, 4)
+        if add_overflows(base, delta):
+            return n, pos, ERR_OFFSET_OVERFLOW, pos
+        if n < limit:
+            position[n] = pos
+            size[n] = batch_size
+            base_offset[n] = base
+            last_offset[n] = base + delta
+            attributes[n] = read_int(buf, pos + 21, 2)
+            base_timestamp[n] = read_int(buf, pos + 27, 8)
+            max_timestamp[n] = read_int(buf, pos + 35, 8)
+            producer_id[n] = read_int(buf, pos + 43, 8)
+            producer_epoch[n] = read_int(buf, pos + 51, 2)
+            records_count[n] = read_int(buf, pos + 57, 4)
+        n += 1
+        pos += batch_size
+
+
+# --- records --------------------------------------------------------------------------------
+
+def decode_record(buf, pos, end):
+    """Parse the record at ``pos`` in a records area ending at ``end``.
+
+    Long because a record is nine fields read in sequence, each one bounds-checked.
+    Returns ``(error, record end, timestampDelta, offsetDelta, key position, key length,
+    value position, value length, headers position, headers count)``; lengths are -1 for null.
+    """
+    length, body = read_varint(buf, pos, end, VARINT)
+    if body < 0:
+        return record_failure(varint_error(body, ERR_RECORD_TRUNCATED))
+    if length < 1 or length > end - body:
+        return record_failure(ERR_RECORD_TRUNCATED if length > 0 else ERR_RECORD_LENGTH)
+    stop = body + length
+    ts_delta, p = read_varint(buf, body + 1, stop, VARLONG)  # body + 1: skip the attributes byte
+    off_delta, p = read_varint(buf, p, stop, VARINT) if p >= 0 else (0, p)
+    key_len, p = read_varint(buf, p, stop, VARINT) if p >= 0 else (0, p)
+    if p < 0:
+        return record_failure(varint_error(p, ERR_RECORD_LENGTH))
+    key_pos = p
+    key_len = key_len if key_len >= 0 else -1
+    if key_len > stop - p:
+        return record_failure(ERR_KEY_OVERRUN)
+    value_len, p = read_varint(buf, p + key_len if key_len > 0 else p, stop, VARINT)
+    if p < 0:
+        return record_failure(varint_error(p, ERR_RECORD_LENGTH))
+    value_pos = p
+    value_len = value_len if value_len >= 0 else -1
+    if value_len > stop - p:
+        return record_failure(ERR_VALUE_OVERRUN)
+    count, p = read_varint(buf, p + value_len if value_len > 0 else p, stop, VARINT)
+    if p < 0:
+        return record_failure(varint_error(p, ERR_RECORD_LENGTH))
+    if count < 0:
+        return record_failure(ERR_HEADER_COUNT)
+    error, headers_end = skip_headers(buf, p, stop, count) if count > 0 else (OK, p)
+    if error == OK and headers_end != stop:
+        error = ERR_RECORD_LENGTH
+    return (error, stop, ts_delta, off_delta, key_pos, key_len, value_pos, value_len, p, count)
+
+
+def record_failure(error):
+    """decode_record's result for a failure: the error code, then zeros."""
+    return error, 0, 0, 0, 0, 0, 0, 0, 0, 0
+
+
+def skip_headers(buf, pos, end, count):
+    """Step over ``count`` headers from ``pos``: ``(error, position after them)``."""
+    for _ in range(count):
+        key_len, pos = read_varint(buf, pos, end, VARINT)
+        if pos < 0:
+            return varint_error(pos, ERR_HEADER_OVERRUN), 0
+        if key_len < 0 or key_len > end - pos:
+            return ERR_HEADER_OVERRUN, 0
+        value_len, pos = read_varint(buf, pos + key_len, end, VARINT)
+        if pos < 0:
+            return varint_error(pos, ERR_HEADER_OVERRUN), 0
+        if value_len > end - pos:
+            return ERR_HEADER_OVERRUN, 0
+        if value_len > 0:
+            pos += value_len
+    return OK, pos
+
+
+def decode_records(buf, pos, end, count, batch, arena, row, batches, records):
+    """Decode the ``count`` records of batch ``batch`` found in ``buf[pos:end]`` into rows from ``row``.
+
+    Returns ``(error code, position of the failing record)``; ``(0, end)`` on success. Offsets are
+    baseOffset + offsetDelta; timestamps are the batch maxTimestamp for LogAppendTime batches,
+    else baseTimestamp + timestampDelta (also when baseTimestamp holds a delete horizon).
+    """
+    base_offset = batches[2][batch]
+    offsets_may_overflow = (add_overflows(base_offset, INT32_MAX)
+                            or add_overflows(base_offset, INT32_MIN))
+    log_append_time = (batches[4][batch] & TIMESTAMP_TYPE_MASK) != 0
+    base_timestamp = batches[5][batch]
+    max_timestamp = batches[6][batch]
+    (offset, timestamp, key_pos, key_len, value_pos, value_len, headers_pos, headers_count,
+     arenas, batch_index) = records
+    for i in range(count):
+        if pos >= end:
+            return ERR_RECORDS_MISSING, pos
+        (error, stop, ts_delta, off_delta, k_pos, k_len, v_pos, v_len, h_pos,
+         h_count) = decode_record(buf, pos, end)
+        if error != OK:
+            return error, pos
+        if offsets_may_overflow and add_overflows(base_offset, off_delta):
+            return ERR_OFFSET_OVERFLOW, pos
+        if not log_append_time and add_overflows(base_timestamp, ts_delta):
+            return ERR_TIMESTAMP_OVERFLOW, pos
+        r = row + i
+        offset[r] = base_offset + off_delta
+        timestamp[r] = max_timestamp if log_append_time else base_timestamp + ts_delta
+        key_pos[r] = k_pos
+        key_len[r] = k_len
+        value_pos[r] = v_pos
+        value_len[r] = v_len
+        headers_pos[r] = h_pos
+        headers_count[r] = h_count
+        arenas[r] = arena
+        batch_index[r] = batch
+        pos = stop
+    if pos != end:
+        return ERR_TRAILING_BYTES, pos
+    return OK, pos
+
+
+def decode_batches(buf, arena, batch_ids, area_begin, area_end, first_row, batches, records):
+    """Decode the records of every batch listed in ``batch_ids`` in one call.
+
+    ``area_begin[j]``/``area_end[j]`` bound the records area of batch ``batch_ids[j]`` in ``buf``
+    (the input for uncompressed batches, the decompressed arena for compressed ones);
+    ``first_row[b]`` is batch b's first row. Returns ``(error code, error position, j)``, with
+    ``j`` the failing entry of ``batch_ids`` (-1 when all decoded).
+    """
+    records_count = batches[9]
+    for j in range(len(batch_ids)):
+        b = batch_ids[j]
+        error, pos = decode_records(buf, area_begin[j], area_end[j], records_count[b], b, arena,
+                                    first_row[b], batches, records)
+        if error != OK:
+            return error, pos, j
+    return OK, 0, -1

@@ -1,0 +1,476 @@
+"""Scan a buffer of RecordBatch v2 batches into flat numpy columns, one row per record.
+
+The one fast path for per-record work: compaction builds its key map from these columns and the
+Spark data source turns them into rows. Batches are walked and decoded by kernels (see
+``_scan_kernels.py`` for the byte layout) that exist as twins behind the :class:`ScanKernels`
+protocol: compiled with numba (cached on disk, GIL released; about two orders of magnitude faster
+than interpreted, see bench/bench_scan.py) or the very same functions run interpreted. Chosen once,
+at import: the interpreted one when ``TIDELOG_PURE_PYTHON=1`` or numba does not import.
+:data:`ACTIVE_IMPLEMENTATION` says which; both give byte-identical results.
+
+How a scan goes (:func:`scan_batches`), each step one call over all batches, never per record:
+
+1. walk the batch headers (once to count, once to fill the per-batch columns); a batch running
+   past ``end`` stops the walk: that partial tail is not an error, ``end_position`` says where the
+   complete batches end;
+2. optionally check every batch's CRC-32C (``verify_crc``; off by default, callers often check
+   CRCs in a separate cheap pass);
+3. decompress compressed batches (Python, one ``decompress()`` per batch) into one extra arena;
+4. size the record columns from the headers' recordsCount (bounded by the bytes each records area
+   holds, so garbage counts cannot allocate unbounded memory);
+5. decode the records of all uncompressed batches in one kernel call, then those of all
+   compressed batches in another, each batch into its own rows.
+
+Positions in the record columns point into ``arenas[arena]``: arena 0 is the input, arena 1 (only
+when the buffer held compressed batches) the concatenated decompressed records. Control batches are
+decoded like any other (filter on ``batch_attributes & 0x20``). A batch declaring zero records is
+listed but not decoded, as Kafka does. Legacy (magic 0/1) batches are not scanned: they raise.
+
+Cost: reads every byte of every batch once (twice for headers); holds the input's buffer (an
+``mmap`` cannot be closed while the result lives). Thread-safe: no shared state; the compiled
+kernels release the GIL.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
+from tidelog.records import _scan_kernels as k
+
+PURE_PYTHON_ENV = "TIDELOG_PURE_PYTHON"
+
+CODEC_MASK = 0x07  # attributes bits 0-2
+
+Buffer = Any  # what a twin's kernels read: a numpy uint8 array (numba) or a memoryview (python)
+Column = Any  # what they read and write per row/batch: a numpy array (numba) or a list (python)
+ColumnSpec = tuple[tuple[str, type[np.integer[Any]]], ...]
+
+# The kernel columns, in the order of the tuples the kernels unpack (see _scan_kernels.py).
+BATCH_COLUMNS: ColumnSpec = (
+    ("position", np.int64), ("size", np.int64), ("base_offset", np.int64),
+    ("last_offset", np.int64), ("attributes", np.int16), ("base_timestamp", np.int64),
+    ("max_timestamp", np.int64), ("producer_id", np.int64), ("producer_epoch", np.int16),
+    ("records_count", np.int32),
+)
+RECORD_COLUMNS: ColumnSpec = (
+    ("offset", np.int64), ("timestamp", np.int64), ("key_pos", np.int64), ("key_len", np.int32),
+    ("value_pos", np.int64), ("value_len", np.int32), ("headers_pos", np.int64),
+    ("headers_count", np.int32), ("arena", np.int16), ("batch", np.int32),
+)
+
+_ERRORS = {
+    k.ERR_VARINT_TOO_LONG: "varint longer than 5 bytes (varlong: 10 bytes)",
+    k.ERR_RECORD_TRUNCATED: "records area ends inside a record",
+    k.ERR_RECORDS_MISSING: "records area ends before the batch's recordsCount records",
+    k.ERR_TRAILING_BYTES: "bytes left after the batch's recordsCount records (incorrect declared size)",
+    k.ERR_RECORD_LENGTH: "record length does not match the bytes its fields take",
+    k.ERR_KEY_OVERRUN: "key length runs past the end of the record",
+    k.ERR_VALUE_OVERRUN: "value length runs past the end of the record",
+    k.ERR_HEADER_COUNT: "negative record header count",
+    k.ERR_HEADER_OVERRUN: "record header runs past the end of the record, or has a null key",
+    k.ERR_BATCH_LENGTH: "batch length below the minimum (14 for any magic, 49 for magic 2)",
+    k.ERR_MAGIC: "batch magic is not 2 (legacy v0/v1 batches are not scanned)",
+    k.ERR_OFFSET_OVERFLOW: "baseOffset plus an offset delta overflows int64",
+    k.ERR_TIMESTAMP_OVERFLOW: "baseTimestamp plus a timestamp delta overflows int64",
+}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScanResult:
+    """Columns of one scan. Record rows are in buffer order; ``batch`` indexes the ``batch_*`` columns.
+
+    Lengths are -1 for a null key or value (a tombstone). ``headers_pos`` is where the first header
+    starts (after the header-count varint); the headers end where the record ends. ``timestamp`` is
+    Kafka's record timestamp (the batch maxTimestamp for LogAppendTime batches).
+    ``end_position`` is the byte after the last complete batch (``start`` when there was none).
+    Compared by identity (the columns are numpy arrays).
+    """
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    value_pos: np.ndarray
+    value_len: np.ndarray
+    headers_pos: np.ndarray
+    headers_count: np.ndarray
+    arena: np.ndarray
+    batch: np.ndarray
+    batch_position: np.ndarray
+    batch_size: np.ndarray
+    batch_base_offset: np.ndarray
+    batch_last_offset: np.ndarray
+    batch_attributes: np.ndarray
+    batch_base_timestamp: np.ndarray
+    batch_max_timestamp: np.ndarray
+    batch_producer_id: np.ndarray
+    batch_producer_epoch: np.ndarray
+    batch_records_count: np.ndarray
+    arenas: tuple[np.ndarray, ...]
+    end_position: int
+    record_count: int
+
+    @property
+    def batch_count(self) -> int:
+        """Number of complete batches scanned."""
+        return len(self.batch_position)
+
+
+# --- the twins ------------------------------------------------------------------------------
+
+class ScanKernels(Protocol):
+    """The contract both twins implement: the two kernels of _scan_kernels.py, plus how the twin
+    wants its buffers and columns (numpy compiled; memoryview and lists interpreted)."""
+
+    name: str  # "numba" or "python"
+
+    def view(self, data: np.ndarray) -> Buffer:
+        """The read-only uint8 array ``data`` as the kernels read it (no copy)."""
+
+    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
+        """Fresh output columns of ``size`` rows, one per ``(name, dtype)`` of ``spec``."""
+
+    def adopt(self, array: np.ndarray) -> Column:
+        """A numpy array as a kernel input column."""
+
+    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
+        """A kernel column as a numpy array of ``dtype``."""
+
+    def walk_batches(self, buf: Buffer, start: int, end: int, limit: int,
+                     batches: tuple[Column, ...]) -> tuple[int, int, int, int]:
+        """``(batch count, end position, error, error position)``; see _scan_kernels.walk_batches."""
+
+    def decode_batches(self, buf: Buffer, arena: int, batch_ids: Column, area_begin: Column,
+                       area_end: Column, first_row: Column, batches: tuple[Column, ...],
+                       records: tuple[Column, ...]) -> tuple[int, int, int]:
+        """``(error, error position, failing entry)``; see _scan_kernels.decode_batches."""
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledKernels:
+    """The numba twin: kernels compiled from _scan_kernels, numpy buffers and columns."""
+
+    walk_batches: Callable[..., tuple[int, int, int, int]]
+    decode_batches: Callable[..., tuple[int, int, int]]
+    name: str = "numba"
+
+    def view(self, data: np.ndarray) -> Buffer:
+        return data
+
+    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
+        return tuple(np.empty(size, dtype) for _, dtype in spec)
+
+    def adopt(self, array: np.ndarray) -> Column:
+        return np.ascontiguousarray(array)  # one numba specialisation: C-contiguous
+
+    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
+        return np.asarray(column, dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class _InterpretedKernels:
+    """The pure-Python twin: the same functions, on a memoryview and Python lists (3x faster
+    interpreted than numpy element access, and exact ints with no numpy scalar semantics)."""
+
+    walk_batches: Callable[..., tuple[int, int, int, int]] = k.walk_batches
+    decode_batches: Callable[..., tuple[int, int, int]] = k.decode_batches
+    name: str = "python"
+
+    def view(self, data: np.ndarray) -> Buffer:
+        return memoryview(data)
+
+    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
+        return tuple([0] * size for _ in spec)
+
+    def adopt(self, array: np.ndarray) -> Column:
+        return array.tolist()
+
+    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
+        return np.array(column, dtype)
+
+
+def _compile_kernels() -> _CompiledKernels:
+    """numba versions of _scan_kernels' functions (compiled lazily, cached on disk).
+
+    Each function is cloned into a private namespace whose globals name the compiled callees, so
+    the module itself keeps the plain functions the interpreted twin runs.
+    """
+    import numba  # deferred: ~0.5 s, and absent in pure-Python installs
+
+    namespace = dict(vars(k))
+    for name in k.NUMBA_INLINED + k.NUMBA_COMPILED:
+        plain = getattr(k, name)
+        clone = types.FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
+        clone.__qualname__ = plain.__qualname__
+        namespace[name] = _njit(numba, clone, "always" if name in k.NUMBA_INLINED else "never")
+    return _CompiledKernels(namespace["walk_batches"], namespace["decode_batches"])
+
+
+def _njit(numba: Any, function: Callable[..., Any], inline: str) -> Any:
+    options = {**k.NUMBA_OPTIONS, "inline": inline}
+    try:
+        return numba.njit(cache=True, **options)(function)
+    except RuntimeError:  # no writable cache location: compile in every process instead
+        return numba.njit(**options)(function)
+
+
+@cache
+def get_kernels(pure: bool) -> ScanKernels:
+    """The interpreted twin (``pure=True``) or the numba one; ImportError if numba is missing.
+
+    For tests and benchmarks that compare the twins in one process; everything else calls
+    :func:`scan_batches`, which uses the twin chosen at import.
+    """
+    if pure:
+        return _InterpretedKernels()
+    return _compile_kernels()
+
+
+def _choose_kernels() -> ScanKernels:
+    if os.environ.get(PURE_PYTHON_ENV, "") == "1":
+        return get_kernels(pure=True)
+    try:
+        return get_kernels(pure=False)
+    except (ImportError, OSError):  # numba or its llvmlite shared library is unavailable
+        return get_kernels(pure=True)
+
+
+_ACTIVE: ScanKernels = _choose_kernels()
+ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
+
+
+# --- the driver -----------------------------------------------------------------------------
+
+def scan_batches(buf: Any, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
+                 kernels: ScanKernels | None = None) -> ScanResult:
+    """Scan the complete v2 batches of ``buf[start:end]`` into a :class:`ScanResult`.
+
+    ``buf``: bytes, bytearray, memoryview, mmap or a 1-D uint8 numpy array (never copied).
+    A partial batch at the end stops the scan (see ``end_position``); an empty range gives an
+    empty result. Raises CorruptRecordError (``position`` = the bad batch's, ``offset`` = its
+    baseOffset, ``record_position`` = the bad record's within the batch's records when a record is
+    at fault) for anything that does not parse, including an unknown codec id or a compressed
+    stream that does not decompress, and for a CRC mismatch with ``verify_crc``. ``kernels``: a
+    twin from :func:`get_kernels`; by default the one chosen at import. Scans every byte: O(len).
+    """
+    twin = _ACTIVE if kernels is None else kernels
+    data = _as_uint8(buf)
+    stop = _check_range(len(data), start, end)
+    batches, end_position = _walk(twin, data, start, stop)
+    if verify_crc:
+        _verify_crcs(data, batches)
+    arena, area_begin, area_end = _decompress(data, batches)
+    first_row, total = _plan_rows(batches, area_begin, area_end)
+    records = _decode(twin, data, arena, batches, area_begin, area_end, first_row, total)
+    arenas = (data,) if arena is None else (data, arena)
+    return _result(records, batches, arenas, end_position)
+
+
+def _as_uint8(buf: Any) -> np.ndarray:
+    """A read-only uint8 view of ``buf`` (one numba specialisation for every input type)."""
+    if isinstance(buf, np.ndarray):
+        if buf.dtype != np.uint8 or buf.ndim != 1 or not buf.flags.c_contiguous:
+            raise TypeError(f"expected a contiguous 1-D uint8 array, got {buf.dtype} {buf.shape}")
+        data = buf.view()
+    else:
+        data = np.frombuffer(buf, dtype=np.uint8)
+    data.flags.writeable = False
+    return data
+
+
+def _check_range(size: int, start: int, end: int | None) -> int:
+    stop = size if end is None else end
+    if not 0 <= start <= stop <= size:
+        raise ValueError(f"scan range [{start}, {end}) outside the buffer of {size} bytes")
+    return stop
+
+
+def _walk(twin: ScanKernels, data: np.ndarray, start: int,
+          end: int) -> tuple[dict[str, np.ndarray], int]:
+    """Per-batch columns (numpy, keyed by BATCH_COLUMNS names) and the end position."""
+    view = twin.view(data)
+    count, end_position, error, where = twin.walk_batches(view, start, end, 0,
+                                                          twin.columns(0, BATCH_COLUMNS))
+    if error != k.OK:
+        raise _corrupt(data, error, where)
+    columns = twin.columns(count, BATCH_COLUMNS)
+    again = twin.walk_batches(view, start, end_position, count, columns)
+    if again != (count, end_position, k.OK, end_position):  # only if the bytes changed under us
+        raise CorruptRecordError("batches changed while being scanned", position=start)
+    batches = {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(BATCH_COLUMNS, columns)}
+    return batches, end_position
+
+
+def _verify_crcs(data: np.ndarray, batches: dict[str, np.ndarray]) -> None:
+    import crc32c  # deferred: only this optional check needs it
+
+    view = memoryview(data)
+    for pos, size, base in zip(batches["position"].tolist(), batches["size"].tolist(),
+                               batches["base_offset"].tolist()):
+        stored = int.from_bytes(view[pos + 17:pos + 21], "big")
+        computed = crc32c.crc32c(view[pos + 21:pos + size])
+        if stored != computed:
+            raise CorruptRecordError(f"batch CRC mismatch: stored {stored}, computed {computed}",
+                                     position=pos, offset=base)
+
+
+def _decompress(data: np.ndarray,
+                batches: dict[str, np.ndarray]) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Decompress every compressed batch with records into one arena.
+
+    Returns the arena (None when nothing was compressed) and each batch's records area
+    ``[begin, end)``: in the input for uncompressed batches, in the arena for compressed ones.
+    """
+    begin = batches["position"] + k.RECORD_BATCH_OVERHEAD
+    end = batches["position"] + batches["size"]
+    codecs = batches["attributes"] & CODEC_MASK
+    compressed = np.flatnonzero((codecs != 0) & (batches["records_count"] != 0))
+    if len(compressed) == 0:
+        return None, begin, end
+    view = memoryview(data)
+    parts = [_decompress_batch(view, batches, int(b), int(codecs[b])) for b in compressed]
+    sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
+    begin[compressed] = np.cumsum(sizes) - sizes
+    end[compressed] = begin[compressed] + sizes
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), begin, end
+
+
+def _decompress_batch(view: memoryview, batches: dict[str, np.ndarray], b: int, codec: int) -> bytes:
+    from tidelog.records.compression import decompress  # deferred: only compressed data needs it
+
+    pos = int(batches["position"][b])
+    payload = view[pos + k.RECORD_BATCH_OVERHEAD:pos + int(batches["size"][b])]
+    offset = int(batches["base_offset"][b])
+    try:
+        return decompress(codec, payload)
+    except (CorruptRecordError, UnsupportedCompressionError) as err:
+        # An unknown codec id in bytes read back is corruption too: one error for callers to catch.
+        raise CorruptRecordError(err.message, position=pos, offset=offset) from err
+
+
+def _plan_rows(batches: dict[str, np.ndarray], area_begin: np.ndarray,
+               area_end: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each batch's first row and the total rows, after checking every recordsCount is possible."""
+    counts = batches["records_count"].astype(np.int64)
+    capacity = (area_end - area_begin) // k.MIN_RECORD_SIZE
+    bad = np.flatnonzero((counts < 0) | (counts > capacity))
+    if len(bad):
+        b = int(bad[0])
+        raise CorruptRecordError(
+            f"batch declares {int(counts[b])} records but its records area holds "
+            f"{int(area_end[b] - area_begin[b])} bytes", position=int(batches["position"][b]),
+            offset=int(batches["base_offset"][b]))
+    ends = np.cumsum(counts)
+    return ends - counts, int(ends[-1]) if len(ends) else 0
+
+
+def _decode(twin: ScanKernels, data: np.ndarray, arena: np.ndarray | None,
+            batches: dict[str, np.ndarray], area_begin: np.ndarray, area_end: np.ndarray,
+            first_row: np.ndarray, total: int) -> dict[str, np.ndarray]:
+    """Record columns (numpy, keyed by RECORD_COLUMNS names) of every batch with records."""
+    records = twin.columns(total, RECORD_COLUMNS)
+    kernel_batches = tuple(twin.adopt(batches[name]) for name, _ in BATCH_COLUMNS)
+    rows = twin.adopt(first_row)
+    codecs = batches["attributes"] & CODEC_MASK
+    has_records = batches["records_count"] != 0
+    for arena_id, buf, selected in ((0, data, (codecs == 0) & has_records),
+                                    (1, arena, (codecs != 0) & has_records)):
+        ids = np.flatnonzero(selected)
+        if buf is None or len(ids) == 0:
+            continue
+        error, where, j = twin.decode_batches(
+            twin.view(buf), arena_id, twin.adopt(ids), twin.adopt(area_begin[ids]),
+            twin.adopt(area_end[ids]), rows, kernel_batches, records)
+        if error != k.OK:
+            raise _corrupt_record(batches, int(ids[j]), error, where - int(area_begin[ids[j]]))
+    return {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(RECORD_COLUMNS, records)}
+
+
+def _result(records: dict[str, np.ndarray], batches: dict[str, np.ndarray],
+            arenas: tuple[np.ndarray, ...], end_position: int) -> ScanResult:
+    per_batch = {f"batch_{name}": column for name, column in batches.items()}
+    return ScanResult(**records, **per_batch, arenas=arenas, end_position=int(end_position),
+                      record_count=len(records["offset"]))
+
+
+def _corrupt(data: np.ndarray, error: int, position: int) -> CorruptRecordError:
+    """The error for a bad batch header at ``position`` (its base offset when readable)."""
+    offset = None
+    if position + 8 <= len(data):
+        offset = int.from_bytes(data[position:position + 8].tobytes(), "big", signed=True)
+    return CorruptRecordError(_ERRORS.get(error, f"scan error {error}"), position=position,
+                              offset=offset)
+
+
+def _corrupt_record(batches: dict[str, np.ndarray], b: int, error: int,
+                    record_position: int) -> CorruptRecordError:
+    """The error for a bad record of batch ``b``; ``record_position`` is relative to its records."""
+    return CorruptRecordError(_ERRORS.get(error, f"scan error {error}"),
+                              position=int(batches["position"][b]),
+                              offset=int(batches["base_offset"][b]),
+                              record_position=record_position)
+
+
+# --- reading bytes back ---------------------------------------------------------------------
+
+def gather(result: ScanResult, field: Literal["key", "value"]) -> list[bytes | None]:
+    """Every record's key or value as ``bytes`` (None when null), in row order. One slice per row."""
+    positions = getattr(result, f"{field}_pos").tolist()
+    lengths = getattr(result, f"{field}_len").tolist()
+    views = [memoryview(a) for a in result.arenas]
+    arenas = result.arena.tolist()
+    return [None if n < 0 else bytes(views[a][p:p + n])
+            for a, p, n in zip(arenas, positions, lengths)]
+
+
+def gather_keys(result: ScanResult) -> list[bytes | None]:
+    """Every record's key (None for a null key), in row order."""
+    return gather(result, "key")
+
+
+def gather_values(result: ScanResult) -> list[bytes | None]:
+    """Every record's value (None for a tombstone), in row order."""
+    return gather(result, "value")
+
+
+def gather_array(result: ScanResult, field: Literal["key", "value"]) -> np.ndarray:
+    """Keys or values as a numpy object array of ``bytes``/None (for pandas/Spark rows and tests)."""
+    values = gather(result, field)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def record_headers(result: ScanResult, row: int) -> list[tuple[str, bytes | None]]:
+    """The headers of record ``row`` as ``(key, value)`` pairs, in order (decoded on demand).
+
+    The scan checked their framing; a key that is not UTF-8 raises CorruptRecordError.
+    """
+    view = memoryview(result.arenas[int(result.arena[row])])
+    pos = int(result.headers_pos[row])
+    headers = []
+    for _ in range(int(result.headers_count[row])):
+        key_len, pos = k.read_varint(view, pos, len(view), k.VARINT)
+        key = _utf8(bytes(view[pos:pos + key_len]), result, row)
+        value_len, pos = k.read_varint(view, pos + key_len, len(view), k.VARINT)
+        headers.append((key, None if value_len < 0 else bytes(view[pos:pos + value_len])))
+        pos += max(value_len, 0)
+    return headers
+
+
+def _utf8(data: bytes, result: ScanResult, row: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        b = int(result.batch[row])
+        raise CorruptRecordError(f"record header key is not UTF-8: {data!r}",
+                                 position=int(result.batch_position[b]),
+                                 offset=int(result.offset[row])) from err
