@@ -105,7 +105,7 @@ VARLONG = 10  # an int64 varlong at most 10
 NUMBA_OPTIONS = {"nogil": True, "_nrt": False}
 NUMBA_INLINED = ("read_int", "read_varint", "add_overflows", "varint_error", "check_batch",
                  "decode_record", "record_failure", "decode_records")
-NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_batches")
+NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_batches", "summarize_records")
 
 
 # --- primitives -----------------------------------------------------------------------------
@@ -358,3 +358,46 @@ def decode_batches(buf, arena, batch_ids, area_begin, area_end, first_row, batch
         if error != OK:
             return error, pos, j
     return OK, 0, -1
+
+
+# --- validation summary -----------------------------------------------------------------------
+
+def summarize_records(buf, pos, end, count, base_timestamp, log_append_time):
+    """What append validation needs of one batch's ``count`` records in ``buf[pos:end]``, with no
+    output columns (one call per produced batch must cost microseconds, not an allocation).
+
+    Returns ``(error, error position, min timestamp other than -1 (INT64_MAX if none), max
+    timestamp (-1 if none), keyless records, index of the first keyless record (-1), 1 if every
+    offsetDelta equals the record's index else 0)``. Timestamps are not computed for LogAppendTime
+    batches (the broker's time replaces them).
+    """
+    min_stamped = INT64_MAX
+    max_timestamp = -1
+    keyless = 0
+    first_keyless = -1
+    sequential = 1
+    for i in range(count):
+        if pos >= end:
+            return ERR_RECORDS_MISSING, pos, 0, 0, 0, 0, 0
+        (error, stop, ts_delta, off_delta, k_pos, k_len, v_pos, v_len, h_pos,
+         h_count) = decode_record(buf, pos, end)
+        if error != OK:
+            return error, pos, 0, 0, 0, 0, 0
+        if not log_append_time:
+            if add_overflows(base_timestamp, ts_delta):
+                return ERR_TIMESTAMP_OVERFLOW, pos, 0, 0, 0, 0, 0
+            timestamp = base_timestamp + ts_delta
+            if timestamp != -1 and timestamp < min_stamped:
+                min_stamped = timestamp
+            if timestamp > max_timestamp:
+                max_timestamp = timestamp
+        if k_len < 0:
+            keyless += 1
+            if first_keyless < 0:
+                first_keyless = i
+        if off_delta != i:
+            sequential = 0
+        pos = stop
+    if pos != end:
+        return ERR_TRAILING_BYTES, pos, 0, 0, 0, 0, 0
+    return OK, pos, min_stamped, max_timestamp, keyless, first_keyless, sequential

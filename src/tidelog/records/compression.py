@@ -61,10 +61,9 @@ class CompressionType(IntEnum):
     @classmethod
     def from_id(cls, codec_id: int) -> CompressionType:
         """The codec for an id; UnsupportedCompressionError names an unknown id."""
-        try:
-            return cls(codec_id)
-        except ValueError:
-            raise UnsupportedCompressionError(f"unknown compression codec id {codec_id}") from None
+        if 0 <= codec_id < len(_BY_ID):
+            return _BY_ID[codec_id]  # a tuple index: Enum(value) costs ~1 us on every batch header read
+        raise UnsupportedCompressionError(f"unknown compression codec id {codec_id}")
 
     @classmethod
     def from_name(cls, name: str) -> CompressionType:
@@ -88,6 +87,7 @@ _BY_NAME = {
     "lz4": CompressionType.LZ4,
     "zstd": CompressionType.ZSTD,
 }
+_BY_ID: tuple[CompressionType, ...] = tuple(CompressionType)
 
 GZIP_DEFAULT_LEVEL = 6
 LZ4_DEFAULT_LEVEL = 9

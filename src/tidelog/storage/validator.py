@@ -5,8 +5,9 @@ An append arrives as a buffer of record batches. Two steps, as in Kafka (kafka-s
 1. :func:`analyze_batches` — a shallow pass over batch headers: sizes against
    ``max.message.bytes``, CRCs, offset order; a trailing partial batch is trimmed.
 2. :func:`assign_offsets` (appends as leader) — per-record rules (keys on compacted topics,
-   timestamp bounds, batch shape for producer batches) checked on arrays filled by the scan kernel
-   (:mod:`tidelog.records.scan`), never record by record in Python; then offsets, leader epoch and
+   timestamp bounds, batch shape for producer batches) checked on one summary per batch that the
+   scan kernel computes (:func:`tidelog.records.scan.summarize_batch_records`), never record by
+   record in Python; then offsets, leader epoch and
    timestamps are patched into the bytes in place. Only a codec change (``compression.type`` not
    ``producer`` and not the batch's codec) or a legacy v0/v1 batch rebuilds batches.
 
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from tidelog.errors import (
     CorruptRecordError,
@@ -38,7 +37,7 @@ from tidelog.records import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tidelog.records.scan import ScanResult, scan_batches
+from tidelog.records.scan import RecordsSummary, summarize_batch_records
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin
 from tidelog.storage.config import LogConfig
 
@@ -140,16 +139,17 @@ def assign_offsets(
     batches = analyzed.batches
     if origin is AppendOrigin.CLIENT:
         _check_single_batch(batches)
-    for position, batch in batches:
-        if origin is AppendOrigin.CLIENT and batch.magic >= 2:
-            _check_producer_batch(batch, position)
+        for position, batch in batches:
+            if batch.magic >= 2:
+                _check_producer_batch(batch, position)
     target = _target_compression(config, analyzed.source_compression)
     log_append = config.message_timestamp_type == "LogAppendTime"
     if all(batch.magic >= 2 for _, batch in batches):
-        scan = scan_batches(analyzed.records)
-        _check_records(scan, batches, config, now, log_append, topic_partition)
+        summaries = [summarize_batch_records(analyzed.buffer, position) for position, _ in batches]
+        for (position, batch), summary in zip(batches, summaries):
+            _check_records(summary, batch, position, config, now, log_append, topic_partition)
         if target == analyzed.source_compression and _codecs_uniform(batches, target):
-            return _assign_in_place(analyzed, scan, next_offset, leader_epoch, now, log_append, target)
+            return _assign_in_place(analyzed, summaries, next_offset, leader_epoch, now, log_append, target)
     return _rebuild(analyzed, next_offset, config, leader_epoch, now, log_append, target, topic_partition)
 
 
@@ -190,62 +190,47 @@ def _codecs_uniform(batches: Sequence[tuple[int, FileBatch]], target: Compressio
 
 
 def _check_records(
-    scan: ScanResult,
-    batches: Sequence[tuple[int, FileBatch]],
-    config: LogConfig,
-    now: int,
-    log_append: bool,
-    topic_partition: object,
+    summary: RecordsSummary, batch: FileBatch, position: int, config: LogConfig, now: int,
+    log_append: bool, topic_partition: object,
 ) -> None:
-    """Kafka's per-record rules on the scan arrays; one error lists every failing record."""
-    if config.compact:
-        keyless = np.flatnonzero(scan.key_len < 0)
-        if keyless.size:
-            raise InvalidRecordError(
-                "compacted topic cannot accept message without key",
-                topic_partition=topic_partition,
-                record_errors=_record_indexes(scan, keyless),
-            )
-    for rows, (position, batch) in zip(_batch_rows(scan, len(batches)), batches):
-        _check_timestamps(scan.timestamp[rows], batch, position, config, now, log_append)
-
-
-def _batch_rows(scan: ScanResult, batch_count: int) -> list[slice]:
-    """Row slices of each batch (the scan emits rows batch by batch, in order)."""
-    bounds = np.searchsorted(scan.batch, np.arange(batch_count + 1), side="left")
-    return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(batch_count)]
+    """Kafka's per-record rules, on the batch's records summary."""
+    if config.compact and summary.keyless:
+        raise InvalidRecordError(
+            f"compacted topic cannot accept message without key ({summary.keyless} keyless record(s), "
+            f"the first at index {summary.first_keyless_index})",
+            topic_partition=topic_partition, position=position,
+            record_errors=[(summary.first_keyless_index, "record has no key")],
+        )
+    if batch.compression != CompressionType.NONE and not summary.sequential_offsets:
+        raise InvalidRecordError("inner record offsets of a compressed batch are not 0, 1, 2, ...", position=position)
+    _check_timestamps(summary.min_timestamp, summary.max_timestamp, batch, position, config, now, log_append)
 
 
 def _check_timestamps(
-    timestamps: np.ndarray, batch: FileBatch, position: int, config: LogConfig, now: int, log_append: bool
+    low: int, high: int, batch: FileBatch, position: int, config: LogConfig, now: int, log_append: bool
 ) -> None:
+    """``low``/``high``: the smallest and largest record timestamps other than -1."""
     batch_is_log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-    if not log_append and not batch_is_log_append:
-        stamped = timestamps[timestamps != NO_TIMESTAMP]
-        too_old = stamped < now - config.message_timestamp_before_max_ms if config.message_timestamp_before_max_ms < _LONG_MAX else np.zeros(stamped.shape, bool)
-        too_new = stamped > now + config.message_timestamp_after_max_ms if config.message_timestamp_after_max_ms < _LONG_MAX else np.zeros(stamped.shape, bool)
-        if too_old.any() or too_new.any():
-            bad = int(stamped[too_old | too_new][0])
-            raise InvalidTimestampError(
-                f"timestamp {bad} of a record is out of range: must be within "
-                f"message.timestamp.before.max.ms={config.message_timestamp_before_max_ms} and "
-                f"message.timestamp.after.max.ms={config.message_timestamp_after_max_ms} of broker time {now}",
-                position=position,
-            )
-    elif batch_is_log_append:
+    if batch_is_log_append:
+        raise InvalidTimestampError("producer should not set timestamp type to LogAppendTime", position=position)
+    if log_append:
+        return
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    bad = low if low != _LONG_MAX and before < _LONG_MAX and now - low > before else None
+    if bad is None and high >= 0 and after < _LONG_MAX and high - now > after:
+        bad = high
+    if bad is not None:
         raise InvalidTimestampError(
-            "producer should not set timestamp type to LogAppendTime", position=position
+            f"timestamp {bad} of a record is out of range: must be within "
+            f"message.timestamp.before.max.ms={before} and message.timestamp.after.max.ms={after} "
+            f"of broker time {now}",
+            position=position,
         )
-
-
-def _record_indexes(scan: ScanResult, rows: np.ndarray) -> list[tuple[int, str]]:
-    first_row_of_batch = np.searchsorted(scan.batch, scan.batch[rows], side="left")
-    return [(int(i), "record has no key") for i in rows - first_row_of_batch]
 
 
 def _assign_in_place(
     analyzed: AnalyzedBatches,
-    scan: ScanResult,
+    summaries: list[RecordsSummary],
     next_offset: int,
     leader_epoch: int,
     now: int,
@@ -254,27 +239,21 @@ def _assign_in_place(
 ) -> ValidatedRecords:
     buffer = bytearray(analyzed.records)
     offset = next_offset
-    max_ts, offset_of_max = NO_TIMESTAMP, -1
-    rows_of = _batch_rows(scan, len(analyzed.batches))
-    for rows, (position, batch) in zip(rows_of, analyzed.batches):
+    max_ts, offset_of_max, count = NO_TIMESTAMP, -1, 0
+    stamp_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+    for summary, (position, batch) in zip(summaries, analyzed.batches):
         set_base_offset(buffer, offset, position)
         set_partition_leader_epoch(buffer, leader_epoch, position)
         last = offset + batch.last_offset_delta
-        batch_max = now if log_append else _max_timestamp(scan.timestamp[rows])
-        stamp_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+        batch_max = now if log_append else summary.max_timestamp
         if batch.max_timestamp != batch_max or batch.timestamp_type != stamp_type:
             set_max_timestamp(buffer, stamp_type, batch_max, position)
         if batch_max > max_ts:
             max_ts, offset_of_max = batch_max, last
-        offset = last + 1
+        offset, count = last + 1, count + summary.count
     return ValidatedRecords(
-        buffer, next_offset, offset - 1, max_ts, offset_of_max,
-        now if log_append else NO_TIMESTAMP, int(scan.record_count), codec,
+        buffer, next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, codec,
     )
-
-
-def _max_timestamp(timestamps: np.ndarray) -> int:
-    return int(timestamps.max()) if timestamps.size else NO_TIMESTAMP
 
 
 def _rebuild(
@@ -315,8 +294,9 @@ def _rebuild_one(
         raise InvalidRecordError("compacted topic cannot accept message without key",
                                  topic_partition=topic_partition, record_errors=bad)
     if batch.magic < 2:
-        stamps = np.array([r.timestamp for r in records], dtype=np.int64)
-        _check_timestamps(stamps, batch, position, config, now, log_append)
+        stamped = [r.timestamp for r in records if r.timestamp != NO_TIMESTAMP]
+        _check_timestamps(min(stamped, default=_LONG_MAX), max(stamped, default=NO_TIMESTAMP),
+                          batch, position, config, now, log_append)
     builder = BatchBuilder(
         compression=target,
         compression_level=_level(config, target),
