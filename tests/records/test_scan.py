@@ -32,6 +32,7 @@ from kafka.record.memory_records import MemoryRecords
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records.scan import (
     ACTIVE_IMPLEMENTATION,
+    RecordsSummary,
     ScanKernels,
     ScanResult,
     gather_array,
@@ -39,6 +40,7 @@ from tidelog.records.scan import (
     gather_values,
     get_kernels,
     record_headers,
+    summarize_batch_records,
     scan_batches,
 )
 
@@ -646,3 +648,55 @@ def test_garbage_never_crashes_and_twins_agree(spec: list[tuple[bytes, list[Row]
     for buf in (mutated(valid, edits), valid[:cut % (len(valid) + 1)] + garbage, garbage):
         python = outcome(buf, twin_kernels(True))  # interpreted: an out-of-range read raises IndexError
         assert outcome(buf, twin_kernels(False)) == python
+
+
+# --- summarize_batch_records: the append path's per-batch summary --------------------------------
+
+def test_summary_reports_timestamps_keys_and_offset_order(twin: ScanKernels) -> None:
+    area = b"".join([record(0, 5, key=None), record(1, -3), record(2, 9, key=None), record(3, 0)])
+    summary = summarize_batch_records(batch([], area=area, count=4), kernels=twin)
+    assert summary == RecordsSummary(4, TS - 3, TS + 9, 2, 0, True)
+
+
+def test_summary_ignores_minus_one_timestamps_for_the_minimum(twin: ScanKernels) -> None:
+    area = record(0, 0) + record(1, 0)
+    summary = summarize_batch_records(batch([], area=area, count=2, base_timestamp=-1), kernels=twin)
+    assert (summary.min_timestamp, summary.max_timestamp) == (2**63 - 1, -1)
+
+
+def test_summary_of_log_append_time_batch_skips_timestamps(twin: ScanKernels) -> None:
+    summary = summarize_batch_records(batch([record(0, 7)], attributes=LOG_APPEND_TIME), kernels=twin)
+    assert (summary.count, summary.max_timestamp) == (1, -1)
+
+
+def test_summary_flags_offset_deltas_out_of_sequence(twin: ScanKernels) -> None:
+    summary = summarize_batch_records(batch([record(0), record(2)]), kernels=twin)
+    assert not summary.sequential_offsets
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
+def test_summary_decompresses_compressed_batches(twin: ScanKernels, codec: int) -> None:
+    area = b"".join(record(i, i, key=None if i == 3 else b"k") for i in range(10))
+    summary = summarize_batch_records(batch([], area=COMPRESSORS[codec](area), count=10, attributes=codec), kernels=twin)
+    assert summary == RecordsSummary(10, TS, TS + 9, 1, 3, True)
+
+
+def test_summary_of_a_corrupt_record_names_batch_and_record_position(twin: ScanKernels) -> None:
+    good = record(0)
+    data = b"\x00" * 32 + batch([], area=good + b"\x7f\x00", count=2)
+    with pytest.raises(CorruptRecordError) as raised:
+        summarize_batch_records(data, 32, kernels=twin)
+    assert raised.value.position == 32 and raised.value.record_position == len(good)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(min_size=0, max_size=200), st.integers(min_value=0, max_value=40))
+def test_summary_twins_agree_on_any_records_area(area: bytes, count: int) -> None:
+    data = batch([], area=area, count=count)
+    outcomes = []
+    for pure in (True, False):
+        try:
+            outcomes.append(summarize_batch_records(data, kernels=twin_kernels(pure)))
+        except CorruptRecordError as e:
+            outcomes.append(("error", e.message, e.context.get("record_position")))
+    assert outcomes[0] == outcomes[1]
