@@ -1,0 +1,75 @@
+"""Smoke test of ``make bench``: ``python -m bench.run --quick`` runs every benchmark and saves them.
+
+Benchmarks are not tests: this checks only that each one runs to the end and reports a figure and
+a same-run baseline, never how fast anything is. Sizes are ``--quick`` ones (about 10-20 s with a
+warm numba cache); scratch data and the JSON go to a tmp dir, not to bench/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_partitions", "scan"}
+TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    out, work = tmp / "results" / "latest.json", tmp / "work"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "--work-dir", str(work)],
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
+    )
+    return result, out, work
+
+
+def test_quick_run_exits_zero_and_writes_every_benchmark(quick_run) -> None:
+    result, out, _ = quick_run
+    assert result.returncode == 0, result.stderr[-4000:]
+    document = json.loads(out.read_text())
+    assert document["quick"] is True
+    assert set(document["benchmarks"]) == BENCHMARK_NAMES
+    for name, outcome in document["benchmarks"].items():
+        assert outcome["error"] is None, f"{name}: {outcome['error']}"
+        assert outcome["rows"], f"{name} reported no figure"
+
+
+def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) -> None:
+    _, out, _ = quick_run
+    rows = [row for outcome in json.loads(out.read_text())["benchmarks"].values() for row in outcome["rows"]]
+    for row in rows:
+        assert row["figure"] > 0 and row["baseline"] > 0, row
+        assert row["ratio"] == pytest.approx(row["figure"] / row["baseline"])
+    targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
+    assert set(targeted) == TARGETED_ROWS
+    assert all(isinstance(row["passed"], bool) for row in targeted.values())
+
+
+def test_quick_run_removes_its_scratch_data(quick_run) -> None:
+    _, _, work = quick_run
+    assert not work.exists() or not any(work.iterdir())
+
+
+def test_list_names_every_benchmark() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--list"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert {line.split()[0] for line in result.stdout.splitlines() if line.strip()} == BENCHMARK_NAMES
+
+
+def test_unknown_benchmark_name_is_rejected() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--only", "nope"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "unknown benchmark(s) nope" in result.stderr
