@@ -376,6 +376,19 @@ def test_truncations_persist_only_on_flush(tmp_path: Path) -> None:
     assert checkpoint.read() == [EpochEntry(0, 0), EpochEntry(1, 5)]
 
 
+def test_flush_without_a_change_does_not_rewrite_the_checkpoint(tmp_path: Path) -> None:
+    _cache(tmp_path, (0, 0), (1, 5))
+    path = tmp_path / LEADER_EPOCH_CHECKPOINT_FILE
+    reloaded = LeaderEpochCache(LeaderEpochCheckpointFile(path))
+    inode = path.stat().st_ino
+    reloaded.flush()
+    assert path.stat().st_ino == inode  # an atomic rewrite would replace the file
+    reloaded.truncate_from_end(5)
+    reloaded.flush()
+    assert path.stat().st_ino != inode
+    assert LeaderEpochCheckpointFile(path).read() == [EpochEntry(0, 0)]
+
+
 def test_clear_then_flush_empties_checkpoint(tmp_path: Path) -> None:
     cache = _cache(tmp_path, (0, 0))
     cache.clear()

@@ -329,6 +329,8 @@ class LeaderEpochCache:
         self._entries: list[EpochEntry] = []
         for entry in checkpoint.read() if checkpoint is not None else ():
             self._assign(entry)
+        # What the file holds, so flush() rewrites it (two fsyncs) only after a change.
+        self._persisted: list[EpochEntry] | None = list(self._entries) if checkpoint is not None else None
 
     @property
     def entries(self) -> list[EpochEntry]:
@@ -396,9 +398,11 @@ class LeaderEpochCache:
         self._entries.clear()
 
     def flush(self) -> None:
-        """Write the entries to the checkpoint file (no-op for a cache without one). Two fsyncs."""
-        if self._checkpoint is not None:
+        """Write the entries to the checkpoint file if they changed since it was last read or
+        written (no-op for a cache without one). Two fsyncs when it writes."""
+        if self._checkpoint is not None and self._entries != self._persisted:
             self._checkpoint.write(self._entries)
+            self._persisted = list(self._entries)
 
     def _assign(self, entry: EpochEntry) -> bool:
         if entry.epoch < 0 or entry.start_offset < 0:
