@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptIndexError, InvalidOffsetError, TidelogError
+from tidelog.errors import CorruptIndexError, InvalidOffsetError
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.segment import LogSegment, SegmentConfig
@@ -91,9 +91,16 @@ def complete_swaps_and_remove_temporary_files(params: LoadParams) -> None:
 
 def _install_swap_segments(params: LoadParams) -> None:
     swap_logs = sorted(params.dir.glob(f"*{files.LOG_SUFFIX}{files.SWAP_SUFFIX}"))
-    if not swap_logs:
-        return
-    bases = [files.offset_from_file_name(p.name) for p in swap_logs]
+    if swap_logs:
+        _remove_replaced_files(params, [files.offset_from_file_name(p.name) for p in swap_logs])
+    # Every *.swap file, not only those of a .log.swap: a crash inside the final rename of a
+    # segment (its .log already renamed) leaves index swaps that belong in place (Kafka renames
+    # all of them too).
+    for path in list(params.dir.glob(f"*{files.SWAP_SUFFIX}")):
+        path.rename(path.with_name(files.strip_temporary_suffix(path.name)))
+
+
+def _remove_replaced_files(params: LoadParams, bases: list[int]) -> None:
     ends = [_swap_next_offset(params, base) for base in bases]
     low, high = min(bases), max(ends)
     for path in list(params.dir.iterdir()):
@@ -102,8 +109,6 @@ def _install_swap_segments(params: LoadParams) -> None:
         if low <= files.offset_from_file_name(path.name) < high:
             log.info("removing %s: replaced by a swap segment", path)
             path.unlink()
-    for path in list(params.dir.glob(f"*{files.SWAP_SUFFIX}")):
-        path.rename(path.with_name(files.strip_temporary_suffix(path.name)))
 
 
 def _swap_next_offset(params: LoadParams, base: int) -> int:
@@ -173,7 +178,10 @@ def recover_from(segments: LogSegments, params: LoadParams) -> int:
 def _recover_segment(segment: LogSegment, params: LoadParams) -> int:
     try:
         result = segment.recover()
-    except (InvalidOffsetError, CorruptIndexError, OSError, TidelogError) as e:
+    except InvalidOffsetError as e:
+        # Only an out-of-order offset in the data (Kafka's InvalidOffsetException) empties the
+        # segment. Anything else (an I/O error, an index too small for the data after
+        # segment.index.bytes was lowered) fails the load, as in Kafka: never delete data for it.
         log.warning("recovery of %s failed (%s); truncating it to its base offset", segment.log.path, e)
         return segment.truncate_to(segment.base_offset)
     if params.on_batches_recovered is not None:
@@ -227,5 +235,4 @@ def _release_inactive_indexes(segments: LogSegments) -> None:
         if segment is not active:
             segment.release_indexes()
     if active is not None:
-        active.offset_index.resize(active.offset_index.max_index_size)
-        active.time_index.resize(active.time_index.max_index_size)
+        active.resize_indexes(active.offset_index.max_index_size)

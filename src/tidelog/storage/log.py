@@ -128,7 +128,7 @@ class Log:
         loaded = load_log(LoadParams(
             dir=dir, config=segment_config(config), clock=clock,
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
-            had_clean_shutdown=had_clean_shutdown, segment_jitter_ms=config.segment_jitter_ms,
+            had_clean_shutdown=had_clean_shutdown, segment_jitter_ms=jitter_bound(config),
             on_batches_recovered=lambda batches: _assign_epochs(epoch_cache, batches),
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)
@@ -351,6 +351,8 @@ class Log:
             new_base = max(expected_next_offset or 0, self._log_end_offset)
             active = self.active_segment
             if self._segments.contains(new_base):
+                # The empty active segment is replaced, not sealed: its files are already gone, and
+                # sealing it would recreate index files under its (and the new segment's) name.
                 self._recreate_empty_active(active, new_base)
             elif new_base < active.base_offset:
                 raise TidelogError(
@@ -359,10 +361,10 @@ class Log:
                 )
             else:
                 self._remove_stale_files(new_base)
-            active.on_become_inactive_segment()
+                active.on_become_inactive_segment()
             segment = LogSegment.open(
                 self._dir, new_base, segment_config(self._config), self._clock,
-                segment_jitter_ms=self._config.segment_jitter_ms,
+                segment_jitter_ms=jitter_bound(self._config),
             )
             self._segments.add(segment)
             self._scheduler.schedule_once(f"flush-{self.topic_partition}", lambda: self.flush_upto(new_base))
@@ -539,11 +541,14 @@ class Log:
             self.delete_segments(self._segments.snapshot(), "full truncation")
             self._segments.add(LogSegment.open(
                 self._dir, new_offset, segment_config(self._config), self._clock,
-                segment_jitter_ms=self._config.segment_jitter_ms,
+                segment_jitter_ms=jitter_bound(self._config),
             ))
             self._log_start_offset = self._log_end_offset = new_offset
             self._recovery_point = self._high_watermark = new_offset
             self.leader_epoch_cache.clear()
+            # Kafka's clearAndFlush: a stale checkpoint would, after a crash, be cut at the new log
+            # start and claim that its last epoch starts there.
+            self.leader_epoch_cache.flush()
 
     def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after
@@ -580,6 +585,12 @@ def segment_config(config: LogConfig) -> SegmentConfig:
         index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
         init_file_size=config.init_file_size, preallocate=config.preallocate,
     )
+
+
+def jitter_bound(config: LogConfig) -> int:
+    """Exclusive bound of a new segment's roll jitter: Kafka draws ``abs(random) % min(segment.jitter.ms,
+    segment.ms)``, so the jitter never reaches ``segment.ms`` (else every append would roll)."""
+    return min(config.segment_jitter_ms, config.segment_ms)
 
 
 def _assign_epochs(cache: LeaderEpochCache, batches: list) -> None:

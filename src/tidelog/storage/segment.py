@@ -182,9 +182,12 @@ class LogSegment:
         return ts if ts >= 0 else self.log.last_modified_ms()
 
     def first_batch_timestamp(self) -> int:
-        """The max timestamp of the first batch, or Long.MAX when the segment is empty."""
+        """The max timestamp of the first batch, or Long.MAX when the segment is empty or that
+        batch has no timestamp (-1): Kafka's ``getFirstBatchTimestamp`` only reports values >= 0,
+        so a timestamp-less segment never looks overdue to the cleaner's max compaction lag."""
         self._load_first_batch_timestamp()
-        return self._rolling_based_timestamp if self._rolling_based_timestamp is not None else 2**63 - 1
+        ts = self._rolling_based_timestamp
+        return ts if ts is not None and ts >= 0 else 2**63 - 1
 
     def _load_first_batch_timestamp(self) -> None:
         if self._rolling_based_timestamp is None:
@@ -361,8 +364,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
-        self.offset_index.resize(self._config.max_index_size)
-        self.time_index.resize(self._config.max_index_size)
+        self.resize_indexes(self._config.max_index_size)
         removed = 0 if location is None else self.log.truncate_to(location.position)
         if self.log.size_in_bytes == 0:
             self._created_ms = self._clock.milliseconds()
@@ -372,6 +374,14 @@ class LogSegment:
         if self.size > 0:
             self._reload_max_timestamp()
         return removed
+
+    def resize_indexes(self, size: int) -> None:
+        """Kafka's ``resizeIndexes`` (active segment after load or truncation), except that an index
+        is never cut below its entries: with ``segment.index.bytes`` lowered since they were written,
+        the segment is then full (the time index keeping its slot for the roll's final entry) and
+        rolls on the next append, where a plain resize would fail the load."""
+        self.offset_index.resize(max(size, self.offset_index.size_in_bytes))
+        self.time_index.resize(max(size, (self.time_index.entries + 1) * self.time_index.ENTRY_SIZE))
 
     def _reload_max_timestamp(self) -> None:
         last = self.time_index.last_entry
@@ -427,8 +437,10 @@ class LogSegment:
         for index, name in pairs:
             old_path, new_path = name(self._dir, self.base_offset, old_suffix), name(self._dir, self.base_offset, new_suffix)
             if index is not None:
-                if index.path.exists():
-                    index.rename_to(new_path)
+                # Always: rename_to also records the new path when the file does not exist yet
+                # (a loaded txn index with no aborted transaction), so a later first append
+                # creates it under the segment's current suffix, not the old one.
+                index.rename_to(new_path)
             elif old_path.exists():
                 old_path.rename(new_path)
         self._suffix = new_suffix

@@ -199,11 +199,28 @@ def _check_records(
             f"compacted topic cannot accept message without key ({summary.keyless} keyless record(s), "
             f"the first at index {summary.first_keyless_index})",
             topic_partition=topic_partition, position=position,
-            record_errors=[(summary.first_keyless_index, "record has no key")],
+            record_errors=_keyless_record_errors(batch),
         )
     if batch.compression != CompressionType.NONE and not summary.sequential_offsets:
         raise InvalidRecordError("inner record offsets of a compressed batch are not 0, 1, 2, ...", position=position)
-    _check_timestamps(summary.min_timestamp, summary.max_timestamp, batch, position, config, now, log_append)
+    low, high = summary.min_timestamp, _records_max_timestamp(summary, batch)
+    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:  # one timestamp for all its records
+        low = high if high != NO_TIMESTAMP else _LONG_MAX
+    _check_timestamps(low, high, batch, position, config, now, log_append)
+
+
+def _keyless_record_errors(batch: FileBatch) -> list[tuple[int, str]]:
+    """Every keyless record's index, as Kafka's RecordValidationException lists them (error path
+    only: decodes the batch in Python)."""
+    return [(i, "record has no key") for i, record in enumerate(batch.records()) if record.key is None]
+
+
+def _records_max_timestamp(summary: RecordsSummary, batch: FileBatch) -> int:
+    """The largest record timestamp as Kafka reads records: in a batch flagged LogAppendTime every
+    record reports the batch's maxTimestamp (the summary leaves such timestamps out)."""
+    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        return batch.max_timestamp
+    return summary.max_timestamp
 
 
 def _check_timestamps(
@@ -211,7 +228,10 @@ def _check_timestamps(
 ) -> None:
     """``low``/``high``: the smallest and largest record timestamps other than -1."""
     batch_is_log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-    if batch_is_log_append:
+    # Kafka's validateTimestamp: on a CreateTime topic a record with a timestamp is only
+    # bounds-checked, whatever the batch's flag; a producer batch flagged LogAppendTime is
+    # rejected on a LogAppendTime topic or when its records carry no timestamp (-1).
+    if batch_is_log_append and (log_append or high == NO_TIMESTAMP):
         raise InvalidTimestampError("producer should not set timestamp type to LogAppendTime", position=position)
     if log_append:
         return
@@ -245,7 +265,7 @@ def _assign_in_place(
         set_base_offset(buffer, offset, position)
         set_partition_leader_epoch(buffer, leader_epoch, position)
         last = offset + batch.last_offset_delta
-        batch_max = now if log_append else summary.max_timestamp
+        batch_max = now if log_append else _records_max_timestamp(summary, batch)
         if batch.max_timestamp != batch_max or batch.timestamp_type != stamp_type:
             set_max_timestamp(buffer, stamp_type, batch_max, position)
         if batch_max > max_ts:
