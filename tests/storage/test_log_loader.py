@@ -850,3 +850,24 @@ def test_written_helper_matches_file_batches(make_log: MakeLog) -> None:
     assert [(w.base_offset, w.last_offset, w.position) for w in written(log)] == [
         (b.base_offset, b.last_offset, b.position) for b in on_disk
     ]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_opened_logs_hold_no_descriptors_until_used(tmp_path: Path, make_log: MakeLog, clean: bool) -> None:
+    dirs = [tmp_path / f"many-{i}" for i in range(12)]
+    for dir in dirs:
+        log = make_log(dir=dir, segment_bytes=200)
+        for i in range(6):
+            log.append_as_leader(batch(b"v%d" % i))
+        log.close()
+    before = _open_descriptors()
+    logs = [make_log(dir=dir, segment_bytes=200, had_clean_shutdown=clean, recovery_point=0) for dir in dirs]
+    assert _open_descriptors() == before  # 10,000 partitions would otherwise need 30,000 descriptors
+    info = logs[0].append_as_leader(batch(b"more"))
+    logs[0].update_high_watermark(logs[0].log_end_offset)
+    assert info.first_offset == 6 and read_all(logs[0])[-1].value == b"more"
+    assert logs[0].active_segment.offset_index.length == logs[0].config.segment_index_bytes // 8 * 8

@@ -24,19 +24,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
 from tidelog.errors import CorruptIndexError, InvalidOffsetError
-from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.segment import LogSegment, SegmentConfig
 from tidelog.storage.segments import LogSegments
 
 log = logging.getLogger(__name__)
 
-BatchesRecovered = Callable[[list[FileBatch]], None]
+SegmentRecovered = Callable[[list[tuple[int, int]]], None]  # gets (epoch, start offset) pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +58,17 @@ class LoadParams:
     recovery_point_checkpoint: int
     had_clean_shutdown: bool
     segment_jitter_ms: int = 0
-    on_batches_recovered: BatchesRecovered | None = None
+    on_segment_recovered: SegmentRecovered | None = None
 
 
 def load_log(params: LoadParams) -> LoadedLog:
     """Run every phase on ``params.dir`` and return the opened segments and offsets."""
     complete_swaps_and_remove_temporary_files(params)
-    segments = load_segment_files(params)
+    recovered: set[int] = set()
+    segments = load_segment_files(params, recovered)
     truncated = 0
     if not params.had_clean_shutdown:
-        truncated = recover_from(segments, params)
+        truncated = recover_from(segments, params, recovered)
     return _settle_offsets(segments, params, truncated)
 
 
@@ -125,7 +126,8 @@ def _swap_next_offset(params: LoadParams, base: int) -> int:
 
 # --- phase 2 -----------------------------------------------------------------------------------
 
-def load_segment_files(params: LoadParams) -> LogSegments:
+def load_segment_files(params: LoadParams, recovered: set[int]) -> LogSegments:
+    """Open every segment; ``recovered`` collects the base offsets of those rebuilt here."""
     segments = LogSegments()
     names = set(os.listdir(params.dir))
     for name in sorted(names):
@@ -137,7 +139,7 @@ def load_segment_files(params: LoadParams) -> LogSegments:
                 log.info("removing orphan index file %s", params.dir / name)
                 (params.dir / name).unlink(missing_ok=True)
         elif name.endswith(files.LOG_SUFFIX):
-            segments.add(_open_segment(params, base))
+            segments.add(_open_segment(params, base, recovered))
     return segments
 
 
@@ -145,7 +147,7 @@ def _is_index_file(name: str) -> bool:
     return name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX))
 
 
-def _open_segment(params: LoadParams, base: int) -> LogSegment:
+def _open_segment(params: LoadParams, base: int, recovered: set[int]) -> LogSegment:
     segment = LogSegment.open(
         params.dir, base, params.config, params.clock,
         file_already_exists=True, segment_jitter_ms=params.segment_jitter_ms,
@@ -154,19 +156,23 @@ def _open_segment(params: LoadParams, base: int) -> LogSegment:
         segment.sanity_check()
     except (FileNotFoundError, CorruptIndexError) as e:
         log.warning("rebuilding indexes of %s: %s", segment.log.path, e)
-        _recover_segment(segment, params)
+        if _recover_segment(segment, params) == 0:
+            recovered.add(base)  # valid to its end: phase 3 need not scan it again
     return segment
 
 
 # --- phase 3 -----------------------------------------------------------------------------------
 
-def recover_from(segments: LogSegments, params: LoadParams) -> int:
-    """Re-validate segments from the recovery point on; returns the bytes truncated."""
+def recover_from(segments: LogSegments, params: LoadParams, already_recovered: AbstractSet[int] = frozenset()) -> int:
+    """Re-validate segments from the recovery point on, except those ``already_recovered`` whole
+    (with nothing truncated) while loading; returns the bytes truncated."""
     start = segments.floor(params.recovery_point_checkpoint) or segments.first
     if start is None:
         return 0
     truncated_total = 0
     for segment in segments.values_between(start.base_offset, 2**63 - 1):
+        if segment.base_offset in already_recovered:
+            continue
         truncated = _recover_segment(segment, params)
         truncated_total += truncated
         if truncated > 0:
@@ -184,8 +190,8 @@ def _recover_segment(segment: LogSegment, params: LoadParams) -> int:
         # segment.index.bytes was lowered) fails the load, as in Kafka: never delete data for it.
         log.warning("recovery of %s failed (%s); truncating it to its base offset", segment.log.path, e)
         return segment.truncate_to(segment.base_offset)
-    if params.on_batches_recovered is not None:
-        params.on_batches_recovered(result.batches)
+    if params.on_segment_recovered is not None:
+        params.on_segment_recovered(result.epoch_starts)
     return result.truncated_bytes
 
 
@@ -210,12 +216,14 @@ def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int) -
             segment.delete_files()
         segments.clear()
     if not segments:
-        segments.add(LogSegment.open(
+        empty = LogSegment.open(
             params.dir, params.log_start_offset_checkpoint, params.config, params.clock,
             segment_jitter_ms=params.segment_jitter_ms,
-        ))
+        )
+        empty.offset_index, empty.time_index  # Kafka creates the active segment's index files at load
+        segments.add(empty)
         next_offset = params.log_start_offset_checkpoint
-    _release_inactive_indexes(segments)
+    _release_inactive_indexes(segments, params.config.max_index_size)
     recovery_point = next_offset if params.had_clean_shutdown else min(params.recovery_point_checkpoint, next_offset)
     first_base = segments.first.base_offset  # type: ignore[union-attr]
     return LoadedLog(
@@ -229,10 +237,13 @@ def _next_offset(segments: LogSegments) -> int:
     return active.read_next_offset() if active is not None else 0
 
 
-def _release_inactive_indexes(segments: LogSegments) -> None:
+def _release_inactive_indexes(segments: LogSegments, max_index_size: int) -> None:
+    """Unmap every index and close every ``.log`` descriptor the load opened; the active segment's
+    indexes grow back to ``segment.index.bytes`` when first used."""
     active = segments.last
     for segment in segments.snapshot():
         if segment is not active:
             segment.release_indexes()
+            segment.log.close()
     if active is not None:
-        active.resize_indexes(active.offset_index.max_index_size)
+        active.defer_index_resize(max_index_size)

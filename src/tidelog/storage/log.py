@@ -129,7 +129,7 @@ class Log:
             dir=dir, config=segment_config(config), clock=clock,
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown, segment_jitter_ms=jitter_bound(config),
-            on_batches_recovered=lambda batches: _assign_epochs(epoch_cache, batches),
+            on_segment_recovered=lambda epoch_starts: _assign_epochs(epoch_cache, epoch_starts),
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)
         epoch_cache.truncate_from_start(loaded.log_start_offset)
@@ -593,14 +593,13 @@ def jitter_bound(config: LogConfig) -> int:
     return min(config.segment_jitter_ms, config.segment_ms)
 
 
-def _assign_epochs(cache: LeaderEpochCache, batches: list) -> None:
+def _assign_epochs(cache: LeaderEpochCache, epoch_starts: list[tuple[int, int]]) -> None:
     """Recovery's rule (Kafka's ``LogSegment.recover``): only an epoch newer than the cache's latest
     starts an entry, so a recovered batch never cuts back a checkpointed later epoch."""
-    for batch in batches:
-        epoch = batch.partition_leader_epoch
+    for epoch, start_offset in epoch_starts:
         latest = cache.latest_epoch
-        if batch.magic >= 2 and epoch >= 0 and (latest is None or epoch > latest):
-            cache.assign(epoch, batch.base_offset)
+        if latest is None or epoch > latest:
+            cache.assign(epoch, start_offset)
 
 
 def _delete_files(segments: list[LogSegment]) -> None:

@@ -57,10 +57,15 @@ class RollParams:
     now: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RecoveryResult:
+    """What recovering a segment found: bytes cut off, and where each run of batches with one
+    leader epoch starts (``(epoch, base offset)``, v2 batches with an epoch only) — all that
+    the leader-epoch cache needs. Batches themselves are not kept: they pin their read buffers,
+    which for a 1 GiB segment would hold the whole segment in memory."""
+
     truncated_bytes: int
-    batches: list[FileBatch]
+    epoch_starts: list[tuple[int, int]]
 
 
 class LogSegment:
@@ -89,6 +94,7 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
         self._max_timestamp_and_offset: TimestampOffset | None = None
+        self._deferred_index_size: int | None = None  # see defer_index_resize
 
     @classmethod
     def open(
@@ -120,6 +126,8 @@ class LogSegment:
         if self._offset_index is None:
             path = files.offset_index_file(self._dir, self.base_offset, self._suffix)
             self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size)
+            if self._deferred_index_size is not None:
+                self._resize_offset_index(self._deferred_index_size)
         return self._offset_index
 
     @property
@@ -127,6 +135,8 @@ class LogSegment:
         if self._time_index is None:
             path = files.time_index_file(self._dir, self.base_offset, self._suffix)
             self._time_index = TimeIndex(path, self.base_offset, self._config.max_index_size)
+            if self._deferred_index_size is not None:
+                self._resize_time_index(self._deferred_index_size)
         return self._time_index
 
     @property
@@ -319,14 +329,14 @@ class LogSegment:
         """Rebuild the indexes from the ``.log``, validating every batch; truncate an invalid tail.
 
         Stops at the first batch that fails its CRC or size check, or at a partial batch, and
-        truncates the ``.log`` there. Returns the bytes removed and the valid batches (headers only
-        are used by callers: leader epochs, producer state). Scans the whole segment.
+        truncates the ``.log`` there. Returns the bytes removed and the leader-epoch starts seen.
+        Scans the whole segment.
         """
         self._reset_indexes()
-        valid_bytes = 0
-        last_index_entry = 0
+        valid_bytes = last_index_entry = 0
         max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
-        batches: list[FileBatch] = []
+        first_batch_max_ts: int | None = None
+        epoch_starts: list[tuple[int, int]] = []
         try:
             for position, batch in self.log.batches(0):
                 batch.ensure_valid(path=self.log.path, position=position)
@@ -338,7 +348,9 @@ class LogSegment:
                     self.time_index.maybe_append(max_ts, offset_of_max)
                     last_index_entry = valid_bytes
                 valid_bytes += batch.size_in_bytes
-                batches.append(batch)
+                if first_batch_max_ts is None:
+                    first_batch_max_ts = batch.max_timestamp
+                _note_epoch_start(epoch_starts, batch)
         except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as e:
             log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, valid_bytes, e)
         truncated = self.log.size_in_bytes - valid_bytes
@@ -349,8 +361,8 @@ class LogSegment:
         self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
         self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
         self.time_index.trim_to_valid_size()
-        self._rolling_based_timestamp = batches[0].max_timestamp if batches else None
-        return RecoveryResult(truncated, batches)
+        self._rolling_based_timestamp = first_batch_max_ts
+        return RecoveryResult(truncated, epoch_starts)
 
     def _reset_indexes(self) -> None:
         for index in (self.offset_index, self.time_index):
@@ -380,8 +392,30 @@ class LogSegment:
         is never cut below its entries: with ``segment.index.bytes`` lowered since they were written,
         the segment is then full (the time index keeping its slot for the roll's final entry) and
         rolls on the next append, where a plain resize would fail the load."""
+        self._deferred_index_size = None
+        self._resize_offset_index(size)
+        self._resize_time_index(size)
+
+    def _resize_offset_index(self, size: int) -> None:
         self.offset_index.resize(max(size, self.offset_index.size_in_bytes))
+
+    def _resize_time_index(self, size: int) -> None:
         self.time_index.resize(max(size, (self.time_index.entries + 1) * self.time_index.ENTRY_SIZE))
+
+    def defer_index_resize(self, size: int) -> None:
+        """:meth:`resize_indexes` on first use instead of now, releasing maps and descriptors.
+
+        For the active segment right after loading (its index files are trimmed then): opening a
+        data dir of many partitions maps no index and holds no descriptor until a partition is
+        used, where an eager resize costs two maps and two descriptors per partition (Python's
+        mmap keeps a duplicate descriptor) and hits the process's open-file limit.
+        """
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.trim_to_valid_size()  # a reopened index trusts its file length
+        self.release_indexes()
+        self.log.close()
+        self._deferred_index_size = size
 
     def _reload_max_timestamp(self) -> None:
         last = self.time_index.last_entry
@@ -448,7 +482,9 @@ class LogSegment:
     def release_indexes(self) -> None:
         """Unmap index files without trimming them; they reopen lazily on next use.
 
-        Keeps memory maps (bounded by ``vm.max_map_count``) for segments nobody is reading.
+        Keeps memory maps (bounded by ``vm.max_map_count``) and descriptors for segments nobody is
+        reading. Only for segments whose index files are trimmed (sealed, or just loaded): the
+        length of a reopened index file is trusted.
         """
         for index in (self._offset_index, self._time_index):
             if index is not None:
@@ -466,6 +502,12 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={str(self._dir)!r})"
+
+
+def _note_epoch_start(epoch_starts: list[tuple[int, int]], batch: FileBatch) -> None:
+    epoch = batch.partition_leader_epoch
+    if batch.magic >= 2 and epoch >= 0 and (not epoch_starts or epoch_starts[-1][0] != epoch):
+        epoch_starts.append((epoch, batch.base_offset))
 
 
 def _leader_epoch(batch: FileBatch) -> int | None:
