@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import CompressionType, build_legacy_batch
 from tidelog.storage import file_records
-from tidelog.storage.file_records import FileRecords
+from tidelog.storage.file_records import FileRecords, _remaining
 
 from storage_helpers import batch, records
 
@@ -228,3 +228,18 @@ def test_batches_are_exactly_the_complete_prefix(sizes: list[int], cut: int) -> 
         assert [b.base_offset for _, b in fr.batches()] == expected
         assert [loc.base_offset for loc in fr.batch_locations()] == expected
         fr.close()
+
+
+def test_append_of_several_buffers_writes_them_back_to_back(tmp_path: Path) -> None:
+    fr = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
+    assert fr.append((b"head", bytearray(b"-"), memoryview(b"tail"))) == 9
+    assert fr.append(b"!") == 1
+    assert fr.read(0, 100) == b"head-tail!" and fr.size_in_bytes == 10
+    fr.close()
+
+
+def test_a_short_gathered_write_resumes_mid_buffer() -> None:
+    views = [memoryview(b"abc"), memoryview(b"defg"), memoryview(b"h")]
+    assert [bytes(v) for v in _remaining(views, 0)] == [b"abc", b"defg", b"h"]
+    assert [bytes(v) for v in _remaining(views, 4)] == [b"efg", b"h"]
+    assert [bytes(v) for v in _remaining(views, 7)] == [b"h"]

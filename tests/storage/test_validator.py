@@ -41,7 +41,7 @@ def validate(
 
 
 def only_batch(validated: ValidatedRecords) -> RecordBatch:
-    [b] = batches_of(bytes(validated.records))
+    [b] = batches_of(validated.to_bytes())
     assert isinstance(b, RecordBatch)
     return b
 
@@ -255,7 +255,7 @@ def test_producer_batch_flagged_log_append_time_on_create_time_topic_is_bounds_c
 def test_same_codec_is_assigned_in_place(codec: CompressionType) -> None:
     data = batch(b"a", b"b", b"c", compression=codec, partition_leader_epoch=-1)
     validated = validate(data, next_offset=100, leader_epoch=6)
-    out = bytes(validated.records)
+    out = validated.to_bytes()
     # only baseOffset and partitionLeaderEpoch change; everything the CRC covers is untouched
     assert out[17:] == data[17:] and len(out) == len(data)
     b = only_batch(validated)
@@ -304,7 +304,7 @@ def test_codec_change_through_the_log_is_read_back(make_log: MakeLog) -> None:
 def test_legacy_producer_batch_is_converted_to_v2(codec: CompressionType) -> None:
     data = build_legacy_batch([(0, T0, b"a", b"1"), (1, T0 + 1, b"b", b"2")], magic=1, compression=codec)
     validated = validate(data, next_offset=7, leader_epoch=1)
-    found = batches_of(bytes(validated.records))
+    found = batches_of(validated.to_bytes())
     assert all(isinstance(b, RecordBatch) and b.is_valid() for b in found)
     assert [(r.offset, r.timestamp, r.key, r.value) for b in found for r in b.records()] == [
         (7, T0, b"a", b"1"), (8, T0 + 1, b"b", b"2"),

@@ -29,6 +29,13 @@ SEARCH_CHUNK_BYTES = 16 << 10
 _SEARCH_HEADER = struct.Struct(">qiibIhi")
 _SEARCH_HEADER_SIZE = _SEARCH_HEADER.size  # 27 bytes
 
+Buffer = bytes | bytearray | memoryview
+Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
+
+
+def chunks_size(data: Chunks) -> int:
+    return sum(len(chunk) for chunk in data) if isinstance(data, tuple) else len(data)
+
 
 @dataclass(frozen=True, slots=True)
 class BatchLocation:
@@ -91,14 +98,16 @@ class FileRecords:
                 raise StorageError(f"cannot open segment file: {e.strerror}", path=self._path) from e
         return self._fd
 
-    def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Write ``data`` at the end of the logical data; returns the bytes written."""
+    def append(self, data: Chunks) -> int:
+        """Write ``data`` (one buffer, or a tuple written with one gathered ``pwritev``) at the end
+        of the logical data; returns the bytes written."""
         fd = self._descriptor()
-        view = memoryview(data)
+        views = [memoryview(chunk).cast("B") for chunk in (data if isinstance(data, tuple) else (data,))]
+        total = sum(len(view) for view in views)
         written = 0
         try:
-            while written < len(view):
-                written += os.pwrite(fd, view[written:], self._size + written)
+            while written < total:
+                written += os.pwritev(fd, _remaining(views, written), self._size + written)
         except OSError as e:
             raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
         self._size += written
@@ -253,3 +262,17 @@ class FileRecords:
         batch = read_batch_at(self.read(location.position, location.size), 0)
         base = batch.base_offset if batch is not None else location.base_offset
         return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)
+
+
+def _remaining(views: list[memoryview], skip: int) -> list[memoryview]:
+    """The buffers still to write after ``skip`` bytes (a short write resumes mid-buffer)."""
+    if skip == 0:
+        return views
+    out = []
+    for view in views:
+        if skip >= len(view):
+            skip -= len(view)
+            continue
+        out.append(view[skip:])
+        skip = 0
+    return out

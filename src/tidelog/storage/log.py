@@ -38,6 +38,7 @@ from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
 from tidelog.storage.config import LogConfig
+from tidelog.storage.file_records import chunks_size
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.loader import LoadParams, load_log
 from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
@@ -287,9 +288,8 @@ class Log:
                     f"append starting at offset {analyzed.first_offset} is below the log end offset {self._log_end_offset}",
                     topic_partition=str(self.topic_partition), first_offset=analyzed.first_offset, last_offset=analyzed.last_offset,
                 )
-            data = bytes(analyzed.records)
             validated = ValidatedRecords(
-                data, analyzed.first_offset, analyzed.last_offset, analyzed.max_timestamp,
+                (analyzed.records,), analyzed.first_offset, analyzed.last_offset, analyzed.max_timestamp,
                 analyzed.shallow_offset_of_max_timestamp, NO_TIMESTAMP, -1, analyzed.source_compression,
             )
             epochs = [(b.partition_leader_epoch, b.base_offset) for _, b in analyzed.batches if b.magic >= 2]
@@ -297,7 +297,7 @@ class Log:
             return self._append_info(validated, analyzed.source_compression)
 
     def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]]) -> None:
-        size = len(validated.records)
+        size = chunks_size(validated.records)
         if size > self._config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"append of {size} bytes is larger than segment.bytes {self._config.segment_bytes}",
@@ -317,7 +317,7 @@ class Log:
             first_offset=validated.first_offset, last_offset=validated.last_offset,
             max_timestamp=validated.max_timestamp, shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
             log_append_time=validated.log_append_time, log_start_offset=self._log_start_offset,
-            record_count=validated.record_count, valid_bytes=len(validated.records),
+            record_count=validated.record_count, valid_bytes=chunks_size(validated.records),
             source_compression=source, target_compression=validated.target_compression,
         )
 

@@ -25,7 +25,7 @@ from tidelog.errors import CorruptIndexError, CorruptRecordError, InvalidRecordE
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
-from tidelog.storage.file_records import BatchLocation, FileRecords
+from tidelog.storage.file_records import BatchLocation, Chunks, FileRecords, chunks_size
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
 from tidelog.storage.txn_index import TransactionIndex
 
@@ -211,13 +211,15 @@ class LogSegment:
 
     # --- append -------------------------------------------------------------------------------
 
-    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: bytes | bytearray | memoryview) -> None:
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: Chunks) -> None:
         """Write already-validated batches and maintain the sparse indexes (§1.12).
 
+        ``records``: a buffer, or a tuple of buffers written back to back with one gathered write.
         ``largest_offset`` is the last offset in ``records``; ``shallow_offset_of_max_timestamp`` the
         last offset of the first batch carrying ``largest_timestamp``. Needs the log lock.
         """
-        if len(records) == 0:
+        size = chunks_size(records)
+        if size == 0:
             return
         position = self.log.size_in_bytes
         if position == 0:
@@ -231,7 +233,7 @@ class LogSegment:
             mts = self.max_timestamp_and_offset_so_far
             self.time_index.maybe_append(mts.timestamp, mts.offset)
             self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += len(records)
+        self._bytes_since_last_index_entry += size
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX

@@ -37,6 +37,7 @@ from tidelog.records import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
+from tidelog.records.batch import RECORD_BATCH_OVERHEAD
 from tidelog.records.scan import RecordsSummary, summarize_batch_records
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin
 from tidelog.storage.config import LogConfig
@@ -65,9 +66,13 @@ class AnalyzedBatches:
 
 @dataclass(frozen=True, slots=True)
 class ValidatedRecords:
-    """Step 2's result: bytes ready to write, with the offsets and timestamps they now carry."""
+    """Step 2's result: bytes ready to write, with the offsets and timestamps they now carry.
 
-    records: bytes | bytearray
+    ``records`` is a tuple of buffers written with one gathered write: usually a patched copy of a
+    batch's 61-byte header followed by the producer's own bytes, so a 128 KB batch is never copied.
+    """
+
+    records: tuple[bytes | bytearray | memoryview, ...]
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -75,6 +80,10 @@ class ValidatedRecords:
     log_append_time: int
     record_count: int
     target_compression: CompressionType
+
+    def to_bytes(self) -> bytes:
+        """The records as one buffer (a copy: for tools and tests, not the append path)."""
+        return b"".join(self.records)
 
 
 def analyze_batches(
@@ -257,23 +266,45 @@ def _assign_in_place(
     log_append: bool,
     codec: CompressionType,
 ) -> ValidatedRecords:
-    buffer = bytearray(analyzed.records)
-    offset = next_offset
-    max_ts, offset_of_max, count = NO_TIMESTAMP, -1, 0
+    """Patch offsets, leader epoch and (when wrong) max timestamp into the batches.
+
+    Base offset and leader epoch lie outside the CRC, so a single batch whose timestamps need no
+    fix is written as a patched header plus the original bytes (no copy); otherwise the batches
+    are copied and patched, CRCs rewritten where the max timestamp changed.
+    """
     stamp_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+    plan: list[tuple[int, int, int, bool]] = []  # (position, base offset, batch max ts, retimestamp)
+    offset, count = next_offset, 0
+    max_ts, offset_of_max = NO_TIMESTAMP, -1
     for summary, (position, batch) in zip(summaries, analyzed.batches):
-        set_base_offset(buffer, offset, position)
-        set_partition_leader_epoch(buffer, leader_epoch, position)
-        last = offset + batch.last_offset_delta
         batch_max = now if log_append else _records_max_timestamp(summary, batch)
-        if batch.max_timestamp != batch_max or batch.timestamp_type != stamp_type:
-            set_max_timestamp(buffer, stamp_type, batch_max, position)
+        retimestamp = batch.max_timestamp != batch_max or batch.timestamp_type != stamp_type
+        plan.append((position, offset, batch_max, retimestamp))
+        last = offset + batch.last_offset_delta
         if batch_max > max_ts:
             max_ts, offset_of_max = batch_max, last
         offset, count = last + 1, count + summary.count
+    chunks = _patched(analyzed.records, plan, leader_epoch, stamp_type)
     return ValidatedRecords(
-        buffer, next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, codec,
+        chunks, next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, codec,
     )
+
+
+def _patched(
+    source: memoryview, plan: list[tuple[int, int, int, bool]], leader_epoch: int, stamp_type: TimestampType,
+) -> tuple[bytes | bytearray | memoryview, ...]:
+    if len(plan) == 1 and not plan[0][3]:
+        head = bytearray(source[:RECORD_BATCH_OVERHEAD])
+        set_base_offset(head, plan[0][1])
+        set_partition_leader_epoch(head, leader_epoch)
+        return head, source[RECORD_BATCH_OVERHEAD:]
+    buffer = bytearray(source)
+    for position, base_offset, batch_max, retimestamp in plan:
+        set_base_offset(buffer, base_offset, position)
+        set_partition_leader_epoch(buffer, leader_epoch, position)
+        if retimestamp:
+            set_max_timestamp(buffer, stamp_type, batch_max, position)
+    return (buffer,)
 
 
 def _rebuild(
@@ -301,7 +332,7 @@ def _rebuild(
         if batch_max > max_ts:
             max_ts, offset_of_max = batch_max, last
         offset, count = last + 1, count + n
-    return ValidatedRecords(out, next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, target)
+    return ValidatedRecords((out,), next_offset, offset - 1, max_ts, offset_of_max, now if log_append else NO_TIMESTAMP, count, target)
 
 
 def _rebuild_one(
