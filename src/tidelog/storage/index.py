@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +61,7 @@ from tidelog.errors import (
     IndexStateError,
     InvalidOffsetError,
 )
+from tidelog.storage.index_file import IndexFile
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes default
 NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP
@@ -89,7 +90,7 @@ class TimestampOffset:
     offset: int
 
 
-class _MappedIndex(ABC):
+class _MappedIndex(IndexFile):
     """The shared core of both indexes: file, mapping, entry count, resize and trim, sorted search.
 
     Subclasses name their entry struct and columns and keep a cache of their last entry
@@ -275,25 +276,8 @@ class _MappedIndex(ABC):
         self._unmap()
         self._closed = True
 
-    def delete_if_exists(self) -> bool:
-        """Unmap, then delete the file; returns whether a file was deleted."""
+    def _release(self) -> None:
         self.close_handler()
-        try:
-            self._path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
-
-    def rename_to(self, new_path: Path) -> None:
-        """Rename the file (also while mapped); a missing file only changes the recorded path."""
-        new_path = Path(new_path)
-        if self._path.exists():
-            os.replace(self._path, new_path)
-        self._path = new_path
-
-    def update_parent_dir(self, parent_dir: Path) -> None:
-        """Record that the file now lives in ``parent_dir`` (the directory was renamed)."""
-        self._path = Path(parent_dir) / self._path.name
 
     def _check_length(self, last_offset: int) -> None:
         if self._length % self.ENTRY_SIZE != 0:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tidelog.errors import CorruptIndexError, InvalidOffsetError
+from tidelog.storage.index_file import IndexFile
 
 ENTRY_SIZE = 34
 CURRENT_VERSION = 0
@@ -95,7 +96,7 @@ class TxnIndexSearchResult:
     is_complete: bool
 
 
-class TransactionIndex:
+class TransactionIndex(IndexFile):
     """The aborted transactions of one segment whose base offset is ``start_offset``.
 
     The file is opened on first use and created on first append; :meth:`close` releases the
@@ -205,25 +206,8 @@ class TransactionIndex:
             os.close(self._fd)
             self._fd = None
 
-    def delete_if_exists(self) -> bool:
-        """Close, then delete the file; returns whether a file was deleted."""
+    def _release(self) -> None:
         self.close()
-        try:
-            self._path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
-
-    def rename_to(self, new_path: Path) -> None:
-        """Rename the file (also while open); a missing file only changes the recorded path."""
-        new_path = Path(new_path)
-        if self._path.exists():
-            os.replace(self._path, new_path)
-        self._path = new_path
-
-    def update_parent_dir(self, parent_dir: Path) -> None:
-        """Record that the file now lives in ``parent_dir`` (the directory was renamed)."""
-        self._path = Path(parent_dir) / self._path.name
 
     # --- internals ------------------------------------------------------------------------
 
