@@ -38,8 +38,6 @@ class LogAppendInfo:
     valid_bytes: int
     source_compression: CompressionType
     target_compression: CompressionType
-    offsets_monotonic: bool = True
-    last_leader_epoch: int = -1
 
     @property
     def appended(self) -> bool:

@@ -19,15 +19,16 @@ from pathlib import Path
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
-from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD
+from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
 SCAN_CHUNK_BYTES = 1 << 20
 SEARCH_CHUNK_BYTES = 16 << 10
 
-# v2 header fields a search needs: baseOffset, length, (epoch), magic, (crc, attributes), lastOffsetDelta.
-_SEARCH_HEADER = struct.Struct(">qiibIhi")
-_SEARCH_HEADER_SIZE = _SEARCH_HEADER.size  # 27 bytes
+# A header search reads baseOffset, length and magic, then lastOffsetDelta (v2), nothing more.
+_PREFIX = struct.Struct(">qiib")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + _LAST_OFFSET_DELTA.size  # 27 bytes
 
 Buffer = bytes | bytearray | memoryview
 Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
@@ -107,7 +108,10 @@ class FileRecords:
         written = 0
         try:
             while written < total:
-                written += os.pwritev(fd, _remaining(views, written), self._size + written)
+                n = os.pwritev(fd, _remaining(views, written), self._size + written)
+                if n == 0:  # would loop forever; the bytes written so far are cut by recovery
+                    raise StorageError("append wrote nothing", path=self._path, position=self._size + written)
+                written += n
         except OSError as e:
             raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
         self._size += written
@@ -191,7 +195,7 @@ class FileRecords:
                 consumed = relative + batch.size_in_bytes
                 yield position + relative, batch
             if consumed == 0:
-                needed = self._length_at(chunk, position)
+                needed = self._length_at(chunk)
                 if needed is None or needed > end - position:
                     return  # partial tail
                 chunk_size = max(chunk_size, needed)
@@ -210,7 +214,7 @@ class FileRecords:
             relative += batch.size_in_bytes
 
     @staticmethod
-    def _length_at(chunk: bytes, position: int) -> int | None:
+    def _length_at(chunk: bytes) -> int | None:
         if len(chunk) < LOG_OVERHEAD:
             return None
         return LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
@@ -243,7 +247,7 @@ class FileRecords:
     def _location_in(self, chunk: bytes, relative: int, position: int) -> BatchLocation | None:
         if relative + HEADER_SIZE_UP_TO_MAGIC > len(chunk):
             return None
-        base, length, _epoch, magic = struct.unpack_from(">qiib", chunk, relative)
+        base, length, _epoch, magic = _PREFIX.unpack_from(chunk, relative)
         if length < 14 or magic not in (0, 1, 2):
             raise CorruptRecordError(
                 f"invalid batch header (length {length}, magic {magic})", path=self._path, position=position
@@ -255,7 +259,7 @@ class FileRecords:
             return BatchLocation(base, base, position, size, magic)
         if relative + _SEARCH_HEADER_SIZE > len(chunk):
             return None  # header cut by the chunk: the caller re-reads from here
-        last_offset_delta = _SEARCH_HEADER.unpack_from(chunk, relative)[6]
+        (last_offset_delta,) = _LAST_OFFSET_DELTA.unpack_from(chunk, relative + LAST_OFFSET_DELTA_OFFSET)
         return BatchLocation(base, base + last_offset_delta, position, size, magic)
 
     def _legacy_location(self, location: BatchLocation) -> BatchLocation:

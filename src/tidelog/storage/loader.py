@@ -57,15 +57,18 @@ class LoadParams:
     log_start_offset_checkpoint: int
     recovery_point_checkpoint: int
     had_clean_shutdown: bool
-    segment_jitter_ms: int = 0
+    draw_jitter: Callable[[], int] = lambda: 0  # each opened segment's segment.jitter.ms draw
     on_segment_recovered: SegmentRecovered | None = None
 
 
 def load_log(params: LoadParams) -> LoadedLog:
     """Run every phase on ``params.dir`` and return the opened segments and offsets."""
-    complete_swaps_and_remove_temporary_files(params)
+    names = os.listdir(params.dir)
+    if any(name.endswith(files.TEMPORARY_SUFFIXES) for name in names):
+        complete_swaps_and_remove_temporary_files(params)
+        names = os.listdir(params.dir)
     recovered: set[int] = set()
-    segments = load_segment_files(params, recovered)
+    segments = load_segment_files(params, names, recovered)
     truncated = 0
     if not params.had_clean_shutdown:
         truncated = recover_from(segments, params, recovered)
@@ -126,10 +129,11 @@ def _swap_next_offset(params: LoadParams, base: int) -> int:
 
 # --- phase 2 -----------------------------------------------------------------------------------
 
-def load_segment_files(params: LoadParams, recovered: set[int]) -> LogSegments:
-    """Open every segment; ``recovered`` collects the base offsets of those rebuilt here."""
+def load_segment_files(params: LoadParams, listing: list[str], recovered: set[int]) -> LogSegments:
+    """Open every segment among the dir's file names ``listing``; ``recovered`` collects the base
+    offsets of those rebuilt here."""
     segments = LogSegments()
-    names = set(os.listdir(params.dir))
+    names = set(listing)
     for name in sorted(names):
         if not name[:1].isdigit():
             continue
@@ -150,7 +154,7 @@ def _is_index_file(name: str) -> bool:
 def _open_segment(params: LoadParams, base: int, recovered: set[int]) -> LogSegment:
     segment = LogSegment.open(
         params.dir, base, params.config, params.clock,
-        file_already_exists=True, segment_jitter_ms=params.segment_jitter_ms,
+        file_already_exists=True, rolling_jitter_ms=params.draw_jitter(),
     )
     try:
         segment.sanity_check()
@@ -218,7 +222,7 @@ def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int) -
     if not segments:
         empty = LogSegment.open(
             params.dir, params.log_start_offset_checkpoint, params.config, params.clock,
-            segment_jitter_ms=params.segment_jitter_ms,
+            rolling_jitter_ms=params.draw_jitter(),
         )
         empty.offset_index, empty.time_index  # Kafka creates the active segment's index files at load
         segments.add(empty)

@@ -38,7 +38,6 @@ from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
 from tidelog.storage.config import LogConfig
-from tidelog.storage.file_records import chunks_size
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.loader import LoadParams, load_log
 from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
@@ -97,6 +96,7 @@ class Log:
         self._lock = threading.RLock()
         self._last_flush_ms = clock.milliseconds()
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
+        self._hw_bound: _Bound | None = None  # the high watermark's position, kept until it moves
         self._closed = False
 
     # --- opening ------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ class Log:
         loaded = load_log(LoadParams(
             dir=dir, config=segment_config(config), clock=clock,
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
-            had_clean_shutdown=had_clean_shutdown, segment_jitter_ms=jitter_bound(config),
+            had_clean_shutdown=had_clean_shutdown, draw_jitter=config.random_segment_jitter,
             on_segment_recovered=lambda epoch_starts: _assign_epochs(epoch_cache, epoch_starts),
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)
@@ -197,6 +197,12 @@ class Log:
         """Bytes in all segments, active included (what ``retention.bytes`` limits)."""
         return self._segments.size_in_bytes()
 
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.open(
+            self._dir, base_offset, segment_config(self._config), self._clock,
+            rolling_jitter_ms=self._config.random_segment_jitter(),
+        )
+
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
@@ -209,14 +215,19 @@ class Log:
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, log end]; returns the value set."""
         with self._lock:
-            self._high_watermark = self._clamp_hw(offset)
+            self._set_high_watermark(self._clamp_hw(offset))
             return self._high_watermark
+
+    def _set_high_watermark(self, offset: int) -> None:
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            self._hw_bound = None
 
     def maybe_increment_high_watermark(self, offset: int) -> int:
         """Move the high watermark forward only (a leader's rule)."""
         with self._lock:
             if offset > self._high_watermark:
-                self._high_watermark = self._clamp_hw(offset)
+                self._set_high_watermark(self._clamp_hw(offset))
             return self._high_watermark
 
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
@@ -297,7 +308,7 @@ class Log:
             return self._append_info(validated, analyzed.source_compression)
 
     def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]]) -> None:
-        size = chunks_size(validated.records)
+        size = validated.size
         if size > self._config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"append of {size} bytes is larger than segment.bytes {self._config.segment_bytes}",
@@ -317,7 +328,7 @@ class Log:
             first_offset=validated.first_offset, last_offset=validated.last_offset,
             max_timestamp=validated.max_timestamp, shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
             log_append_time=validated.log_append_time, log_start_offset=self._log_start_offset,
-            record_count=validated.record_count, valid_bytes=chunks_size(validated.records),
+            record_count=validated.record_count, valid_bytes=validated.size,
             source_compression=source, target_compression=validated.target_compression,
         )
 
@@ -362,10 +373,7 @@ class Log:
             else:
                 self._remove_stale_files(new_base)
                 active.on_become_inactive_segment()
-            segment = LogSegment.open(
-                self._dir, new_base, segment_config(self._config), self._clock,
-                segment_jitter_ms=jitter_bound(self._config),
-            )
+            segment = self._new_segment(new_base)
             self._segments.add(segment)
             self._scheduler.schedule_once(f"flush-{self.topic_partition}", lambda: self.flush_upto(new_base))
             return segment
@@ -399,13 +407,15 @@ class Log:
         with self._lock:
             self._check_in_range(start_offset)
             bound = self._bound(isolation)
-            segments = self._segments.values_between(start_offset, _LONG_MAX)
+            segment = self._segments.floor(start_offset)
         if start_offset >= bound.offset:
             return FetchDataInfo(LogOffsetMetadata(start_offset), b"")
-        for segment in segments:
+        while segment is not None:
             info = segment.read(start_offset, max_length, self._max_position(segment, bound), min_one_message)
             if info is not None:
                 return info
+            with self._lock:  # a gap at the segment's end (compaction): go on with the next one
+                segment = self._segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(self._log_end_offset), b"")
 
     def _check_in_range(self, offset: int) -> None:
@@ -424,10 +434,17 @@ class Log:
         return None
 
     def _bound(self, isolation: FetchIsolation) -> _Bound:
+        """The read bound with its byte position. Needs the lock. A high watermark below the log
+        end is located once (index lookup and header scan) and kept until it moves."""
         offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark
         if offset == self._log_end_offset:
             active = self.active_segment
             return _Bound(offset, active.base_offset, active.size)
+        if self._hw_bound is None or self._hw_bound.offset != offset:
+            self._hw_bound = self._locate(offset)
+        return self._hw_bound
+
+    def _locate(self, offset: int) -> _Bound:
         segment = self._segments.floor(offset)
         if segment is None:
             return _Bound(offset, -1, None)
@@ -532,6 +549,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._high_watermark = self._clamp_hw(self._high_watermark)
+            self._hw_bound = None
             self.leader_epoch_cache.truncate_from_end(target_offset)
             return True
 
@@ -539,10 +557,7 @@ class Log:
         """Delete every segment and start empty at ``new_offset`` (all offsets become ``new_offset``)."""
         with self._lock:
             self.delete_segments(self._segments.snapshot(), "full truncation")
-            self._segments.add(LogSegment.open(
-                self._dir, new_offset, segment_config(self._config), self._clock,
-                segment_jitter_ms=jitter_bound(self._config),
-            ))
+            self._segments.add(self._new_segment(new_offset))
             self._log_start_offset = self._log_end_offset = new_offset
             self._recovery_point = self._high_watermark = new_offset
             self.leader_epoch_cache.clear()
@@ -554,6 +569,7 @@ class Log:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after
         ``file.delete.delay.ms`` in the background (a large unlink blocks for a long time)."""
         with self._lock:
+            self._hw_bound = None  # it may point into a segment going away
             for segment in segments:
                 self._segments.remove(segment.base_offset)
                 segment.change_file_suffixes("", files.DELETED_SUFFIX)
@@ -585,12 +601,6 @@ def segment_config(config: LogConfig) -> SegmentConfig:
         index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
         init_file_size=config.init_file_size, preallocate=config.preallocate,
     )
-
-
-def jitter_bound(config: LogConfig) -> int:
-    """Exclusive bound of a new segment's roll jitter: Kafka draws ``abs(random) % min(segment.jitter.ms,
-    segment.ms)``, so the jitter never reaches ``segment.ms`` (else every append would roll)."""
-    return min(config.segment_jitter_ms, config.segment_ms)
 
 
 def _assign_epochs(cache: LeaderEpochCache, epoch_starts: list[tuple[int, int]]) -> None:

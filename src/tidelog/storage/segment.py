@@ -16,12 +16,11 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError
+from tidelog.errors import CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
@@ -106,9 +105,11 @@ class LogSegment:
         *,
         file_already_exists: bool = False,
         file_suffix: str = "",
-        segment_jitter_ms: int = 0,
+        rolling_jitter_ms: int = 0,
     ) -> LogSegment:
-        """Open (or create) the segment at ``base_offset``; index files stay lazy."""
+        """Open (or create) the segment at ``base_offset``; index files stay lazy.
+        ``rolling_jitter_ms`` is this segment's draw of ``segment.jitter.ms`` (see
+        :meth:`LogConfig.random_segment_jitter`)."""
         path = files.log_file(dir, base_offset, file_suffix)
         log_file = FileRecords.open(
             path,
@@ -116,8 +117,7 @@ class LogSegment:
             init_file_size=config.init_file_size,
             preallocate=config.preallocate,
         )
-        jitter = random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0
-        return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=jitter, file_suffix=file_suffix)
+        return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=rolling_jitter_ms, file_suffix=file_suffix)
 
     # --- indexes (lazy) -----------------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class LogSegment:
 
         Kafka checks only that the offset index exists and the transaction index is sane; a cheap
         check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
-        misdirect reads. Raises :class:`CorruptIndexError` (or FileNotFoundError for a missing index).
+        misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
         """
         for name in (files.offset_index_file, files.time_index_file):
             path = name(self._dir, self.base_offset, self._suffix)
@@ -279,10 +279,9 @@ class LogSegment:
 
     # --- read ---------------------------------------------------------------------------------
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchLocation | None:
+    def translate_offset(self, offset: int) -> BatchLocation | None:
         """Locate the first batch whose last offset is >= ``offset`` (index lookup, then header scan)."""
-        entry = self.offset_index.lookup(offset)
-        return self.log.search_for_offset(offset, max(starting_position, entry.position))
+        return self.log.search_for_offset(offset, self.offset_index.lookup(offset).position)
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False) -> FetchDataInfo | None:
         """Bytes from the batch holding ``start_offset``; None when no batch in this segment reaches it.
@@ -367,9 +366,8 @@ class LogSegment:
         return RecoveryResult(truncated, epoch_starts)
 
     def _reset_indexes(self) -> None:
-        for index in (self.offset_index, self.time_index):
-            index.truncate()
-            index.resize(self._config.max_index_size)
+        self.offset_index.reset()
+        self.time_index.reset()
         self.txn_index.reset()
 
     def truncate_to(self, offset: int) -> int:
@@ -493,9 +491,6 @@ class LogSegment:
                 index.close_handler()
         self._offset_index = self._time_index = None
 
-    def has_suffix(self, suffix: str) -> bool:
-        return self._suffix == suffix
-
     def delete_files(self) -> None:
         """Unlink every file of the segment (used for ``.deleted`` files after the delay)."""
         self.close_handlers()
@@ -517,4 +512,3 @@ def _leader_epoch(batch: FileBatch) -> int | None:
     return epoch if epoch >= 0 else None
 
 
-__all__ = ["LogSegment", "RollParams", "SegmentConfig", "RecoveryResult", "CorruptIndexError"]

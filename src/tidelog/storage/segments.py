@@ -68,10 +68,6 @@ class LogSegments:
         i = bisect.bisect_right(self._bases, offset)
         return self._by_base[self._bases[i]] if i < len(self._bases) else None
 
-    def lower(self, offset: int) -> LogSegment | None:
-        i = bisect.bisect_left(self._bases, offset)
-        return self._by_base[self._bases[i - 1]] if i else None
-
     def values_between(self, from_offset: int, to_offset: int) -> list[LogSegment]:
         """Segments that may hold offsets in [from, to): from the floor segment of ``from_offset``
         up to, not including, the first segment whose base is >= ``to_offset`` (Kafka's rules:
@@ -87,7 +83,3 @@ class LogSegments:
 
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self._by_base.values())
-
-    def next_base_after(self, segment: LogSegment) -> int | None:
-        following = self.higher(segment.base_offset)
-        return following.base_offset if following else None

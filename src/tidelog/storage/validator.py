@@ -41,6 +41,7 @@ from tidelog.records.batch import RECORD_BATCH_OVERHEAD
 from tidelog.records.scan import RecordsSummary, summarize_batch_records
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin
 from tidelog.storage.config import LogConfig
+from tidelog.storage.file_records import chunks_size
 
 _LONG_MAX = 2**63 - 1
 
@@ -80,6 +81,10 @@ class ValidatedRecords:
     log_append_time: int
     record_count: int
     target_compression: CompressionType
+
+    @property
+    def size(self) -> int:
+        return chunks_size(self.records)
 
     def to_bytes(self) -> bytes:
         """The records as one buffer (a copy: for tools and tests, not the append path)."""
