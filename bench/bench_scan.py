@@ -27,6 +27,8 @@ import crc32c
 import numpy as np
 
 from tidelog.records import scan
+from tidelog.records.builder import encode_v2_batch
+from tidelog.records.varint import zigzag_bytes
 
 REPEATS = 5
 RECORDS_PER_BATCH = 1000
@@ -34,50 +36,23 @@ KEY_SIZE = 16
 VALUE_SIZE = 100
 BASE_TIMESTAMP = 1_700_000_000_000
 
-# v2 batch header after baseOffset and batchLength (see tidelog/records/_scan_kernels.py):
-_HEADER = struct.Struct(
-    ">i"  # partitionLeaderEpoch
-    "b"  # magic
-    "I"  # crc
-    "h"  # attributes
-    "i"  # lastOffsetDelta
-    "q"  # baseTimestamp
-    "q"  # maxTimestamp
-    "q"  # producerId
-    "h"  # producerEpoch
-    "i"  # baseSequence
-    "i"  # recordsCount
-)
-
-
-# --- a tiny encoder (the benchmark does not depend on the builder under test) ------------------
-
-def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
+# --- test data: records encoded here, batches by tidelog's encoder ---------------------------
 
 def _record(delta: int, key: bytes, value: bytes | None) -> tuple[bytes, int, int]:
     """A record, and where its key and value start within it."""
-    head = b"\x00" + _varint(delta) + _varint(delta) + _varint(len(key))
-    tail = _varint(-1) if value is None else _varint(len(value))
-    body = head + key + tail + (value or b"") + _varint(0)
-    size = _varint(len(body))
+    head = b"\x00" + zigzag_bytes(delta) + zigzag_bytes(delta) + zigzag_bytes(len(key))
+    tail = zigzag_bytes(-1) if value is None else zigzag_bytes(len(value))
+    body = head + key + tail + (value or b"") + zigzag_bytes(0)
+    size = zigzag_bytes(len(body))
     key_at = len(size) + len(head)
     return size + body, key_at, key_at + len(key) + len(tail)
 
 
 def _batch(records: bytes, count: int, attributes: int = 0) -> bytes:
-    header = _HEADER.pack(0, 2, 0, attributes, count - 1, BASE_TIMESTAMP,
-                          BASE_TIMESTAMP + count - 1, -1, -1, -1, count)
-    body = header[9:] + records
-    prefix = struct.pack(">qi", 0, len(header) + len(records)) + header[:5]
-    return prefix + struct.pack(">I", crc32c.crc32c(body)) + body
+    return encode_v2_batch(
+        base_offset=0, partition_leader_epoch=0, attributes=attributes, last_offset_delta=count - 1,
+        base_timestamp=BASE_TIMESTAMP, max_timestamp=BASE_TIMESTAMP + count - 1, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, records_count=count, records_area=records)
 
 
 def _template(count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -47,6 +47,7 @@ from crc32c import crc32c
 from tidelog.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.compression import CompressionType, decompress
 from tidelog.records.legacy import RECORD_OVERHEAD_V1, LegacyBatch
+from tidelog.records.varint import INT32_MAX
 from tidelog.records.record import (
     Record,
     TimestampType,
@@ -84,13 +85,11 @@ TRANSACTIONAL_FLAG_MASK = 0x10
 CONTROL_FLAG_MASK = 0x20
 DELETE_HORIZON_FLAG_MASK = 0x40
 
-NO_OFFSET = -1
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
-INT32_MAX = (1 << 31) - 1
 
 HEADER = struct.Struct(
     ">q"  # baseOffset

@@ -139,7 +139,7 @@ def _gzip_compress(data: Buffer, level: int) -> bytes:
 
 def _gzip_decompress(data: Buffer, magic: int) -> bytes:
     parts = []
-    rest = bytes(data)
+    rest: Buffer = data  # zlib reads any buffer; later members arrive as unused_data bytes
     while True:
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         parts.append(inflater.decompress(rest))
@@ -204,10 +204,9 @@ def _lz4_compress(data: Buffer, level: int, magic: int) -> bytes:
 
 
 def _lz4_decompress(data: Buffer, magic: int) -> bytes:
-    frame = bytes(data)
     if magic == 0:
-        frame = _with_header_checksum(frame, broken=False)
-    return lz4.frame.decompress(frame)
+        return lz4.frame.decompress(_with_header_checksum(bytes(data), broken=False))
+    return lz4.frame.decompress(data)
 
 
 def _with_header_checksum(frame: bytes, *, broken: bool) -> bytes:

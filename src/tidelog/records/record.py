@@ -54,6 +54,7 @@ from tidelog.records.varint import (
     INT64_MIN,
     VARINT_MAX_BYTES,
     VARLONG_MAX_BYTES,
+    decode_varint,
     read_raw_varint,
     zigzag_bytes,
 )
@@ -61,7 +62,6 @@ from tidelog.records.varint import (
 Header = tuple[str, bytes | None]
 """One record header: ``(key, value)``; the key is a ``str`` (never None), the value may be None."""
 
-MAX_RECORD_OVERHEAD = 21  # 5 length + 10 timestampDelta + 5 offsetDelta + 1 attributes
 
 
 class TimestampType(IntEnum):
@@ -272,19 +272,19 @@ def _decode_headers(
     data: bytes, pos: int, record_end: int, base_offset: int, index: int
 ) -> tuple[tuple[Header, ...], int]:
     """The header list at ``pos`` (count varint first); ``(headers, next position)``."""
-    count, pos = _varint(data, pos)
+    count, pos = decode_varint(data, pos)
     if count < 0 or count > len(data) - pos:
         raise InvalidRecordError(
             f"Found invalid number of record headers {count}", offset=base_offset, record=index)
     headers = []
     for _ in range(count):
-        key_size, pos = _varint(data, pos)
+        key_size, pos = decode_varint(data, pos)
         if key_size < 0:
             raise InvalidRecordError(
                 f"Invalid negative header key size {key_size}", offset=base_offset, record=index)
         key = data[pos:pos + key_size].decode("utf-8", "surrogateescape")
         pos += key_size
-        value_size, pos = _varint(data, pos)
+        value_size, pos = decode_varint(data, pos)
         value = None
         if value_size >= 0:
             value = data[pos:pos + value_size]
@@ -293,11 +293,6 @@ def _decode_headers(
         if pos > record_end:
             break  # the caller reports the size mismatch
     return tuple(headers), pos
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
-    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def decode_record(
@@ -319,7 +314,6 @@ def decode_record(
 
 __all__ = [
     "Header",
-    "MAX_RECORD_OVERHEAD",
     "Record",
     "TimestampType",
     "decode_record",

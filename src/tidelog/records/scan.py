@@ -34,7 +34,6 @@ kernels release the GIL.
 from __future__ import annotations
 
 import os
-import struct
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,10 +44,11 @@ import numpy as np
 
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
+from tidelog.records.batch import COMPRESSION_CODEC_MASK, RecordBatch
+from tidelog.records.compression import decompress
 
 PURE_PYTHON_ENV = "TIDELOG_PURE_PYTHON"
 
-CODEC_MASK = 0x07  # attributes bits 0-2
 
 Buffer = Any  # what a twin's kernels read: a numpy uint8 array (numba) or a memoryview (python)
 Column = Any  # what they read and write per row/batch: a numpy array (numba) or a list (python)
@@ -317,16 +317,9 @@ def _walk(twin: ScanKernels, data: np.ndarray, start: int,
 
 
 def _verify_crcs(data: np.ndarray, batches: dict[str, np.ndarray]) -> None:
-    import crc32c  # deferred: only this optional check needs it
-
     view = memoryview(data)
-    for pos, size, base in zip(batches["position"].tolist(), batches["size"].tolist(),
-                               batches["base_offset"].tolist()):
-        stored = int.from_bytes(view[pos + 17:pos + 21], "big")
-        computed = crc32c.crc32c(view[pos + 21:pos + size])
-        if stored != computed:
-            raise CorruptRecordError(f"batch CRC mismatch: stored {stored}, computed {computed}",
-                                     position=pos, offset=base)
+    for pos, size in zip(batches["position"].tolist(), batches["size"].tolist()):
+        RecordBatch(view[pos:pos + size]).ensure_valid(position=pos)
 
 
 def _decompress(data: np.ndarray,
@@ -338,7 +331,7 @@ def _decompress(data: np.ndarray,
     """
     begin = batches["position"] + k.RECORD_BATCH_OVERHEAD
     end = batches["position"] + batches["size"]
-    codecs = batches["attributes"] & CODEC_MASK
+    codecs = batches["attributes"] & COMPRESSION_CODEC_MASK
     compressed = np.flatnonzero((codecs != 0) & (batches["records_count"] != 0))
     if len(compressed) == 0:
         return None, begin, end
@@ -351,16 +344,17 @@ def _decompress(data: np.ndarray,
 
 
 def _decompress_batch(view: memoryview, batches: dict[str, np.ndarray], b: int, codec: int) -> bytes:
-    from tidelog.records.compression import decompress  # deferred: only compressed data needs it
-
     pos = int(batches["position"][b])
     payload = view[pos + k.RECORD_BATCH_OVERHEAD:pos + int(batches["size"][b])]
-    offset = int(batches["base_offset"][b])
+    return _decompress_payload(codec, payload, pos, int(batches["base_offset"][b]))
+
+
+def _decompress_payload(codec: int, payload: memoryview, position: int, offset: int) -> bytes:
     try:
         return decompress(codec, payload)
     except (CorruptRecordError, UnsupportedCompressionError) as err:
         # An unknown codec id in bytes read back is corruption too: one error for callers to catch.
-        raise CorruptRecordError(err.message, position=pos, offset=offset) from err
+        raise CorruptRecordError(err.message, position=position, offset=offset) from err
 
 
 def _plan_rows(batches: dict[str, np.ndarray], area_begin: np.ndarray,
@@ -386,7 +380,7 @@ def _decode(twin: ScanKernels, data: np.ndarray, arena: np.ndarray | None,
     records = twin.columns(total, RECORD_COLUMNS)
     kernel_batches = tuple(twin.adopt(batches[name]) for name, _ in BATCH_COLUMNS)
     rows = twin.adopt(first_row)
-    codecs = batches["attributes"] & CODEC_MASK
+    codecs = batches["attributes"] & COMPRESSION_CODEC_MASK
     has_records = batches["records_count"] != 0
     for arena_id, buf, selected in ((0, data, (codecs == 0) & has_records),
                                     (1, arena, (codecs != 0) & has_records)):
@@ -439,42 +433,27 @@ class RecordsSummary(NamedTuple):
     sequential_offsets: bool
 
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header
+def summarize_batch_records(batch: RecordBatch, position: int = 0, *, kernels: ScanKernels | None = None) -> RecordsSummary:
+    """Walk the records of ``batch`` (decompressing if needed) without building per-record
+    columns: one kernel call of a few microseconds per produced batch.
 
-
-def summarize_batch_records(buf: Any, position: int = 0, *, kernels: ScanKernels | None = None) -> RecordsSummary:
-    """Walk the records of the v2 batch at ``buf[position:]`` (decompressing if needed) without
-    building per-record columns: one kernel call of a few microseconds per produced batch.
-
-    The batch header must already have been checked (size, magic, CRC). Raises
-    :class:`CorruptRecordError` naming the batch position and the failing record's position.
+    The batch's size and CRC must already have been checked. ``position`` is where the batch sits
+    in the caller's buffer, for errors: :class:`CorruptRecordError` names it and the failing
+    record's position within the records area.
     """
     twin = kernels or _ACTIVE
-    (base_offset, length, _epoch, _magic, _crc, attributes, _lod, base_timestamp, _max_ts, _pid, _pe, _bs,
-     count) = _HEADER.unpack_from(buf, position)
-    end = position + 12 + length
-    codec = attributes & 0x07
-    if codec == 0:
-        data, area_begin, area_end = _as_uint8(buf), position + 61, end
-    else:
-        raw = _decompress_area(memoryview(buf)[position + 61:end], codec, position, base_offset)
-        data, area_begin, area_end = np.frombuffer(raw, np.uint8), 0, len(raw)
-    log_append = bool(attributes & k.TIMESTAMP_TYPE_MASK)
+    attributes, base_offset = batch.attributes, batch.base_offset
+    codec = attributes & COMPRESSION_CODEC_MASK
+    area = batch.buffer[k.RECORD_BATCH_OVERHEAD:batch.size_in_bytes]
+    if codec != 0:
+        area = memoryview(_decompress_payload(codec, area, position, base_offset))
     error, at, low, high, keyless, first_keyless, sequential = twin.summarize_records(
-        twin.view(data), area_begin, area_end, count, base_timestamp, log_append)
+        twin.view(_as_uint8(area)), 0, len(area), batch.records_count, batch.base_timestamp,
+        bool(attributes & k.TIMESTAMP_TYPE_MASK))
     if error != k.OK:
         raise CorruptRecordError(_ERRORS.get(error, f"scan error {error}"), position=position,
-                                 offset=base_offset, record_position=at - area_begin)
-    return RecordsSummary(count, low, high, keyless, first_keyless, bool(sequential))
-
-
-def _decompress_area(area: memoryview, codec: int, position: int, base_offset: int) -> bytes:
-    from tidelog.records.compression import decompress
-
-    try:
-        return decompress(codec, bytes(area))
-    except (CorruptRecordError, UnsupportedCompressionError) as e:
-        raise CorruptRecordError(f"cannot decompress records: {e}", position=position, offset=base_offset) from e
+                                 offset=base_offset, record_position=at)
+    return RecordsSummary(batch.records_count, low, high, keyless, first_keyless, bool(sequential))
 
 
 # --- reading bytes back ---------------------------------------------------------------------

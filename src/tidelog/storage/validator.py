@@ -159,7 +159,7 @@ def assign_offsets(
     target = _target_compression(config, analyzed.source_compression)
     log_append = config.message_timestamp_type == "LogAppendTime"
     if all(batch.magic >= 2 for _, batch in batches):
-        summaries = [summarize_batch_records(analyzed.buffer, position) for position, _ in batches]
+        summaries = [summarize_batch_records(batch, position) for position, batch in batches]  # type: ignore[arg-type]  # all v2 here
         for (position, batch), summary in zip(batches, summaries):
             _check_records(summary, batch, position, config, now, log_append, topic_partition)
         if target == analyzed.source_compression and _codecs_uniform(batches, target):
@@ -362,16 +362,14 @@ def _rebuild_one(
         producer_epoch=batch.producer_epoch,
         base_sequence=batch.base_sequence,
         is_transactional=batch.is_transactional,
+        timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+        log_append_time=now if log_append else None,
     )
     for delta, record in enumerate(records):
         builder.append(base + delta, record.timestamp, record.key, record.value, record.headers)
-    built = bytearray(builder.build())
     last = base + max(len(records) - 1, 0)
-    batch_max = max((r.timestamp for r in records), default=NO_TIMESTAMP)
-    if log_append:
-        batch_max = now
-        set_max_timestamp(built, TimestampType.LOG_APPEND_TIME, now, 0)
-    return bytes(built), last, batch_max, len(records)
+    batch_max = now if log_append else max((r.timestamp for r in records), default=NO_TIMESTAMP)
+    return builder.build(), last, batch_max, len(records)
 
 
 def _level(config: LogConfig, codec: CompressionType) -> int | None:
