@@ -130,3 +130,30 @@ def test_global_options_may_follow_the_subcommand() -> None:
 def test_bad_override_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "--data-dir", str(tmp_path), "--override", "novalue", "demo")
     assert code == 2 and "KEY=VALUE" in err
+
+
+def test_verify_of_a_data_dir_reports_a_corrupt_batch_once(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log_file = first_log(data_dir)
+    data = bytearray(log_file.read_bytes())
+    data[100] ^= 0xFF
+    log_file.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "verify", str(data_dir))
+    assert code == 1
+    assert out.count("fails its CRC check") == 1  # the .index check reuses the .log scan
+
+
+def test_broker_overrides_shape_the_logs_commands_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--data-dir", str(tmp_path), "demo", "--records", "1000",
+                       "--override", "log.segment.bytes=4096")
+    assert code == 0 and "verify: OK" in out
+    assert len(list((tmp_path / "demo-0").glob("*.log"))) > 1
+
+
+def test_server_properties_file_is_read_and_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text("# broker\nlog.segment.bytes=4096\nlisteners=PLAINTEXT://127.0.0.1:9092\n")
+    code, _, _ = run(capsys, "--data-dir", str(tmp_path / "data"), "--config", str(properties), "demo", "--records", "1000")
+    assert code == 0 and len(list((tmp_path / "data" / "demo-0").glob("*.log"))) > 1
+    properties.write_text("log.segment.bytes=-5\n")
+    code, _, err = run(capsys, "--data-dir", str(tmp_path / "data"), "--config", str(properties), "demo")
+    assert code == 1 and "log.segment.bytes" in err and "-5" in err

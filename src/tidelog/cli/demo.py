@@ -9,7 +9,8 @@ import click
 
 from tidelog.records import BatchBuilder, CompressionType, read_batch_at
 from tidelog.scheduler import ThreadScheduler
-from tidelog.storage.config import LogConfig
+from tidelog.storage import files
+from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log
 from tidelog.storage.verify import verify_paths
 from tidelog.clock import SYSTEM_CLOCK
@@ -24,10 +25,11 @@ DEMO_PARTITION = TopicPartition("demo", 0)
 def demo(ctx: click.Context, records: int) -> None:
     """Append records to partition demo-0 in every codec, read them back, verify the files."""
     data_dir: Path = ctx.obj["data_dir"]
-    dir = data_dir / f"{DEMO_PARTITION.topic}-{DEMO_PARTITION.partition}"
+    broker: BrokerConfig = ctx.obj["broker"]
+    dir = files.partition_dir(data_dir, DEMO_PARTITION)
     scheduler = ThreadScheduler()
-    log = Log.open(dir, LogConfig.from_props(overrides={"segment.bytes": "65536"}), scheduler=scheduler,
-                   had_clean_shutdown=False, topic_partition=DEMO_PARTITION)
+    log = Log.open(dir, broker.log_config(), scheduler=scheduler, had_clean_shutdown=False,
+                   topic_partition=DEMO_PARTITION)
     try:
         start = log.log_end_offset
         _append(log, records)

@@ -17,6 +17,7 @@ from tidelog.cli.demo import demo
 from tidelog.cli.dump import dump
 from tidelog.cli.verify import verify
 from tidelog.errors import TidelogError
+from tidelog.storage.config import BrokerConfig
 
 GLOBAL_OPTIONS_WITH_VALUE = ("--data-dir", "--config", "--override")
 
@@ -32,7 +33,9 @@ GLOBAL_OPTIONS_WITH_VALUE = ("--data-dir", "--config", "--override")
 def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides: tuple[str, ...], verbose: bool) -> None:
     """tidelog: Kafka's log storage, in Python."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    ctx.obj = {"data_dir": data_dir, "config_file": config_file, "overrides": _parse_overrides(overrides)}
+    parsed = _parse_overrides(overrides)
+    broker = BrokerConfig.load(config_file, parsed) if config_file else BrokerConfig.from_properties(parsed)
+    ctx.obj = {"data_dir": data_dir, "broker": broker}
 
 
 def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
@@ -85,10 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
-    except TidelogError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    except OSError as e:
+    except (TidelogError, OSError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
 

@@ -51,6 +51,14 @@ class VerifyReport:
     files_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
     segments: list[SegmentSummary] = field(default_factory=list)
+    # Each .log is scanned once, whether its own check or its index's check comes first.
+    _scanned: dict[Path, tuple[SegmentSummary, list[Problem]]] = field(default_factory=dict, repr=False)
+
+    def scan(self, log_path: Path) -> tuple[SegmentSummary, list[Problem]]:
+        if log_path not in self._scanned:
+            problems: list[Problem] = []
+            self._scanned[log_path] = (verify_log_file(log_path, problems), problems)
+        return self._scanned[log_path]
 
     @property
     def ok(self) -> bool:
@@ -81,9 +89,13 @@ def _verify_file(path: Path, report: VerifyReport) -> None:
     report.files_checked += 1
     try:
         if path.name.endswith(files.LOG_SUFFIX):
-            report.segments.append(verify_log_file(path, report.problems))
+            summary, problems = report.scan(path)
+            report.segments.append(summary)
+            report.problems.extend(problems)
         elif path.name.endswith(files.INDEX_SUFFIX):
-            verify_offset_index(path, report.problems)
+            log_path = files.log_file(path.parent, files.offset_from_file_name(path.name))
+            segment = report.scan(log_path)[0] if log_path.exists() else None
+            verify_offset_index(path, report.problems, segment)
         elif path.name.endswith(files.TIME_INDEX_SUFFIX):
             verify_time_index(path, report.problems)
         else:
@@ -136,12 +148,13 @@ def _summarise(summary: SegmentSummary, position: int, batch) -> None:
     summary.batch_starts[position] = (batch.base_offset, batch.last_offset)
 
 
-def verify_offset_index(path: Path, problems: list[Problem]) -> None:
+def verify_offset_index(path: Path, problems: list[Problem], segment: SegmentSummary | None = None) -> None:
+    """Check ``path`` against its segment's batches (``segment``; scanned here when not given)."""
     data = path.read_bytes()
     base = files.offset_from_file_name(path.name)
     if len(data) % 8:
         problems.append(Problem(path, None, f"length {len(data)} is not a multiple of the 8-byte entry size"))
-    segment = _segment_of(path, base)
+    segment = segment or _segment_of(path, base)
     previous = base - 1
     for i, (relative, position) in enumerate(struct.iter_unpack(">ii", data[: len(data) // 8 * 8])):
         if relative == 0 and position == 0 and i > 0:
