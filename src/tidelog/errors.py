@@ -143,6 +143,19 @@ class LogDirLockedError(TidelogError):
     """Another process holds the log dir's ``.lock``."""
 
 
+class InvalidLogDirNameError(TidelogError):
+    """A directory name inside a log dir that is not ``<topic>-<partition>[.<id><suffix>]``."""
+
+
+class InvalidLogFileNameError(TidelogError):
+    """A file name inside a partition dir that does not start with a base offset (``<20 digits>.log`` ...)."""
+
+
+class InvalidUuidError(TidelogError, ValueError):
+    """A string that is not a Kafka ``Uuid`` (URL-safe base64 of exactly 16 bytes); also a ValueError,
+    as for any malformed string argument."""
+
+
 # --- configuration -------------------------------------------------------------------------
 
 class ConfigError(TidelogError):

@@ -23,41 +23,61 @@ Task = Callable[[], object]
 
 
 class Scheduler(Protocol):
+    """After :meth:`shutdown` both schedule calls raise RuntimeError naming the task."""
+
     def schedule_once(self, name: str, task: Task, delay_ms: int = 0) -> None:
-        """Run ``task`` once, ``delay_ms`` from now."""
+        """Run ``task`` once, ``delay_ms`` from now (a negative delay means now)."""
         ...
 
     def schedule_periodic(self, name: str, task: Task, delay_ms: int, period_ms: int) -> None:
-        """Run ``task`` after ``delay_ms`` and then every ``period_ms``."""
+        """Run ``task`` after ``delay_ms`` and then every ``period_ms``; ValueError unless ``period_ms`` > 0."""
         ...
 
     def shutdown(self) -> None:
+        """Drop the tasks not yet run and refuse new ones."""
         ...
 
 
 class _TaskQueue:
-    """A heap of (due ms, sequence, name, task, period) shared by both schedulers."""
+    """A heap of (due ms, sequence, name, task, period; 0 = once) and the scheduling rules shared by
+    both schedulers. Not thread-safe: :class:`ThreadScheduler` holds its condition around every call."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, str, Task, int]] = []
         self._sequence = itertools.count()
+        self._closed = False
 
-    def push(self, due_ms: int, name: str, task: Task, period_ms: int) -> None:
+    def schedule(self, now_ms: int, name: str, task: Task, delay_ms: int, period_ms: int | None = None) -> None:
+        """Queue ``task`` due ``delay_ms`` after ``now_ms`` (a negative delay means now), to run once,
+        or every ``period_ms`` when given. ValueError for a period <= 0; RuntimeError once closed."""
+        if self._closed:
+            raise RuntimeError(f"scheduler is shut down; cannot schedule {name!r}")
+        if period_ms is not None and period_ms <= 0:
+            raise ValueError(f"period of task {name!r} must be > 0 ms, got {period_ms}")
+        self._push(now_ms + max(0, delay_ms), name, task, period_ms or 0)
+
+    def _push(self, due_ms: int, name: str, task: Task, period_ms: int) -> None:
         heapq.heappush(self._heap, (due_ms, next(self._sequence), name, task, period_ms))
 
-    def pop_due(self, now_ms: int) -> tuple[str, Task, int] | None:
+    def pop_due(self, now_ms: int) -> tuple[str, Task] | None:
+        """The earliest task due at ``now_ms`` (a periodic one is queued again), or None."""
         if not self._heap or self._heap[0][0] > now_ms:
             return None
         due, _, name, task, period = heapq.heappop(self._heap)
         if period > 0:
-            self.push(due + period, name, task, period)
-        return name, task, period
+            self._push(due + period, name, task, period)
+        return name, task
 
     def next_due(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
-    def clear(self) -> None:
+    def close(self) -> None:
+        """Drop every queued task and refuse new ones."""
+        self._closed = True
         self._heap.clear()
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
 
 def run_task(name: str, task: Task) -> None:
@@ -80,18 +100,14 @@ class ThreadScheduler:
         self._thread.start()
 
     def schedule_once(self, name: str, task: Task, delay_ms: int = 0) -> None:
-        self._push(name, task, delay_ms, 0)
+        self._schedule(name, task, delay_ms, None)
 
     def schedule_periodic(self, name: str, task: Task, delay_ms: int, period_ms: int) -> None:
-        if period_ms <= 0:
-            raise ValueError(f"period of task {name!r} must be > 0 ms, got {period_ms}")
-        self._push(name, task, delay_ms, period_ms)
+        self._schedule(name, task, delay_ms, period_ms)
 
-    def _push(self, name: str, task: Task, delay_ms: int, period_ms: int) -> None:
+    def _schedule(self, name: str, task: Task, delay_ms: int, period_ms: int | None) -> None:
         with self._wakeup:
-            if not self._running:
-                raise RuntimeError(f"scheduler is shut down; cannot schedule {name!r}")
-            self._queue.push(self._clock.milliseconds() + max(0, delay_ms), name, task, period_ms)
+            self._queue.schedule(self._clock.milliseconds(), name, task, delay_ms, period_ms)
             self._wakeup.notify()
 
     def _run(self) -> None:
@@ -106,7 +122,7 @@ class ThreadScheduler:
         while self._running:
             popped = self._queue.pop_due(self._clock.milliseconds())
             if popped is not None:
-                return popped[0], popped[1]
+                return popped
             next_due = self._queue.next_due()
             timeout = None if next_due is None else max(0.0, (next_due - self._clock.milliseconds()) / 1000)
             self._wakeup.wait(timeout)
@@ -116,7 +132,7 @@ class ThreadScheduler:
         """Stop the thread; tasks not yet due are dropped (as Kafka's scheduler does)."""
         with self._wakeup:
             self._running = False
-            self._queue.clear()
+            self._queue.close()
             self._wakeup.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.errors import CheckpointError, StorageError
-from tidelog.storage.atomic import fsync_dir, temporary_write_path, write_atomically
+from tidelog.storage.atomic import fsync_dir, write_atomically
 from tidelog.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     EPOCH_ENTRY_FORMAT,
@@ -26,6 +26,7 @@ from tidelog.storage.checkpoints import (
     format_checkpoint,
     parse_checkpoint,
 )
+from tidelog.storage.files import temporary_write_path
 from tidelog.topic_partition import TopicPartition
 
 KAFKA_CLEANER_EXAMPLE = "0\n2\norders 3 1520\norders 0 977\n"
@@ -183,7 +184,7 @@ def test_offset_checkpoint_file_round_trips(entries: dict[TopicPartition, int]) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.builds(EpochEntry, st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)), max_size=20))
+@given(st.lists(st.builds(EpochEntry, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)), max_size=20))
 def test_epoch_checkpoint_text_round_trips_in_order(entries: list[EpochEntry]) -> None:
     assert parse_checkpoint(format_checkpoint(entries, EPOCH_ENTRY_FORMAT), EPOCH_ENTRY_FORMAT) == entries
 
@@ -197,13 +198,31 @@ def test_leader_epoch_checkpoint_exact_bytes_and_round_trip(tmp_path: Path) -> N
     assert LeaderEpochCheckpointFile(checkpoint.path).read() == [EpochEntry(0, 0), EpochEntry(1, 5), EpochEntry(2, 10)]
 
 
-@pytest.mark.parametrize(("line", "number"), [("1", 3), ("1 2 3", 3), ("x 2", 3), ("2147483648 0", 3)])
+@pytest.mark.parametrize(
+    ("line", "number"), [("1", 3), ("1 2 3", 3), ("x 2", 3), ("2147483648 0", 3), ("-1 0", 3), ("0 -1", 3)]
+)
 def test_leader_epoch_checkpoint_malformed_line(tmp_path: Path, line: str, number: int) -> None:
     path = tmp_path / LEADER_EPOCH_CHECKPOINT_FILE
     path.write_text(f"0\n1\n{line}\n")
     with pytest.raises(CheckpointError, match="expected '<epoch> <start offset>'") as raised:
         LeaderEpochCheckpointFile(path).read()
     assert (raised.value.line_number, raised.value.line) == (number, line)
+
+
+def test_leader_epoch_cache_loading_a_negative_epoch_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / LEADER_EPOCH_CHECKPOINT_FILE
+    path.write_text("0\n2\n0 0\n-3 5\n")
+    with pytest.raises(CheckpointError, match="both >= 0") as raised:
+        LeaderEpochCache(LeaderEpochCheckpointFile(path))
+    assert (raised.value.path, raised.value.line_number, raised.value.line) == (path, 4, "-3 5")
+
+
+@pytest.mark.parametrize("entry", [EpochEntry(-1, 0), EpochEntry(0, -1)])
+def test_leader_epoch_write_of_a_negative_entry_is_rejected(tmp_path: Path, entry: EpochEntry) -> None:
+    checkpoint = LeaderEpochCheckpointFile(tmp_path / LEADER_EPOCH_CHECKPOINT_FILE)
+    with pytest.raises(CheckpointError):
+        checkpoint.write([entry])
+    assert checkpoint.read() == []
 
 
 def test_leader_epoch_write_if_dir_exists_skips_a_deleted_dir(tmp_path: Path) -> None:
@@ -257,6 +276,16 @@ def test_failed_tmp_write_raises_storage_error_naming_tmp(tmp_path: Path) -> Non
     assert raised.value.operation == "write"
     assert raised.value.path == temporary_write_path(target)
     assert target.read_bytes() == b"old"
+
+
+def test_unreadable_checkpoint_raises_storage_error_naming_it(tmp_path: Path) -> None:
+    checkpoint = OffsetCheckpointFile(tmp_path / "cp")
+    checkpoint.path.unlink()
+    checkpoint.path.mkdir()  # a real read failure: a directory cannot be read as a file
+    with pytest.raises(StorageError, match="cannot read checkpoint file") as raised:
+        checkpoint.read()
+    assert (raised.value.path, raised.value.operation) == (checkpoint.path, "read")
+    assert isinstance(raised.value.__cause__, OSError)
 
 
 def test_fsync_dir_of_missing_dir_raises_storage_error(tmp_path: Path) -> None:
@@ -409,9 +438,8 @@ def test_loading_non_monotonic_checkpoint_applies_assign_rules(tmp_path: Path) -
     assert path.read_text() == "0\n3\n0 0\n2 10\n1 5\n"  # loading never writes
 
 
-def test_in_memory_cache_without_checkpoint(tmp_path: Path) -> None:
+def test_in_memory_cache_without_checkpoint() -> None:
     cache = LeaderEpochCache()
     cache.assign(0, 0)
     cache.flush()
     assert _pairs(cache) == [(0, 0)]
-    assert list(tmp_path.iterdir()) == []

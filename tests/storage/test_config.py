@@ -236,6 +236,15 @@ def test_broker_synonym_that_breaks_topic_rule_is_reported_under_broker_name() -
         BrokerConfig.from_properties({"log.roll.ms": "0"})
 
 
+def test_invalid_value_keeps_the_reason_as_an_attribute() -> None:
+    with pytest.raises(ConfigError) as raised:
+        BrokerConfig.from_properties({"log.roll.ms": "0"})
+    assert raised.value.reason == "Value must be at least 1 (as segment.ms)"
+    assert raised.value.config == "log.roll.ms"
+    assert isinstance(raised.value.__cause__, ConfigError)
+    assert raised.value.__cause__.reason == "Value must be at least 1"
+
+
 # --- validation -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -371,6 +380,12 @@ def test_min_compaction_lag_above_max_is_rejected_naming_both() -> None:
 def test_min_compaction_lag_above_broker_max_is_rejected() -> None:
     with pytest.raises(ConfigError, match="min.compaction.lag.ms \\(100\\) > max.compaction.lag.ms \\(50\\)"):
         LogConfig.from_props({"log.cleaner.max.compaction.lag.ms": "50"}, {"min.compaction.lag.ms": "100"})
+
+
+def test_broker_compaction_lags_in_conflict_are_rejected_at_load() -> None:
+    broker = {"log.cleaner.min.compaction.lag.ms": "100", "log.cleaner.max.compaction.lag.ms": "50"}
+    with pytest.raises(ConfigError, match="min.compaction.lag.ms \\(100\\) > max.compaction.lag.ms \\(50\\)"):
+        BrokerConfig.from_properties(broker)
 
 
 def test_direct_construction_validates_and_normalizes() -> None:

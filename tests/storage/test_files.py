@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.errors import TidelogError
+from tidelog import errors
+from tidelog.errors import InvalidLogFileNameError, TidelogError
 from tidelog.storage import files
 from tidelog.storage.files import InvalidLogDirNameError, parse_topic_partition_name
 from tidelog.topic_partition import TopicPartition
@@ -53,10 +54,21 @@ def test_offset_from_file_name(suffix: str) -> None:
     assert files.offset_from_file_name(f"{files.filename_prefix_from_offset(23423423)}{suffix}") == 23423423
 
 
-@pytest.mark.parametrize("name", ["leader-epoch-checkpoint", "partition.metadata", ".log", "abc.log"])
+@pytest.mark.parametrize(
+    "name", ["leader-epoch-checkpoint", "partition.metadata", ".log", "abc.log", "\u00b2\u00b3.log"]
+)
 def test_offset_from_a_name_without_offset_is_an_error(name: str) -> None:
-    with pytest.raises(TidelogError):
+    with pytest.raises(TidelogError) as raised:
         files.offset_from_file_name(name)
+    assert isinstance(raised.value, InvalidLogFileNameError)
+    assert raised.value.file == name
+
+
+def test_atomic_write_scratch_file_is_target_name_plus_tmp(tmp_path: Path) -> None:
+    assert files.temporary_write_path(tmp_path / "replication-offset-checkpoint") == (
+        tmp_path / "replication-offset-checkpoint.tmp"
+    )
+    assert files.meta_properties_file(tmp_path) == tmp_path / "meta.properties"
 
 
 def test_temporary_suffixes_are_replaced_not_stacked(tmp_path: Path) -> None:
@@ -143,6 +155,10 @@ def test_invalid_dir_name_error_names_the_dir() -> None:
     with pytest.raises(InvalidLogDirNameError) as e:
         parse_topic_partition_name("non_kafka_dir")
     assert "non_kafka_dir" in str(e.value)
+
+
+def test_invalid_dir_name_error_lives_in_the_error_hierarchy() -> None:
+    assert files.InvalidLogDirNameError is errors.InvalidLogDirNameError  # still importable from files
 
 
 # --- delete dir names ---------------------------------------------------------------------------

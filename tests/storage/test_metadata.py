@@ -3,7 +3,6 @@ CleanShutdownFileHandlerTest and MetaProperties reader rules)."""
 
 from __future__ import annotations
 
-import base64
 import calendar
 import uuid
 from pathlib import Path
@@ -13,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.errors import CheckpointError
-from tidelog.storage.atomic import temporary_write_path
 from tidelog.storage.metadata import (
     CLEAN_SHUTDOWN_FILE,
     META_PROPERTIES_FILE,
@@ -34,6 +32,7 @@ from tidelog.storage.metadata import (
     write_clean_shutdown,
     write_meta_properties,
 )
+from tidelog.storage.files import temporary_write_path
 
 TOPIC_ID = "q1w2e3r4t5y6u7i8o9p0aQ"
 
@@ -206,6 +205,21 @@ def test_meta_properties_construction_validates() -> None:
         MetaProperties(1, cluster_id="c")
 
 
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"node_id": 1, "cluster_id": "c", "directory_id": "zzz"}, "directory.id is not a Kafka Uuid"),
+        ({"node_id": 2**31, "cluster_id": "c"}, "node id 2147483648 does not fit in an int32"),
+    ],
+)
+def test_meta_properties_that_could_not_be_read_back_are_never_written(
+    tmp_path: Path, fields: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(CheckpointError, match=expected):
+        write_meta_properties(tmp_path, MetaProperties(1, **fields))  # type: ignore[arg-type]
+    assert not (tmp_path / META_PROPERTIES_FILE).exists()
+
+
 # --- .kafka_cleanshutdown -------------------------------------------------------------------
 
 def test_clean_shutdown_marker_exact_json(tmp_path: Path) -> None:
@@ -254,6 +268,7 @@ def test_clean_shutdown_marker_large_epoch_round_trips(tmp_path: Path) -> None:
         write_clean_shutdown(tmp_path, 2**63)
 
 
-def test_base64_helper_agrees_with_stdlib() -> None:
-    raw = bytes(range(16))
-    assert uuid_to_topic_id(uuid.UUID(bytes=raw)) == base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def test_uuid_string_keeps_byte_order() -> None:
+    # Kafka: new Uuid(0x0001020304050607L, 0x08090a0b0c0d0e0fL).toString()
+    assert uuid_to_topic_id(uuid.UUID(bytes=bytes(range(16)))) == "AAECAwQFBgcICQoLDA0ODw"
+    assert topic_id_to_uuid("AAECAwQFBgcICQoLDA0ODw") == uuid.UUID(int=0x0001020304050607_08090A0B0C0D0E0F)

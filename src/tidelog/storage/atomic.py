@@ -1,4 +1,5 @@
-"""Crash-safe replacement of a small file: the one place that does write-new, fsync, rename, fsync dir.
+"""Small metadata files: the one place that replaces one crash-safely (write-new, fsync, rename,
+fsync dir) and the one place that reads one whole (:func:`read_file`).
 
 Every metadata file that must survive a crash (checkpoints, ``partition.metadata``,
 ``meta.properties``, the clean-shutdown marker) is written through :func:`write_atomically`,
@@ -15,6 +16,7 @@ the new content, never a torn mix.
 
 Every ``OSError`` becomes a :class:`~tidelog.errors.StorageError` naming the path and the
 operation that failed (``raise ... from`` the original), which is where a log dir goes offline.
+:func:`read_file` reads such a file whole, with the same error rule; decoding is the caller's.
 """
 
 from __future__ import annotations
@@ -23,14 +25,7 @@ import os
 from pathlib import Path
 
 from tidelog.errors import StorageError
-
-# Kafka's name for the scratch file of an atomic write: the target name plus ".tmp".
-TEMPORARY_WRITE_SUFFIX = ".tmp"
-
-
-def temporary_write_path(path: Path) -> Path:
-    """``<path>.tmp``: where :func:`write_atomically` stages the new content."""
-    return path.with_name(path.name + TEMPORARY_WRITE_SUFFIX)
+from tidelog.storage.files import temporary_write_path
 
 
 def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
@@ -68,18 +63,12 @@ def fsync_dir(dir: Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: Path) -> None:
-    """Flush an existing file's data and metadata to the device."""
+def read_file(path: Path, what: str) -> bytes:
+    """The whole content of a small file; :class:`StorageError` "cannot read <what>" naming ``path``."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        return path.read_bytes()
     except OSError as e:
-        raise StorageError("cannot open file for fsync", path=path, operation="open") from e
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        raise StorageError("cannot fsync file", path=path, operation="fsync") from e
-    finally:
-        os.close(fd)
+        raise StorageError(f"cannot read {what}", path=path, operation="read") from e
 
 
 def _write_file(path: Path, data: bytes, *, sync: bool) -> None:

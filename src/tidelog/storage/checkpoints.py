@@ -12,8 +12,8 @@ Format (Kafka's ``CheckpointFile``; UTF-8, every line ends with ``\\n``)::
         partition   decimal int32
         offset      decimal int64
     entry of leader-epoch-checkpoint          <epoch> <start offset>
-        epoch       decimal int32, ascending from line to line
-        start offset decimal int64, first offset written in that epoch
+        epoch       decimal int32 >= 0, ascending from line to line
+        start offset decimal int64 >= 0, first offset written in that epoch
 
 Example ``cleaner-offset-checkpoint`` (first dirty offset of two partitions)::
 
@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from tidelog.errors import CheckpointError, StorageError
-from tidelog.storage.atomic import write_atomically
+from tidelog.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from tidelog.storage.atomic import read_file, write_atomically
 from tidelog.topic_partition import TopicPartition
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
@@ -61,9 +62,6 @@ CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 
 CHECKPOINT_VERSION = 0
-
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
 _JAVA_WHITESPACE = re.compile(r"[ \t\n\x0b\f\r]+")
@@ -191,16 +189,16 @@ def _parse_offset_entry(fields: list[str]) -> tuple[TopicPartition, int] | None:
 
 
 def _format_epoch_entry(entry: EpochEntry) -> str:
-    _check_range("epoch", entry.epoch, INT32_MIN, INT32_MAX)
-    _check_range("start offset", entry.start_offset, INT64_MIN, INT64_MAX)
+    _check_range("epoch", entry.epoch, 0, INT32_MAX)
+    _check_range("start offset", entry.start_offset, 0, INT64_MAX)
     return f"{entry.epoch} {entry.start_offset}"
 
 
 def _parse_epoch_entry(fields: list[str]) -> EpochEntry | None:
     if len(fields) != 2:
         return None
-    epoch = parse_java_int(fields[0], INT32_MIN, INT32_MAX)
-    start_offset = parse_java_int(fields[1])
+    epoch = parse_java_int(fields[0], 0, INT32_MAX)
+    start_offset = parse_java_int(fields[1], 0, INT64_MAX)
     if epoch is None or start_offset is None:
         return None
     return EpochEntry(epoch, start_offset)
@@ -208,14 +206,14 @@ def _parse_epoch_entry(fields: list[str]) -> EpochEntry | None:
 
 def _check_range(what: str, value: int, lo: int, hi: int) -> None:
     if not lo <= value <= hi:
-        raise CheckpointError(f"{what} {value} does not fit the checkpoint's integer type", value=value)
+        raise CheckpointError(f"{what} {value} is outside what the checkpoint holds, [{lo}, {hi}]", value=value)
 
 
 OFFSET_ENTRY_FORMAT: EntryFormat[tuple[TopicPartition, int]] = EntryFormat(
     "'<topic> <partition> <offset>'", _format_offset_entry, _parse_offset_entry
 )
 EPOCH_ENTRY_FORMAT: EntryFormat[EpochEntry] = EntryFormat(
-    "'<epoch> <start offset>'", _format_epoch_entry, _parse_epoch_entry
+    "'<epoch> <start offset>', both >= 0", _format_epoch_entry, _parse_epoch_entry
 )
 
 
@@ -242,10 +240,7 @@ class CheckpointFile(Generic[T]):
         write_atomically(self.path, text.encode("utf-8"))
 
     def _read_text(self) -> str:
-        try:
-            data = self.path.read_bytes()
-        except OSError as e:
-            raise StorageError("cannot read checkpoint file", path=self.path, operation="read") from e
+        data = read_file(self.path, "checkpoint file")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -329,7 +324,8 @@ class LeaderEpochCache:
         self._entries: list[EpochEntry] = []
         for entry in checkpoint.read() if checkpoint is not None else ():
             self._assign(entry)
-        # What the file holds, so flush() rewrites it (two fsyncs) only after a change.
+        # The entries as loaded through the assign rules (not necessarily the file's lines), so
+        # flush() rewrites the file (two fsyncs) only after a change made since.
         self._persisted: list[EpochEntry] | None = list(self._entries) if checkpoint is not None else None
 
     @property
@@ -352,7 +348,8 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True (and checkpoint written) if changed.
 
-        Raises ValueError for a negative epoch or offset (callers skip batches with epoch -1).
+        Raises ValueError for a negative epoch or offset: a caller's bug (callers skip batches
+        with epoch -1, and the checkpoint parser rejects negative numbers).
         """
         changed = self._assign(EpochEntry(epoch, start_offset))
         if changed:

@@ -62,10 +62,9 @@ from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from tidelog.errors import ConfigError
+from tidelog.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from tidelog.storage.properties import read_properties_file
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 DOUBLE_MAX = 1.7976931348623157e308
 
 MS_PER_MINUTE = 60_000
@@ -81,7 +80,6 @@ class ConfigType(enum.Enum):
     BOOLEAN = "BOOLEAN"
     STRING = "STRING"
     LIST = "LIST"
-    CLASS = "CLASS"
 
 
 class ConfigSource(enum.StrEnum):
@@ -93,8 +91,11 @@ class ConfigSource(enum.StrEnum):
 
 
 def invalid_value(name: str, raw: object, reason: str) -> ConfigError:
-    """Kafka's ``ConfigException(name, value, reason)`` text as a :class:`ConfigError`."""
-    return ConfigError(f"Invalid value {_show(raw)} for configuration {name}: {reason}", config=name, value=raw)
+    """Kafka's ``ConfigException(name, value, reason)`` text as a :class:`ConfigError`; ``reason``
+    is also kept as an attribute (not in the rendered context: the message already says it)."""
+    error = ConfigError(f"Invalid value {_show(raw)} for configuration {name}: {reason}", config=name, value=raw)
+    error.reason = reason
+    return error
 
 
 def _show(raw: object) -> str:
@@ -332,7 +333,6 @@ _PARSERS: dict[ConfigType, Any] = {
     ConfigType.BOOLEAN: _parse_boolean,
     ConfigType.STRING: _parse_string,
     ConfigType.LIST: _parse_list,
-    ConfigType.CLASS: _parse_string,
 }
 
 
@@ -626,9 +626,15 @@ class BrokerConfig:
             else:
                 explicit[name] = key.parse(raw)
         config = cls(MappingProxyType(explicit), MappingProxyType(unknown))
-        _ = config.log_dirs  # validates that at least one dir is configured
-        LogConfig.from_props(config)  # surfaces derived-value errors (e.g. lag bounds) at load time
+        config._validate()
         return config
+
+    def _validate(self) -> None:
+        """What only the whole config can break, found at load time: no log dir, a synonym that
+        breaks its topic config's rule, or derived compaction lags in conflict."""
+        _ = self.log_dirs
+        defaults = {key.name: self.topic_default(key)[0] for key in TOPIC_CONFIGS.values()}
+        _check_compaction_lags(defaults["min.compaction.lag.ms"], defaults["max.compaction.lag.ms"])
 
     @classmethod
     def load(cls, path: Path, overrides: Mapping[str, object] | None = None) -> BrokerConfig:
@@ -677,8 +683,7 @@ class BrokerConfig:
         try:
             return key.parse(value)
         except ConfigError as e:
-            reason = e.message.split(": ", 1)[-1]
-            raise invalid_value(synonym.name, raw, f"{reason} (as {key.name})") from e
+            raise invalid_value(synonym.name, raw, f"{getattr(e, 'reason', e.message)} (as {key.name})") from e
 
     def log_config(self, overrides: Mapping[str, object] | None = None) -> LogConfig:
         """This broker's defaults for a topic, with ``overrides`` applied."""
@@ -738,16 +743,11 @@ class LogConfig:
     overridden: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
-        for key in TOPIC_CONFIGS.values():
-            object.__setattr__(self, key.attribute, key.parse(getattr(self, key.attribute)))
         object.__setattr__(self, "overridden", frozenset(self.overridden))
         check_topic_config_names(self.overridden)
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise ConfigError(
-                f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
-                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})",
-                config="min.compaction.lag.ms",
-            )
+        for key in TOPIC_CONFIGS.values():
+            object.__setattr__(self, key.attribute, key.parse(getattr(self, key.attribute)))
+        _check_compaction_lags(self.min_compaction_lag_ms, self.max_compaction_lag_ms)
 
     @classmethod
     def defaults(cls) -> LogConfig:
@@ -765,7 +765,6 @@ class LogConfig:
         """
         broker_config = broker if isinstance(broker, BrokerConfig) else _broker_from_mapping(broker or {})
         overrides = overrides or {}
-        check_topic_config_names(overrides)
         values = {
             key.attribute: overrides[key.name] if key.name in overrides else broker_config.topic_default(key)[0]
             for key in TOPIC_CONFIGS.values()
@@ -818,6 +817,16 @@ class LogConfig:
         draw = (rng or _random).randint(INT32_MIN, INT32_MAX)
         magnitude = 0 if draw == INT32_MIN else abs(draw)  # Kafka's Utils.abs maps MIN_VALUE to 0
         return magnitude % min(self.segment_jitter_ms, self.segment_ms)
+
+
+def _check_compaction_lags(min_lag_ms: int, max_lag_ms: int) -> None:
+    """Raise :class:`ConfigError` if ``min.compaction.lag.ms`` > ``max.compaction.lag.ms``."""
+    if min_lag_ms > max_lag_ms:
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag_ms}) > "
+            f"max.compaction.lag.ms ({max_lag_ms})",
+            config="min.compaction.lag.ms",
+        )
 
 
 def _broker_from_mapping(props: Mapping[str, object]) -> BrokerConfig:

@@ -11,6 +11,8 @@ Layout (Kafka's, see shared/reference/kafka-storage.md §1.1)::
     <log.dir>/<topic>-<partition>.<32 hex>-delete/   partition scheduled for deletion
                                        ...-future/   replica being moved here
                                        ...-stray/    replica not assigned to this broker
+    <log.dir>/meta.properties                        identity of the log dir
+    <any small file>.tmp                             scratch file of an atomic replacement
 
 The base offset of a file is the decimal number before the first ``.`` of its name, written
 as 20 digits with leading zeros.
@@ -22,7 +24,7 @@ import re
 import uuid
 from pathlib import Path
 
-from tidelog.errors import TidelogError
+from tidelog.errors import InvalidLogDirNameError, InvalidLogFileNameError
 from tidelog.topic_partition import TopicPartition
 
 LOG_SUFFIX = ".log"
@@ -39,6 +41,11 @@ DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 
+# Kafka's name for the scratch file of an atomic write: the target name plus ".tmp".
+TEMPORARY_WRITE_SUFFIX = ".tmp"
+
+META_PROPERTIES_FILE = "meta.properties"
+
 SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 TEMPORARY_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
 
@@ -49,22 +56,24 @@ _OFFSET_DIGITS = 20
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
-class InvalidLogDirNameError(TidelogError):
-    """A directory name inside a log dir that is not ``<topic>-<partition>[.<id><suffix>]``."""
-
-
 def filename_prefix_from_offset(offset: int) -> str:
-    """The 20-digit, zero-padded decimal name Kafka gives a segment with this base offset."""
+    """The 20-digit, zero-padded decimal name Kafka gives a segment with this base offset.
+
+    A negative offset is a caller's bug (offsets are checked where they enter): ValueError.
+    """
     if offset < 0:
         raise ValueError(f"base offset must be >= 0, got {offset}")
     return f"{offset:0{_OFFSET_DIGITS}d}"
 
 
 def offset_from_file_name(name: str) -> int:
-    """The base offset encoded in a segment, index or snapshot file name (digits before the first '.')."""
+    """The base offset encoded in a segment, index or snapshot file name (digits before the first '.').
+
+    Raises :class:`InvalidLogFileNameError` naming the file when the name has no such digits.
+    """
     prefix = name.split(".", 1)[0]
-    if not prefix.isdigit():
-        raise TidelogError("file name does not start with a base offset", file=name)
+    if not (prefix.isascii() and prefix.isdigit()):  # str.isdigit alone accepts "²", which int() refuses
+        raise InvalidLogFileNameError("file name does not start with a base offset", file=name)
     return int(prefix)
 
 
@@ -105,6 +114,15 @@ def strip_temporary_suffix(name: str) -> str:
     return name
 
 
+def temporary_write_path(path: Path) -> Path:
+    """``<path>.tmp``: where an atomic write stages the new content."""
+    return path.with_name(path.name + TEMPORARY_WRITE_SUFFIX)
+
+
+def meta_properties_file(log_dir: Path) -> Path:
+    return log_dir / META_PROPERTIES_FILE
+
+
 def partition_dir(log_dir: Path, tp: TopicPartition) -> Path:
     return log_dir / partition_dir_name(tp)
 
@@ -123,7 +141,7 @@ def log_stray_dir_name(tp: TopicPartition) -> str:
 
 
 def log_future_dir_name(tp: TopicPartition) -> str:
-    return f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+    return f"{partition_dir_name(tp)}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
 
 
 def _renamed_dir_name(tp: TopicPartition, suffix: str) -> str:
@@ -140,7 +158,7 @@ def parse_topic_partition_name(dir_name: str) -> TopicPartition:
     if not dir_name:
         raise InvalidLogDirNameError("empty partition dir name", dir=dir_name)
     name = dir_name
-    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+    if is_renamed_partition_dir(name):
         dot = name.rfind(".")
         if dot < 0:
             raise InvalidLogDirNameError("renamed partition dir lacks '.<id>'", dir=dir_name)

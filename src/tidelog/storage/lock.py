@@ -44,6 +44,7 @@ _held: dict[Path, LogDirLock] = {}
 _BUSY = (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
 # struct flock on Linux (x86-64, arm64): short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
 _FLOCK = struct.Struct("hhqqi4x")
+_WHOLE_FILE_WRITE_LOCK = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)  # l_len 0 = to the end, however long
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", None)
 
@@ -152,7 +153,7 @@ def _flock(fd: int) -> None:
 def _record_lock(fd: int) -> None:
     if _OFD_SETLK is not None:
         try:
-            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+            fcntl.fcntl(fd, _OFD_SETLK, _WHOLE_FILE_WRITE_LOCK)
             return
         except OSError as e:
             if e.errno != errno.EINVAL:  # EINVAL: kernel without OFD locks
@@ -175,7 +176,7 @@ def _record_lock_holder(fd: int) -> str | None:
     if _OFD_GETLK is None:
         return None
     try:
-        answer = fcntl.fcntl(fd, _OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        answer = fcntl.fcntl(fd, _OFD_GETLK, _WHOLE_FILE_WRITE_LOCK)
     except OSError:
         return None
     lock_type, _, _, _, pid = _FLOCK.unpack(answer)

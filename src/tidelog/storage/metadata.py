@@ -31,9 +31,10 @@ in URL-safe base64 without padding, always 22 characters.
     {"version":0,"brokerEpoch":<int64>}    compact JSON, no newline; unknown fields ignored on read
 
     Only its existence means "clean shutdown": LogManager deletes it at start-up, before loading
-    logs (we fsync the dir after that delete). Kafka versions before KIP-966's broker
-    epoch (3.7, unverified) wrote it empty: an empty marker reads as broker epoch -1. Kafka writes it in place; we write it atomically (tmp + rename) so a
-    crash can never leave a torn marker that would still count as clean.
+    logs (we fsync the dir after that delete). Kafka versions before KIP-966's broker epoch
+    (3.7, unverified) wrote it empty: an empty marker reads as broker epoch -1. Kafka writes it in
+    place; we write it atomically (tmp + rename) so a crash can never leave a torn marker that
+    would still count as clean.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.errors import CheckpointError, ConfigError, StorageError, TidelogError
-from tidelog.storage.atomic import fsync_dir, write_atomically
-from tidelog.storage.checkpoints import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_java_int, split_lines
+from tidelog.errors import CheckpointError, ConfigError, InvalidUuidError, StorageError
+from tidelog.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from tidelog.storage.atomic import fsync_dir, read_file, write_atomically
+from tidelog.storage.checkpoints import parse_java_int, split_lines
+from tidelog.storage.files import META_PROPERTIES_FILE, meta_properties_file
 from tidelog.storage.properties import format_properties, parse_properties
 
 PARTITION_METADATA_FILE = "partition.metadata"
-META_PROPERTIES_FILE = "meta.properties"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 PARTITION_METADATA_VERSION = 0
@@ -64,10 +66,6 @@ _ONE_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Kafka Uuid.ONE_UUID = METADATA_TOPIC
 
 _KEY_SEPARATOR = re.compile(r":[ \t\n\x0b\f\r]+")
 _BASE64_URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-
-
-class InvalidUuidError(TidelogError, ValueError):
-    """A string that is not a Kafka ``Uuid`` (URL-safe base64 of exactly 16 bytes)."""
 
 
 # --- Kafka Uuid strings --------------------------------------------------------------------
@@ -162,7 +160,7 @@ class PartitionMetadataFile:
         write_atomically(self.path, PartitionMetadata(PARTITION_METADATA_VERSION, topic_id).encode())
 
     def read(self) -> PartitionMetadata:
-        return decode_partition_metadata(_read_bytes(self.path, "partition metadata"), self.path)
+        return decode_partition_metadata(read_file(self.path, "partition metadata"), self.path)
 
     def delete(self) -> None:
         try:
@@ -195,11 +193,8 @@ class MetaProperties:
             raise CheckpointError(f"unknown meta.properties version {version}", path=path)
         id_key = "broker.id" if version == 0 else "node.id"
         node_id = _meta_int(props, id_key, path) if id_key in props or version != 0 else None
-        directory_id = props.get("directory.id")
-        if directory_id is not None:
-            _meta_uuid(directory_id, path)
         try:
-            return cls(version, node_id, props.get("cluster.id"), directory_id)
+            return cls(version, node_id, props.get("cluster.id"), props.get("directory.id"))
         except CheckpointError as e:
             raise CheckpointError(e.message, path=path) from e
 
@@ -223,6 +218,16 @@ def _meta_problem(meta: MetaProperties) -> str | None:
         return "version 1 requires cluster.id"
     if meta.version == 2 and meta.directory_id is None:
         return "version 2 requires directory.id"
+    if meta.node_id is not None and not INT32_MIN <= meta.node_id <= INT32_MAX:
+        return f"node id {meta.node_id} does not fit in an int32"
+    return _directory_id_problem(meta.directory_id) if meta.directory_id is not None else None
+
+
+def _directory_id_problem(text: str) -> str | None:
+    try:
+        topic_id_to_uuid(text)
+    except InvalidUuidError as e:
+        return f"directory.id is not a Kafka Uuid: {e.message}, got {text!r}"
     return None
 
 
@@ -236,20 +241,13 @@ def _meta_int(props: Mapping[str, str], key: str, path: Path | None, default: st
     return value
 
 
-def _meta_uuid(text: str, path: Path | None) -> None:
-    try:
-        topic_id_to_uuid(text)
-    except InvalidUuidError as e:
-        raise CheckpointError(f"directory.id is not a Kafka Uuid: {e.message}", path=path, value=text) from e
-
-
 def read_meta_properties(log_dir: Path) -> MetaProperties | None:
     """``<log_dir>/meta.properties``, or None when the file does not exist."""
-    path = log_dir / META_PROPERTIES_FILE
+    path = meta_properties_file(log_dir)
     if not path.exists():
         return None
     try:
-        props = parse_properties(_read_bytes(path, "meta.properties").decode("latin-1"))
+        props = parse_properties(read_file(path, META_PROPERTIES_FILE).decode("latin-1"))
     except ConfigError as e:
         raise CheckpointError(e.message, path=path, **e.context) from e
     return MetaProperties.from_properties(props, path)
@@ -259,7 +257,7 @@ def write_meta_properties(log_dir: Path, meta: MetaProperties, now: float | None
     """Write ``<log_dir>/meta.properties`` atomically; ``now`` (seconds) dates the comment line."""
     date = _java_date(time.time() if now is None else now)
     text = format_properties(meta.to_properties(), comments=("", date))
-    write_atomically(log_dir / META_PROPERTIES_FILE, text.encode("latin-1"))
+    write_atomically(meta_properties_file(log_dir), text.encode("latin-1"))
 
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -282,7 +280,10 @@ def clean_shutdown_file(log_dir: Path) -> Path:
 
 
 def write_clean_shutdown(log_dir: Path, broker_epoch: int) -> None:
-    """Write the marker ``{"version":0,"brokerEpoch":N}`` atomically and durably."""
+    """Write the marker ``{"version":0,"brokerEpoch":N}`` atomically and durably.
+
+    A broker epoch outside int64 is a caller's bug (it comes from the broker's registration): ValueError.
+    """
     if not INT64_MIN <= broker_epoch <= INT64_MAX:
         raise ValueError(f"broker epoch {broker_epoch} does not fit in an int64")
     payload = json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": broker_epoch}, separators=(",", ":"))
@@ -299,7 +300,7 @@ def read_clean_shutdown(log_dir: Path) -> int | None:
     path = clean_shutdown_file(log_dir)
     if not path.exists():
         return None
-    return decode_clean_shutdown(_read_bytes(path, "clean shutdown marker"), path)
+    return decode_clean_shutdown(read_file(path, "clean shutdown marker"), path)
 
 
 def decode_clean_shutdown(data: bytes, path: Path | None = None) -> int:
@@ -323,10 +324,3 @@ def delete_clean_shutdown(log_dir: Path) -> None:
     except OSError as e:
         raise StorageError("cannot delete clean shutdown marker", path=path, operation="delete") from e
     fsync_dir(log_dir)  # a crash while loading logs must not resurrect the marker
-
-
-def _read_bytes(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise StorageError(f"cannot read {what}", path=path, operation="read") from e

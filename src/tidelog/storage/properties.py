@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tidelog.errors import ConfigError, StorageError
+from tidelog.errors import ConfigError
+from tidelog.storage.atomic import read_file
 
 
 _PROPERTIES_WHITESPACE = " \t\f"
@@ -128,6 +129,7 @@ def _escape(text: str, *, escape_space: bool) -> str:
 
 
 def _escape_comment(text: str) -> str:
+    """Comments come from our own code (a date line), so a line break is a caller's bug: ValueError."""
     if "\n" in text or "\r" in text:
         raise ValueError(f"a properties comment must be one line, got {text!r}")
     return "".join(ch if " " <= ch <= "~" else _unicode_escape(ch) for ch in text)
@@ -140,10 +142,7 @@ def _unicode_escape(ch: str) -> str:
 
 def read_properties_file(path: Path) -> dict[str, str]:
     """Parse a properties file (UTF-8, falling back to ISO-8859-1 as Java reads it)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise StorageError("cannot read properties file", path=path, operation="read") from e
+    data = read_file(path, "properties file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
