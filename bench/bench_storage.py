@@ -11,8 +11,9 @@ asserts; the runner (:mod:`bench.run`) compares each figure with its issue-2 tar
 | ``append_1``      | appends/s of 1-record batches                         | ``os.write``/s of the same small buffers    | >= 200,000 /s   |
 | ``fetch_1m``      | MB/s of ``Log.read(random offset, 1 MiB)``, warm       | MB/s of ``os.pread(1 MiB)`` at random spots  | ratio >= 0.5    |
 | ``recovery``      | GB/s of ``Log.open`` after an unclean stop (index files present) | GB/s of a sequential read of the file, warm | >= 1 GB/s |
-| ``recovery_no_index`` | the same with the index files deleted             | the same                                    | >= 1 GB/s       |
-| ``open_partitions`` | partitions/s of ``Log.open(had_clean_shutdown=True)`` | partitions/s of ``os.listdir`` + ``stat`` | 10k in <= 10 s (>= 1,000/s) |
+| ``recovery_no_index`` | the same with the index files deleted (still one pass: a segment rebuilt whole is not validated again) | the same | >= 1 GB/s |
+| ``recovery_small_batches`` | ``recovery`` of a segment of 1-record batches; batches/s in the label | the same | none (informational) |
+| ``open_partitions`` | partitions/s of ``Log.open(had_clean_shutdown=True)`` + a first ``log_end_offset`` | partitions/s of ``os.listdir`` + ``stat`` | 10k in <= 10 s (>= 1,000/s) |
 
 Data as in perf.md §1: uncompressed v2 batches, 16-byte random keys, 100-byte random values, 1%
 tombstones, no headers; a 1000-record batch is about 126 KB. Batches are built before timing
@@ -20,8 +21,10 @@ tombstones, no headers; a 1000-record batch is about 126 KB. Batches are built b
 benchmark batches with consecutive base offsets patched in; the base offset is outside the CRC),
 so those figures do not depend on the append path's speed.
 
-Timings are medians of ``repeats`` runs, baseline and figure alternating. Run alone with
-``python -m bench.bench_storage [--quick] [--only NAME]``; :func:`main` returns the figures.
+Timings are medians of ``repeats`` runs, baseline and figure alternating (:func:`alternate`). Every
+recovery open starts from the same files, restored untimed from a copy saved after a warm-up open.
+Run alone with ``python -m bench.bench_storage [--quick] [--only NAME]``; :func:`main` returns the
+figures.
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ _BASE_OFFSET = struct.Struct(">q")  # bytes 0..8 of a batch; not covered by the 
 # Partition dirs must be named <topic>-<partition>: repeats use 0.., these two the numbers below.
 CALIBRATION_RUN = 1000
 PROFILE_RUN = 1001
-OPEN_CHUNK = 2000  # partitions held open at once (see _open_in_chunks)
 
 
 # --- what a benchmark returns ------------------------------------------------------------------
@@ -149,6 +151,29 @@ def timed(profiler: cProfile.Profile | None = None) -> Iterator[list[float]]:
             profiler.disable()
 
 
+def alternate(repeats: int, *measures: Callable[[int], float]) -> list[list[float]]:
+    """Run every measure once per repeat (given the repeat's number), in turn: baseline and
+    figure alternate, so a change in the machine's state hits both alike. Returns each
+    measure's samples."""
+    samples: list[list[float]] = [[] for _ in measures]
+    for repeat in range(repeats):
+        for own, measure in zip(samples, measures):
+            own.append(measure(repeat))
+    return samples
+
+
+def fd_rate(path: Path, flags: int, work: Callable[[int], int]) -> float:
+    """Units per second of ``work(fd)``, which returns the units it did (writes, bytes), on
+    ``path`` opened with ``flags``; opening and closing are not timed."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        with timed() as elapsed:
+            units = work(fd)
+    finally:
+        os.close(fd)
+    return units / elapsed[0]
+
+
 def profile_call(settings: Settings, name: str, run: Callable[[cProfile.Profile], object], top: int = 25) -> None:
     """With ``settings.profile``: run once more, the timed section under cProfile; keep its hot spots."""
     if not settings.profile:
@@ -184,6 +209,9 @@ def _short_path(path: str) -> str:
 
 # --- data --------------------------------------------------------------------------------------
 
+INDEX_SUFFIXES = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -200,8 +228,17 @@ def build_batches(count: int, records_per_batch: int, seed: int) -> list[bytes]:
     return batches
 
 
-def write_segment(path: Path, pool: Sequence[bytes], records_per_batch: int, max_bytes: int) -> int:
-    """A ``.log`` of pool batches with consecutive base offsets, at most ``max_bytes``; returns its size."""
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """A ``.log`` written by :func:`write_segment`."""
+
+    path: Path
+    size: int
+    batches: int
+
+
+def write_segment(path: Path, pool: Sequence[bytes], records_per_batch: int, max_bytes: int) -> SegmentFile:
+    """A ``.log`` of pool batches with consecutive base offsets, at most ``max_bytes`` long."""
     copies = [bytearray(batch) for batch in pool]
     size, offset, i = 0, 0, 0
     with open(path, "wb") as out:
@@ -210,7 +247,14 @@ def write_segment(path: Path, pool: Sequence[bytes], records_per_batch: int, max
             _BASE_OFFSET.pack_into(batch, 0, offset)
             out.write(batch)
             size, offset, i = size + len(batch), offset + records_per_batch, i + 1
-    return size
+    return SegmentFile(path, size, i)
+
+
+def warm_segment(dir: Path, pool: Sequence[bytes], records_per_batch: int, max_bytes: int) -> SegmentFile:
+    """Segment 0 of ``dir`` (see :func:`write_segment`), read once so the page cache holds it."""
+    segment = write_segment(files.log_file(dir, 0), pool, records_per_batch, max_bytes)
+    read_file(segment.path, bytearray(MIB))
+    return segment
 
 
 def read_file(path: Path, buffer: bytearray) -> int:
@@ -220,6 +264,17 @@ def read_file(path: Path, buffer: bytearray) -> int:
         while (n := f.readinto(buffer)) > 0:  # type: ignore[attr-defined]
             total += n
     return total
+
+
+def copy_synced(source: Path, target: Path) -> None:
+    """Copy ``source`` over ``target`` and fsync it: its pages are then clean in the page cache,
+    and no writeback of them runs during a timed section that follows."""
+    shutil.copyfile(source, target)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def log_config() -> LogConfig:
@@ -233,9 +288,14 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def index_files(dir: Path) -> list[Path]:
-    suffixes = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)
-    return [dir / name for name in os.listdir(dir) if name.endswith(suffixes)]
+@contextlib.contextmanager
+def scratch_dir(path: Path) -> Iterator[Path]:
+    """A new directory for the ``with`` body, removed with everything in it afterwards."""
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        remove(path)
 
 
 # --- 1. append of 1000-record batches ----------------------------------------------------------
@@ -245,10 +305,9 @@ def bench_append_1000(settings: Settings, scheduler: ThreadScheduler) -> list[Ro
     count = settings.pick(256, 8) * MIB // len(pool[0])
     work = settings.work_dir
     _append_rate(work / f"append-{CALIBRATION_RUN}", pool, len(pool), scheduler)  # warm-up
-    raw, log_rate = [], []
-    for r in range(settings.repeats):
-        raw.append(_raw_write_rate(work / f"raw-{r}.bin", pool, count))
-        log_rate.append(_append_rate(work / f"append-{r}", pool, count, scheduler))
+    raw, log_rate = alternate(settings.repeats,
+                              lambda r: _raw_write_rate(work / f"raw-{r}.bin", pool, count),
+                              lambda r: _append_rate(work / f"append-{r}", pool, count, scheduler))
     profile_call(settings, "append_1000",
                  lambda p: _append_rate(work / f"append-{PROFILE_RUN}", pool, count, scheduler, p))
     total = sum(len(pool[i % len(pool)]) for i in range(count))
@@ -260,16 +319,15 @@ def bench_append_1000(settings: Settings, scheduler: ThreadScheduler) -> list[Ro
 
 def _raw_write_rate(path: Path, pool: Sequence[bytes], count: int) -> float:
     """Writes per second of ``count`` pool buffers to a new file (no fsync, like the log)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        began = time.perf_counter()
+    def write_all(fd: int) -> int:
         for i in range(count):
             os.write(fd, pool[i % len(pool)])
-        elapsed = time.perf_counter() - began
+        return count
+
+    try:
+        return fd_rate(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, write_all)
     finally:
-        os.close(fd)
         path.unlink()
-    return count / elapsed
 
 
 def _append_rate(
@@ -296,10 +354,9 @@ def bench_append_1(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
     _append_rate(work / f"append-{CALIBRATION_RUN}", pool, 100, scheduler)  # warm-up
     log_count = _calibrate(lambda n: n / _append_rate(work / f"append-{CALIBRATION_RUN}", pool, n, scheduler), seconds)
     raw_count = _calibrate(lambda n: n / _raw_write_rate(work / "raw-calibration.bin", pool, n), seconds)
-    raw, log_rate = [], []
-    for r in range(settings.repeats):
-        raw.append(_raw_write_rate(work / f"raw-{r}.bin", pool, raw_count))
-        log_rate.append(_append_rate(work / f"append-{r}", pool, log_count, scheduler))
+    raw, log_rate = alternate(settings.repeats,
+                              lambda r: _raw_write_rate(work / f"raw-{r}.bin", pool, raw_count),
+                              lambda r: _append_rate(work / f"append-{r}", pool, log_count, scheduler))
     profile_call(settings, "append_1", lambda p: _append_rate(work / f"append-{PROFILE_RUN}", pool, log_count, scheduler, p))
     return [Row("append_1", "append 1-record batches", median(log_rate), "appends/s",
                 median(raw), "os.write of the same buffers", Target("at_least", 200_000, ">= 200,000/s"),
@@ -316,37 +373,31 @@ def _calibrate(run: Callable[[int], float], seconds: float, first: int = 200) ->
 # --- 3. fetch of 1 MiB from random offsets -----------------------------------------------------
 
 def bench_fetch(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
-    dir = settings.work_dir / "fetch-0"
-    dir.mkdir()
-    try:
+    with scratch_dir(settings.work_dir / "fetch-0") as dir:
         return _fetch_rows(settings, dir, scheduler)
-    finally:
-        remove(dir)
 
 
 def _fetch_rows(settings: Settings, dir: Path, scheduler: ThreadScheduler) -> list[Row]:
-    path = files.log_file(dir, 0)
-    size = write_segment(path, build_batches(settings.pick(16, 4), 1000, seed=3), 1000, settings.pick(512, 32) * MIB)
-    read_file(path, bytearray(MIB))  # warm the page cache
+    segment = warm_segment(dir, build_batches(settings.pick(16, 4), 1000, seed=3), 1000, settings.pick(512, 32) * MIB)
     log = Log.open(dir, log_config(), had_clean_shutdown=True, scheduler=scheduler)  # builds the indexes
     try:
         log.update_high_watermark(log.log_end_offset)
-        reads, repeats = settings.pick(2000, 200), settings.pick(5, 2)
-        rng = random.Random(3)
-        offsets = [rng.randrange(log.log_end_offset) for _ in range(reads)]
-        positions = [rng.randrange(size - MIB) for _ in range(reads)]
-        raw, fetched = [], []
-        _fetch_rate(log, offsets[:10])  # warm-up
-        for _ in range(repeats):
-            raw.append(_pread_rate(path, positions))
-            fetched.append(_fetch_rate(log, offsets))
-        profile_call(settings, "fetch_1m", lambda p: _fetch_rate(log, offsets, p))
+        end, reads, repeats = log.log_end_offset, settings.pick(2000, 200), settings.pick(5, 2)
+        rng = random.Random(3)  # fresh offsets and positions for every repeat, drawn before its timing
+        _fetch_rate(log, _draws(random.Random(33), end, 10))  # warm-up, offsets of its own
+        raw, fetched = alternate(repeats, lambda _: _pread_rate(segment.path, _draws(rng, segment.size - MIB, reads)),
+                                 lambda _: _fetch_rate(log, _draws(rng, end, reads)))
+        profile_call(settings, "fetch_1m", lambda p: _fetch_rate(log, _draws(rng, end, reads), p))
     finally:
         log.close()
     return [Row("fetch_1m", "fetch 1 MiB at random offsets (warm)", median(fetched) / 1e6, "MB/s",
                 median(raw) / 1e6, "os.pread 1 MiB at random positions", Target("ratio", 0.5, ">= 0.5x"),
-                {"log_bytes": size, "reads": reads, "repeats": repeats,
+                {"log_bytes": segment.size, "reads": reads, "repeats": repeats,
                  "log_bytes_per_s": fetched, "raw_bytes_per_s": raw})]
+
+
+def _draws(rng: random.Random, below: int, count: int) -> list[int]:
+    return [rng.randrange(below) for _ in range(count)]
 
 
 def _fetch_rate(log: Log, offsets: Sequence[int], profiler: cProfile.Profile | None = None) -> float:
@@ -359,60 +410,112 @@ def _fetch_rate(log: Log, offsets: Sequence[int], profiler: cProfile.Profile | N
 
 
 def _pread_rate(path: Path, positions: Sequence[int]) -> float:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        total = 0
-        began = time.perf_counter()
-        for position in positions:
-            total += len(os.pread(fd, MIB, position))
-        return total / (time.perf_counter() - began)
-    finally:
-        os.close(fd)
+    """Bytes per second of ``os.pread(1 MiB)`` at each position."""
+    return fd_rate(path, os.O_RDONLY, lambda fd: sum(len(os.pread(fd, MIB, position)) for position in positions))
 
 
 # --- 4. unclean recovery of the active segment -------------------------------------------------
 
 def bench_recovery(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
-    dir = settings.work_dir / "recovery-0"
-    dir.mkdir()
-    try:
-        return _recovery_rows(settings, dir, scheduler)
-    finally:
-        remove(dir)
+    work = settings.work_dir
+    with scratch_dir(work / "recovery-0") as dir, scratch_dir(work / "pristine-0") as aside:
+        rows = _recovery_rows(settings, dir, aside, scheduler)
+    with scratch_dir(work / "recovery-1") as dir, scratch_dir(work / "pristine-1") as aside:
+        rows.append(_small_batches_row(settings, dir, aside, scheduler))
+    return rows
 
 
-def _recovery_rows(settings: Settings, dir: Path, scheduler: ThreadScheduler) -> list[Row]:
-    path = files.log_file(dir, 0)
-    size = write_segment(path, build_batches(settings.pick(16, 4), 1000, seed=4), 1000, settings.pick(1024, 32) * MIB)
-    buffer = bytearray(MIB)
-    read_file(path, buffer)  # warm
-    raw, no_index, with_index = [], [], []
-    for _ in range(settings.repeats):
-        raw.append(seconds_of(lambda: read_file(path, buffer)))
-        no_index.append(_unclean_open_seconds(dir, scheduler, delete_indexes=True))
-        with_index.append(_unclean_open_seconds(dir, scheduler, delete_indexes=False))
-    profile_call(settings, "recovery", lambda p: _unclean_open_seconds(dir, scheduler, delete_indexes=False, profiler=p))
+def _recovery_rows(settings: Settings, dir: Path, aside: Path, scheduler: ThreadScheduler) -> list[Row]:
+    pool = build_batches(settings.pick(16, 4), 1000, seed=4)
+    segment, pristine = _recovery_setup(dir, aside, pool, 1000, settings.pick(1024, 32) * MIB, scheduler)
+    raw, with_index, no_index = alternate(
+        settings.repeats, lambda _: _read_seconds(segment.path),
+        lambda _: _recovery_seconds(pristine, scheduler, indexes=True),
+        lambda _: _recovery_seconds(pristine, scheduler, indexes=False))
+    profile_call(settings, "recovery", lambda p: _recovery_seconds(pristine, scheduler, indexes=True, profiler=p))
     profile_call(settings, "recovery_no_index",
-                 lambda p: _unclean_open_seconds(dir, scheduler, delete_indexes=True, profiler=p))
+                 lambda p: _recovery_seconds(pristine, scheduler, indexes=False, profiler=p))
+    size = segment.size
     raw_rate = size / median(raw) / 1e9
-    details = {"segment_bytes": size, "raw_read_seconds": raw}
+    details = {"segment_bytes": size, "batches": segment.batches, "raw_read_seconds": raw}
     return [
         Row("recovery", "unclean open, 1 active segment, indexes present", size / median(with_index) / 1e9, "GB/s",
             raw_rate, "sequential read of the .log (warm)", Target("at_least", 1.0, ">= 1 GB/s"),
             {**details, "open_seconds": with_index}),
-        Row("recovery_no_index", "unclean open, index files deleted", size / median(no_index) / 1e9, "GB/s",
-            raw_rate, "sequential read of the .log (warm)", Target("at_least", 1.0, ">= 1 GB/s"),
+        Row("recovery_no_index", "unclean open, index files deleted (one pass)", size / median(no_index) / 1e9,
+            "GB/s", raw_rate, "sequential read of the .log (warm)", Target("at_least", 1.0, ">= 1 GB/s"),
             {**details, "open_seconds": no_index}),
     ]
 
 
-def _unclean_open_seconds(
-    dir: Path, scheduler: ThreadScheduler, *, delete_indexes: bool, profiler: cProfile.Profile | None = None
+def _small_batches_row(settings: Settings, dir: Path, aside: Path, scheduler: ThreadScheduler) -> Row:
+    """Recovery's per-batch cost: the same open of a segment of 1-record batches (informational)."""
+    pool = build_batches(1024, 1, seed=6)
+    segment, pristine = _recovery_setup(dir, aside, pool, 1, settings.pick(64, 4) * MIB, scheduler)
+    raw, opened = alternate(settings.repeats, lambda _: _read_seconds(segment.path),
+                            lambda _: _recovery_seconds(pristine, scheduler, indexes=True))
+    profile_call(settings, "recovery_small_batches",
+                 lambda p: _recovery_seconds(pristine, scheduler, indexes=True, profiler=p))
+    batches_per_s = segment.batches / median(opened)
+    return Row("recovery_small_batches", f"unclean open, 1-record batches ({batches_per_s:,.0f} batches/s)",
+               segment.size / median(opened) / 1e9, "GB/s", segment.size / median(raw) / 1e9,
+               "sequential read of the .log (warm)", None,
+               {"segment_bytes": segment.size, "batches": segment.batches, "batches_per_s": batches_per_s,
+                "open_seconds": opened, "raw_read_seconds": raw})
+
+
+@dataclass(frozen=True, slots=True)
+class PristineCopy:
+    """A partition dir as ``Log.close`` leaves it, restored before each timed open so that every
+    open starts from the same files: the ``.log`` copied to ``aside``, the small files in memory."""
+
+    dir: Path
+    aside: Path
+    small_files: dict[str, bytes]
+
+    @classmethod
+    def save(cls, dir: Path, aside: Path) -> PristineCopy:
+        copy_synced(files.log_file(dir, 0), aside)
+        names = [name for name in os.listdir(dir) if not name.endswith(files.LOG_SUFFIX)]
+        return cls(dir, aside, {name: (dir / name).read_bytes() for name in names})
+
+    def restore(self, *, indexes: bool) -> None:
+        """Put the saved files back, without the index files unless ``indexes``."""
+        for name in os.listdir(self.dir):
+            if not name.endswith(files.LOG_SUFFIX):
+                (self.dir / name).unlink()
+        copy_synced(self.aside, files.log_file(self.dir, 0))
+        for name, data in self.small_files.items():
+            if indexes or not name.endswith(INDEX_SUFFIXES):
+                (self.dir / name).write_bytes(data)
+
+
+def _recovery_setup(
+    dir: Path, aside: Path, pool: Sequence[bytes], records_per_batch: int, max_bytes: int, scheduler: ThreadScheduler
+) -> tuple[SegmentFile, PristineCopy]:
+    """Write and warm segment 0, open it once untimed (the warm-up; it also builds the index
+    files, which its close trims) and save that state."""
+    segment = warm_segment(dir, pool, records_per_batch, max_bytes)
+    _unclean_open_seconds(dir, scheduler)
+    return segment, PristineCopy.save(dir, aside / segment.path.name)
+
+
+def _read_seconds(path: Path) -> float:
+    buffer = bytearray(MIB)
+    return seconds_of(lambda: read_file(path, buffer))
+
+
+def _recovery_seconds(
+    pristine: PristineCopy, scheduler: ThreadScheduler, *, indexes: bool, profiler: cProfile.Profile | None = None
 ) -> float:
+    """Restore the saved dir (untimed; without index files unless ``indexes``), then time an
+    unclean open of it."""
+    pristine.restore(indexes=indexes)
+    return _unclean_open_seconds(pristine.dir, scheduler, profiler)
+
+
+def _unclean_open_seconds(dir: Path, scheduler: ThreadScheduler, profiler: cProfile.Profile | None = None) -> float:
     """Time ``Log.open`` after a crash (recovery point 0); closing (untimed) leaves trimmed indexes."""
-    if delete_indexes:
-        for path in index_files(dir):
-            path.unlink()
     with timed(profiler) as elapsed:
         log = Log.open(dir, log_config(), had_clean_shutdown=False, recovery_point=0, scheduler=scheduler)
     log.close()
@@ -422,12 +525,8 @@ def _unclean_open_seconds(
 # --- 5. opening many partitions after a clean shutdown -----------------------------------------
 
 def bench_open_partitions(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
-    root = settings.work_dir / "partitions"
-    root.mkdir()
-    try:
+    with scratch_dir(settings.work_dir / "partitions") as root:
         return _open_rows(settings, root, scheduler)
-    finally:
-        remove(root)
 
 
 def _open_rows(settings: Settings, root: Path, scheduler: ThreadScheduler) -> list[Row]:
@@ -436,8 +535,11 @@ def _open_rows(settings: Settings, root: Path, scheduler: ThreadScheduler) -> li
     create_seconds = seconds_of(lambda: _copy_partitions(root, template, count))
     dirs = [root / f"bench-{i}" for i in range(count)]
     listing = [seconds_of(lambda: _list_and_stat(dirs)) for _ in range(3)]
-    opened, closed, fds = _open_in_chunks(dirs, scheduler)  # one run: 10k opens + closes are not cheap
-    profile_call(settings, "open_partitions", lambda p: _close_all(_open_all(dirs[:OPEN_CHUNK], scheduler, p)[0]))
+    before = _open_fd_count()
+    logs, opened = _open_all(dirs, scheduler)  # one run: 10k opens + closes are not cheap
+    fds = _fds_per_log(before, _open_fd_count(), count)
+    closed = seconds_of(lambda: _close_all(logs))
+    profile_call(settings, "open_partitions", lambda p: _close_all(_open_all(dirs, scheduler, p)[0]))
     rate = count / opened
     return [Row("open_partitions", f"open {count:,} partitions after a clean shutdown", rate, "partitions/s",
                 count / median(listing), "os.listdir + stat of every file",
@@ -445,25 +547,7 @@ def _open_rows(settings: Settings, root: Path, scheduler: ThreadScheduler) -> li
                 {"partitions": count, "open_seconds": opened, "seconds_for_10k": 10_000 / rate,
                  "listdir_stat_seconds": listing, "create_seconds": create_seconds,
                  "close_seconds_4_threads": closed, "files_per_partition": len(template),
-                 "open_fds_per_partition": fds, "fd_soft_limit": _fd_limit(),
-                 "chunk": OPEN_CHUNK})]
-
-
-def _open_in_chunks(dirs: Sequence[Path], scheduler: ThreadScheduler) -> tuple[float, float, float | None]:
-    """Open every partition, ``OPEN_CHUNK`` at a time (closing each chunk, untimed, before the next):
-    an open log holds descriptors, and 10k of them at once can exceed ``ulimit -n``.
-    Returns open seconds, close seconds and descriptors held per open log."""
-    opened = closed = 0.0
-    fds: float | None = None
-    for start in range(0, len(dirs), OPEN_CHUNK):
-        before = _open_fd_count()
-        logs, seconds = _open_all(dirs[start:start + OPEN_CHUNK], scheduler)
-        after = _open_fd_count()
-        if fds is None and before is not None and after is not None:
-            fds = (after - before) / len(logs)
-        opened += seconds
-        closed += seconds_of(lambda: _close_all(logs))
-    return opened, closed, fds
+                 "open_fds_per_partition": fds, "fd_soft_limit": _fd_limit()})]
 
 
 def _open_fd_count() -> int | None:
@@ -471,6 +555,10 @@ def _open_fd_count() -> int | None:
         return len(os.listdir("/proc/self/fd"))
     except OSError:  # not Linux
         return None
+
+
+def _fds_per_log(before: int | None, after: int | None, logs: int) -> float | None:
+    return None if before is None or after is None else (after - before) / logs
 
 
 def _fd_limit() -> int | None:
@@ -520,14 +608,20 @@ def _list_and_stat(dirs: Sequence[Path]) -> int:
 def _open_all(
     dirs: Sequence[Path], scheduler: ThreadScheduler, profiler: cProfile.Profile | None = None
 ) -> tuple[list[Log], float]:
+    """Open every partition and read its log end offset (a first access: a log that deferred
+    work past ``open`` pays it here), all in one timed section."""
     config = log_config()
+    logs, ends = [], 0
     with timed(profiler) as elapsed:
-        logs = [Log.open(dir, config, had_clean_shutdown=True, scheduler=scheduler) for dir in dirs]
+        for dir in dirs:
+            log = Log.open(dir, config, had_clean_shutdown=True, scheduler=scheduler)
+            ends += log.log_end_offset
+            logs.append(log)
     return logs, elapsed[0]
 
 
 def _close_all(logs: Sequence[Log]) -> None:
-    """Close every log, 4 at a time (each close writes a checkpoint with two fsyncs)."""
+    """Close every log, 4 at a time (a close trims index files and may rewrite a checkpoint)."""
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(Log.close, logs))
 

@@ -236,7 +236,8 @@ def _git_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=BENCH_DIR, capture_output=True, text=True, timeout=30).stdout.strip()
     try:
-        return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        status = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")  # never takes index.lock
+        return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 

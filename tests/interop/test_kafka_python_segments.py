@@ -22,12 +22,15 @@ NOW = 1_700_000_000_000
 
 
 def kafka_python_records(data: bytes) -> list[tuple[int, int, bytes | None, bytes | None, list]]:
+    """Every record kafka-python finds in ``data``. Its reader stops quietly at a torn tail (a
+    consumer refetches), so this also checks that the batches it read cover every byte."""
     records, out = MemoryRecords(data), []
     while records.has_next():
         batch = records.next_batch()
         assert batch.validate_crc()
         for r in batch:
             out.append((r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]))
+    assert records.valid_bytes() == len(data), "bytes after the last whole batch"
     return out
 
 

@@ -33,13 +33,15 @@ LEGACY_CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNA
 
 
 def _kp_records(data: bytes) -> list[Record]:
-    """Every record kafka-python finds in ``data``, as our Record (v0 timestamps None -> -1)."""
-    out = []
-    for batch in MemoryRecords(bytes(data)):
+    """Every record kafka-python finds in ``data``, as our Record (v0 timestamps None -> -1).
+    Its reader stops quietly at a torn tail, so this also checks the batches cover every byte."""
+    records, out = MemoryRecords(bytes(data)), []
+    for batch in records:
         assert batch.validate_crc()
         for r in batch:
             ts = -1 if r.timestamp is None else r.timestamp
             out.append(Record(r.offset, ts, r.key, r.value, tuple(tuple(h) for h in r.headers)))
+    assert records.valid_bytes() == len(data), "bytes after the last whole batch"
     return out
 
 

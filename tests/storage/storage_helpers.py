@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.records import BatchBuilder, CompressionType, FileBatch, iter_batches
+from tidelog.storage import files
 from tidelog.storage.config import LogConfig
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.log import Log
@@ -61,6 +62,11 @@ def batch(
     return b.build()
 
 
+def single(ts: int = T0, value: bytes = b"test") -> bytes:
+    """A one-record batch (key ``k0``) at offset 0: a leader append assigns its offset."""
+    return batch(value, timestamp=ts)
+
+
 def records(count: int, *, base_offset: int = 0, timestamp: int = T0, value_size: int = 10, **builder: Any) -> bytes:
     """One batch of ``count`` records with values ``v<offset>`` padded to ``value_size`` bytes."""
     values = [(b"v%d" % (base_offset + i)).ljust(value_size, b".") for i in range(count)]
@@ -92,19 +98,30 @@ def read_all(log: Log, start: int | None = None, isolation: FetchIsolation = Fet
 
 @dataclass(frozen=True, slots=True)
 class OnDisk:
-    """A batch as found in a ``.log`` file."""
+    """A batch as found in a ``.log`` file (ground truth read from the bytes, not through the log)."""
 
     segment: int
     position: int
     base_offset: int
     last_offset: int
     size: int
+    max_timestamp: int
+    values: tuple[bytes | None, ...]
 
 
-def file_batches(log_file: Path) -> list[OnDisk]:
-    data = log_file.read_bytes()
-    base = int(log_file.name.split(".")[0])
-    return [OnDisk(base, pos, b.base_offset, b.last_offset, b.size_in_bytes) for pos, b in iter_batches(data)]
+def file_batches(log_file: Path, size: int | None = None) -> list[OnDisk]:
+    """Every complete batch of ``log_file``; only its first ``size`` bytes when given (the zero
+    tail of a preallocated file is not data)."""
+    data = log_file.read_bytes()[:size]
+    base = files.offset_from_file_name(log_file.name)
+    return [OnDisk(base, pos, b.base_offset, b.last_offset, b.size_in_bytes, b.max_timestamp,
+                   tuple(r.value for r in b.records()))
+            for pos, b in iter_batches(data)]
+
+
+def log_batches(log: Log) -> list[OnDisk]:
+    """:func:`file_batches` of every segment of ``log``, each up to its logical size."""
+    return [found for segment in log.segments for found in file_batches(segment.log.path, segment.size)]
 
 
 def batches_of(data: bytes) -> list[FileBatch]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -238,8 +239,50 @@ def test_append_of_several_buffers_writes_them_back_to_back(tmp_path: Path) -> N
     fr.close()
 
 
-def test_a_short_gathered_write_resumes_mid_buffer() -> None:
+def test_remaining_buffers_skip_the_bytes_already_written() -> None:
     views = [memoryview(b"abc"), memoryview(b"defg"), memoryview(b"h")]
     assert [bytes(v) for v in _remaining(views, 0)] == [b"abc", b"defg", b"h"]
     assert [bytes(v) for v in _remaining(views, 4)] == [b"efg", b"h"]
     assert [bytes(v) for v in _remaining(views, 7)] == [b"h"]
+
+
+def short_pwritev(monkeypatch: pytest.MonkeyPatch, *limits: int) -> list[bytes]:
+    """Make ``os.pwritev``, as file_records calls it, write at most ``limits[i]`` bytes on call
+    ``i`` (the last limit repeats); returns the bytes each call was asked to write."""
+    real = os.pwritev
+    asked: list[bytes] = []
+
+    def pwritev(fd: int, buffers: list[memoryview], offset: int) -> int:
+        data = b"".join(bytes(b) for b in buffers)
+        limit = limits[min(len(asked), len(limits) - 1)]
+        asked.append(data)
+        if len(asked) > 100:
+            raise AssertionError("append keeps calling pwritev although it writes nothing")
+        return real(fd, [data[:limit]], offset) if limit else 0
+
+    monkeypatch.setattr(file_records.os, "pwritev", pwritev)
+    return asked
+
+
+def test_a_short_gathered_write_resumes_mid_buffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fr = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
+    asked = short_pwritev(monkeypatch, 3)
+    assert fr.append((b"head", bytearray(b"-"), memoryview(b"tail"))) == 9
+    assert asked == [b"head-tail", b"d-tail", b"ail"]  # each retry starts where the last write stopped
+    assert fr.size_in_bytes == 9 and fr.path.read_bytes() == b"head-tail"
+    assert fr.append(b"!") == 1
+    assert fr.read(0, 100) == b"head-tail!" and fr.path.stat().st_size == fr.size_in_bytes == 10
+    fr.close()
+
+
+@pytest.mark.parametrize("limits", [(0,), (3, 0)], ids=["nothing", "part-then-nothing"])
+def test_a_write_of_zero_bytes_is_a_storage_error_and_the_size_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limits: tuple[int, ...]
+) -> None:
+    fr = new_file(tmp_path, b"before")
+    short_pwritev(monkeypatch, *limits)
+    with pytest.raises(StorageError, match="wrote nothing") as e:
+        fr.append((b"head", b"tail"))
+    assert e.value.path == fr.path
+    assert fr.size_in_bytes == len(b"before") and fr.read(0, 100) == b"before"
+    fr.close()

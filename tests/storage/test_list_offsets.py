@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from storage_helpers import T0, MakeLog, batch, crash, log_config
 
@@ -156,12 +156,18 @@ def test_timestamp_lookup_after_index_rebuild(make_log: MakeLog, clock: FakeCloc
         assert found is not None and found.offset == i
 
 
+GROUP_STEP = 20  # batch g's timestamps are T0 + GROUP_STEP * g + (0..50): rising, yet out of order nearby
+
+
 @settings(max_examples=40, deadline=None)
-@given(stamps=st.lists(st.lists(st.integers(0, 500), min_size=1, max_size=4), min_size=1, max_size=30),
-       interval=st.sampled_from([0, 100, 4096]), target=st.integers(-5, 520))
+@example(stamps=[[0, 1, 2, 3]] * 16, interval=100, target=GROUP_STEP * 15)  # 3+ segments, only the last reaches it
+@example(stamps=[[0, 30]] * 16, interval=0, target=GROUP_STEP * 15 + 25)  # the hit is a batch's second record
+@given(stamps=st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=4), min_size=1, max_size=30),
+       interval=st.sampled_from([0, 100, 4096]), target=st.integers(-5, GROUP_STEP * 30 + 60))
 def test_offset_for_timestamp_matches_a_scan(stamps: list[list[int]], interval: int, target: int) -> None:
     """Kafka's rule: the first segment whose largest timestamp reaches the target, then the first
-    record there with timestamp >= target (segments are scanned oldest first, not globally)."""
+    record there with timestamp >= target (segments are scanned oldest first, not globally).
+    Timestamps rise from batch to batch, so the answer lies in any segment, often a later one."""
     import tempfile
     from pathlib import Path
 
@@ -170,10 +176,11 @@ def test_offset_for_timestamp_matches_a_scan(stamps: list[list[int]], interval: 
         log = Log.open(Path(tmp) / "t-0", log_config(segment_bytes=500, index_interval_bytes=interval),
                        clock=clock, scheduler=FakeScheduler(clock))
         rows: list[tuple[int, int, int]] = []  # (segment base, offset, ts)
-        for group in stamps:
-            info = log.append_as_leader(batch(*[b"v"] * len(group), timestamps=[T0 + s for s in group]))
+        for number, group in enumerate(stamps):
+            timestamps = [T0 + GROUP_STEP * number + s for s in group]
+            info = log.append_as_leader(batch(*[b"v"] * len(group), timestamps=timestamps))
             base = log.active_segment.base_offset
-            rows.extend((base, info.first_offset + i, T0 + s) for i, s in enumerate(group))
+            rows.extend((base, info.first_offset + i, ts) for i, ts in enumerate(timestamps))
         ts = T0 + target
         expected = None
         for base in sorted({r[0] for r in rows}):

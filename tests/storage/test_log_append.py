@@ -114,9 +114,9 @@ def test_corrupt_batch_is_rejected_and_nothing_is_written(make_log: MakeLog) -> 
     log = make_log()
     data = bytearray(records(3))
     data[-1] ^= 0xFF  # a records byte: the CRC no longer matches
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(CorruptRecordError, match="computed crc"):
         log.append_as_leader(bytes(data))
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(CorruptRecordError, match="computed crc"):
         log.append_as_follower(bytes(data))
     assert log.log_end_offset == 0 and log.size == 0
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from storage_helpers import T0, MakeLog, batch, read_all, records, segment_names
+from storage_helpers import T0, MakeLog, batch, read_all, records, segment_names, single
 
 from tidelog.errors import TidelogError
+from tidelog.records import NO_TIMESTAMP
 from tidelog.storage import files
 from tidelog.testing import FakeClock, FakeScheduler
 
 INT_MAX = 2**31 - 1
-
-
-def single(ts: int = -1) -> bytes:
-    return batch(b"test", timestamp=ts)
 
 
 def test_time_based_roll_during_append(make_log: MakeLog, clock: FakeClock) -> None:
@@ -21,13 +18,13 @@ def test_time_based_roll_during_append(make_log: MakeLog, clock: FakeClock) -> N
     assert log.num_segments == 1
     # records without timestamps: wall-clock age of the segment
     clock.advance(3601)
-    log.append_as_leader(single())
+    log.append_as_leader(single(NO_TIMESTAMP))
     assert log.num_segments == 1, "no roll into an empty segment"
-    log.append_as_leader(single())
+    log.append_as_leader(single(NO_TIMESTAMP))
     assert log.num_segments == 2, "time expired since the segment was created"
     for expected in (3, 4):
         clock.advance(3601)
-        log.append_as_leader(single())
+        log.append_as_leader(single(NO_TIMESTAMP))
         assert log.num_segments == expected
     # a timestamped record in a segment whose first record had none: still wall clock
     stamped = single(clock.milliseconds() + 3601)
@@ -204,8 +201,8 @@ def test_flushing_empty_active_segment_creates_its_index_files(make_log: MakeLog
 
 def test_empty_active_segment_never_rolls_by_time(make_log: MakeLog, clock: FakeClock) -> None:
     log = make_log(segment_ms=10)
-    log.append_as_leader(single())
+    log.append_as_leader(single(NO_TIMESTAMP))
     log.roll()
     clock.advance(10_000)
-    log.append_as_leader(single())
+    log.append_as_leader(single(NO_TIMESTAMP))
     assert log.num_segments == 2 and log.active_segment.base_offset == 1

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from storage_helpers import T0, MakeLog, batch, read_all, segment_names
+from storage_helpers import T0, MakeLog, batch, read_all, segment_names, single
 
 from tidelog.errors import OffsetOutOfRangeError
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
 from tidelog.testing import FakeClock
-
-
-def single(ts: int = T0) -> bytes:
-    return batch(b"test", timestamp=ts)
 
 
 def test_truncate_to(make_log: MakeLog) -> None:

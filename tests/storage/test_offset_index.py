@@ -322,11 +322,19 @@ def test_empty_index_trims_to_zero_bytes_and_reopens(tmp_path: Path) -> None:
     reopened.append(50, 0)
 
 
-def test_flush_makes_entries_visible_in_file(tmp_path: Path) -> None:
+def test_entries_are_in_the_file_as_relative_offset_and_position_and_reopen_equal(tmp_path: Path) -> None:
+    # flush is an fsync: what it guarantees (surviving a power cut) cannot be observed here
     index = new_index(tmp_path)
     index.append(47, 512)
+    index.append(50, 700)
     index.flush()
-    assert index.path.read_bytes()[:8] == struct.pack(">ii", 2, 512)
+    assert index.path.read_bytes()[:16] == struct.pack(">iiii", 2, 512, 5, 700)
+    index.close()
+    reopened = OffsetIndex(index.path, 45)
+    assert reopened.entries == 2 and [reopened.lookup(o) for o in (47, 49, 50)] == [
+        OffsetPosition(47, 512), OffsetPosition(47, 512), OffsetPosition(50, 700)
+    ]
+    reopened.close()
 
 
 # --- sanity check -----------------------------------------------------------------------------

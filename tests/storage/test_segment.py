@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -93,28 +94,31 @@ def test_first_append_of_a_segment_gets_no_index_entry(tmp_path: Path) -> None:
 
 # --- read -----------------------------------------------------------------------------------
 
-def test_read_on_empty_segment_returns_none(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+@pytest.fixture
+def seg(tmp_path: Path) -> Iterator[LogSegment]:
+    """A segment at base offset 40 (interval 10), closed at teardown."""
+    segment = open_segment(tmp_path)
+    yield segment
+    segment.close()
+
+
+def test_read_on_empty_segment_returns_none(seg: LogSegment) -> None:
     assert seg.read(40, 300, seg.size) is None
-    seg.close()
 
 
-def test_read_before_first_offset_returns_the_whole_first_batch(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_read_before_first_offset_returns_the_whole_first_batch(seg: LogSegment) -> None:
     data = batch(b"hello", b"there", b"little", b"bee", base_offset=50)
     seg.append(53, NO_TIMESTAMP, -1, data)
     info = seg.read(41, 300, seg.size)
     assert info is not None and info.records == data
 
 
-def test_read_after_last_offset_returns_none(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_read_after_last_offset_returns_none(seg: LogSegment) -> None:
     append(seg, 50, b"hello", b"there")
     assert seg.read(52, 200, seg.size) is None
 
 
-def test_read_from_gap_returns_next_batch(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_read_from_gap_returns_next_batch(seg: LogSegment) -> None:
     append(seg, 50, b"hello", b"there")
     second = append(seg, 60, b"alpha", b"beta")
     info = seg.read(55, 200, seg.size)
@@ -122,10 +126,10 @@ def test_read_from_gap_returns_next_batch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("min_one_message", [True, False])
-def test_read_without_max_position_returns_metadata_only(tmp_path: Path, min_one_message: bool) -> None:
-    seg = open_segment(tmp_path)
-    data = append(seg, 50, b"hello", b"there")
+def test_read_without_max_position_returns_metadata_only(seg: LogSegment, min_one_message: bool) -> None:
+    append(seg, 50, b"hello", b"there")
     second_position = len(msgs(50, b"hello"))
+    assert [loc.position for loc in seg.log.batch_locations()] == [0, second_position]
     expected = {48: (48, 40, 0), 50: (50, 40, 0), 51: (51, 40, second_position)}
     for offset, (message, base, position) in expected.items():
         info = seg.read(offset, 1, None, min_one_message)
@@ -134,11 +138,9 @@ def test_read_without_max_position_returns_metadata_only(tmp_path: Path, min_one
         assert info.records == b""
     assert seg.read(52, 1, None, min_one_message) is None
     assert seg.read(53, 1, None, min_one_message) is None
-    assert len(data) > second_position
 
 
-def test_read_min_one_message_returns_first_batch_past_max_size(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_read_min_one_message_returns_first_batch_past_max_size(seg: LogSegment) -> None:
     data = append(seg, 40, b"x" * 100)
     info = seg.read(40, 1, seg.size, min_one_message=True)
     assert info is not None and info.records == data and not info.first_entry_incomplete
@@ -148,8 +150,7 @@ def test_read_min_one_message_returns_first_batch_past_max_size(tmp_path: Path) 
     assert info is not None and info.records == b""
 
 
-def test_read_is_bounded_by_max_position(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_read_is_bounded_by_max_position(seg: LogSegment) -> None:
     first = append(seg, 40, b"a")
     append(seg, 41, b"b")
     info = seg.read(40, 10_000, len(first))
@@ -158,12 +159,10 @@ def test_read_is_bounded_by_max_position(tmp_path: Path) -> None:
     assert info is not None and info.records == b""
 
 
-def test_negative_max_size_is_rejected(tmp_path: Path) -> None:
-    seg = open_segment(tmp_path)
+def test_negative_max_size_is_rejected(seg: LogSegment) -> None:
     append(seg, 40, b"a")
     with pytest.raises(ValueError):
         seg.read(40, -1, seg.size)
-    seg.close()
 
 
 def test_read_next_offset(tmp_path: Path) -> None:
