@@ -162,3 +162,35 @@ class ConfigError(TidelogError):
     """An unknown config key or a value outside its type or range (Kafka INVALID_CONFIG)."""
 
     error_code = 40
+
+
+# --- topics and the log manager ------------------------------------------------------------
+
+class UnknownTopicOrPartitionError(TidelogError):
+    """No such topic, or no such partition of it (Kafka UNKNOWN_TOPIC_OR_PARTITION)."""
+
+    error_code = 3
+
+
+class InvalidTopicError(TidelogError):
+    """A topic name Kafka would refuse: empty, ``.``/``..``, over 249 characters, a character
+    outside ``[a-zA-Z0-9._-]``, or colliding with an existing topic on ``.`` vs ``_`` (Kafka INVALID_TOPIC_EXCEPTION)."""
+
+    error_code = 17
+
+
+class TopicExistsError(TidelogError):
+    """Creating a topic that already exists (Kafka TOPIC_ALREADY_EXISTS)."""
+
+    error_code = 36
+
+
+class InvalidPartitionsError(TidelogError):
+    """A partition count below 1, or not above the current count when adding (Kafka INVALID_PARTITIONS)."""
+
+    error_code = 37
+
+
+class LogDirOfflineError(StorageError):
+    """A log dir or partition that failed (I/O error, corrupt beyond recovery) and was set aside;
+    the others keep serving (Kafka KAFKA_STORAGE_ERROR)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,6 +207,13 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The log's (re-entrant) lock, for upper layers that must decide and act on one consistent
+        state: retention plans and deletes a prefix under it, so no append, roll or truncation
+        slips in between."""
+        return self._lock
 
     # --- high watermark and log start offset --------------------------------------------------
 
@@ -564,6 +572,38 @@ class Log:
             # Kafka's clearAndFlush: a stale checkpoint would, after a crash, be cut at the new log
             # start and claim that its last epoch starts there.
             self.leader_epoch_cache.flush()
+
+    def delete_oldest_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
+        """Kafka's ``deleteSegments`` for a prefix retention chose: ``segments`` must be the oldest
+        segments, in order, each ending at or below the high watermark. When they are every
+        segment, the log rolls first so an (empty) active segment remains. The log start offset
+        moves to the base offset of the first segment kept. Returns how many were deleted."""
+        with self._lock:
+            if not segments:
+                return 0
+            current = self._segments.snapshot()
+            chosen = [s.base_offset for s in segments]
+            if chosen != [s.base_offset for s in current[:len(chosen)]]:
+                raise StorageError(
+                    f"segments {chosen} are not the oldest segments of the log", path=self._dir,
+                )
+            last = segments[-1]
+            upper = self._log_end_offset if last is current[-1] else current[len(chosen)].base_offset
+            if upper > self._high_watermark:
+                raise StorageError(
+                    f"cannot delete segments ending at offset {upper}: past the high watermark {self._high_watermark}",
+                    path=self._dir,
+                )
+            doomed = list(segments)
+            if len(doomed) == len(current):
+                self.roll()
+                if self.active_segment.base_offset == last.base_offset:  # the empty active one was recreated
+                    doomed.pop()
+            kept = self._segments.higher(last.base_offset)
+            if kept is not None:
+                self.maybe_increment_log_start_offset(kept.base_offset, reason)
+            self.delete_segments(doomed, reason)
+            return len(doomed)
 
     def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after

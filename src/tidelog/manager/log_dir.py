@@ -1,0 +1,160 @@
+"""One log dir owned by the LogManager: its ``.lock``, identity, checkpoints and what is inside.
+
+Opening a log dir (Kafka's ``LogManager.loadLogs`` preamble, kafka-storage.md §3.9):
+
+1. create it if missing, take ``.lock`` (a second owner fails with :class:`LogDirLockedError`);
+2. write ``meta.properties`` when absent (a fresh dir; Kafka's storage tool formats it);
+3. note whether ``.kafka_cleanshutdown`` exists, then delete it *before* any log is loaded, so a
+   crash while loading counts as unclean (KAFKA-10471);
+4. read the recovery-point, log-start-offset and high-watermark checkpoints; one that does not
+   parse counts as empty, with a warning (Kafka's rule: recovery from offset 0 is slow but safe).
+
+:meth:`LogDir.scan` then sorts the sub-directories into partition dirs to load, ``-delete`` dirs
+to remove, and dirs set aside (names that do not parse, ``-future``/``-stray`` dirs): Kafka
+refuses to start on a bad name; tidelog reports it and loads the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.errors import CheckpointError, InvalidLogDirNameError, StorageError, TidelogError
+from tidelog.storage import files
+from tidelog.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+)
+from tidelog.storage.lock import LogDirLock
+from tidelog.storage.metadata import (
+    MetaProperties,
+    delete_clean_shutdown,
+    has_clean_shutdown,
+    read_meta_properties,
+    uuid_to_topic_id,
+    write_clean_shutdown,
+    write_meta_properties,
+)
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: Dirs inside a log dir that are not partitions and that Kafka's LogManager skips.
+SKIPPED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
+DEFAULT_NODE_ID = 1
+
+
+@dataclass(slots=True)
+class DirScan:
+    """What :meth:`LogDir.scan` found: partition dirs to load, ``-delete`` dirs, and set-aside dirs
+    with the reason."""
+
+    partitions: dict[TopicPartition, Path] = field(default_factory=dict)
+    to_delete: list[Path] = field(default_factory=list)
+    set_aside: dict[Path, str] = field(default_factory=dict)
+
+
+class LogDir:
+    """An opened, locked log dir. Not thread-safe: the LogManager serializes checkpoint writes."""
+
+    def __init__(self, path: Path, lock: LogDirLock, had_clean_shutdown: bool) -> None:
+        self.path = path
+        self._lock = lock
+        self.had_clean_shutdown = had_clean_shutdown
+        self.recovery_points = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE)
+        self.log_start_offsets = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT_FILE)
+        self.high_watermarks = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT_FILE)
+        self.loaded_completely = False
+
+    @classmethod
+    def open(cls, path: Path, cluster_id: str | None = None, node_id: int = DEFAULT_NODE_ID) -> LogDir:
+        """Steps 1-3 above. Raises :class:`LogDirLockedError` or :class:`StorageError` naming the dir."""
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError("cannot create log dir", path=path, operation="mkdir") from e
+        lock = LogDirLock.acquire(path)
+        try:
+            if read_meta_properties(path) is None:
+                write_meta_properties(path, MetaProperties(
+                    1, node_id, cluster_id or _new_uuid(), _new_uuid(),
+                ))
+            clean = has_clean_shutdown(path)
+            delete_clean_shutdown(path)
+            return cls(path, lock, clean)
+        except BaseException:
+            lock.release()
+            raise
+
+    @property
+    def cluster_id(self) -> str | None:
+        meta = read_meta_properties(self.path)
+        return meta.cluster_id if meta else None
+
+    def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+        """A checkpoint's entries, or none (with a warning) when it does not parse."""
+        try:
+            return checkpoint.read()
+        except (CheckpointError, StorageError) as e:
+            log.warning("%s: ignoring unreadable checkpoint: %s", self.path, e)
+            return {}
+
+    def scan(self) -> DirScan:
+        """Sort the sub-directories (see the module doc). Lists the dir once."""
+        found = DirScan()
+        try:
+            entries = sorted(p for p in self.path.iterdir() if p.is_dir())
+        except OSError as e:
+            raise StorageError("cannot list log dir", path=self.path, operation="list") from e
+        for entry in entries:
+            self._sort_entry(entry, found)
+        return found
+
+    def _sort_entry(self, entry: Path, found: DirScan) -> None:
+        name = entry.name
+        if name in SKIPPED_DIRS:
+            return
+        if name.endswith(files.DELETE_DIR_SUFFIX):
+            found.to_delete.append(entry)
+            return
+        if files.is_renamed_partition_dir(name):
+            found.set_aside[entry] = "future or stray replica dir: tidelog does not move replicas between log dirs"
+            return
+        try:
+            tp = files.parse_topic_partition_name(name)
+        except InvalidLogDirNameError as e:
+            found.set_aside[entry] = str(e)
+            return
+        found.partitions[tp] = entry
+
+    def write_checkpoints(self, recovery_points: Mapping[TopicPartition, int],
+                          log_start_offsets: Mapping[TopicPartition, int],
+                          high_watermarks: Mapping[TopicPartition, int]) -> None:
+        self.recovery_points.write(recovery_points)
+        self.log_start_offsets.write(log_start_offsets)
+        self.high_watermarks.write(high_watermarks)
+
+    def mark_clean_shutdown(self, broker_epoch: int = -1) -> None:
+        """Write ``.kafka_cleanshutdown`` (only when every log of the dir finished loading)."""
+        if self.loaded_completely:
+            write_clean_shutdown(self.path, broker_epoch)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"LogDir({self.path})"
+
+
+def _new_uuid() -> str:
+    return uuid_to_topic_id(uuid.uuid4())
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for an error that set a partition or dir aside."""
+    return str(error) if isinstance(error, TidelogError) else f"{type(error).__name__}: {error}"

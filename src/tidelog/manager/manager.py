@@ -1,0 +1,698 @@
+"""LogManager: the single owner of a set of log dirs, their topics and their background work.
+
+Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
+
+* **Start-up** (:meth:`LogManager.open`): lock every log dir, read the topic registry
+  (:mod:`.topics`), and load every partition dir in parallel, ``num.recovery.threads.per.data.dir``
+  workers per dir, each with its checkpointed recovery point and log start offset, skipping recovery
+  after a clean shutdown. A partition that fails to load is *set aside* (reported by
+  :meth:`set_aside`, its checkpoint entries kept so nothing resurfaces once it is repaired) and the
+  others load: Kafka would take the whole dir offline.
+* **Topics**: create (partitions placed in the dir with the fewest), add partitions, delete
+  (dirs renamed ``-delete``, removed after the broker's ``log.segment.delete.delay.ms``), alter
+  per-topic overrides (persisted in the registry, applied to live logs at once).
+* **Appends**: tidelog is the only replica of every partition, so, as for a Kafka leader whose ISR
+  is itself, the high watermark moves to the log end right after each append.
+* **Background tasks** (:meth:`startup`): retention every ``log.retention.check.interval.ms``, the
+  ``flush.ms`` flusher, and the recovery-point, log-start-offset and high-watermark checkpoints, all
+  after ``log.initial.task.delay.ms``. Each task is also a public method, run on demand by the CLI
+  and tests.
+* **Clean shutdown** (:meth:`shutdown`): flush and close every log, write the checkpoints, then
+  ``.kafka_cleanshutdown`` in every dir whose logs all loaded, then release the locks.
+
+Thread-safety: topic changes and the partition map are guarded by one lock; each ``Log`` guards
+itself. Background tasks run on the scheduler's thread and take the same locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.errors import (
+    CheckpointError,
+    InvalidPartitionsError,
+    LogDirOfflineError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.manager.log_dir import DirScan, LogDir, describe_error
+from tidelog.manager.topics import (
+    RegistryState,
+    TopicRecord,
+    check_collision,
+    read_newest_registry,
+    registry_file,
+    validate_topic_name,
+    write_registry,
+)
+from tidelog.scheduler import Scheduler, ThreadScheduler
+from tidelog.storage import files
+from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
+from tidelog.storage.atomic import fsync_dir
+from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names
+from tidelog.storage.log import Log
+from tidelog.storage.metadata import PartitionMetadataFile, new_topic_id
+from tidelog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:  # TEMP: imported in run_retention until retention.py lands
+    from tidelog import retention
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int], None]
+
+
+# --- what the manager reports ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One live partition: where it lives and its offsets and size."""
+
+    topic_partition: TopicPartition
+    log_dir: Path
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    recovery_point: int
+    size: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A partition dir (or stray dir) that did not load, and why."""
+
+    path: Path
+    reason: str
+    topic_partition: TopicPartition | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    offline: tuple[SetAside, ...]
+    configs: Mapping[str, str]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions) + len(self.offline)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    path: Path
+    partitions: tuple[PartitionInfo, ...]
+    set_aside: tuple[SetAside, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.partitions)
+
+
+@dataclass(slots=True)
+class _Checkpointed:
+    """Checkpoint entries of partitions that are set aside, kept so that rewriting a checkpoint
+    does not forget them (a forgotten log start offset would bring deleted records back)."""
+
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
+    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class LogManager:
+    """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
+
+    def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
+                 owns_scheduler: bool) -> None:
+        self.broker = broker
+        self._dirs = dirs
+        self._clock = clock
+        self._scheduler = scheduler
+        self._owns_scheduler = owns_scheduler
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, LogDir] = {}
+        self._set_aside: dict[Path, SetAside] = {}
+        self._kept: dict[Path, _Checkpointed] = {d.path: _Checkpointed() for d in dirs}
+        self._registry = RegistryState()
+        self._configs: dict[str, LogConfig] = {}
+        self._started = False
+        self._closed = False
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        broker: BrokerConfig,
+        log_dirs: Sequence[Path] | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        scheduler: Scheduler | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> LogManager:
+        """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``).
+
+        Raises :class:`LogDirLockedError` when another process owns one of them (no dir stays
+        locked then), :class:`StorageError` when one cannot be created or read.
+        """
+        paths = [Path(p) for p in (log_dirs if log_dirs is not None else broker.log_dirs)]
+        dirs: list[LogDir] = []
+        try:
+            cluster_id: str | None = None
+            for path in paths:
+                log_dir = LogDir.open(path, cluster_id)
+                dirs.append(log_dir)
+                cluster_id = cluster_id or log_dir.cluster_id
+        except BaseException:
+            for log_dir in dirs:
+                log_dir.release()
+            raise
+        own = scheduler is None
+        manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own)
+        try:
+            manager._load(on_progress)
+        except BaseException:
+            manager._release()
+            raise
+        return manager
+
+    def _load(self, on_progress: ProgressCallback | None) -> None:
+        self._registry, problems = read_newest_registry([d.path for d in self._dirs])
+        for path, reason in problems.items():
+            log.warning("topic registry in %s is unreadable (%s); the newest readable copy is used", path, reason)
+        scans = {log_dir: log_dir.scan() for log_dir in self._dirs}
+        total = sum(len(scan.partitions) for scan in scans.values())
+        progress = _Progress(total, on_progress)
+        with ThreadPoolExecutor(max_workers=max(1, len(self._dirs))) as pool:
+            list(pool.map(lambda item: self._load_dir(item[0], item[1], progress), scans.items()))
+        self._reconcile_registry()
+
+    def _load_dir(self, log_dir: LogDir, scan: DirScan, progress: _Progress) -> None:
+        for path in scan.to_delete:
+            self._schedule_dir_deletion(path)
+        for path, reason in scan.set_aside.items():
+            self._set_aside[path] = SetAside(path, reason)
+        recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
+        log_start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
+        high_watermarks = log_dir.read_checkpoint(log_dir.high_watermarks)
+        to_load = {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
+        workers = self.broker.num_recovery_threads_per_data_dir
+
+        def load_one(item: tuple[TopicPartition, Path]) -> None:
+            tp, path = item
+            try:
+                loaded = Log.open(
+                    path, self._config_for(tp.topic),
+                    log_start_offset=log_start_offsets.get(tp, 0), recovery_point=recovery_points.get(tp, 0),
+                    had_clean_shutdown=log_dir.had_clean_shutdown, clock=self._clock, scheduler=self._scheduler,
+                    topic_partition=tp,
+                )
+            except Exception as e:  # noqa: BLE001 - one bad partition never stops the others
+                log.error("%s: partition set aside, it failed to load: %s", path, describe_error(e))
+                self._keep_checkpoints(log_dir, tp, recovery_points, log_start_offsets, high_watermarks)
+                with self._lock:
+                    self._set_aside[path] = SetAside(path, describe_error(e), tp)
+            else:
+                self._register_loaded(log_dir, tp, path, loaded)
+            progress.advance()
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(load_one, to_load.items()))
+        log_dir.loaded_completely = True
+
+    def _register_loaded(self, log_dir: LogDir, tp: TopicPartition, path: Path, loaded: Log) -> None:
+        with self._lock:
+            if tp in self._logs:
+                other = self._logs[tp].dir
+                loaded.close()
+                self._set_aside[path] = SetAside(path, f"duplicate of partition dir {other}", tp)
+                return
+            self._logs[tp] = loaded
+            self._log_dir_of[tp] = log_dir
+
+    def _keep_checkpoints(self, log_dir: LogDir, tp: TopicPartition, *checkpoints: dict[TopicPartition, int]) -> None:
+        kept = self._kept[log_dir.path]
+        targets = (kept.recovery_points, kept.log_start_offsets, kept.high_watermarks)
+        with self._lock:
+            for target, checkpoint in zip(targets, checkpoints):
+                if tp in checkpoint:
+                    target[tp] = checkpoint[tp]
+
+    def _deleted_partition(self, tp: TopicPartition, path: Path) -> bool:
+        """Finish a topic deletion a crash interrupted: the dir of a deleted topic id goes ``-delete``."""
+        deleted = self._registry.deleted_topic_ids
+        if not deleted:
+            return False
+        topic_id = _read_topic_id(path)
+        if topic_id is None or topic_id not in deleted:
+            return False
+        log.info("%s: finishing the deletion of topic %s", path, tp.topic)
+        self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
+        return True
+
+    def _reconcile_registry(self) -> None:
+        """Adopt partition dirs the registry does not know; create partitions it knows but that
+        have no dir (a create a crash interrupted); write the registry back if anything changed."""
+        topics = dict(self._registry.topics)
+        for tp, loaded in sorted(self._logs.items()):
+            record = topics.get(tp.topic)
+            if record is None:
+                record = TopicRecord(tp.topic, _read_topic_id(loaded.dir) or new_topic_id(), tp.partition + 1)
+            elif tp.partition >= record.partitions:
+                record = TopicRecord(record.name, record.topic_id, tp.partition + 1, record.configs)
+            topics[tp.topic] = record
+        changed = topics != dict(self._registry.topics)
+        if changed or any(not registry_file(d.path).exists() for d in self._dirs):
+            self._commit(topics, self._registry.deleted_topic_ids)
+        set_aside = {s.topic_partition for s in self._set_aside.values() if s.topic_partition is not None}
+        for record in topics.values():
+            for partition in range(record.partitions):
+                tp = TopicPartition(record.name, partition)
+                if tp not in self._logs and tp not in set_aside:
+                    self._create_partition(record, partition)
+                elif tp in self._logs:
+                    _ensure_topic_id(self._logs[tp].dir, record.topic_id)
+
+    # --- topics -------------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """Names of every topic, sorted."""
+        return sorted(self._registry.topics)
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._registry.topics
+
+    def _record(self, name: str) -> TopicRecord:
+        record = self._registry.topics.get(name)
+        if record is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}", topic=name)
+        return record
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (0..N-1); :class:`UnknownTopicOrPartitionError` if none."""
+        return list(range(self._record(topic).partitions))
+
+    def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> TopicDescription:
+        """Create ``name`` with ``partitions`` partitions and topic-level ``configs`` overrides.
+
+        Errors (nothing is created then): :class:`InvalidTopicError` (name, or a ``.``/``_``
+        collision), :class:`TopicExistsError`, :class:`InvalidPartitionsError`, :class:`ConfigError`.
+        """
+        validate_topic_name(name)
+        overrides = {k: str(v) for k, v in (configs or {}).items()}
+        with self._lock:
+            self._ensure_open()
+            if name in self._registry.topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.", topic=name)
+            check_collision(name, list(self._registry.topics))
+            if partitions < 1:
+                raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.",
+                                             topic=name, partitions=partitions)
+            self.broker.log_config(overrides)  # validates every override before anything is written
+            record = TopicRecord(name, new_topic_id(), partitions, MappingProxyType(overrides))
+            self._commit({**self._registry.topics, name: record}, self._registry.deleted_topic_ids)
+            for partition in range(partitions):
+                self._create_partition(record, partition)
+            return self.describe_topic(name)
+
+    def create_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
+        with self._lock:
+            self._ensure_open()
+            record = self._record(name)
+            if total == record.partitions:
+                raise InvalidPartitionsError(f"Topic already has {total} partitions.", topic=name)
+            if total < record.partitions:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {record.partitions} partitions, which is higher than the requested {total}.",
+                    topic=name,
+                )
+            grown = TopicRecord(name, record.topic_id, total, record.configs)
+            self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
+            for partition in range(record.partitions, total):
+                self._create_partition(grown, partition)
+            return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name``: recorded in the registry first, then each partition dir is renamed
+        ``-delete`` and removed after the broker's ``log.segment.delete.delay.ms``."""
+        with self._lock:
+            self._ensure_open()
+            record = self._record(name)
+            remaining = {k: v for k, v in self._registry.topics.items() if k != name}
+            self._commit(remaining, self._registry.deleted_topic_ids | {record.topic_id})
+            self._configs.pop(name, None)
+            for partition in range(record.partitions):
+                tp = TopicPartition(name, partition)
+                doomed = self._logs.pop(tp, None)
+                self._log_dir_of.pop(tp, None)
+                if doomed is not None:
+                    doomed.close()
+                    self._schedule_dir_deletion(self._rename_for_deletion(doomed.dir, tp))
+            log.info("deleted topic %s (%d partitions)", name, record.partitions)
+
+    def topic_config(self, topic: str) -> LogConfig:
+        self._record(topic)
+        return self._config_for(topic)
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        return dict(self._record(topic).configs)
+
+    def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
+                           delete: Iterable[str] = ()) -> LogConfig:
+        """Set and/or remove topic-level overrides (Kafka's IncrementalAlterConfigs SET/DELETE);
+        validated as a whole before anything is written; live logs use the new config at once."""
+        with self._lock:
+            self._ensure_open()
+            record = self._record(topic)
+            removed = list(delete)
+            check_topic_config_names([*removed, *(set or {})])
+            overrides = {k: v for k, v in record.configs.items() if k not in removed}
+            overrides.update({k: str(v) for k, v in (set or {}).items()})
+            config = self.broker.log_config(overrides)
+            updated = TopicRecord(topic, record.topic_id, record.partitions, MappingProxyType(overrides))
+            self._commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
+            self._configs[topic] = config
+            for tp, live in self._logs.items():
+                if tp.topic == topic:
+                    live.update_config(config)
+            return config
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        record = self._record(name)
+        infos, offline = [], []
+        for partition in range(record.partitions):
+            tp = TopicPartition(name, partition)
+            found = self._logs.get(tp)
+            if found is not None:
+                infos.append(self._partition_info(tp, found))
+            else:
+                offline.append(self._offline_entry(tp))
+        return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)))
+
+    def _offline_entry(self, tp: TopicPartition) -> SetAside:
+        for entry in self._set_aside.values():
+            if entry.topic_partition == tp:
+                return entry
+        return SetAside(Path(files.partition_dir_name(tp)), "partition has no log (offline)", tp)
+
+    # --- partitions and records ---------------------------------------------------------------
+
+    def log(self, tp: TopicPartition) -> Log:
+        """The live log of ``tp``; :class:`UnknownTopicOrPartitionError`, or :class:`LogDirOfflineError`
+        when it exists but was set aside."""
+        found = self._logs.get(tp)
+        if found is not None:
+            return found
+        record = self._record(tp.topic)
+        if 0 <= tp.partition < record.partitions:
+            entry = self._offline_entry(tp)
+            raise LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
+        raise UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} has no partition {tp.partition} (it has {record.partitions})",
+            topic_partition=str(tp),
+        )
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def logs(self, topic: str | None = None) -> list[tuple[TopicPartition, Log]]:
+        """Live logs (of ``topic``, when given; unknown topic raises), sorted by partition."""
+        if topic is not None:
+            self._record(topic)
+        items = list(self._logs.items())
+        return sorted((tp, lg) for tp, lg in items if topic is None or tp.topic == topic)
+
+    def append(self, tp: TopicPartition, records: bytes | bytearray | memoryview,
+               origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """Append record batches as the partition's leader; the high watermark follows the log end."""
+        target = self.log(tp)
+        info = target.append_as_leader(records, origin=origin)
+        target.maybe_increment_high_watermark(target.log_end_offset)
+        return info
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """Kafka's DeleteRecords (offset -1 = the high watermark); returns the new log start offset."""
+        return self.log(tp).delete_records(offset)
+
+    def set_aside(self) -> list[SetAside]:
+        """Dirs that did not load, and why."""
+        return sorted(self._set_aside.values(), key=lambda s: str(s.path))
+
+    def log_dirs(self) -> list[LogDirInfo]:
+        infos = []
+        for log_dir in self._dirs:
+            parts = tuple(self._partition_info(tp, lg) for tp, lg in self.logs() if self._log_dir_of.get(tp) is log_dir)
+            aside = tuple(s for s in self.set_aside() if s.path.parent == log_dir.path)
+            infos.append(LogDirInfo(log_dir.path, parts, aside))
+        return infos
+
+    def _partition_info(self, tp: TopicPartition, lg: Log) -> PartitionInfo:
+        return PartitionInfo(tp, lg.dir.parent, lg.log_start_offset, lg.high_watermark, lg.log_end_offset,
+                             lg.recovery_point, lg.size, lg.num_segments)
+
+    # --- background work, each runnable on demand ---------------------------------------------
+
+    def startup(self) -> None:
+        """Schedule the periodic tasks (what ``tidelog serve`` runs)."""
+        b = self.broker
+        delay = b.log_initial_task_delay_ms
+        with self._lock:
+            self._ensure_open()
+            if self._started:
+                return
+            self._started = True
+            self._scheduler.schedule_periodic("tidelog-log-retention", self.run_retention, delay,
+                                              b.log_retention_check_interval_ms)
+            self._scheduler.schedule_periodic("tidelog-log-flusher", self.flush_dirty_logs, delay,
+                                              b.log_flush_scheduler_interval_ms)
+            self._scheduler.schedule_periodic("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
+                                              delay, b.log_flush_offset_checkpoint_interval_ms)
+            self._scheduler.schedule_periodic("tidelog-log-start-offset-checkpoint",
+                                              self.checkpoint_log_start_offsets, delay,
+                                              b.log_flush_start_offset_checkpoint_interval_ms)
+            self._scheduler.schedule_periodic("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
+                                              delay, b.replica_high_watermark_checkpoint_interval_ms)
+
+    def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
+        """One retention pass over every live log (of ``topic``): what was deleted (or, with
+        ``dry_run``, would be) and why. Compacted logs get only what their policy allows (the
+        log-start-offset pass for ``compact``); Kafka runs those from the cleaner's loop, which
+        tidelog does here until the cleaner exists."""
+        from tidelog import retention
+
+        now = self._clock.milliseconds()
+        decide = retention.plan_retention if dry_run else retention.delete_old_segments
+        plans = []
+        for tp, lg in self.logs(topic):
+            try:
+                plans.append(decide(lg, now))
+            except StorageError as e:
+                log.error("%s: retention failed: %s", tp, e)
+        return plans
+
+    def explain_retention(self, topic: str | None = None) -> list[retention.RetentionPlan]:
+        """What the next retention pass would delete, and why or why not, per partition."""
+        return self.run_retention(topic, dry_run=True)
+
+    def flush_dirty_logs(self) -> None:
+        """Kafka's ``flushDirtyLogs``: flush every log whose last flush is ``flush.ms`` old."""
+        now = self._clock.milliseconds()
+        for tp, lg in self.logs():
+            if now - lg.last_flush_time >= lg.config.flush_ms:
+                try:
+                    lg.flush(include_active=False)
+                except StorageError as e:
+                    log.error("%s: flush failed: %s", tp, e)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(lambda d: d.recovery_points, lambda lg: lg.recovery_point,
+                         lambda kept: kept.recovery_points)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Only logs whose start offset is past their first segment's base are listed (Kafka's rule)."""
+        self._checkpoint(lambda d: d.log_start_offsets, _log_start_entry, lambda kept: kept.log_start_offsets)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(lambda d: d.high_watermarks, lambda lg: lg.high_watermark,
+                         lambda kept: kept.high_watermarks)
+
+    def _checkpoint(self, file_of: Callable[[LogDir], object], value_of: Callable[[Log], int | None],
+                    kept_of: Callable[[_Checkpointed], dict[TopicPartition, int]]) -> None:
+        with self._lock:
+            for log_dir in self._dirs:
+                entries = dict(kept_of(self._kept[log_dir.path]))
+                for tp, lg in self._logs.items():
+                    if self._log_dir_of.get(tp) is log_dir:
+                        value = value_of(lg)
+                        if value is not None:
+                            entries[tp] = value
+                try:
+                    file_of(log_dir).write(entries)  # type: ignore[attr-defined]
+                except (StorageError, CheckpointError) as e:
+                    log.error("%s: checkpoint failed: %s", log_dir.path, e)
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush and close every log, write the checkpoints, mark each fully
+        loaded dir cleanly shut down, release the locks. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._owns_scheduler:
+            self._scheduler.shutdown()
+        clean = self._close_logs()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for log_dir in self._dirs:
+            if clean.get(log_dir.path, True):
+                try:
+                    log_dir.mark_clean_shutdown(broker_epoch)
+                except StorageError as e:
+                    log.error("%s: cannot write the clean shutdown marker: %s", log_dir.path, e)
+        self._release()
+
+    close = shutdown
+
+    def _close_logs(self) -> dict[Path, bool]:
+        """Flush (active segment included) and close every log, in parallel per dir; a dir with a
+        log that failed to close gets no clean-shutdown marker."""
+        clean: dict[Path, bool] = {}
+
+        def close_one(item: tuple[TopicPartition, Log]) -> None:
+            tp, lg = item
+            try:
+                lg.flush()
+                lg.close()
+            except Exception as e:  # noqa: BLE001 - the other logs must still close
+                log.error("%s: failed to close cleanly: %s", tp, describe_error(e))
+                clean[lg.dir.parent] = False
+
+        with ThreadPoolExecutor(max_workers=self.broker.num_recovery_threads_per_data_dir) as pool:
+            list(pool.map(close_one, self.logs()))
+        return clean
+
+    def _release(self) -> None:
+        if self._owns_scheduler:
+            self._scheduler.shutdown()
+        for log_dir in self._dirs:
+            log_dir.release()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StorageError("log manager is shut down")
+
+    def _config_for(self, topic: str) -> LogConfig:
+        config = self._configs.get(topic)
+        if config is None:
+            record = self._registry.topics.get(topic)
+            config = self.broker.log_config(dict(record.configs) if record else {})
+            self._configs[topic] = config
+        return config
+
+    def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str]) -> None:
+        state = RegistryState(self._registry.epoch + 1, MappingProxyType(dict(topics)), frozenset(deleted))
+        write_registry([d.path for d in self._dirs], state)
+        self._registry = state
+
+    def _least_loaded_dir(self) -> LogDir:
+        """Kafka's ``nextLogDirs``: the dir holding the fewest partitions (first listed on a tie)."""
+        counts = {id(d): 0 for d in self._dirs}
+        for log_dir in self._log_dir_of.values():
+            counts[id(log_dir)] += 1
+        return min(self._dirs, key=lambda d: counts[id(d)])
+
+    def _create_partition(self, record: TopicRecord, partition: int) -> Log:
+        tp = TopicPartition(record.name, partition)
+        log_dir = self._least_loaded_dir()
+        path = files.partition_dir(log_dir.path, tp)
+        created = Log.open(path, self._config_for(record.name), had_clean_shutdown=True, clock=self._clock,
+                           scheduler=self._scheduler, topic_partition=tp)
+        PartitionMetadataFile(path).write(record.topic_id)
+        fsync_dir(log_dir.path)
+        with self._lock:
+            self._logs[tp] = created
+            self._log_dir_of[tp] = log_dir
+        return created
+
+    def _rename_for_deletion(self, path: Path, tp: TopicPartition) -> Path:
+        target = path.parent / files.log_delete_dir_name(tp)
+        try:
+            os.rename(path, target)
+            fsync_dir(path.parent)
+        except OSError as e:
+            raise StorageError("cannot rename partition dir for deletion", path=path, operation="rename") from e
+        return target
+
+    def _schedule_dir_deletion(self, path: Path) -> None:
+        delay = self.broker.log_config().file_delete_delay_ms  # the broker default, as Kafka does
+        self._scheduler.schedule_once(f"delete-dir-{path.name}", lambda: _remove_tree(path), delay)
+
+    def __repr__(self) -> str:
+        return f"LogManager({[str(d.path) for d in self._dirs]}, partitions={len(self._logs)})"
+
+
+class _Progress:
+    def __init__(self, total: int, callback: ProgressCallback | None) -> None:
+        self._total = total
+        self._done = 0
+        self._callback = callback
+        self._lock = threading.Lock()
+
+    def advance(self) -> None:
+        if self._callback is None:
+            return
+        with self._lock:
+            self._done += 1
+            self._callback(self._done, self._total)
+
+
+def _log_start_entry(lg: Log) -> int | None:
+    first = lg.segments[0].base_offset if lg.num_segments else lg.log_start_offset
+    return lg.log_start_offset if lg.log_start_offset > first else None
+
+
+def _read_topic_id(path: Path) -> str | None:
+    metadata = PartitionMetadataFile(path)
+    if not metadata.exists():
+        return None
+    try:
+        return metadata.read().topic_id
+    except (CheckpointError, StorageError) as e:
+        log.warning("%s: unreadable partition.metadata: %s", path, e)
+        return None
+
+
+def _ensure_topic_id(path: Path, topic_id: str) -> None:
+    if not PartitionMetadataFile(path).exists():
+        PartitionMetadataFile(path).write(topic_id)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    log.info("removed %s", path)

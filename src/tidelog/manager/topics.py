@@ -1,0 +1,178 @@
+"""Topic names and the topic registry: which topics exist, their ids, partition counts and overrides.
+
+A Kafka broker learns its topics from the cluster metadata (the KRaft log), not from its log dirs.
+tidelog has no controller, so it keeps that metadata itself, in one small JSON file at the root of
+every log dir (``tidelog-topics.json``; a Kafka broker ignores files at the root, and only
+*directories* there must be partition dirs)::
+
+    {"version": 0, "epoch": 7,
+     "topics": {"orders": {"topic_id": "<22-char Kafka Uuid>", "partitions": 3,
+                           "configs": {"retention.ms": "60000"}}},
+     "deleted_topic_ids": ["<Uuid>", ...]}
+
+Why a registry and not just the partition dirs: it is the *commit point* of every topic change.
+Creating a topic or adding partitions writes the registry first, then the partition dirs; a crash
+in between is completed at the next start-up (missing dirs are created). Deleting a topic records
+its id under ``deleted_topic_ids`` before its dirs are renamed ``-delete``; a crash in between is
+completed at start-up (dirs whose ``partition.metadata`` carries a deleted id are renamed then),
+so a deleted topic never comes back.
+
+Every change is written to every log dir, each copy atomically (write, fsync, rename, fsync dir),
+with ``epoch`` one higher than before; at start-up the copy with the highest epoch wins, so a crash
+between two dirs' writes, or a dir that was offline during a change, resolves to the newest state.
+Partition dirs found on disk that the registry does not know (a data dir written by Kafka, or
+copied in) are adopted with default configs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from tidelog.errors import CheckpointError, InvalidTopicError, StorageError
+from tidelog.storage.atomic import read_file, write_atomically
+
+log = logging.getLogger(__name__)
+
+REGISTRY_FILE = "tidelog-topics.json"
+REGISTRY_VERSION = 0
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+# --- names ----------------------------------------------------------------------------------
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: raise :class:`InvalidTopicError` with Kafka's wording."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty", topic=name)
+    if name in (".", ".."):
+        raise InvalidTopicError('Topic name cannot be "." or ".."', topic=name)
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
+            topic=name,
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+            "'.', '_' and '-'", topic=name,
+        )
+
+
+def has_collision_chars(name: str) -> bool:
+    """Kafka metric names turn ``.`` into ``_``, so names differing only there collide."""
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+COLLISION_WARNING = (
+    "WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') "
+    "could collide. To avoid issues it is best to use either, but not both."
+)
+
+
+def check_collision(name: str, existing: Sequence[str]) -> None:
+    """Kafka refuses a topic whose name equals an existing one after ``.`` → ``_``."""
+    unified = unify_collision_chars(name)
+    for other in existing:
+        if other != name and unify_collision_chars(other) == unified:
+            raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}", topic=name)
+
+
+# --- registry -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """What the registry knows of one topic. ``configs`` are the topic-level overrides as strings."""
+
+    name: str
+    topic_id: str
+    partitions: int
+    configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic_id": self.topic_id, "partitions": self.partitions, "configs": dict(self.configs)}
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryState:
+    epoch: int = 0
+    topics: Mapping[str, TopicRecord] = field(default_factory=lambda: MappingProxyType({}))
+    deleted_topic_ids: frozenset[str] = frozenset()
+
+    def encode(self) -> bytes:
+        content = {
+            "version": REGISTRY_VERSION,
+            "epoch": self.epoch,
+            "topics": {name: self.topics[name].to_json() for name in sorted(self.topics)},
+            "deleted_topic_ids": sorted(self.deleted_topic_ids),
+        }
+        return json.dumps(content, indent=1).encode("utf-8")
+
+
+def decode_registry(data: bytes, path: Path) -> RegistryState:
+    """Parse one registry file; :class:`CheckpointError` naming the file and what is wrong."""
+    try:
+        content = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"topic registry is not JSON: {e}", path=path) from e
+    if not isinstance(content, dict) or content.get("version") != REGISTRY_VERSION:
+        raise CheckpointError(f"topic registry has an unknown version (expected {REGISTRY_VERSION})", path=path)
+    epoch = content.get("epoch")
+    topics = content.get("topics")
+    deleted = content.get("deleted_topic_ids", [])
+    if not isinstance(epoch, int) or not isinstance(topics, dict) or not isinstance(deleted, list):
+        raise CheckpointError("topic registry lacks an int epoch, a topics object or a deleted_topic_ids list", path=path)
+    records = {name: _decode_topic(name, entry, path) for name, entry in topics.items()}
+    return RegistryState(epoch, MappingProxyType(records), frozenset(str(d) for d in deleted))
+
+
+def _decode_topic(name: str, entry: object, path: Path) -> TopicRecord:
+    if not isinstance(entry, dict):
+        raise CheckpointError("topic entry is not an object", path=path, topic=name)
+    topic_id, partitions, configs = entry.get("topic_id"), entry.get("partitions"), entry.get("configs", {})
+    if not isinstance(topic_id, str) or not isinstance(partitions, int) or partitions < 1 or not isinstance(configs, dict):
+        raise CheckpointError("topic entry needs a topic_id string, partitions >= 1 and a configs object",
+                              path=path, topic=name)
+    return TopicRecord(name, topic_id, partitions, MappingProxyType({str(k): str(v) for k, v in configs.items()}))
+
+
+def registry_file(log_dir: Path) -> Path:
+    return log_dir / REGISTRY_FILE
+
+
+def read_newest_registry(log_dirs: Sequence[Path]) -> tuple[RegistryState, dict[Path, str]]:
+    """The registry copy with the highest epoch among ``log_dirs`` (empty if none exists), and the
+    copies that could not be read, by dir, with the reason (reported; they are rewritten at the
+    next change)."""
+    newest = RegistryState()
+    problems: dict[Path, str] = {}
+    for log_dir in log_dirs:
+        path = registry_file(log_dir)
+        if not path.exists():
+            continue
+        try:
+            state = decode_registry(read_file(path, "topic registry"), path)
+        except (CheckpointError, StorageError) as e:
+            log.warning("ignoring unreadable topic registry: %s", e)
+            problems[log_dir] = str(e)
+            continue
+        if state.epoch > newest.epoch:
+            newest = state
+    return newest, problems
+
+
+def write_registry(log_dirs: Sequence[Path], state: RegistryState) -> None:
+    """Write ``state`` to every log dir, each copy atomically and durably."""
+    data = state.encode()
+    for log_dir in log_dirs:
+        write_atomically(registry_file(log_dir), data)
