@@ -13,8 +13,13 @@ from pathlib import Path
 
 import click
 
+from tidelog.cli.admin import delete_records, log_dirs
+from tidelog.cli.configs import configs
 from tidelog.cli.demo import demo
 from tidelog.cli.dump import dump
+from tidelog.cli.serve import serve
+from tidelog.cli.tables import parse_key_values
+from tidelog.cli.topics import topics
 from tidelog.cli.verify import verify
 from tidelog.errors import TidelogError
 from tidelog.storage.config import BrokerConfig
@@ -33,47 +38,43 @@ GLOBAL_OPTIONS_WITH_VALUE = ("--data-dir", "--config", "--override")
 def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides: tuple[str, ...], verbose: bool) -> None:
     """tidelog: Kafka's log storage, in Python."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    parsed = _parse_overrides(overrides)
+    parsed = parse_key_values(overrides, "--override")
     broker = BrokerConfig.load(config_file, parsed) if config_file else BrokerConfig.from_properties(parsed)
     ctx.obj = {"data_dir": data_dir, "broker": broker}
 
 
-def _parse_overrides(overrides: tuple[str, ...]) -> dict[str, str]:
-    parsed = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--override")
-        parsed[key.strip()] = value.strip()
-    return parsed
-
-
-cli.add_command(dump)
-cli.add_command(verify)
-cli.add_command(demo)
+for command in (topics, configs, delete_records, log_dirs, serve, dump, verify, demo):
+    cli.add_command(command)
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
-    """Move global options found after the subcommand to the front (``tidelog verify X --data-dir D``)."""
+    """Move global options found after the subcommand to the front (``tidelog verify X --data-dir D``).
+
+    ``--config`` is also ``topics create``'s topic-config option (as in kafka-topics): a
+    ``--config`` whose value is ``KEY=VALUE`` and not an existing file stays with the subcommand.
+    """
     front: list[str] = []
     rest: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        name = arg.split("=", 1)[0]
-        if name in GLOBAL_OPTIONS_WITH_VALUE:
-            if "=" in arg:
-                front.append(arg)
-            else:
-                front.extend(argv[i:i + 2])
-                i += 1
-        elif arg == "--":
+        name, has_value, inline = arg.partition("=")
+        if arg == "--":
             rest.extend(argv[i:])
             break
-        else:
-            rest.append(arg)
+        if name in GLOBAL_OPTIONS_WITH_VALUE:
+            taken = [arg] if has_value else argv[i:i + 2]
+            value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
+            (rest if name == "--config" and _is_topic_config(value) else front).extend(taken)
+            i += len(taken)
+            continue
+        rest.append(arg)
         i += 1
     return front + rest
+
+
+def _is_topic_config(value: str) -> bool:
+    return "=" in value and not Path(value).is_file()
 
 
 def main(argv: list[str] | None = None) -> None:

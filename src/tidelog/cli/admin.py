@@ -1,0 +1,54 @@
+"""``tidelog delete-records`` and ``tidelog log-dirs`` (kafka-delete-records, kafka-log-dirs)."""
+
+from __future__ import annotations
+
+import click
+
+from tidelog.cli.context import open_manager
+from tidelog.cli.tables import echo_json, echo_table, human_bytes
+from tidelog.topic_partition import TopicPartition
+
+
+@click.command("delete-records")
+@click.argument("topic")
+@click.option("--partition", type=int, required=True, help="The partition.")
+@click.option("--offset", type=int, required=True, help="New log start offset (-1: the high watermark).")
+@click.pass_context
+def delete_records(ctx: click.Context, topic: str, partition: int, offset: int) -> None:
+    """Delete records of TOPIC's PARTITION below OFFSET (moves the log start offset; segments wholly
+    below it go at the next retention pass)."""
+    with open_manager(ctx) as manager:
+        low_watermark = manager.delete_records(TopicPartition(topic, partition), offset)
+    click.echo(f"partition: {topic}-{partition}\tlow_watermark: {low_watermark}")
+
+
+@click.command("log-dirs")
+@click.option("--topic", help="Only this topic's partitions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
+    """Sizes, segment counts and offsets of every partition, per log dir; set-aside dirs and why."""
+    with open_manager(ctx) as manager:
+        infos = manager.log_dirs()
+    documents = []
+    for info in infos:
+        partitions = [p for p in info.partitions if topic is None or p.topic_partition.topic == topic]
+        documents.append({
+            "logDir": str(info.path),
+            "size": sum(p.size for p in partitions),
+            "partitions": [{"partition": str(p.topic_partition), "size": p.size, "segments": p.segments,
+                            "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
+                            "highWatermark": p.high_watermark} for p in partitions],
+            "setAside": [{"path": str(a.path), "reason": a.reason} for a in info.set_aside],
+        })
+    if as_json:
+        echo_json(documents)
+        return
+    for document in documents:
+        click.echo(f"Log dir {document['logDir']}: {human_bytes(document['size'])} in "
+                   f"{len(document['partitions'])} partition(s)")
+        rows = [{**p, "size": human_bytes(p["size"])} for p in document["partitions"]]
+        if rows:
+            echo_table(rows, ("partition", "size", "segments", "logStartOffset", "logEndOffset", "highWatermark"))
+        for aside in document["setAside"]:
+            click.echo(f"  set aside: {aside['path']}: {aside['reason']}")
