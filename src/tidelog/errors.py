@@ -194,3 +194,10 @@ class InvalidPartitionsError(TidelogError):
 class LogDirOfflineError(StorageError):
     """A log dir or partition that failed (I/O error, corrupt beyond recovery) and was set aside;
     the others keep serving (Kafka KAFKA_STORAGE_ERROR)."""
+
+
+class InvalidRequestError(TidelogError):
+    """A request tidelog refuses as Kafka does, e.g. creating the internal ``__cluster_metadata``
+    topic (Kafka INVALID_REQUEST)."""
+
+    error_code = 42

@@ -125,6 +125,8 @@ class ThreadScheduler:
                 return popped
             next_due = self._queue.next_due()
             timeout = None if next_due is None else max(0.0, (next_due - self._clock.milliseconds()) / 1000)
+            if timeout is not None:
+                timeout = min(timeout, threading.TIMEOUT_MAX)  # a Long.MAX period would overflow the wait
             self._wakeup.wait(timeout)
         return None
 

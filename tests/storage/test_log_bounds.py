@@ -3,7 +3,7 @@ or the bytes under it change (truncation, segment deletion)."""
 
 from __future__ import annotations
 
-from conftest import MakeLog
+from storage_helpers import MakeLog
 from storage_helpers import batch, read_all
 
 from tidelog.storage.fetch_info import FetchIsolation

@@ -2,12 +2,14 @@
 
 Opening a log dir (Kafka's ``LogManager.loadLogs`` preamble, kafka-storage.md §3.9):
 
-1. create it if missing, take ``.lock`` (a second owner fails with :class:`LogDirLockedError`);
-2. write ``meta.properties`` when absent (a fresh dir; Kafka's storage tool formats it);
-3. note whether ``.kafka_cleanshutdown`` exists, then delete it *before* any log is loaded, so a
-   crash while loading counts as unclean (KAFKA-10471);
-4. read the recovery-point, log-start-offset and high-watermark checkpoints; one that does not
-   parse counts as empty, with a warning (Kafka's rule: recovery from offset 0 is slow but safe).
+1. :meth:`LogDir.open`: create it if missing, take ``.lock`` (a second owner fails with
+   :class:`LogDirLockedError`) and read ``meta.properties``, writing nothing, so the manager can
+   refuse dirs of two different clusters before it changes anything;
+2. :meth:`LogDir.begin_loading`: write ``meta.properties`` when absent (a fresh dir; Kafka's storage
+   tool formats it), note whether ``.kafka_cleanshutdown`` exists and delete it *before* any log is
+   loaded, so a crash while loading counts as unclean (KAFKA-10471), and read the recovery-point,
+   log-start-offset and high-watermark checkpoints; one that does not parse counts as empty, with
+   a warning (Kafka's rule: recovery from offset 0 is slow but safe).
 
 :meth:`LogDir.scan` then sorts the sub-directories into partition dirs to load, ``-delete`` dirs
 to remove, and dirs set aside (names that do not parse, ``-future``/``-stray`` dirs): Kafka
@@ -16,9 +18,9 @@ refuses to start on a bad name; tidelog reports it and loads the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,41 +62,62 @@ class DirScan:
 
 
 class LogDir:
-    """An opened, locked log dir. Not thread-safe: the LogManager serializes checkpoint writes."""
+    """An opened, locked log dir. Not thread-safe: the LogManager serializes checkpoint writes.
 
-    def __init__(self, path: Path, lock: LogDirLock, had_clean_shutdown: bool) -> None:
+    ``checkpointed_*`` hold the checkpoint entries read at start-up (partitions set aside keep
+    theirs through every later rewrite)."""
+
+    def __init__(self, path: Path, lock: LogDirLock, meta: MetaProperties | None) -> None:
         self.path = path
         self._lock = lock
-        self.had_clean_shutdown = had_clean_shutdown
+        self.meta = meta
+        self.had_clean_shutdown = False
         self.recovery_points = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE)
         self.log_start_offsets = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT_FILE)
         self.high_watermarks = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT_FILE)
+        self.checkpointed_recovery_points: dict[TopicPartition, int] = {}
+        self.checkpointed_log_start_offsets: dict[TopicPartition, int] = {}
+        self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         self.loaded_completely = False
 
     @classmethod
-    def open(cls, path: Path, cluster_id: str | None = None, node_id: int = DEFAULT_NODE_ID) -> LogDir:
-        """Steps 1-3 above. Raises :class:`LogDirLockedError` or :class:`StorageError` naming the dir."""
+    def open(cls, path: Path) -> LogDir:
+        """Step 1 (create and lock) and read ``meta.properties``; nothing is written yet, so a
+        start-up that fails after this (another cluster's dir, say) leaves the dir as it was.
+        Raises :class:`LogDirLockedError`, or :class:`StorageError`/:class:`CheckpointError` naming the dir."""
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StorageError("cannot create log dir", path=path, operation="mkdir") from e
         lock = LogDirLock.acquire(path)
         try:
-            if read_meta_properties(path) is None:
-                write_meta_properties(path, MetaProperties(
-                    1, node_id, cluster_id or _new_uuid(), _new_uuid(),
-                ))
-            clean = has_clean_shutdown(path)
-            delete_clean_shutdown(path)
-            return cls(path, lock, clean)
+            return cls(path, lock, read_meta_properties(path))
         except BaseException:
             lock.release()
             raise
 
     @property
     def cluster_id(self) -> str | None:
-        meta = read_meta_properties(self.path)
-        return meta.cluster_id if meta else None
+        return self.meta.cluster_id if self.meta else None
+
+    @property
+    def directory_id(self) -> str | None:
+        return self.meta.directory_id if self.meta else None
+
+    def begin_loading(self, cluster_id: str, node_id: int = DEFAULT_NODE_ID) -> None:
+        """Steps 2-4: format a fresh dir (or give an old one a ``directory.id``), note and delete
+        the clean-shutdown marker, read the checkpoints."""
+        if self.meta is None:
+            self.meta = MetaProperties(1, node_id, cluster_id, _new_uuid())
+            write_meta_properties(self.path, self.meta)
+        elif self.meta.directory_id is None:  # as Kafka 3.7+ does to older dirs
+            self.meta = dataclasses.replace(self.meta, directory_id=_new_uuid())
+            write_meta_properties(self.path, self.meta)
+        self.had_clean_shutdown = has_clean_shutdown(self.path)
+        delete_clean_shutdown(self.path)
+        self.checkpointed_recovery_points = self.read_checkpoint(self.recovery_points)
+        self.checkpointed_log_start_offsets = self.read_checkpoint(self.log_start_offsets)
+        self.checkpointed_high_watermarks = self.read_checkpoint(self.high_watermarks)
 
     def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         """A checkpoint's entries, or none (with a warning) when it does not parse."""
@@ -132,16 +155,10 @@ class LogDir:
             return
         found.partitions[tp] = entry
 
-    def write_checkpoints(self, recovery_points: Mapping[TopicPartition, int],
-                          log_start_offsets: Mapping[TopicPartition, int],
-                          high_watermarks: Mapping[TopicPartition, int]) -> None:
-        self.recovery_points.write(recovery_points)
-        self.log_start_offsets.write(log_start_offsets)
-        self.high_watermarks.write(high_watermarks)
-
     def mark_clean_shutdown(self, broker_epoch: int = -1) -> None:
-        """Write ``.kafka_cleanshutdown`` (only when every log of the dir finished loading)."""
-        if self.loaded_completely:
+        """Write ``.kafka_cleanshutdown``, only if the dir had one at start-up or every log of it
+        loaded (Kafka's rule: a log that never loaded was never recovered)."""
+        if self.had_clean_shutdown or self.loaded_completely:
             write_clean_shutdown(self.path, broker_epoch)
 
     def release(self) -> None:

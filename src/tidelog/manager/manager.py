@@ -30,29 +30,31 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
+from tidelog import retention
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import (
     CheckpointError,
     InvalidPartitionsError,
+    InvalidRequestError,
     LogDirOfflineError,
     StorageError,
+    TidelogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from tidelog.manager.log_dir import DirScan, LogDir, describe_error
+from tidelog.manager.log_dir import LogDir, describe_error
 from tidelog.manager.topics import (
     RegistryState,
     TopicRecord,
     check_collision,
     read_newest_registry,
-    registry_file,
     validate_topic_name,
     write_registry,
 )
@@ -60,17 +62,16 @@ from tidelog.scheduler import Scheduler, ThreadScheduler
 from tidelog.storage import files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.atomic import fsync_dir
+from tidelog.storage.checkpoints import OffsetCheckpointFile
 from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names
 from tidelog.storage.log import Log
-from tidelog.storage.metadata import PartitionMetadataFile, new_topic_id
+from tidelog.storage.metadata import PartitionMetadataFile, new_topic_id, uuid_to_topic_id
 from tidelog.topic_partition import TopicPartition
-
-if TYPE_CHECKING:  # TEMP: imported in run_retention until retention.py lands
-    from tidelog import retention
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int], None]
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 # --- what the manager reports ---------------------------------------------------------------
@@ -122,16 +123,6 @@ class LogDirInfo:
         return sum(p.size for p in self.partitions)
 
 
-@dataclass(slots=True)
-class _Checkpointed:
-    """Checkpoint entries of partitions that are set aside, kept so that rewriting a checkpoint
-    does not forget them (a forgotten log start offset would bring deleted records back)."""
-
-    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
-    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
-
-
 class LogManager:
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
@@ -146,7 +137,6 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._set_aside: dict[Path, SetAside] = {}
-        self._kept: dict[Path, _Checkpointed] = {d.path: _Checkpointed() for d in dirs}
         self._registry = RegistryState()
         self._configs: dict[str, LogConfig] = {}
         self._started = False
@@ -172,11 +162,11 @@ class LogManager:
         paths = [Path(p) for p in (log_dirs if log_dirs is not None else broker.log_dirs)]
         dirs: list[LogDir] = []
         try:
-            cluster_id: str | None = None
             for path in paths:
-                log_dir = LogDir.open(path, cluster_id)
-                dirs.append(log_dir)
-                cluster_id = cluster_id or log_dir.cluster_id
+                dirs.append(LogDir.open(path))
+            cluster_id = _one_cluster_id(dirs)
+            for log_dir in dirs:
+                log_dir.begin_loading(cluster_id)
         except BaseException:
             for log_dir in dirs:
                 log_dir.release()
@@ -186,71 +176,88 @@ class LogManager:
         try:
             manager._load(on_progress)
         except BaseException:
-            manager._release()
+            manager._abort()
             raise
         return manager
 
     def _load(self, on_progress: ProgressCallback | None) -> None:
-        self._registry, problems = read_newest_registry([d.path for d in self._dirs])
-        for path, reason in problems.items():
-            log.warning("topic registry in %s is unreadable (%s); the newest readable copy is used", path, reason)
-        scans = {log_dir: log_dir.scan() for log_dir in self._dirs}
-        total = sum(len(scan.partitions) for scan in scans.values())
-        progress = _Progress(total, on_progress)
+        read = read_newest_registry([d.path for d in self._dirs])
+        self._registry = read.state
+        for path, reason in read.stale.items():
+            log.info("topic registry copy in %s is rewritten (%s)", path, reason)
+        plans = {log_dir: self._loading_plan(log_dir) for log_dir in self._dirs}
+        progress = _Progress(sum(len(plan) for plan in plans.values()), on_progress)
+        loaded: dict[TopicPartition, list[Log]] = {}
         with ThreadPoolExecutor(max_workers=max(1, len(self._dirs))) as pool:
-            list(pool.map(lambda item: self._load_dir(item[0], item[1], progress), scans.items()))
-        self._reconcile_registry()
+            for found in pool.map(lambda item: self._load_dir(item[0], item[1], progress), plans.items()):
+                for tp, lg in found:
+                    loaded.setdefault(tp, []).append(lg)
+        self._register_loaded(loaded)
+        self._reconcile_registry(bool(read.stale))
+        for log_dir in self._dirs:
+            log_dir.loaded_completely = not any(
+                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values()
+            )
 
-    def _load_dir(self, log_dir: LogDir, scan: DirScan, progress: _Progress) -> None:
+    def _loading_plan(self, log_dir: LogDir) -> dict[TopicPartition, Path]:
+        """The partition dirs of ``log_dir`` to load; ``-delete`` dirs (and dirs of deleted topics,
+        renamed now) are scheduled for removal, the rest set aside."""
+        scan = log_dir.scan()
         for path in scan.to_delete:
             self._schedule_dir_deletion(path)
         for path, reason in scan.set_aside.items():
             self._set_aside[path] = SetAside(path, reason)
-        recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
-        log_start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
-        high_watermarks = log_dir.read_checkpoint(log_dir.high_watermarks)
-        to_load = {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
-        workers = self.broker.num_recovery_threads_per_data_dir
+        return {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
 
-        def load_one(item: tuple[TopicPartition, Path]) -> None:
+    def _load_dir(self, log_dir: LogDir, to_load: dict[TopicPartition, Path],
+                  progress: _Progress) -> list[tuple[TopicPartition, Log]]:
+        """Open ``to_load`` with ``num.recovery.threads.per.data.dir`` workers; a partition that
+        fails is set aside and the others go on."""
+        def load_one(item: tuple[TopicPartition, Path]) -> tuple[TopicPartition, Log] | None:
             tp, path = item
             try:
-                loaded = Log.open(
+                return tp, Log.open(
                     path, self._config_for(tp.topic),
-                    log_start_offset=log_start_offsets.get(tp, 0), recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_dir.checkpointed_log_start_offsets.get(tp, 0),
+                    recovery_point=log_dir.checkpointed_recovery_points.get(tp, 0),
                     had_clean_shutdown=log_dir.had_clean_shutdown, clock=self._clock, scheduler=self._scheduler,
                     topic_partition=tp,
                 )
             except Exception as e:  # noqa: BLE001 - one bad partition never stops the others
                 log.error("%s: partition set aside, it failed to load: %s", path, describe_error(e))
-                self._keep_checkpoints(log_dir, tp, recovery_points, log_start_offsets, high_watermarks)
                 with self._lock:
                     self._set_aside[path] = SetAside(path, describe_error(e), tp)
-            else:
-                self._register_loaded(log_dir, tp, path, loaded)
-            progress.advance()
+                return None
+            finally:
+                progress.advance()
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(load_one, to_load.items()))
-        log_dir.loaded_completely = True
+        with ThreadPoolExecutor(max_workers=self.broker.num_recovery_threads_per_data_dir) as pool:
+            return [found for found in pool.map(load_one, sorted(to_load.items())) if found is not None]
 
-    def _register_loaded(self, log_dir: LogDir, tp: TopicPartition, path: Path, loaded: Log) -> None:
-        with self._lock:
-            if tp in self._logs:
-                other = self._logs[tp].dir
-                loaded.close()
-                self._set_aside[path] = SetAside(path, f"duplicate of partition dir {other}", tp)
-                return
-            self._logs[tp] = loaded
-            self._log_dir_of[tp] = log_dir
+    def _register_loaded(self, loaded: dict[TopicPartition, list[Log]]) -> None:
+        """Take the loaded logs; a partition found in several log dirs is set aside in all of them
+        (which copy is right is an operator's call; Kafka refuses to start)."""
+        dir_by_path = {d.path: d for d in self._dirs}
+        for tp, copies in loaded.items():
+            if len(copies) == 1:
+                self._logs[tp] = copies[0]
+                self._log_dir_of[tp] = dir_by_path[copies[0].dir.parent]
+                continue
+            where = ", ".join(str(c.dir) for c in copies)
+            for copy in copies:
+                copy.close()
+                self._set_aside[copy.dir] = SetAside(copy.dir, f"partition {tp} found in several log dirs: {where}", tp)
 
-    def _keep_checkpoints(self, log_dir: LogDir, tp: TopicPartition, *checkpoints: dict[TopicPartition, int]) -> None:
-        kept = self._kept[log_dir.path]
-        targets = (kept.recovery_points, kept.log_start_offsets, kept.high_watermarks)
-        with self._lock:
-            for target, checkpoint in zip(targets, checkpoints):
-                if tp in checkpoint:
-                    target[tp] = checkpoint[tp]
+    def _set_log_aside(self, tp: TopicPartition, reason: str) -> None:
+        """Close a loaded log and set it aside (its checkpoint entries are kept)."""
+        lg = self._logs.pop(tp)
+        self._log_dir_of.pop(tp, None)
+        lg.close()
+        log.error("%s: partition set aside: %s", lg.dir, reason)
+        self._set_aside[lg.dir] = SetAside(lg.dir, reason, tp)
+
+    def _set_aside_partitions(self) -> dict[TopicPartition, SetAside]:
+        return {s.topic_partition: s for s in self._set_aside.values() if s.topic_partition is not None}
 
     def _deleted_partition(self, tp: TopicPartition, path: Path) -> bool:
         """Finish a topic deletion a crash interrupted: the dir of a deleted topic id goes ``-delete``."""
@@ -264,28 +271,72 @@ class LogManager:
         self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
         return True
 
-    def _reconcile_registry(self) -> None:
-        """Adopt partition dirs the registry does not know; create partitions it knows but that
-        have no dir (a create a crash interrupted); write the registry back if anything changed."""
+    def _reconcile_registry(self, stale_copies: bool) -> None:
+        """Make the registry and the dirs agree (see :mod:`.topics`): adopt topics the registry
+        does not know; set aside dirs that are not a partition of their registered topic (a
+        partition number past its count, another topic id); create registered partitions whose
+        dir is missing when their log dir is open (a create a crash interrupted). The registry is
+        written back when anything changed or a copy is stale."""
         topics = dict(self._registry.topics)
-        for tp, loaded in sorted(self._logs.items()):
-            record = topics.get(tp.topic)
-            if record is None:
-                record = TopicRecord(tp.topic, _read_topic_id(loaded.dir) or new_topic_id(), tp.partition + 1)
-            elif tp.partition >= record.partitions:
-                record = TopicRecord(record.name, record.topic_id, tp.partition + 1, record.configs)
-            topics[tp.topic] = record
-        changed = topics != dict(self._registry.topics)
-        if changed or any(not registry_file(d.path).exists() for d in self._dirs):
+        found = sorted({*self._logs, *self._set_aside_partitions()})
+        for tp in found:
+            record = topics.get(tp.topic) or self._adopted(tp.topic, found)
+            topics[tp.topic] = self._check_found_partition(record, tp)
+        for name, record in list(topics.items()):
+            topics[name] = self._complete_partitions(record)
+        if stale_copies or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids)
-        set_aside = {s.topic_partition for s in self._set_aside.values() if s.topic_partition is not None}
-        for record in topics.values():
-            for partition in range(record.partitions):
-                tp = TopicPartition(record.name, partition)
-                if tp not in self._logs and tp not in set_aside:
-                    self._create_partition(record, partition)
-                elif tp in self._logs:
-                    _ensure_topic_id(self._logs[tp].dir, record.topic_id)
+
+    def _adopted(self, topic: str, found: list[TopicPartition]) -> TopicRecord:
+        """A registry entry for partition dirs of an unknown topic (e.g. a Kafka data dir)."""
+        partitions = [tp for tp in found if tp.topic == topic]
+        ids = [_read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs]
+        topic_id = next((i for i in ids if i is not None), None) or new_topic_id()
+        log.info("adopting topic %s (%d partition dirs found) with default configs", topic, len(partitions))
+        return TopicRecord(topic, topic_id, max(tp.partition for tp in partitions) + 1)
+
+    def _check_found_partition(self, record: TopicRecord, tp: TopicPartition) -> TopicRecord:
+        if tp not in self._logs:
+            return record
+        lg = self._logs[tp]
+        if tp.partition >= record.partitions:
+            self._set_log_aside(tp, f"stray partition dir: topic {tp.topic} has {record.partitions} partition(s)")
+            return record
+        topic_id = _read_topic_id(lg.dir)
+        if topic_id is not None and topic_id != record.topic_id:
+            self._set_log_aside(tp, f"partition.metadata names topic id {topic_id}, but topic {tp.topic} has id "
+                                    f"{record.topic_id} (Kafka's InconsistentTopicIdException)")
+            return record
+        if topic_id is None:
+            PartitionMetadataFile(lg.dir).write(record.topic_id)
+        directory_id = self._log_dir_of[tp].directory_id
+        if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
+            return record.replace(assignments=MappingProxyType({**record.assignments, tp.partition: directory_id}))
+        return record
+
+    def _complete_partitions(self, record: TopicRecord) -> TopicRecord:
+        dirs_by_id = {d.directory_id: d for d in self._dirs}
+        aside = self._set_aside_partitions()
+        for partition in range(record.partitions):
+            tp = TopicPartition(record.name, partition)
+            if tp in self._logs or tp in aside:
+                continue
+            assigned = record.assignments.get(partition)
+            if assigned is not None and assigned not in dirs_by_id:
+                placeholder = Path(f"<log dir {assigned}>") / files.partition_dir_name(tp)
+                self._set_aside[placeholder] = SetAside(
+                    placeholder, f"its log dir (directory.id {assigned}) is not among the log dirs opened", tp)
+                continue
+            log.info("creating missing partition dir of %s (an interrupted create)", tp)
+            target = dirs_by_id.get(assigned) or self._least_loaded_dir()
+            try:
+                self._create_partition(record, partition, target)
+            except TidelogError as e:
+                where = files.partition_dir(target.path, tp)
+                self._set_aside[where] = SetAside(where, f"cannot create its dir: {describe_error(e)}", tp)
+            if target.directory_id is not None and assigned != target.directory_id:
+                record = record.replace(assignments=MappingProxyType({**record.assignments, partition: target.directory_id}))
+        return record
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -313,6 +364,8 @@ class LogManager:
         collision), :class:`TopicExistsError`, :class:`InvalidPartitionsError`, :class:`ConfigError`.
         """
         validate_topic_name(name)
+        if name == CLUSTER_METADATA_TOPIC:
+            raise InvalidRequestError(f"Creation of internal topic {name} is prohibited.", topic=name)
         overrides = {k: str(v) for k, v in (configs or {}).items()}
         with self._lock:
             self._ensure_open()
@@ -323,10 +376,11 @@ class LogManager:
                 raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.",
                                              topic=name, partitions=partitions)
             self.broker.log_config(overrides)  # validates every override before anything is written
-            record = TopicRecord(name, new_topic_id(), partitions, MappingProxyType(overrides))
+            placement = self._place(partitions)
+            record = TopicRecord(name, new_topic_id(), partitions, MappingProxyType(overrides),
+                                 _assignments(placement))
             self._commit({**self._registry.topics, name: record}, self._registry.deleted_topic_ids)
-            for partition in range(partitions):
-                self._create_partition(record, partition)
+            self._create_partitions(record, placement)
             return self.describe_topic(name)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
@@ -341,11 +395,37 @@ class LogManager:
                     f"Topic currently has {record.partitions} partitions, which is higher than the requested {total}.",
                     topic=name,
                 )
-            grown = TopicRecord(name, record.topic_id, total, record.configs)
+            placement = dict(zip(range(record.partitions, total), self._place(total - record.partitions).values()))
+            grown = record.replace(partitions=total,
+                                   assignments=MappingProxyType({**record.assignments, **_assignments(placement)}))
             self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
-            for partition in range(record.partitions, total):
-                self._create_partition(grown, partition)
+            self._create_partitions(grown, placement)
             return self.describe_topic(name)
+
+    def _place(self, count: int) -> dict[int, LogDir]:
+        """Kafka's ``nextLogDirs`` for ``count`` new partitions in turn: each to the dir holding
+        the fewest partitions (first listed on a tie)."""
+        counts = {id(d): 0 for d in self._dirs}
+        for log_dir in self._log_dir_of.values():
+            counts[id(log_dir)] += 1
+        placement = {}
+        for partition in range(count):
+            chosen = min(self._dirs, key=lambda d: counts[id(d)])
+            counts[id(chosen)] += 1
+            placement[partition] = chosen
+        return placement
+
+    def _create_partitions(self, record: TopicRecord, placement: Mapping[int, LogDir]) -> None:
+        """Create the dirs of a committed change; one that fails is set aside (the registry
+        already says the partition exists: the next start-up tries again)."""
+        for partition, log_dir in placement.items():
+            try:
+                self._create_partition(record, partition, log_dir)
+            except TidelogError as e:
+                tp = TopicPartition(record.name, partition)
+                where = files.partition_dir(log_dir.path, tp)
+                log.error("%s: cannot create partition dir: %s", where, e)
+                self._set_aside[where] = SetAside(where, f"cannot create its dir: {describe_error(e)}", tp)
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: recorded in the registry first, then each partition dir is renamed
@@ -363,6 +443,11 @@ class LogManager:
                 if doomed is not None:
                     doomed.close()
                     self._schedule_dir_deletion(self._rename_for_deletion(doomed.dir, tp))
+            for path, aside in list(self._set_aside.items()):  # broken copies go too, or they would come back
+                if aside.topic_partition is not None and aside.topic_partition.topic == name:
+                    del self._set_aside[path]
+                    if path.is_dir():
+                        self._schedule_dir_deletion(self._rename_for_deletion(path, aside.topic_partition))
             log.info("deleted topic %s (%d partitions)", name, record.partitions)
 
     def topic_config(self, topic: str) -> LogConfig:
@@ -476,25 +561,32 @@ class LogManager:
             if self._started:
                 return
             self._started = True
-            self._scheduler.schedule_periodic("tidelog-log-retention", self.run_retention, delay,
-                                              b.log_retention_check_interval_ms)
-            self._scheduler.schedule_periodic("tidelog-log-flusher", self.flush_dirty_logs, delay,
-                                              b.log_flush_scheduler_interval_ms)
-            self._scheduler.schedule_periodic("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
-                                              delay, b.log_flush_offset_checkpoint_interval_ms)
-            self._scheduler.schedule_periodic("tidelog-log-start-offset-checkpoint",
-                                              self.checkpoint_log_start_offsets, delay,
-                                              b.log_flush_start_offset_checkpoint_interval_ms)
-            self._scheduler.schedule_periodic("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
-                                              delay, b.replica_high_watermark_checkpoint_interval_ms)
+            tasks = (
+                ("tidelog-log-retention", self.run_retention, b.log_retention_check_interval_ms),
+                ("tidelog-log-flusher", self.flush_dirty_logs, b.log_flush_scheduler_interval_ms),
+                ("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
+                 b.log_flush_offset_checkpoint_interval_ms),
+                ("tidelog-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
+                 b.log_flush_start_offset_checkpoint_interval_ms),
+                ("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
+                 b.replica_high_watermark_checkpoint_interval_ms),
+            )
+            for name, task, period in tasks:
+                self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
+
+    def _while_open(self, task: Callable[[], object]) -> Callable[[], None]:
+        """A periodic task that does nothing once the manager is shut down (a scheduler the
+        caller passed in outlives the manager, and the dirs may have a new owner by then)."""
+        def run() -> None:
+            if not self._closed:
+                task()
+        return run
 
     def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
         """One retention pass over every live log (of ``topic``): what was deleted (or, with
         ``dry_run``, would be) and why. Compacted logs get only what their policy allows (the
         log-start-offset pass for ``compact``); Kafka runs those from the cleaner's loop, which
         tidelog does here until the cleaner exists."""
-        from tidelog import retention
-
         now = self._clock.milliseconds()
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
@@ -520,29 +612,34 @@ class LogManager:
                     log.error("%s: flush failed: %s", tp, e)
 
     def checkpoint_recovery_points(self) -> None:
-        self._checkpoint(lambda d: d.recovery_points, lambda lg: lg.recovery_point,
-                         lambda kept: kept.recovery_points)
+        self._checkpoint(lambda d: d.recovery_points, lambda d: d.checkpointed_recovery_points,
+                         lambda lg: lg.recovery_point)
 
     def checkpoint_log_start_offsets(self) -> None:
         """Only logs whose start offset is past their first segment's base are listed (Kafka's rule)."""
-        self._checkpoint(lambda d: d.log_start_offsets, _log_start_entry, lambda kept: kept.log_start_offsets)
+        self._checkpoint(lambda d: d.log_start_offsets, lambda d: d.checkpointed_log_start_offsets,
+                         _log_start_entry)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._checkpoint(lambda d: d.high_watermarks, lambda lg: lg.high_watermark,
-                         lambda kept: kept.high_watermarks)
+        self._checkpoint(lambda d: d.high_watermarks, lambda d: d.checkpointed_high_watermarks,
+                         lambda lg: lg.high_watermark)
 
-    def _checkpoint(self, file_of: Callable[[LogDir], object], value_of: Callable[[Log], int | None],
-                    kept_of: Callable[[_Checkpointed], dict[TopicPartition, int]]) -> None:
+    def _checkpoint(self, file_of: Callable[[LogDir], OffsetCheckpointFile],
+                    loaded_of: Callable[[LogDir], dict[TopicPartition, int]],
+                    value_of: Callable[[Log], int | None]) -> None:
+        """Rewrite one checkpoint file in every dir: the live logs' values, plus the entries read at
+        start-up for partitions set aside (forgetting a set-aside partition's log start offset
+        would bring its deleted records back once it is repaired)."""
         with self._lock:
             for log_dir in self._dirs:
-                entries = dict(kept_of(self._kept[log_dir.path]))
+                loaded = loaded_of(log_dir)
+                entries = {s.topic_partition: loaded[s.topic_partition] for s in self._set_aside.values()
+                           if s.topic_partition in loaded and s.path.parent == log_dir.path}
                 for tp, lg in self._logs.items():
-                    if self._log_dir_of.get(tp) is log_dir:
-                        value = value_of(lg)
-                        if value is not None:
-                            entries[tp] = value
+                    if self._log_dir_of.get(tp) is log_dir and (value := value_of(lg)) is not None:
+                        entries[tp] = value
                 try:
-                    file_of(log_dir).write(entries)  # type: ignore[attr-defined]
+                    file_of(log_dir).write(entries)
                 except (StorageError, CheckpointError) as e:
                     log.error("%s: checkpoint failed: %s", log_dir.path, e)
 
@@ -595,6 +692,16 @@ class LogManager:
         for log_dir in self._dirs:
             log_dir.release()
 
+    def _abort(self) -> None:
+        """A failed start-up: close what loaded (no flush, no checkpoint, no marker), unlock."""
+        self._closed = True
+        for _, lg in self.logs():
+            try:
+                lg.close()
+            except Exception as e:  # noqa: BLE001 - the original error matters more
+                log.warning("%s: close after a failed start-up failed: %s", lg.dir, e)
+        self._release()
+
     def __enter__(self) -> LogManager:
         return self
 
@@ -621,15 +728,11 @@ class LogManager:
         self._registry = state
 
     def _least_loaded_dir(self) -> LogDir:
-        """Kafka's ``nextLogDirs``: the dir holding the fewest partitions (first listed on a tie)."""
-        counts = {id(d): 0 for d in self._dirs}
-        for log_dir in self._log_dir_of.values():
-            counts[id(log_dir)] += 1
-        return min(self._dirs, key=lambda d: counts[id(d)])
+        return self._place(1)[0]
 
-    def _create_partition(self, record: TopicRecord, partition: int) -> Log:
+    def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
+        """Create and open an empty partition dir with its ``partition.metadata``."""
         tp = TopicPartition(record.name, partition)
-        log_dir = self._least_loaded_dir()
         path = files.partition_dir(log_dir.path, tp)
         created = Log.open(path, self._config_for(record.name), had_clean_shutdown=True, clock=self._clock,
                            scheduler=self._scheduler, topic_partition=tp)
@@ -696,3 +799,17 @@ def _ensure_topic_id(path: Path, topic_id: str) -> None:
 def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     log.info("removed %s", path)
+
+
+def _assignments(placement: Mapping[int, LogDir]) -> Mapping[int, str]:
+    return MappingProxyType({p: d.directory_id for p, d in placement.items() if d.directory_id is not None})
+
+
+def _one_cluster_id(dirs: Sequence[LogDir]) -> str:
+    """The cluster id the dirs share (a new one for fresh dirs); :class:`StorageError` when they
+    belong to different clusters, as Kafka refuses to start then."""
+    ids = {d.cluster_id for d in dirs if d.cluster_id is not None}
+    if len(ids) > 1:
+        listing = ", ".join(f"{d.path} ({d.cluster_id})" for d in dirs if d.cluster_id is not None)
+        raise StorageError(f"log dirs belong to different clusters: {listing}")
+    return ids.pop() if ids else uuid_to_topic_id(uuid.uuid4())

@@ -7,7 +7,8 @@ every log dir (``tidelog-topics.json``; a Kafka broker ignores files at the root
 
     {"version": 0, "epoch": 7,
      "topics": {"orders": {"topic_id": "<22-char Kafka Uuid>", "partitions": 3,
-                           "configs": {"retention.ms": "60000"}}},
+                           "configs": {"retention.ms": "60000"},
+                           "assignments": {"0": "<directory.id>", "1": ..., "2": ...}}},
      "deleted_topic_ids": ["<Uuid>", ...]}
 
 Why a registry and not just the partition dirs: it is the *commit point* of every topic change.
@@ -22,10 +23,16 @@ with ``epoch`` one higher than before; at start-up the copy with the highest epo
 between two dirs' writes, or a dir that was offline during a change, resolves to the newest state.
 Partition dirs found on disk that the registry does not know (a data dir written by Kafka, or
 copied in) are adopted with default configs.
+
+``assignments`` names the log dir (its ``directory.id`` from ``meta.properties``) of each partition,
+so that a partition whose dir is missing is recreated only when its log dir is open (an interrupted
+create), and is reported as offline, never recreated empty elsewhere, when its log dir was left out
+of ``log.dirs`` for one start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -98,9 +105,14 @@ class TopicRecord:
     topic_id: str
     partitions: int
     configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    assignments: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def to_json(self) -> dict[str, object]:
-        return {"topic_id": self.topic_id, "partitions": self.partitions, "configs": dict(self.configs)}
+        return {"topic_id": self.topic_id, "partitions": self.partitions, "configs": dict(self.configs),
+                "assignments": {str(p): d for p, d in sorted(self.assignments.items())}}
+
+    def replace(self, **changes: object) -> TopicRecord:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,35 +152,51 @@ def _decode_topic(name: str, entry: object, path: Path) -> TopicRecord:
     if not isinstance(entry, dict):
         raise CheckpointError("topic entry is not an object", path=path, topic=name)
     topic_id, partitions, configs = entry.get("topic_id"), entry.get("partitions"), entry.get("configs", {})
-    if not isinstance(topic_id, str) or not isinstance(partitions, int) or partitions < 1 or not isinstance(configs, dict):
-        raise CheckpointError("topic entry needs a topic_id string, partitions >= 1 and a configs object",
-                              path=path, topic=name)
-    return TopicRecord(name, topic_id, partitions, MappingProxyType({str(k): str(v) for k, v in configs.items()}))
+    assignments = entry.get("assignments", {})
+    if (not isinstance(topic_id, str) or not isinstance(partitions, int) or partitions < 1
+            or not isinstance(configs, dict) or not isinstance(assignments, dict)):
+        raise CheckpointError("topic entry needs a topic_id string, partitions >= 1, and configs and "
+                              "assignments objects", path=path, topic=name)
+    try:
+        placed = {int(p): str(d) for p, d in assignments.items()}
+    except ValueError as e:
+        raise CheckpointError("assignments keys must be partition numbers", path=path, topic=name) from e
+    return TopicRecord(name, topic_id, partitions, MappingProxyType({str(k): str(v) for k, v in configs.items()}),
+                       MappingProxyType(placed))
 
 
 def registry_file(log_dir: Path) -> Path:
     return log_dir / REGISTRY_FILE
 
 
-def read_newest_registry(log_dirs: Sequence[Path]) -> tuple[RegistryState, dict[Path, str]]:
-    """The registry copy with the highest epoch among ``log_dirs`` (empty if none exists), and the
-    copies that could not be read, by dir, with the reason (reported; they are rewritten at the
-    next change)."""
-    newest = RegistryState()
-    problems: dict[Path, str] = {}
+@dataclass(frozen=True, slots=True)
+class RegistryRead:
+    """The newest registry copy, and the dirs whose copy is missing, unreadable or older (with why),
+    which the manager rewrites."""
+
+    state: RegistryState
+    stale: Mapping[Path, str]
+
+
+def read_newest_registry(log_dirs: Sequence[Path]) -> RegistryRead:
+    """The registry copy with the highest epoch among ``log_dirs`` (empty if none exists)."""
+    copies: dict[Path, RegistryState] = {}
+    stale: dict[Path, str] = {}
     for log_dir in log_dirs:
         path = registry_file(log_dir)
         if not path.exists():
+            stale[log_dir] = "missing"
             continue
         try:
-            state = decode_registry(read_file(path, "topic registry"), path)
+            copies[log_dir] = decode_registry(read_file(path, "topic registry"), path)
         except (CheckpointError, StorageError) as e:
             log.warning("ignoring unreadable topic registry: %s", e)
-            problems[log_dir] = str(e)
-            continue
-        if state.epoch > newest.epoch:
-            newest = state
-    return newest, problems
+            stale[log_dir] = str(e)
+    newest = max(copies.values(), key=lambda state: state.epoch, default=RegistryState())
+    for log_dir, state in copies.items():
+        if state.epoch != newest.epoch:
+            stale[log_dir] = f"epoch {state.epoch} is older than {newest.epoch}"
+    return RegistryRead(newest, MappingProxyType(stale))
 
 
 def write_registry(log_dirs: Sequence[Path], state: RegistryState) -> None:

@@ -125,7 +125,10 @@ class Log:
         """
         config = config or LogConfig.defaults()
         tp = topic_partition or files.parse_topic_partition_name(dir.name)
-        dir.mkdir(parents=True, exist_ok=True)
+        try:
+            dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError("cannot create partition dir", path=dir, operation="mkdir") from e
         epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT_FILE))
         loaded = load_log(LoadParams(
             dir=dir, config=segment_config(config), clock=clock,
