@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: setup
-	$(VENV)/bin/tidelog --data-dir $(DATA) demo
+	$(VENV)/bin/tidelog --data-dir $(DATA) serve
 
 test: setup
 	$(PY) -m pytest -q -n 2 -p no:cacheprovider

@@ -39,7 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import bench_storage
+from bench import bench_manager, bench_produce, bench_storage
 from bench.bench_storage import Row, Settings
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -147,6 +147,10 @@ def _storage(name: str) -> Runner:
 BENCHMARKS: dict[str, tuple[str, Runner]] = {
     **{name: (description, _storage(name)) for name, (description, _) in bench_storage.BENCHMARKS.items()},
     "scan": ("records.scan kernels (bench/bench_scan.py) vs memory read and the pure twin", run_scan),
+    **{name: (description, (lambda n: lambda settings: bench_manager.run_benchmark(n, settings))(name))
+       for name, (description, _) in bench_manager.BENCHMARKS.items()},
+    "produce_json": ("tidelog produce of JSON lines through the CLI vs orjson.loads of the same lines",
+                     bench_produce.bench_produce),
 }
 
 

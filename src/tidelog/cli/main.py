@@ -15,8 +15,12 @@ import click
 
 from tidelog.cli.admin import delete_records, log_dirs
 from tidelog.cli.configs import configs
+from tidelog.cli.consume import consume
 from tidelog.cli.demo import demo
 from tidelog.cli.dump import dump
+from tidelog.cli.offsets import offsets
+from tidelog.cli.produce import produce
+from tidelog.cli.retention import explain, retention
 from tidelog.cli.serve import serve
 from tidelog.cli.tables import parse_key_values
 from tidelog.cli.topics import topics
@@ -43,7 +47,8 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides:
     ctx.obj = {"data_dir": data_dir, "broker": broker}
 
 
-for command in (topics, configs, delete_records, log_dirs, serve, dump, verify, demo):
+for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, serve,
+                dump, verify, demo):
     cli.add_command(command)
 
 

@@ -1,0 +1,183 @@
+"""``tidelog consume TOPIC``: print records up to the high watermark, like kafka-console-consumer.
+
+There is no follow mode: the command prints what the partitions hold when it starts and exits,
+then reports ``Processed a total of N messages`` on stderr, as the console consumer does.
+
+Where it starts (kafka-console-consumer's rules, with ``auto.offset.reset`` = ``latest`` unless
+``--from-beginning``):
+
+* default: the latest offset, the high watermark: nothing already written is printed;
+* ``--from-beginning``: the log start offset of every partition;
+* ``--offset N`` (needs ``--partition``; also ``earliest``/``latest``): N; an offset outside
+  [log start offset, log end offset] is reset to the latest offset, as the console consumer's
+  ``auto.offset.reset=latest`` does, with a note on stderr;
+* ``--timestamp MS``: the first offset whose record timestamp is >= MS (ListOffsets by time); a
+  partition with no such record starts at the latest offset.
+
+Without ``--partition`` every partition is read, one after the other in partition order
+(Kafka interleaves partitions in no set order). Control batches (transaction markers) are
+skipped, as consumers do; every batch's CRC is checked (``check.crcs``). Output formats are in
+:mod:`tidelog.cli.record_io`; a record the format cannot show (invalid UTF-8 in JSON) stops the
+command with an error naming its offset, after the records before it were printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import IO
+
+import click
+
+from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, format_json, format_text
+from tidelog.errors import TidelogError
+from tidelog.records import iter_batches
+from tidelog.records.record import TimestampType
+from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+FETCH_MAX_BYTES = 1 << 20  # per read, as a consumer's max.partition.fetch.bytes
+TIMESTAMP_TYPE_NAMES = {TimestampType.NO_TIMESTAMP: "NoTimestampType", TimestampType.CREATE_TIME: "CreateTime",
+                        TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+
+
+def start_offset(log: Log, *, from_beginning: bool = False, offset: str | None = None,
+                 timestamp: int | None = None) -> tuple[int, str | None]:
+    """Where to start reading ``log`` and, when the request was reset, a note saying why."""
+    if from_beginning or offset == "earliest":
+        return log.log_start_offset, None
+    if timestamp is not None:
+        found = log.fetch_offset_by_timestamp(timestamp)
+        return (found.offset, None) if found is not None else (log.high_watermark, None)
+    if offset is None or offset == "latest":
+        return log.high_watermark, None
+    wanted = int(offset)
+    if log.log_start_offset <= wanted <= log.log_end_offset:
+        return wanted, None
+    return log.high_watermark, (
+        f"offset {wanted} is out of range [{log.log_start_offset}, {log.log_end_offset}] for {log.topic_partition}: "
+        f"starting at the latest offset {log.high_watermark} (auto.offset.reset=latest, as kafka-console-consumer)")
+
+
+def iter_records(log: Log, start: int) -> Iterator[tuple[str, RecordTuple]]:
+    """``(timestamp type name, (offset, timestamp, key, value, headers))`` of every data record
+    from ``start`` up to the high watermark as it was when the iteration began."""
+    end = log.high_watermark
+    offset = start
+    while offset < end:
+        batches = [batch for _, batch in iter_batches(log.read(offset, FETCH_MAX_BYTES, FetchIsolation.HIGH_WATERMARK).records)]
+        if not batches:
+            return
+        for batch in batches:
+            if batch.next_offset <= offset:
+                continue
+            batch.ensure_valid()
+            if not batch.is_control:
+                kind = TIMESTAMP_TYPE_NAMES[batch.timestamp_type]
+                for record in _tuples(batch):
+                    if offset <= record[0] < end:
+                        yield kind, record
+            offset = batch.next_offset
+
+
+def _tuples(batch: object) -> Iterator[RecordTuple]:
+    record_tuples = getattr(batch, "record_tuples", None)
+    if record_tuples is not None:
+        return record_tuples()  # type: ignore[no-any-return]
+    return ((r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records())  # type: ignore[attr-defined]
+
+
+def _check_start_options(partition: int | None, from_beginning: bool, offset: str | None,
+                         timestamp: int | None) -> None:
+    if sum((from_beginning, offset is not None, timestamp is not None)) > 1:
+        raise click.UsageError("--from-beginning, --offset and --timestamp cannot be specified together")
+    if offset is not None and partition is None:
+        raise click.UsageError("The partition is required when offset is specified.")
+    if offset is not None and offset not in ("earliest", "latest") and not (offset.isdigit()):
+        raise click.BadParameter(f"expected a non-negative offset, 'earliest' or 'latest', got {offset!r}",
+                                 param_hint="--offset")
+
+
+def _write(out: IO[bytes], lines: list[bytes]) -> bool:
+    """Write; False when the reader went away (``consume | head``)."""
+    try:
+        out.write(b"".join(lines))
+        return True
+    except BrokenPipeError:
+        _silence_stdout()
+        return False
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush does not fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+@click.command()
+@click.argument("topic")
+@click.option("--partition", type=click.IntRange(min=0), help="Read only this partition.")
+@click.option("--from-beginning", is_flag=True, help="Start at the log start offset.")
+@click.option("--offset", help="Start at this offset (or earliest/latest); needs --partition.")
+@click.option("--timestamp", type=click.IntRange(min=0), metavar="MS",
+              help="Start at the first record with a timestamp >= MS.")
+@click.option("--max-messages", type=click.IntRange(min=0), help="Stop after this many records.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: each value on its own line; json: one record object per line.")
+@click.option("--encoding", type=click.Choice([UTF8, BASE64]), default=UTF8, show_default=True,
+              help="How keys and values are shown: UTF-8 text, or base64 (for binary data).")
+@click.pass_context
+def consume(ctx: click.Context, topic: str, partition: int | None, from_beginning: bool, offset: str | None,
+            timestamp: int | None, max_messages: int | None, fmt: str, encoding: str) -> None:
+    """Print the records of TOPIC up to its high watermark (like kafka-console-consumer)."""
+    from tidelog.cli.context import open_manager
+
+    _check_start_options(partition, from_beginning, offset, timestamp)
+    out = _binary(sys.stdout)
+    with open_manager(ctx) as manager:
+        partitions = manager.partitions(topic) if partition is None else [partition]
+        logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
+        count = 0
+        for log in logs:
+            start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp)
+            if note:
+                click.echo(f"note: {note}", err=True)
+            count, more = _print_partition(out, topic, log, start, fmt, encoding, count, max_messages)
+            if not more:
+                break
+        out.flush()
+    click.echo(f"Processed a total of {count} messages", err=True)
+
+
+def _print_partition(out: IO[bytes], topic: str, log: Log, start: int, fmt: str, encoding: str,
+                     count: int, limit: int | None) -> tuple[int, bool]:
+    """Print one partition's records; ``(records printed so far, whether to go on)``."""
+    partition = log.topic_partition.partition
+    lines: list[bytes] = []
+    try:
+        for kind, record in iter_records(log, start):
+            if limit is not None and count >= limit:
+                break
+            lines.append(format_json(topic, partition, kind, record, encoding) if fmt == "json"
+                         else format_text(record, encoding))
+            count += 1
+            if len(lines) >= 1000:
+                if not _write(out, lines):
+                    return count, False
+                lines = []
+    except TidelogError:
+        _write(out, lines)  # the records before the one that failed are printed too
+        raise
+    if not _write(out, lines):
+        return count, False
+    return count, limit is None or count < limit
+
+
+def _binary(stream: IO[str]) -> IO[bytes]:
+    """The byte stream under a text stream (the stream itself when it has none)."""
+    return getattr(stream, "buffer", stream)  # type: ignore[return-value]

@@ -1,0 +1,63 @@
+"""``tidelog retention run`` and ``tidelog explain``: one retention pass now (or a dry run), and
+per partition what the next pass would delete and why or why not. Both print the plans
+:mod:`tidelog.retention` returns, so what is explained is exactly what the task does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from tidelog.cli.context import open_manager
+from tidelog.cli.tables import echo_json
+from tidelog.retention import RetentionPlan, format_bytes
+
+
+@click.group()
+def retention() -> None:
+    """Run retention (delete cleanup policy) now."""
+
+
+@retention.command()
+@click.option("--topic", help="Only this topic.")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> None:
+    """One retention pass over every partition (of --topic), printing what was deleted and why.
+
+    Deleted segments are renamed .deleted at once and their files removed after
+    file.delete.delay.ms by `tidelog serve`, or at the next start-up."""
+    with open_manager(ctx) as manager:
+        plans = manager.run_retention(topic, dry_run=dry_run)
+    if as_json:
+        echo_json([p.to_json() for p in plans])
+        return
+    for plan in plans:
+        if plan.segments:
+            click.echo("\n".join(plan.summary()))
+    click.echo(_totals(plans, dry_run))
+
+
+@click.command()
+@click.argument("topic", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
+    """For each partition (of TOPIC): what the next retention pass would delete and why, or why not."""
+    with open_manager(ctx) as manager:
+        plans = manager.explain_retention(topic)
+    if as_json:
+        echo_json([p.to_json() for p in plans])
+        return
+    for plan in plans:
+        click.echo("\n".join(plan.summary()))
+
+
+def _totals(plans: Sequence[RetentionPlan], dry_run: bool) -> str:
+    segments = sum(len(p.segments) for p in plans)
+    size = sum(p.total_bytes for p in plans)
+    touched = sum(1 for p in plans if p.segments)
+    verb = "would delete" if dry_run else "deleted"
+    return (f"retention {verb} {segments} segment(s), {format_bytes(size)}, from {touched} of "
+            f"{len(plans)} partition(s)")
