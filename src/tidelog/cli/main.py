@@ -55,22 +55,22 @@ for command in (topics, configs, produce, consume, offsets, delete_records, log_
 def hoist_global_options(argv: list[str]) -> list[str]:
     """Move global options found after the subcommand to the front (``tidelog verify X --data-dir D``).
 
-    ``--config`` is also ``topics create``'s topic-config option (as in kafka-topics): a
-    ``--config`` whose value is ``KEY=VALUE`` and not an existing file stays with the subcommand.
+    A subcommand's own option of the same name wins: ``--config`` after ``topics create`` is a
+    topic config (``KEY=VALUE``, as in kafka-topics), not the server.properties file.
     """
     front: list[str] = []
     rest: list[str] = []
+    own = _subcommand_option_names(argv)
     i = 0
     while i < len(argv):
         arg = argv[i]
-        name, has_value, inline = arg.partition("=")
+        name, has_value, _ = arg.partition("=")
         if arg == "--":
             rest.extend(argv[i:])
             break
         if name in GLOBAL_OPTIONS_WITH_VALUE:
             taken = [arg] if has_value else argv[i:i + 2]
-            value = inline if has_value else (argv[i + 1] if i + 1 < len(argv) else "")
-            (rest if name == "--config" and _is_topic_config(value) else front).extend(taken)
+            (rest if name in own and rest else front).extend(taken)
             i += len(taken)
             continue
         rest.append(arg)
@@ -78,8 +78,18 @@ def hoist_global_options(argv: list[str]) -> list[str]:
     return front + rest
 
 
-def _is_topic_config(value: str) -> bool:
-    return "=" in value and not Path(value).is_file()
+def _subcommand_option_names(argv: list[str]) -> set[str]:
+    """Option names of the deepest subcommand named in ``argv`` (empty when there is none)."""
+    command: click.Command = cli
+    for arg in argv:
+        if not isinstance(command, click.Group) or arg.startswith("-"):
+            continue
+        sub = command.commands.get(arg)
+        if sub is not None:
+            command = sub
+    if command is cli:
+        return set()
+    return {opt for param in command.params if isinstance(param, click.Option) for opt in param.opts}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=args, prog_name="tidelog", standalone_mode=False)
     except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.UsageError as e:
+        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        click.echo(f"error: {e.format_message()}{hint}", err=True)
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()
