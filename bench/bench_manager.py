@@ -100,17 +100,18 @@ def bench_retention_pass(settings: Settings, scheduler: ThreadScheduler) -> list
         count = settings.pick(10_000, 500)
         log_dir = _populate(root, count, scheduler)
         with LogManager.open(_broker(2), [log_dir], scheduler=scheduler) as manager:
-            manager.run_retention()  # warm: first access of each log's segments
+            first = seconds_of(manager.run_retention)  # the task's first run after start-up
             passes = [seconds_of(manager.run_retention) for _ in range(settings.repeats)]
             deleted = sum(len(plan.segments) for plan in manager.run_retention())
             logs = [log for _, log in manager.logs()]
         actives = [files.log_file(log.dir, log.active_segment.base_offset) for log in logs]
         stats = [seconds_of(lambda: _stat_all(actives)) for _ in range(settings.repeats)]
-    return [Row("retention_pass", f"retention pass over {count:,} partitions, nothing to delete",
-                count / median(passes), "partitions/s", count / median(stats), "os.stat of each active .log",
+    return [Row("retention_pass", f"retention pass over {count:,} partitions, nothing to delete (first pass "
+                f"after start-up: {count / first:,.0f}/s)", count / median(passes), "partitions/s",
+                count / median(stats), "os.stat of each active .log",
                 Target("at_least", 10_000, "10k in <= 1 s (>= 10,000/s)"),
                 {"partitions": count, "seconds": passes, "seconds_for_10k": 10_000 * median(passes) / count,
-                 "segments_deleted": deleted})]
+                 "first_pass_seconds": first, "segments_deleted": deleted})]
 
 
 def _stat_all(paths: Sequence[Path]) -> int:

@@ -593,7 +593,7 @@ class LogManager:
         for tp, lg in self.logs(topic):
             try:
                 plans.append(decide(lg, now))
-            except StorageError as e:
+            except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
                 log.error("%s: retention failed: %s", tp, e)
         return plans
 

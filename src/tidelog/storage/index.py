@@ -60,6 +60,7 @@ from tidelog.errors import (
     IndexOffsetOverflowError,
     IndexStateError,
     InvalidOffsetError,
+    StorageError,
 )
 from tidelog.storage.index_file import IndexFile
 
@@ -453,6 +454,30 @@ class TimeIndex(_MappedIndex):
     _KIND = "time index"
 
     _last_entry: TimestampOffset
+
+    @classmethod
+    def read_last_entry(cls, path: Path, base_offset: int) -> TimestampOffset:
+        """The last entry of the index file at ``path`` with one ``pread``: no map, no resize, no
+        descriptor kept (retention asks this of thousands of segments it never reads). The file
+        length is trusted, as when an index is opened. ``(-1, base_offset)`` when missing or empty;
+        :class:`StorageError` when it cannot be read."""
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return TimestampOffset(NO_TIMESTAMP, base_offset)
+        except OSError as e:
+            raise StorageError(f"cannot open {cls._KIND}", path=path, operation="open") from e
+        try:
+            entries = os.fstat(fd).st_size // cls.ENTRY_SIZE
+            if entries == 0:
+                return TimestampOffset(NO_TIMESTAMP, base_offset)
+            data = os.pread(fd, cls.ENTRY_SIZE, (entries - 1) * cls.ENTRY_SIZE)
+        except OSError as e:
+            raise StorageError(f"cannot read {cls._KIND}", path=path, operation="read") from e
+        finally:
+            os.close(fd)
+        timestamp, relative = cls._ENTRY.unpack(data)
+        return TimestampOffset(timestamp, base_offset + relative)
 
     def is_full(self) -> bool:
         """One slot stays free for the final entry a roll or close appends with ``skip_full_check``."""

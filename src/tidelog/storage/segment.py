@@ -178,7 +178,11 @@ class LogSegment:
     @property
     def max_timestamp_and_offset_so_far(self) -> TimestampOffset:
         if self._max_timestamp_and_offset is None:
-            self._max_timestamp_and_offset = self.time_index.last_entry
+            if self._time_index is None:  # read one entry; do not map the index just for this
+                path = files.time_index_file(self._dir, self.base_offset, self._suffix)
+                self._max_timestamp_and_offset = TimeIndex.read_last_entry(path, self.base_offset)
+            else:
+                self._max_timestamp_and_offset = self.time_index.last_entry
         return self._max_timestamp_and_offset
 
     @property
