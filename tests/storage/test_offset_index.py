@@ -20,6 +20,7 @@ from tidelog.errors import (
     IndexOffsetOverflowError,
     IndexStateError,
     InvalidOffsetError,
+    StorageError,
 )
 from tidelog.storage.files import offset_index_file
 from tidelog.storage.index import OffsetIndex, OffsetPosition
@@ -420,9 +421,11 @@ def test_delete_if_exists_reports_whether_file_was_deleted(tmp_path: Path) -> No
     assert index.delete_if_exists() is False
 
 
-def test_read_only_open_of_missing_file_raises_os_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
-        OffsetIndex(offset_index_file(tmp_path, 0), 0, writable=False)
+def test_read_only_open_of_missing_file_raises_storage_error_naming_it(tmp_path: Path) -> None:
+    path = offset_index_file(tmp_path, 0)
+    with pytest.raises(StorageError, match="cannot open offset index file") as raised:
+        OffsetIndex(path, 0, writable=False)
+    assert raised.value.path == path and isinstance(raised.value.__cause__, FileNotFoundError)
 
 
 # --- model-based ------------------------------------------------------------------------------

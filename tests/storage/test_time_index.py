@@ -392,3 +392,16 @@ class TimeIndexMachine(RuleBasedStateMachine):
 
 TimeIndexMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
 test_time_index_matches_sorted_list_model = TimeIndexMachine.TestCase
+
+
+def test_read_last_entry_reads_the_file_without_mapping_it(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000100.timeindex"
+    index = TimeIndex(path, 100, 120)
+    index.maybe_append(5_000, 103)
+    index.maybe_append(7_000, 109)
+    index.trim_to_valid_size()
+    index.close()
+    assert TimeIndex.read_last_entry(path, 100) == TimestampOffset(7_000, 109)
+    assert TimeIndex.read_last_entry(tmp_path / "missing.timeindex", 100) == TimestampOffset(-1, 100)
+    path.write_bytes(b"")
+    assert TimeIndex.read_last_entry(path, 100) == TimestampOffset(-1, 100)

@@ -120,8 +120,11 @@ class _MappedIndex(IndexFile):
         self._mmap: mmap.mmap | None = None
         self._buffer: mmap.mmap | bytes = _EMPTY  # the mapping, or b"" while there is none
         self._length = 0
-        fd, created = self._open_or_create()
-        self._map(fd)
+        try:
+            fd, created = self._open_or_create()
+            self._map(fd)
+        except OSError as e:
+            raise StorageError(f"cannot open {self._KIND} file: {e.strerror}", path=self._path, operation="open") from e
         self._entries = 0 if created else self._length // self.ENTRY_SIZE
         self._on_entries_changed()
 
@@ -240,12 +243,16 @@ class _MappedIndex(IndexFile):
         return True
 
     def _remap(self, length: int) -> None:
-        fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
-        self._unmap()
         try:
-            os.ftruncate(fd, length)
-        finally:
-            self._map(fd)
+            fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+            self._unmap()
+            try:
+                os.ftruncate(fd, length)
+            finally:
+                self._map(fd)
+        except OSError as e:
+            raise StorageError(f"cannot resize {self._KIND} file to {length} bytes: {e.strerror}",
+                               path=self._path, operation="resize") from e
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to ``entries * ENTRY_SIZE`` bytes (done on roll and close)."""
