@@ -51,16 +51,6 @@ def log_config(**overrides: Any) -> LogConfig:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-def scheduler(clock: FakeClock) -> FakeScheduler:
-    return FakeScheduler(clock)
-
-
-@pytest.fixture
 def make_log(tmp_path: Path, clock: FakeClock, scheduler: FakeScheduler) -> Iterator[MakeLog]:
     """``make_log(**topic_config)`` opens a fresh log ``topic-<n>`` (high watermark 0, as Kafka's
     tests start); every log is closed at teardown."""

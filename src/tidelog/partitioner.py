@@ -30,7 +30,6 @@ values below 2**32 and 2**31).
 
 from __future__ import annotations
 
-import os
 import random
 import types
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tidelog.records.scan import PURE_PYTHON_ENV
+from tidelog import twins
 
 MURMUR2_SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -242,16 +241,9 @@ def get_kernels(pure: bool) -> PartitionerKernels:
     return _compile()
 
 
-def _choose() -> PartitionerKernels:
-    if os.environ.get(PURE_PYTHON_ENV, "") == "1":
-        return get_kernels(pure=True)
-    try:
-        return get_kernels(pure=False)
-    except (ImportError, OSError):
-        return get_kernels(pure=True)
 
 
-_ACTIVE: PartitionerKernels = _choose()
+_ACTIVE: PartitionerKernels = twins.choose(get_kernels)
 ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import T0, MakeLog, log_config
+from storage_helpers import MakeLog, log_config
 
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import Log
@@ -28,16 +28,6 @@ from tidelog.testing import FakeClock, FakeScheduler
 @pytest.fixture
 def tp_dir(tmp_path: Path) -> Path:
     return tmp_path / "topic-0"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-def scheduler(clock: FakeClock) -> FakeScheduler:
-    return FakeScheduler(clock)
 
 
 @pytest.fixture

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ import orjson
 
 from tidelog.cli import _record_kernels as _k
 from tidelog.errors import TidelogError
-from tidelog.records.scan import PURE_PYTHON_ENV
+from tidelog import twins
 from tidelog.records.varint import INT64_MAX, zigzag_bytes
 
 # What a record adds to key + value + max(headers, 1): length varint 5, attributes 1, timestamp
@@ -457,16 +456,9 @@ def get_kernels(pure: bool) -> RecordKernels:
     return _Twin(_k.encode_records, _k.scan_json_lines, "python") if pure else _compile()
 
 
-def _choose() -> RecordKernels:
-    if os.environ.get(PURE_PYTHON_ENV, "") == "1":
-        return get_kernels(pure=True)
-    try:
-        return get_kernels(pure=False)
-    except (ImportError, OSError):
-        return get_kernels(pure=True)
 
 
-_ACTIVE: RecordKernels = _choose()
+_ACTIVE: RecordKernels = twins.choose(get_kernels)
 ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
 
 

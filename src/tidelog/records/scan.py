@@ -33,7 +33,6 @@ kernels release the GIL.
 
 from __future__ import annotations
 
-import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,8 +45,8 @@ from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
 from tidelog.records.batch import COMPRESSION_CODEC_MASK, RecordBatch
 from tidelog.records.compression import decompress
+from tidelog import twins
 
-PURE_PYTHON_ENV = "TIDELOG_PURE_PYTHON"
 
 
 Buffer = Any  # what a twin's kernels read: a numpy uint8 array (numba) or a memoryview (python)
@@ -241,16 +240,9 @@ def get_kernels(pure: bool) -> ScanKernels:
     return _compile_kernels()
 
 
-def _choose_kernels() -> ScanKernels:
-    if os.environ.get(PURE_PYTHON_ENV, "") == "1":
-        return get_kernels(pure=True)
-    try:
-        return get_kernels(pure=False)
-    except (ImportError, OSError):  # numba or its llvmlite shared library is unavailable
-        return get_kernels(pure=True)
 
 
-_ACTIVE: ScanKernels = _choose_kernels()
+_ACTIVE: ScanKernels = twins.choose(get_kernels)
 ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
 
 
