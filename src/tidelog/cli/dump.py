@@ -14,11 +14,14 @@ from typing import Any
 
 import click
 
+from tidelog.cli.progress import progress_bar
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.file_records import FileRecords
 from tidelog.storage.verify import Problem, verify_offset_index, verify_time_index
 from tidelog.storage.txn_index import TransactionIndex
+
+LARGE = 64 << 20  # bytes of a .log; smaller dumps finish before a bar helps
 
 
 @click.command()
@@ -33,8 +36,12 @@ def dump(paths: tuple[Path, ...], deep: bool, print_data: bool, verify_index: bo
     for path in paths:
         if not as_json:
             click.echo(f"Dumping {path}")
-        for item in _dump_file(path, deep, print_data, verify_index):
-            click.echo(json.dumps(item) if as_json else _text(item))
+        size = path.stat().st_size
+        with progress_bar(f"dumping {path.name}", in_bytes=True, threshold=LARGE) as on_progress:
+            for item in _dump_file(path, deep, print_data, verify_index):
+                click.echo(json.dumps(item) if as_json else _text(item))
+                if on_progress is not None and item.get("kind") == "batch":
+                    on_progress(item["position"] + item["size"], size)
 
 
 def _dump_file(path: Path, deep: bool, print_data: bool, verify_index: bool) -> Iterator[dict[str, Any]]:

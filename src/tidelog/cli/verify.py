@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
+from tidelog.cli.progress import progress_bar
 from tidelog.storage.verify import verify_paths
+
+LARGE = 256 << 20  # bytes; smaller checks finish before a bar helps
 
 
 @click.command()
@@ -16,7 +19,8 @@ from tidelog.storage.verify import verify_paths
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report.")
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """Verify segment and index files, partition dirs or whole data dirs. Changes nothing."""
-    report = verify_paths(list(paths))
+    with progress_bar("verifying", in_bytes=True, threshold=LARGE) as on_progress:
+        report = verify_paths(list(paths), on_progress)
     if as_json:
         click.echo(json.dumps({
             "ok": report.ok,

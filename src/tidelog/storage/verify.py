@@ -11,7 +11,7 @@ within the segment. Nothing is modified; every problem names the file and byte p
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,13 +65,26 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_paths(paths: list[Path]) -> VerifyReport:
-    """Verify files, partition dirs or whole data dirs (recursively)."""
+def verify_paths(paths: list[Path], on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Verify files, partition dirs or whole data dirs (recursively). ``on_progress(done, total)``
+    is called after each file with the bytes of the files checked so far and in all."""
     report = VerifyReport()
-    for path in paths:
-        for file in _segment_files(path):
-            _verify_file(file, report)
+    found = [file for path in paths for file in _segment_files(path)]
+    total = sum(_size(file) for file in found)
+    done = 0
+    for file in found:
+        _verify_file(file, report)
+        done += _size(file)
+        if on_progress is not None:
+            on_progress(done, total)
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # reported by the check itself
+        return 0
 
 
 def _segment_files(path: Path) -> Iterator[Path]:
