@@ -6,6 +6,7 @@ import bisect
 import os
 import random
 import struct
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -523,3 +524,28 @@ class OffsetIndexMachine(RuleBasedStateMachine):
 
 OffsetIndexMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
 test_offset_index_matches_sorted_list_model = OffsetIndexMachine.TestCase
+
+
+@settings(max_examples=80, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_check_file_agrees_with_sanity_check_of_the_mapped_index(raw: bytes) -> None:
+    """The loader checks files without mapping them; both checks must judge every file alike."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = offset_index_file(Path(tmp), 45)
+        path.write_bytes(raw)
+        outcomes = []
+        for check in (lambda: OffsetIndex.check_file(path, 45), lambda: _mapped_check(path)):
+            try:
+                check()
+                outcomes.append(None)
+            except CorruptIndexError as e:
+                outcomes.append(e.message)
+        assert outcomes[0] == outcomes[1]
+
+
+def _mapped_check(path: Path) -> None:
+    index = OffsetIndex(path, 45)
+    try:
+        index.sanity_check()
+    finally:
+        index.close_handler()

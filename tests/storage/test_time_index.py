@@ -405,3 +405,27 @@ def test_read_last_entry_reads_the_file_without_mapping_it(tmp_path: Path) -> No
     assert TimeIndex.read_last_entry(tmp_path / "missing.timeindex", 100) == TimestampOffset(-1, 100)
     path.write_bytes(b"")
     assert TimeIndex.read_last_entry(path, 100) == TimestampOffset(-1, 100)
+
+
+@settings(max_examples=80, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_check_file_agrees_with_sanity_check_of_the_mapped_index(raw: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "00000000000000000045.timeindex"
+        path.write_bytes(raw)
+        outcomes = []
+        for check in (lambda: TimeIndex.check_file(path, 45), lambda: _mapped_check(path)):
+            try:
+                check()
+                outcomes.append(None)
+            except CorruptIndexError as e:
+                outcomes.append(e.message)
+        assert outcomes[0] == outcomes[1]
+
+
+def _mapped_check(path: Path) -> None:
+    index = TimeIndex(path, 45)
+    try:
+        index.sanity_check()
+    finally:
+        index.close_handler()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,8 @@ class LogDir:
         """Sort the sub-directories (see the module doc). Lists the dir once."""
         found = DirScan()
         try:
-            entries = sorted(p for p in self.path.iterdir() if p.is_dir())
+            with os.scandir(self.path) as listing:  # d_type: no stat per entry
+                entries = sorted(Path(e.path) for e in listing if e.is_dir())
         except OSError as e:
             raise StorageError("cannot list log dir", path=self.path, operation="list") from e
         for entry in entries:

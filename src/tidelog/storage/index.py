@@ -287,13 +287,48 @@ class _MappedIndex(IndexFile):
     def _release(self) -> None:
         self.close_handler()
 
-    def _check_length(self, last_offset: int) -> None:
-        if self._length % self.ENTRY_SIZE != 0:
+    @classmethod
+    def check_file(cls, path: Path, base_offset: int) -> None:
+        """:meth:`sanity_check` of the index file at ``path`` without mapping it: one ``fstat``
+        and two preads (the loader checks every segment's indexes; maps are costly there).
+        FileNotFoundError when it is missing; :class:`StorageError` when it cannot be read."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            length = os.fstat(fd).st_size
+            entries = length // cls.ENTRY_SIZE
+            first = os.pread(fd, cls.ENTRY_SIZE, 0) if entries else b""
+            last = os.pread(fd, cls.ENTRY_SIZE, (entries - 1) * cls.ENTRY_SIZE) if entries else b""
+        except OSError as e:
+            raise StorageError(f"cannot read {cls._KIND} file: {e.strerror}", path=path, operation="read") from e
+        finally:
+            os.close(fd)
+        cls._check_entries(path, base_offset, length, entries, first, last)
+
+    def sanity_check(self) -> None:
+        """:class:`CorruptIndexError` when the file cannot be this kind of index: its length is not
+        whole entries, or its first and last entries contradict each other or the base offset.
+        O(1): reads two entries."""
+        buffer = self._require_open()
+        size = self.ENTRY_SIZE
+        first = bytes(buffer[:size]) if self._entries else b""
+        last = bytes(buffer[(self._entries - 1) * size:self._entries * size]) if self._entries else b""
+        self._check_entries(self._path, self._base_offset, self._length, self._entries, first, last)
+
+    @classmethod
+    def _check_entries(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes, last: bytes) -> None:
+        if length % cls.ENTRY_SIZE != 0:
             raise CorruptIndexError(
-                f"{self._KIND} file length is not a multiple of {self.ENTRY_SIZE}",
-                path=self._path, length=self._length, entries=self._entries,
-                last_offset=last_offset, base_offset=self._base_offset,
+                f"{cls._KIND} file length is not a multiple of {cls.ENTRY_SIZE}",
+                path=path, length=length, entries=entries, base_offset=base_offset,
             )
+        if entries:
+            cls._check_first_and_last(path, base_offset, length, entries, first, last)
+
+    @classmethod
+    @abstractmethod
+    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
+                              last: bytes) -> None:
+        """Raise :class:`CorruptIndexError` if the raw first and last entries are inconsistent."""
 
     # --- entries --------------------------------------------------------------------------
 
@@ -433,15 +468,16 @@ class OffsetIndex(_MappedIndex):
         """Drop every entry whose offset is >= ``offset``."""
         self._truncate_to_offset(offset)
 
-    def sanity_check(self) -> None:
-        """:class:`CorruptIndexError` if the last offset is below the base offset or the length is not whole entries."""
-        if self._entries and self._last_offset < self._base_offset:
+    @classmethod
+    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
+                              last: bytes) -> None:
+        relative, _ = cls._ENTRY.unpack(last)
+        if relative < 0:
             raise CorruptIndexError(
                 "corrupt offset index: last offset is below the base offset",
-                path=self._path, entries=self._entries, last_offset=self._last_offset,
-                base_offset=self._base_offset, length=self._length,
+                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
+                length=length,
             )
-        self._check_length(self._last_offset)
 
     def _parse(self, slot: int) -> OffsetPosition:
         relative, position = self._ENTRY.unpack_from(self._buffer, slot * 8)  # caller checked open
@@ -543,24 +579,23 @@ class TimeIndex(_MappedIndex):
         """Drop every entry whose OFFSET is >= ``offset``."""
         self._truncate_to_offset(offset)
 
-    def sanity_check(self) -> None:
-        """:class:`CorruptIndexError` if the last timestamp is below the first, the last offset below
-        the base offset, or the length is not whole entries."""
-        self._require_open()
-        last = self._last_entry
-        if self._entries and last.timestamp < self._parse(0).timestamp:
+    @classmethod
+    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
+                              last: bytes) -> None:
+        first_timestamp, _ = cls._ENTRY.unpack(first)
+        last_timestamp, relative = cls._ENTRY.unpack(last)
+        if last_timestamp < first_timestamp:
             raise CorruptIndexError(
                 "corrupt time index: last timestamp is below the first timestamp",
-                path=self._path, entries=self._entries, last_timestamp=last.timestamp,
-                first_timestamp=self._parse(0).timestamp, length=self._length,
+                path=path, entries=entries, last_timestamp=last_timestamp, first_timestamp=first_timestamp,
+                length=length,
             )
-        if self._entries and last.offset < self._base_offset:
+        if relative < 0:
             raise CorruptIndexError(
                 "corrupt time index: last offset is below the base offset",
-                path=self._path, entries=self._entries, last_offset=last.offset,
-                base_offset=self._base_offset, length=self._length,
+                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
+                length=length,
             )
-        self._check_length(last.offset)
 
     def _parse(self, slot: int) -> TimestampOffset:
         timestamp, relative = self._ENTRY.unpack_from(self._buffer, slot * 12)  # caller checked open

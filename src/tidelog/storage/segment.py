@@ -93,6 +93,7 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
         self._max_timestamp_and_offset: TimestampOffset | None = None
+        self._max_timestamp_in_index = False  # it was read from the time index: close need not append it
         self._deferred_index_size: int | None = None  # see defer_index_resize
 
     @classmethod
@@ -156,12 +157,12 @@ class LogSegment:
         check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
         misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
         """
-        for name in (files.offset_index_file, files.time_index_file):
-            path = name(self._dir, self.base_offset, self._suffix)
-            if not path.exists():  # Kafka recreates a missing time index empty; we rebuild it
-                raise FileNotFoundError(path)
-        self.offset_index.sanity_check()
-        self.time_index.sanity_check()
+        for index, name, opened in ((OffsetIndex, files.offset_index_file, self._offset_index),
+                                    (TimeIndex, files.time_index_file, self._time_index)):
+            if opened is not None:
+                opened.sanity_check()
+            else:  # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it
+                index.check_file(name(self._dir, self.base_offset, self._suffix), self.base_offset)
         if files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists():
             self.txn_index.sanity_check()
 
@@ -183,6 +184,7 @@ class LogSegment:
                 self._max_timestamp_and_offset = TimeIndex.read_last_entry(path, self.base_offset)
             else:
                 self._max_timestamp_and_offset = self.time_index.last_entry
+            self._max_timestamp_in_index = True
         return self._max_timestamp_and_offset
 
     @property
@@ -232,6 +234,7 @@ class LogSegment:
         self.log.append(records)
         if largest_timestamp > self.max_timestamp_so_far:
             self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            self._max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self.offset_index.append(largest_offset, position)
             mts = self.max_timestamp_and_offset_so_far
@@ -364,6 +367,7 @@ class LogSegment:
             self.log.truncate_to(valid_bytes)
         self.offset_index.trim_to_valid_size()
         self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
+        self._max_timestamp_in_index = False
         self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
         self.time_index.trim_to_valid_size()
         self._rolling_based_timestamp = first_batch_max_ts
@@ -429,20 +433,30 @@ class LogSegment:
             if batch.max_timestamp > best.timestamp:
                 best = TimestampOffset(batch.max_timestamp, batch.last_offset)
         self._max_timestamp_and_offset = best
+        self._max_timestamp_in_index = False
 
     # --- files --------------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync the ``.log`` and every index (creating lazy index files, as Kafka's flush does)."""
+        """fsync the ``.log`` and every index this process wrote, and create index files that do
+        not exist yet (as Kafka's flush does for a new empty segment). Indexes never opened here
+        are left unmapped: nothing of theirs can be unsynced (a shutdown flushes every log)."""
         self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        for opened, file_of, index in ((self._offset_index, files.offset_index_file, "offset_index"),
+                                       (self._time_index, files.time_index_file, "time_index")):
+            if opened is not None:
+                opened.flush()
+            elif not file_of(self._dir, self.base_offset, self._suffix).exists():
+                getattr(self, index).flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
 
     def close(self) -> None:
         """Final time-index entry, trim, close. Index files are created if still lazy."""
         mts = self._max_timestamp_and_offset
-        if mts is not None:  # known only if this process appended, recovered or looked it up
+        # Known only if this process appended, recovered or looked it up; when it came from the
+        # unopened time index itself there is nothing to append (and no reason to map it).
+        if mts is not None and not (self._max_timestamp_in_index and self._time_index is None):
             self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.close_handlers()
         self.log.trim()
