@@ -53,7 +53,14 @@ def test_partition_that_fails_in_a_worker_is_set_aside(broker: Opener, one_dir: 
     assert [len(read_offsets(manager.log(tp("foo", p)))) for p in (0, 1, 2, 4, 5)] == [10] * 5
 
 
-def test_recovered_data_is_flushed_before_the_clean_open(broker: Opener, one_dir: list[Path]) -> None:
-    crashed_dir(broker, one_dir)
-    manager = broker.open(one_dir, {"num.recovery.threads.per.data.dir": "2"})
-    assert all(log.recovery_point == log.log_end_offset == 10 for _, log in manager.logs())
+def test_processes_and_one_thread_leave_the_same_state(broker: Opener, tmp_path: Path) -> None:
+    """Recovery point included: recovering elsewhere claims nothing more durable than recovering here."""
+    states = []
+    for threads in ("2", "1"):
+        dirs = [tmp_path / f"t{threads}"]
+        crashed_dir(broker, dirs)
+        manager = broker.open(dirs, {"num.recovery.threads.per.data.dir": threads})
+        states.append([(p.topic_partition, p.log_start_offset, p.log_end_offset, p.recovery_point, p.size, p.segments)
+                       for info in manager.log_dirs() for p in info.partitions])
+        assert not any(lg.had_clean_shutdown for _, lg in manager.logs())
+    assert states[0] == states[1] and {s[3] for s in states[0]} == {0}

@@ -222,8 +222,7 @@ class LogManager:
         """Open ``to_load``; a partition that fails is set aside and the others go on.
 
         After an unclean stop with ``num.recovery.threads.per.data.dir`` > 1 and many partitions,
-        recovery runs first in that many processes (:mod:`.recovery`); opening is then the cheap
-        clean open. Opening itself runs on one thread: it is GIL-bound Python, and threads made
+        recovery runs first in that many processes (:mod:`.recovery`); opening then skips it. Opening itself runs on one thread: it is GIL-bound Python, and threads made
         it ~1.5x slower here."""
         recovered = self._recover_in_processes(log_dir, to_load)
         loaded = []
@@ -232,7 +231,7 @@ class LogManager:
             if outcome:
                 self._set_partition_aside(path, tp, outcome)
             else:
-                found = self._open_partition(log_dir, tp, path, clean=log_dir.had_clean_shutdown or tp in recovered)
+                found = self._open_partition(log_dir, tp, path, recovered_elsewhere=tp in recovered)
                 if found is not None:
                     loaded.append((tp, found))
             progress.advance()
@@ -249,13 +248,15 @@ class LogManager:
         log.info("%s: recovering %d partitions in %d processes", log_dir.path, len(jobs), workers)
         return recovery.recover_in_processes(jobs, workers)
 
-    def _open_partition(self, log_dir: LogDir, tp: TopicPartition, path: Path, *, clean: bool) -> Log | None:
+    def _open_partition(self, log_dir: LogDir, tp: TopicPartition, path: Path, *,
+                        recovered_elsewhere: bool) -> Log | None:
         try:
             return Log.open(
                 path, self._config_for(tp.topic),
                 log_start_offset=log_dir.checkpointed_log_start_offsets.get(tp, 0),
                 recovery_point=log_dir.checkpointed_recovery_points.get(tp, 0),
-                had_clean_shutdown=clean, clock=self._clock, scheduler=self._scheduler, topic_partition=tp,
+                had_clean_shutdown=log_dir.had_clean_shutdown, clock=self._clock, scheduler=self._scheduler,
+                topic_partition=tp, recovered_elsewhere=recovered_elsewhere,
             )
         except Exception as e:  # noqa: BLE001 - one bad partition never stops the others
             self._set_partition_aside(path, tp, describe_error(e))

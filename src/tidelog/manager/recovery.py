@@ -4,10 +4,11 @@ Kafka recovers the partitions of a log dir on ``num.recovery.threads.per.data.di
 CPython, recovery (a Python walk over every batch from the recovery point) holds the GIL, so
 threads make it slower, not faster (measured in ``bench/bench_manager.py``: 2 threads took ~1.5×
 as long as 1). tidelog recovers in that many *processes* instead: each worker opens its partitions
-uncleanly (validating, truncating torn tails, rebuilding indexes exactly as the loader does), then
-flushes and closes them, so their files are whole and durable; the manager then opens them as
-cleanly shut down. Flushing before the clean open is what makes that honest: the recovery point
-becomes the log end only once the recovered data is on disk.
+uncleanly (validating, truncating torn tails, rebuilding indexes exactly as the loader does) and
+closes them, so their files are whole; the manager then opens them with ``recovered_elsewhere``:
+no second recovery, and the recovery point stays at the checkpoint, exactly as after recovering
+in process (nothing recovered is claimed durable before the next flush; a crash before it just
+recovers again).
 
 Work the worker cannot finish is reported as an error string and the manager sets that partition
 aside; a worker that dies (a broken pool) leaves its partitions to the in-process path. Workers
@@ -63,16 +64,12 @@ class _DroppingScheduler:
 
 
 def recover_partition(job: RecoveryJob) -> str | None:
-    """Recover, flush and close one partition; None on success, else why it failed (one line)."""
+    """Recover and close one partition; None on success, else why it failed (one line)."""
     try:
-        recovered = Log.open(
+        Log.open(
             job.path, job.config, log_start_offset=job.log_start_offset, recovery_point=job.recovery_point,
             had_clean_shutdown=False, scheduler=_DroppingScheduler(), topic_partition=job.topic_partition,
-        )
-        try:
-            recovered.flush()
-        finally:
-            recovered.close()
+        ).close()
     except Exception as e:  # noqa: BLE001 - reported to the manager, which sets the partition aside
         return str(e) if isinstance(e, TidelogError) else f"{type(e).__name__}: {e}"
     return None

@@ -288,10 +288,11 @@ class _MappedIndex(IndexFile):
         self.close_handler()
 
     @classmethod
-    def check_file(cls, path: Path, base_offset: int) -> None:
+    def check_file(cls, path: Path, base_offset: int) -> bytes:
         """:meth:`sanity_check` of the index file at ``path`` without mapping it: one ``fstat``
         and two preads (the loader checks every segment's indexes; maps are costly there).
-        FileNotFoundError when it is missing; :class:`StorageError` when it cannot be read."""
+        Returns the last entry's bytes (empty when there is none). FileNotFoundError when the
+        file is missing; :class:`StorageError` when it cannot be read."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             length = os.fstat(fd).st_size
@@ -303,6 +304,7 @@ class _MappedIndex(IndexFile):
         finally:
             os.close(fd)
         cls._check_entries(path, base_offset, length, entries, first, last)
+        return last
 
     def sanity_check(self) -> None:
         """:class:`CorruptIndexError` when the file cannot be this kind of index: its length is not
@@ -499,6 +501,14 @@ class TimeIndex(_MappedIndex):
     _last_entry: TimestampOffset
 
     @classmethod
+    def parse_entry(cls, raw: bytes, base_offset: int) -> TimestampOffset:
+        """An entry from its 12 bytes; ``(-1, base_offset)`` for no bytes (an empty index)."""
+        if not raw:
+            return TimestampOffset(NO_TIMESTAMP, base_offset)
+        timestamp, relative = cls._ENTRY.unpack(raw)
+        return TimestampOffset(timestamp, base_offset + relative)
+
+    @classmethod
     def read_last_entry(cls, path: Path, base_offset: int) -> TimestampOffset:
         """The last entry of the index file at ``path`` with one ``pread``: no map, no resize, no
         descriptor kept (retention asks this of thousands of segments it never reads). The file
@@ -519,8 +529,7 @@ class TimeIndex(_MappedIndex):
             raise StorageError(f"cannot read {cls._KIND}", path=path, operation="read") from e
         finally:
             os.close(fd)
-        timestamp, relative = cls._ENTRY.unpack(data)
-        return TimestampOffset(timestamp, base_offset + relative)
+        return cls.parse_entry(data, base_offset)
 
     def is_full(self) -> bool:
         """One slot stays free for the final entry a roll or close appends with ``skip_full_check``."""

@@ -58,6 +58,9 @@ class LoadParams:
     recovery_point_checkpoint: int
     had_clean_shutdown: bool
     draw_jitter: Callable[[], int] = lambda: 0  # each opened segment's segment.jitter.ms draw
+    # Unclean, but another process already recovered the files: skip phase 3 and keep the
+    # recovery point at the checkpoint, exactly as after recovering here.
+    recovered_elsewhere: bool = False
     on_segment_recovered: SegmentRecovered | None = None
 
 
@@ -70,7 +73,7 @@ def load_log(params: LoadParams) -> LoadedLog:
     recovered: set[int] = set()
     segments = load_segment_files(params, names, recovered)
     truncated = 0
-    if not params.had_clean_shutdown:
+    if not params.had_clean_shutdown and not params.recovered_elsewhere:
         truncated = recover_from(segments, params, recovered)
     return _settle_offsets(segments, params, truncated)
 

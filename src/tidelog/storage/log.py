@@ -115,6 +115,7 @@ class Log:
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
         topic_partition: TopicPartition | None = None,
+        recovered_elsewhere: bool = False,
     ) -> Log:
         """Open (creating if needed) the partition dir ``dir`` and load it (see :mod:`.loader`).
 
@@ -122,6 +123,9 @@ class Log:
         ``had_clean_shutdown`` skips recovery. ``high_watermark`` defaults to the log end offset:
         tidelog is a single replica, and a sole leader's high watermark reaches its log end as soon
         as it leads, so nothing that was written becomes unreadable after a restart.
+        ``recovered_elsewhere`` (with ``had_clean_shutdown=False``): another process has just
+        recovered these files (parallel recovery); recovery is skipped, the recovery point stays
+        at the checkpoint.
         """
         config = config or LogConfig.defaults()
         tp = topic_partition or files.parse_topic_partition_name(dir.name)
@@ -134,6 +138,7 @@ class Log:
             dir=dir, config=segment_config(config), clock=clock,
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown, draw_jitter=config.random_segment_jitter,
+            recovered_elsewhere=recovered_elsewhere,
             on_segment_recovered=lambda epoch_starts: _assign_epochs(epoch_cache, epoch_starts),
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)

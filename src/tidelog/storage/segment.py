@@ -157,12 +157,19 @@ class LogSegment:
         check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
         misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
         """
-        for index, name, opened in ((OffsetIndex, files.offset_index_file, self._offset_index),
-                                    (TimeIndex, files.time_index_file, self._time_index)):
-            if opened is not None:
-                opened.sanity_check()
-            else:  # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it
-                index.check_file(name(self._dir, self.base_offset, self._suffix), self.base_offset)
+        # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
+        if self._offset_index is not None:
+            self._offset_index.sanity_check()
+        else:
+            OffsetIndex.check_file(files.offset_index_file(self._dir, self.base_offset, self._suffix), self.base_offset)
+        if self._time_index is not None:
+            self._time_index.sanity_check()
+        else:
+            path = files.time_index_file(self._dir, self.base_offset, self._suffix)
+            last = TimeIndex.check_file(path, self.base_offset)
+            if self._max_timestamp_and_offset is None:  # keep it: retention asks for it next
+                self._max_timestamp_and_offset = TimeIndex.parse_entry(last, self.base_offset)
+                self._max_timestamp_in_index = True
         if files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists():
             self.txn_index.sanity_check()
 
