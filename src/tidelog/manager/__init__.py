@@ -1,5 +1,6 @@
 """The LogManager: owner of log dirs, topics and background work (see :mod:`.manager`)."""
 
-from tidelog.manager.manager import LogDirInfo, LogManager, PartitionInfo, SetAside, TopicDescription
+from tidelog.manager.manager import LogManager
+from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 
 __all__ = ["LogDirInfo", "LogManager", "PartitionInfo", "SetAside", "TopicDescription"]

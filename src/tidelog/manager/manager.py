@@ -2,12 +2,14 @@
 
 Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
 
-* **Start-up** (:meth:`LogManager.open`): lock every log dir, read the topic registry
-  (:mod:`.topics`), and load every partition dir in parallel, ``num.recovery.threads.per.data.dir``
-  workers per dir, each with its checkpointed recovery point and log start offset, skipping recovery
-  after a clean shutdown. A partition that fails to load is *set aside* (reported by
-  :meth:`set_aside`, its checkpoint entries kept so nothing resurfaces once it is repaired) and the
-  others load: Kafka would take the whole dir offline.
+* **Start-up** (:meth:`LogManager.open`): lock every log dir (all of one cluster), read the
+  topic registry (:mod:`.topics`), and load every partition dir with its checkpointed recovery
+  point and log start offset, skipping recovery after a clean shutdown; after an unclean one,
+  recovery runs in ``num.recovery.threads.per.data.dir`` processes (:mod:`.recovery`). A
+  partition that fails to load is *set aside* (reported by :meth:`set_aside`, its checkpoint
+  entries kept so nothing resurfaces once it is repaired) and the others load: Kafka would take
+  the whole dir offline. The registry and the dirs are then reconciled (adopted, completed,
+  stray dirs set aside).
 * **Topics**: create (partitions placed in the dir with the fewest), add partitions, delete
   (dirs renamed ``-delete``, removed after the broker's ``log.segment.delete.delay.ms``), alter
   per-topic overrides (persisted in the registry, applied to live logs at once).
@@ -33,7 +35,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -51,6 +52,7 @@ from tidelog.errors import (
 )
 from tidelog.manager import recovery
 from tidelog.manager.log_dir import LogDir, describe_error
+from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.topics import (
     RegistryState,
     TopicRecord,
@@ -80,55 +82,6 @@ log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int], None]
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
-
-
-# --- what the manager reports ---------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """One live partition: where it lives and its offsets and size."""
-
-    topic_partition: TopicPartition
-    log_dir: Path
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
-    recovery_point: int
-    size: int
-    segments: int
-
-
-@dataclass(frozen=True, slots=True)
-class SetAside:
-    """A partition dir (or stray dir) that did not load, and why."""
-
-    path: Path
-    reason: str
-    topic_partition: TopicPartition | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDescription:
-    name: str
-    topic_id: str
-    partitions: tuple[PartitionInfo, ...]
-    offline: tuple[SetAside, ...]
-    configs: Mapping[str, str]
-
-    @property
-    def partition_count(self) -> int:
-        return len(self.partitions) + len(self.offline)
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirInfo:
-    path: Path
-    partitions: tuple[PartitionInfo, ...]
-    set_aside: tuple[SetAside, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(p.size for p in self.partitions)
 
 
 class LogManager:

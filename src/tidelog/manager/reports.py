@@ -1,0 +1,56 @@
+"""What the LogManager reports: partitions, set-aside dirs, topics and log dirs (frozen values)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.topic_partition import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One live partition: where it lives and its offsets and size."""
+
+    topic_partition: TopicPartition
+    log_dir: Path
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    recovery_point: int
+    size: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A partition dir (or stray dir) that did not load, and why."""
+
+    path: Path
+    reason: str
+    topic_partition: TopicPartition | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    offline: tuple[SetAside, ...]
+    configs: Mapping[str, str]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions) + len(self.offline)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    path: Path
+    partitions: tuple[PartitionInfo, ...]
+    set_aside: tuple[SetAside, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.partitions)
