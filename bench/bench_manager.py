@@ -5,6 +5,7 @@ nothing to delete.
 |--------------------|---------------------------------------------------------------|-------------------------------------------------|--------|
 | ``manager_startup`` | partitions/s of ``LogManager.open`` after a clean shutdown    | partitions/s of bare ``Log.open`` of the same dirs | 10k in <= 10 s (>= 1,000/s) |
 | (same)             | partitions/s after an unclean stop, 1 and 2 recovery threads per dir | the same baseline                        | none (informational: parallel recovery) |
+| ``manager_recovery_parallel`` | partitions/s of an unclean ``LogManager.open`` of 16 partitions of 4 MiB of 1-record batches with 2 recovery processes | the same with 1 recovery thread | none (informational: the speed-up) |
 | ``retention_pass`` | partitions/s of ``LogManager.run_retention()``, nothing to delete | partitions/s of ``os.stat`` of each active ``.log`` | 10k in <= 1 s (>= 10,000/s) |
 
 The partitions are copies of one small template partition (8 batches of 10 records, ~10 KB),
@@ -24,10 +25,12 @@ from bench.bench_storage import (
     Target,
     _copy_partitions,
     _template_partition,
+    build_batches,
     median,
     scratch_dir,
     seconds_of,
     timed,
+    write_segment,
 )
 from tidelog.manager import LogManager
 from tidelog.scheduler import ThreadScheduler
@@ -95,6 +98,28 @@ def _manager_open_seconds(log_dir: Path, threads: int, scheduler: ThreadSchedule
     return elapsed[0]
 
 
+def bench_recovery_parallel(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
+    """Unclean start of a dir whose recovery is heavy (1-record batches), with 2 recovery
+    processes against 1: the ratio is the speed-up of parallel recovery."""
+    count, size = settings.pick((16, 4 << 20), (4, 1 << 20))
+    with scratch_dir(settings.work_dir / "recovery") as root:
+        log_dir = root / "data"
+        log_dir.mkdir()
+        pool = build_batches(1024, 1, seed=3)
+        for i in range(count):
+            (log_dir / f"heavy-{i}").mkdir()
+            write_segment(log_dir / f"heavy-{i}" / "00000000000000000000.log", pool, 1, size)
+        LogManager.open(_broker(1), [log_dir], scheduler=scheduler).shutdown()  # adopt, untimed
+        runs = {threads: [] for threads in (1, 2)}
+        for _ in range(settings.repeats):
+            for threads in (1, 2):
+                runs[threads].append(_manager_open_seconds(log_dir, threads, scheduler, clean=False))
+    one, two = median(runs[1]), median(runs[2])
+    return [Row("manager_recovery_parallel", f"unclean start, {count} partitions of {size >> 20} MiB of 1-record "
+                f"batches, 2 recovery processes", count / two, "partitions/s", count / one, "1 recovery thread",
+                None, {"seconds_1": runs[1], "seconds_2": runs[2]})]
+
+
 def bench_retention_pass(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
     with scratch_dir(settings.work_dir / "retention") as root:
         count = settings.pick(10_000, 500)
@@ -130,5 +155,7 @@ def run_benchmark(name: str, settings: Settings) -> list[Row]:
 
 BENCHMARKS = {
     "manager_startup": ("LogManager.open of many partitions, clean and unclean, vs bare Log.open", bench_manager_startup),
+    "manager_recovery_parallel": ("unclean start with heavy recovery, 2 processes vs 1 thread",
+                                  bench_recovery_parallel),
     "retention_pass": ("LogManager.run_retention over many partitions with nothing to delete vs os.stat", bench_retention_pass),
 }

@@ -4,6 +4,7 @@ partitions set aside — and the recovered partitions open as cleanly shut down 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ from tidelog.manager import recovery
 PARTITIONS = 6
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def few_partitions_use_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recovery, "MIN_PARTITIONS_FOR_PROCESSES", 2)  # test seam: small dirs use the pool too
+    monkeypatch.setattr(recovery, "MIN_BYTES_FOR_PROCESSES", 1)  # test seam: small dirs use the pool too
+    monkeypatch.setattr(recovery, "MIN_AVERAGE_BYTES_FOR_PROCESSES", 1)
 
 
 def crashed_dir(broker: Opener, one_dir: list[Path]) -> None:
@@ -32,10 +34,14 @@ def crashed_dir(broker: Opener, one_dir: list[Path]) -> None:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x07torn")
 
 
+@pytest.mark.usefixtures("few_partitions_use_processes")
 @pytest.mark.parametrize("threads", ["2", "1"])
-def test_recovery_keeps_every_record_and_cuts_the_torn_tail(broker: Opener, one_dir: list[Path], threads: str) -> None:
+def test_recovery_keeps_every_record_and_cuts_the_torn_tail(broker: Opener, one_dir: list[Path], threads: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
     crashed_dir(broker, one_dir)
-    manager = broker.open(one_dir, {"num.recovery.threads.per.data.dir": threads})
+    with caplog.at_level(logging.INFO, logger="tidelog.manager"):
+        manager = broker.open(one_dir, {"num.recovery.threads.per.data.dir": threads})
+    assert (f"recovering {PARTITIONS} partitions" in caplog.text) == (threads == "2")
     assert manager.set_aside() == []
     for partition in range(PARTITIONS):
         log = manager.log(tp("foo", partition))
@@ -43,6 +49,7 @@ def test_recovery_keeps_every_record_and_cuts_the_torn_tail(broker: Opener, one_
     assert not (one_dir[0] / "foo-0" / "00000000000000000000.log").read_bytes().endswith(b"torn")
 
 
+@pytest.mark.usefixtures("few_partitions_use_processes")
 def test_partition_that_fails_in_a_worker_is_set_aside(broker: Opener, one_dir: list[Path]) -> None:
     crashed_dir(broker, one_dir)
     break_partition(one_dir[0] / "foo-3")
@@ -53,6 +60,7 @@ def test_partition_that_fails_in_a_worker_is_set_aside(broker: Opener, one_dir: 
     assert [len(read_offsets(manager.log(tp("foo", p)))) for p in (0, 1, 2, 4, 5)] == [10] * 5
 
 
+@pytest.mark.usefixtures("few_partitions_use_processes")
 def test_processes_and_one_thread_leave_the_same_state(broker: Opener, tmp_path: Path) -> None:
     """Recovery point included: recovering elsewhere claims nothing more durable than recovering here."""
     states = []
@@ -64,3 +72,20 @@ def test_processes_and_one_thread_leave_the_same_state(broker: Opener, tmp_path:
                        for info in manager.log_dirs() for p in info.partitions])
         assert not any(lg.had_clean_shutdown for _, lg in manager.logs())
     assert states[0] == states[1] and {s[3] for s in states[0]} == {0}
+
+
+def test_bytes_to_recover_counts_from_the_segment_holding_the_recovery_point(tmp_path: Path) -> None:
+    for base, size in ((0, 100), (50, 30), (90, 7)):
+        (tmp_path / f"{base:020d}.log").write_bytes(b"x" * size)
+    (tmp_path / f"{0:020d}.index").write_bytes(b"y" * 1000)
+    assert recovery.bytes_to_recover(tmp_path, 0) == 137
+    assert recovery.bytes_to_recover(tmp_path, 60) == 37
+    assert recovery.bytes_to_recover(tmp_path, 90) == 7
+    assert recovery.bytes_to_recover(tmp_path / "missing", 0) == 0
+
+
+def test_processes_only_for_heavy_recovery() -> None:
+    mib = 1 << 20
+    assert recovery.worth_processes(64 * mib, 16) and not recovery.worth_processes(64 * mib, 1)
+    assert not recovery.worth_processes(100 * mib, 10_000), "many tiny partitions: the reopen costs more"
+    assert not recovery.worth_processes(8 * mib, 2)

@@ -192,13 +192,16 @@ class LogManager:
 
     def _recover_in_processes(self, log_dir: LogDir, to_load: dict[TopicPartition, Path]) -> Mapping[TopicPartition, str | None]:
         workers = self.broker.num_recovery_threads_per_data_dir
-        if log_dir.had_clean_shutdown or workers < 2 or len(to_load) < recovery.MIN_PARTITIONS_FOR_PROCESSES:
+        if log_dir.had_clean_shutdown or workers < 2 or len(to_load) < 2:
             return {}
         jobs = [recovery.RecoveryJob(tp, path, self._config_for(tp.topic),
                                      log_dir.checkpointed_log_start_offsets.get(tp, 0),
                                      log_dir.checkpointed_recovery_points.get(tp, 0))
                 for tp, path in sorted(to_load.items())]
-        log.info("%s: recovering %d partitions in %d processes", log_dir.path, len(jobs), workers)
+        work = sum(recovery.bytes_to_recover(job.path, job.recovery_point) for job in jobs)
+        if not recovery.worth_processes(work, len(jobs)):
+            return {}
+        log.info("%s: recovering %d partitions (%d bytes) in %d processes", log_dir.path, len(jobs), work, workers)
         return recovery.recover_in_processes(jobs, workers)
 
     def _open_partition(self, log_dir: LogDir, tp: TopicPartition, path: Path, *,
