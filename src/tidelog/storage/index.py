@@ -323,14 +323,26 @@ class _MappedIndex(IndexFile):
                 f"{cls._KIND} file length is not a multiple of {cls.ENTRY_SIZE}",
                 path=path, length=length, entries=entries, base_offset=base_offset,
             )
-        if entries:
-            cls._check_first_and_last(path, base_offset, length, entries, first, last)
+        if not entries:
+            return
+        cls._check_first_and_last(path, base_offset, length, entries, first, last)
+        relative = cls._relative_offset_of(last)
+        if relative < 0:
+            raise CorruptIndexError(
+                f"corrupt {cls._KIND}: last offset is below the base offset",
+                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
+                length=length,
+            )
 
     @classmethod
     @abstractmethod
+    def _relative_offset_of(cls, entry: bytes) -> int:
+        """The relative offset in a raw entry."""
+
+    @classmethod
     def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
                               last: bytes) -> None:
-        """Raise :class:`CorruptIndexError` if the raw first and last entries are inconsistent."""
+        """Raise :class:`CorruptIndexError` if the raw first and last entries contradict each other."""
 
     # --- entries --------------------------------------------------------------------------
 
@@ -471,15 +483,8 @@ class OffsetIndex(_MappedIndex):
         self._truncate_to_offset(offset)
 
     @classmethod
-    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
-                              last: bytes) -> None:
-        relative, _ = cls._ENTRY.unpack(last)
-        if relative < 0:
-            raise CorruptIndexError(
-                "corrupt offset index: last offset is below the base offset",
-                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
-                length=length,
-            )
+    def _relative_offset_of(cls, entry: bytes) -> int:
+        return cls._ENTRY.unpack(entry)[0]
 
     def _parse(self, slot: int) -> OffsetPosition:
         relative, position = self._ENTRY.unpack_from(self._buffer, slot * 8)  # caller checked open
@@ -592,19 +597,17 @@ class TimeIndex(_MappedIndex):
     def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
                               last: bytes) -> None:
         first_timestamp, _ = cls._ENTRY.unpack(first)
-        last_timestamp, relative = cls._ENTRY.unpack(last)
+        last_timestamp, _ = cls._ENTRY.unpack(last)
         if last_timestamp < first_timestamp:
             raise CorruptIndexError(
                 "corrupt time index: last timestamp is below the first timestamp",
                 path=path, entries=entries, last_timestamp=last_timestamp, first_timestamp=first_timestamp,
                 length=length,
             )
-        if relative < 0:
-            raise CorruptIndexError(
-                "corrupt time index: last offset is below the base offset",
-                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
-                length=length,
-            )
+
+    @classmethod
+    def _relative_offset_of(cls, entry: bytes) -> int:
+        return cls._ENTRY.unpack(entry)[1]
 
     def _parse(self, slot: int) -> TimestampOffset:
         timestamp, relative = self._ENTRY.unpack_from(self._buffer, slot * 12)  # caller checked open
