@@ -201,3 +201,13 @@ class InvalidRequestError(TidelogError):
     topic (Kafka INVALID_REQUEST)."""
 
     error_code = 42
+
+
+# --- command line records --------------------------------------------------------------------
+
+class RecordInputError(TidelogError):
+    """A line of ``tidelog produce`` input that is not a valid record (the message names the line)."""
+
+
+class RecordOutputError(TidelogError):
+    """A record that the chosen output format cannot show (context: ``topic_partition``, ``offset``)."""

@@ -31,7 +31,6 @@ values below 2**32 and 2**31).
 from __future__ import annotations
 
 import random
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -218,18 +217,7 @@ class _Twin:
 
 
 def _compile() -> _Twin:
-    import numba  # deferred: absent in pure-Python installs
-
-    namespace = dict(globals())
-    for name in _HELPERS + _KERNELS:
-        plain = globals()[name]
-        clone = types.FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
-        clone.__qualname__ = plain.__qualname__
-        inline = "always" if name in _HELPERS else "never"
-        try:
-            namespace[name] = numba.njit(cache=True, nogil=True, inline=inline)(clone)
-        except RuntimeError:  # no writable cache dir
-            namespace[name] = numba.njit(nogil=True, inline=inline)(clone)
+    namespace = twins.compile_functions(globals(), _HELPERS, _KERNELS, {"nogil": True})
     return _Twin(namespace["murmur2_keys_kernel"], namespace["assign_kernel"], "numba")
 
 

@@ -1,15 +1,17 @@
 """Choosing between a numba-compiled kernel and its interpreted twin (STYLE.md convention 4).
 
 Each hot-path module exposes ``get_kernels(pure: bool)`` returning one implementation of its
-kernel Protocol; :func:`choose` picks one once, at import: the interpreted twin when
+kernel Protocol (the compiled one built by :func:`compile_functions`); :func:`choose` picks one
+once, at import: the interpreted twin when
 ``TIDELOG_PURE_PYTHON=1`` or when numba (or its llvmlite library) cannot load, else the compiled one.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TypeVar
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 PURE_PYTHON_ENV = "TIDELOG_PURE_PYTHON"
 
@@ -24,3 +26,25 @@ def choose(get_kernels: Callable[[bool], K]) -> K:
         return get_kernels(False)
     except (ImportError, OSError):  # numba or its llvmlite shared library is unavailable
         return get_kernels(True)
+
+
+def compile_functions(source: Mapping[str, Any], inlined: Sequence[str], compiled: Sequence[str],
+                      options: Mapping[str, Any]) -> dict[str, Any]:
+    """numba versions of the functions named ``inlined`` and ``compiled`` in ``source`` (a
+    module's globals), in a copy of those globals in which every name refers to the compiled
+    callee; the module keeps the plain functions the interpreted twin runs. ``inlined`` ones are
+    inlined into their callers. Compiled functions are cached on disk when a cache dir is writable.
+    ImportError when numba is missing."""
+    import numba  # deferred: ~0.5 s, and absent in pure-Python installs
+
+    namespace = dict(source)
+    for name in (*inlined, *compiled):
+        plain = source[name]
+        clone = types.FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
+        clone.__qualname__ = plain.__qualname__
+        settings = {**options, "inline": "always" if name in inlined else "never"}
+        try:
+            namespace[name] = numba.njit(cache=True, **settings)(clone)
+        except RuntimeError:  # no writable cache location: compile in every process instead
+            namespace[name] = numba.njit(**settings)(clone)
+    return namespace

@@ -20,7 +20,6 @@ from tidelog.cli import record_io
 from tidelog.cli.record_io import (
     InputProblem,
     ParsedRecords,
-    RecordOutputError,
     encode_headers,
     encode_records,
     format_json,
@@ -31,6 +30,7 @@ from tidelog.cli.record_io import (
     parse_text_lines,
     split_lines,
 )
+from tidelog.errors import RecordOutputError
 from tidelog.records.record import encode_record
 
 NOW = 1_700_000_000_000

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_produce import run
 
-from tidelog.cli.main import hoist_global_options
+from tidelog.cli.main import hoist_global_options, main
 from tidelog.manager import LogManager
 from tidelog.manager.topics import REGISTRY_FILE
 from tidelog.storage.config import BrokerConfig
@@ -150,3 +150,15 @@ def test_serve_runs_until_sigterm_then_shuts_down_cleanly(tmp_path: Path) -> Non
         assert manager.log_dirs()[0].partitions[0].log_end_offset == 0
         assert manager.get_log(manager.logs()[0][0]).had_clean_shutdown
     assert time.monotonic() - started < 60
+
+
+def test_log_dirs_come_from_the_config_when_no_data_dir_is_given(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIDELOG_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    properties = tmp_path / "server.properties"
+    properties.write_text(f"log.dirs={dirs[0]},{dirs[1]}\n")
+    main(["--config", str(properties), "topics", "create", "t", "--partitions", "2"])  # exits only on errors
+    assert sorted(p.name for d in dirs for p in d.iterdir() if p.is_dir()) == ["t-0", "t-1"]
+    assert not (tmp_path / "data").exists(), "./data is only the default when nothing names a log dir"

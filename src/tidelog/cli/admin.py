@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from tidelog.cli.context import open_manager
-from tidelog.cli.tables import echo_json, echo_table, human_bytes
+from tidelog.cli.tables import echo_json, echo_table
+from tidelog.retention import format_bytes
 from tidelog.topic_partition import TopicPartition
 
 
@@ -45,9 +46,9 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
         echo_json(documents)
         return
     for document in documents:
-        click.echo(f"Log dir {document['logDir']}: {human_bytes(document['size'])} in "
+        click.echo(f"Log dir {document['logDir']}: {format_bytes(document['size'])} in "
                    f"{len(document['partitions'])} partition(s)")
-        rows = [{**p, "size": human_bytes(p["size"])} for p in document["partitions"]]
+        rows = [{**p, "size": format_bytes(p["size"])} for p in document["partitions"]]
         if rows:
             echo_table(rows, ("partition", "size", "segments", "logStartOffset", "logEndOffset", "highWatermark"))
         for aside in document["setAside"]:

@@ -30,7 +30,8 @@ from typing import IO
 
 import click
 
-from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, format_json, format_text
+from tidelog.cli.context import open_manager
+from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, binary, format_json, format_text
 from tidelog.errors import TidelogError
 from tidelog.records import iter_batches
 from tidelog.records.record import TimestampType
@@ -135,10 +136,8 @@ def _silence_stdout() -> None:
 def consume(ctx: click.Context, topic: str, partition: int | None, from_beginning: bool, offset: str | None,
             timestamp: int | None, max_messages: int | None, fmt: str, encoding: str) -> None:
     """Print the records of TOPIC up to its high watermark (like kafka-console-consumer)."""
-    from tidelog.cli.context import open_manager
-
     _check_start_options(partition, from_beginning, offset, timestamp)
-    out = _binary(sys.stdout)
+    out = binary(sys.stdout)
     with open_manager(ctx) as manager:
         partitions = manager.partitions(topic) if partition is None else [partition]
         logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
@@ -176,8 +175,3 @@ def _print_partition(out: IO[bytes], topic: str, log: Log, start: int, fmt: str,
     if not _write(out, lines):
         return count, False
     return count, limit is None or count < limit
-
-
-def _binary(stream: IO[str]) -> IO[bytes]:
-    """The byte stream under a text stream (the stream itself when it has none)."""
-    return getattr(stream, "buffer", stream)  # type: ignore[return-value]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import click
 import orjson
 
+from tidelog.cli.context import open_manager
 from tidelog.storage.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -54,8 +55,6 @@ def parse_time(text: str) -> int:
 @click.pass_context
 def offsets(ctx: click.Context, topic: str, partition: int | None, time_text: str, as_json: bool) -> None:
     """Print TOPIC's offsets for a time (like kafka-get-offsets): topic:partition:offset."""
-    from tidelog.cli.context import open_manager
-
     timestamp = parse_time(time_text)
     with open_manager(ctx) as manager:
         partitions = manager.partitions(topic) if partition is None else [partition]

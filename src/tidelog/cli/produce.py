@@ -39,19 +39,20 @@ import click
 import numpy as np
 import orjson
 
+from tidelog.cli.context import open_manager
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.cli.record_io import (
     BASE64,
     UTF8,
     InputProblem,
     ParsedRecords,
-    RecordInputError,
+    binary,
     encode_records,
     parse_json_chunk,
     parse_text_lines,
     split_lines,
 )
-from tidelog.errors import RecordTooLargeError, TidelogError, UnknownTopicOrPartitionError
+from tidelog.errors import RecordInputError, RecordTooLargeError, TidelogError, UnknownTopicOrPartitionError
 from tidelog.manager import LogManager
 from tidelog.partitioner import DefaultPartitioner, murmur2_keys
 from tidelog.records import RECORD_BATCH_OVERHEAD, CompressionType, compress, encode_v2_batch
@@ -457,8 +458,6 @@ def render_summary(topic: str, producer: ConsoleProducer, as_json: bool) -> str:
 def produce(ctx: click.Context, topic: str, partition: int | None, fmt: str, key_separator: str | None,
             compression: str, batch_size: int, encoding: str, as_json: bool) -> None:
     """Write records read from stdin to TOPIC (like kafka-console-producer)."""
-    from tidelog.cli.context import open_manager
-
     if key_separator is not None and (fmt != "text" or key_separator == ""):
         raise click.BadParameter("needs --format text and a non-empty separator", param_hint="--key-separator")
     options = ProduceOptions(partition, fmt, None if key_separator is None else key_separator.encode(),
@@ -466,11 +465,6 @@ def produce(ctx: click.Context, topic: str, partition: int | None, fmt: str, key
     with open_manager(ctx) as manager:
         producer = ConsoleProducer(manager, topic, options)
         try:
-            run_producer(producer, _binary(sys.stdin))
+            run_producer(producer, binary(sys.stdin))
         finally:
             click.echo(render_summary(topic, producer, as_json))
-
-
-def _binary(stream: IO[str]) -> IO[bytes]:
-    """The byte stream under a text stream (the stream itself when it has none)."""
-    return getattr(stream, "buffer", stream)  # type: ignore[return-value]

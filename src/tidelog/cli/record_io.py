@@ -43,19 +43,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 import orjson
 
-from tidelog.cli import _record_kernels as _k
-from tidelog.errors import TidelogError
 from tidelog import twins
+from tidelog.cli import _record_kernels as _k
+from tidelog.errors import RecordOutputError
 from tidelog.records.varint import INT64_MAX, zigzag_bytes
 
 # What a record adds to key + value + max(headers, 1): length varint 5, attributes 1, timestamp
@@ -64,10 +63,6 @@ RECORD_OVERHEAD_BOUND = 30
 JSON_FIELDS = frozenset({"key", "value", "timestamp", "headers", "partition", "topic", "offset", "timestampType"})
 UTF8 = "utf8"
 BASE64 = "base64"
-
-
-class RecordInputError(TidelogError):
-    """A line of ``tidelog produce`` input that is not a valid record (the message names the line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,20 +428,8 @@ class _Twin:
 
 
 def _compile() -> _Twin:
-    """numba versions of _record_kernels' functions, cloned into a namespace whose globals name
-    the compiled callees (the module keeps the plain functions the interpreted twin runs)."""
-    import numba  # deferred: absent in pure-Python installs
-
-    namespace = dict(vars(_k))
-    for name in _k.NUMBA_INLINED + _k.NUMBA_HELPERS + _k.NUMBA_KERNELS:
-        plain = getattr(_k, name)
-        clone = types.FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
-        clone.__qualname__ = plain.__qualname__
-        options = {**_k.NUMBA_OPTIONS, "inline": "always" if name in _k.NUMBA_INLINED else "never"}
-        try:
-            namespace[name] = numba.njit(cache=True, **options)(clone)
-        except RuntimeError:  # no writable cache dir: compile in every process
-            namespace[name] = numba.njit(**options)(clone)
+    namespace = twins.compile_functions(vars(_k), _k.NUMBA_INLINED, _k.NUMBA_HELPERS + _k.NUMBA_KERNELS,
+                                        _k.NUMBA_OPTIONS)
     return _Twin(namespace["encode_records"], namespace["scan_json_lines"], "numba")
 
 
@@ -454,8 +437,6 @@ def _compile() -> _Twin:
 def get_kernels(pure: bool) -> RecordKernels:
     """The interpreted twin (``pure=True``) or the numba one (ImportError without numba)."""
     return _Twin(_k.encode_records, _k.scan_json_lines, "python") if pure else _compile()
-
-
 
 
 _ACTIVE: RecordKernels = twins.choose(get_kernels)
@@ -529,10 +510,6 @@ def concat(first: ParsedRecords, second: ParsedRecords) -> ParsedRecords:
 
 # --- output --------------------------------------------------------------------------------------
 
-class RecordOutputError(TidelogError):
-    """A record that the chosen output format cannot show (context: ``topic_partition``, ``offset``)."""
-
-
 RecordTuple = tuple[int, int, "bytes | None", "bytes | None", "tuple[tuple[str, bytes | None], ...]"]
 
 
@@ -577,3 +554,8 @@ def _headers_json(headers: Sequence[tuple[str, bytes | None]], show: Callable[[b
     pairs = [(key.encode("utf-8", "surrogateescape").decode("utf-8"), show(value)) for key, value in headers]
     as_object = dict(pairs)
     return as_object if len(as_object) == len(pairs) else [list(pair) for pair in pairs]
+
+
+def binary(stream: IO[str]) -> IO[bytes]:
+    """The byte stream under a text stream such as ``sys.stdin`` (the stream itself when it has none)."""
+    return getattr(stream, "buffer", stream)  # type: ignore[return-value]

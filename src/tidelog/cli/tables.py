@@ -29,16 +29,6 @@ def echo_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title:
     console.print(table)
 
 
-def human_bytes(size: int) -> str:
-    """1536 -> '1.5 KiB'."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
 def parse_key_values(items: Sequence[str], option: str) -> dict[str, str]:
     """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``; a usage error naming ``option`` otherwise."""
     parsed = {}

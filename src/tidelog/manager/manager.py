@@ -267,65 +267,75 @@ class LogManager:
         dir is missing when their log dir is open (a create a crash interrupted). The registry is
         written back when anything changed or a copy is stale."""
         topics = dict(self._registry.topics)
-        found = sorted({*self._logs, *self._set_aside_partitions()})
-        for tp in found:
-            record = topics.get(tp.topic) or self._adopted(tp.topic, found)
-            topics[tp.topic] = self._check_found_partition(record, tp)
+        placed: dict[str, dict[int, str]] = {}  # log dirs learned, merged once per topic
+        found: dict[str, list[TopicPartition]] = {}
+        for tp in sorted({*self._logs, *self._set_aside_partitions()}):
+            found.setdefault(tp.topic, []).append(tp)
+        for tp in (tp for partitions in found.values() for tp in partitions):
+            record = topics.get(tp.topic)
+            if record is None:
+                record = topics[tp.topic] = self._adopted(tp.topic, found[tp.topic])
+            directory_id = self._check_found_partition(record, tp)
+            if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
+                placed.setdefault(tp.topic, {})[tp.partition] = directory_id
         for name, record in list(topics.items()):
-            topics[name] = self._complete_partitions(record)
+            placed_here = {**placed.get(name, {}), **self._complete_partitions(record)}
+            if placed_here:
+                topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
         if stale_copies or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids)
 
-    def _adopted(self, topic: str, found: list[TopicPartition]) -> TopicRecord:
-        """A registry entry for partition dirs of an unknown topic (e.g. a Kafka data dir)."""
-        partitions = [tp for tp in found if tp.topic == topic]
+    def _adopted(self, topic: str, partitions: list[TopicPartition]) -> TopicRecord:
+        """A registry entry for the partition dirs found of an unknown topic (e.g. a Kafka data dir)."""
         ids = [_read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs]
         topic_id = next((i for i in ids if i is not None), None) or new_topic_id()
         log.info("adopting topic %s (%d partition dirs found) with default configs", topic, len(partitions))
         return TopicRecord(topic, topic_id, max(tp.partition for tp in partitions) + 1)
 
-    def _check_found_partition(self, record: TopicRecord, tp: TopicPartition) -> TopicRecord:
+    def _check_found_partition(self, record: TopicRecord, tp: TopicPartition) -> str | None:
+        """Set a loaded log aside if it is not a partition of ``record``; else the directory.id of
+        the log dir it lives in (None for a set-aside one, or a dir without an id)."""
         if tp not in self._logs:
-            return record
+            return None
         lg = self._logs[tp]
         if tp.partition >= record.partitions:
             self._set_log_aside(tp, f"stray partition dir: topic {tp.topic} has {record.partitions} partition(s)")
-            return record
+            return None
         topic_id = record.topic_id if _has_topic_id(lg.dir, record.topic_id) else _read_topic_id(lg.dir)
         if topic_id is not None and topic_id != record.topic_id:
             self._set_log_aside(tp, f"partition.metadata names topic id {topic_id}, but topic {tp.topic} has id "
                                     f"{record.topic_id} (Kafka's InconsistentTopicIdException)")
-            return record
+            return None
         if topic_id is None:
             PartitionMetadataFile(lg.dir).write(record.topic_id)
-        directory_id = self._log_dir_of[tp].directory_id
-        if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
-            return record.replace(assignments=MappingProxyType({**record.assignments, tp.partition: directory_id}))
-        return record
+        return self._log_dir_of[tp].directory_id
 
-    def _complete_partitions(self, record: TopicRecord) -> TopicRecord:
+    def _complete_partitions(self, record: TopicRecord) -> dict[int, str]:
+        """Create the registered partitions of ``record`` that have no dir, in their assigned log
+        dir (or the least loaded one); set aside those whose log dir is not open. Returns the
+        log dirs of created partitions that the registry did not have yet."""
         dirs_by_id = {d.directory_id: d for d in self._dirs}
         aside = self._set_aside_partitions()
+        to_create: dict[int, LogDir] = {}
+        unassigned = []
         for partition in range(record.partitions):
             tp = TopicPartition(record.name, partition)
             if tp in self._logs or tp in aside:
                 continue
             assigned = record.assignments.get(partition)
-            if assigned is not None and assigned not in dirs_by_id:
+            if assigned is None:
+                unassigned.append(partition)
+            elif assigned in dirs_by_id:
+                to_create[partition] = dirs_by_id[assigned]
+            else:
                 placeholder = Path(f"<log dir {assigned}>") / files.partition_dir_name(tp)
                 self._set_aside[placeholder] = SetAside(
                     placeholder, f"its log dir (directory.id {assigned}) is not among the log dirs opened", tp)
-                continue
-            log.info("creating missing partition dir of %s (an interrupted create)", tp)
-            target = dirs_by_id.get(assigned) or self._least_loaded_dir()
-            try:
-                self._create_partition(record, partition, target)
-            except TidelogError as e:
-                where = files.partition_dir(target.path, tp)
-                self._set_aside[where] = SetAside(where, f"cannot create its dir: {describe_error(e)}", tp)
-            if target.directory_id is not None and assigned != target.directory_id:
-                record = record.replace(assignments=MappingProxyType({**record.assignments, partition: target.directory_id}))
-        return record
+        to_create.update(zip(unassigned, self._place(len(unassigned)).values()))
+        if to_create:
+            log.info("creating %d missing partition dir(s) of %s (an interrupted create)", len(to_create), record.name)
+            self._create_partitions(record, to_create)
+        return {p: d for p, d in _assignments(to_create).items() if record.assignments.get(p) != d}
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -715,9 +725,6 @@ class LogManager:
         state = RegistryState(self._registry.epoch + 1, MappingProxyType(dict(topics)), frozenset(deleted))
         write_registry([d.path for d in self._dirs], state)
         self._registry = state
-
-    def _least_loaded_dir(self) -> LogDir:
-        return self._place(1)[0]
 
     def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
         """Create and open an empty partition dir with its ``partition.metadata``."""

@@ -33,7 +33,6 @@ kernels release the GIL.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -204,28 +203,9 @@ class _InterpretedKernels:
 
 
 def _compile_kernels() -> _CompiledKernels:
-    """numba versions of _scan_kernels' functions (compiled lazily, cached on disk).
-
-    Each function is cloned into a private namespace whose globals name the compiled callees, so
-    the module itself keeps the plain functions the interpreted twin runs.
-    """
-    import numba  # deferred: ~0.5 s, and absent in pure-Python installs
-
-    namespace = dict(vars(k))
-    for name in k.NUMBA_INLINED + k.NUMBA_COMPILED:
-        plain = getattr(k, name)
-        clone = types.FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
-        clone.__qualname__ = plain.__qualname__
-        namespace[name] = _njit(numba, clone, "always" if name in k.NUMBA_INLINED else "never")
+    """numba versions of _scan_kernels' functions (compiled lazily, cached on disk)."""
+    namespace = twins.compile_functions(vars(k), k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS)
     return _CompiledKernels(namespace["walk_batches"], namespace["decode_batches"], namespace["summarize_records"])
-
-
-def _njit(numba: Any, function: Callable[..., Any], inline: str) -> Any:
-    options = {**k.NUMBA_OPTIONS, "inline": inline}
-    try:
-        return numba.njit(cache=True, **options)(function)
-    except RuntimeError:  # no writable cache location: compile in every process instead
-        return numba.njit(**options)(function)
 
 
 @cache
