@@ -211,3 +211,27 @@ class RecordInputError(TidelogError):
 
 class RecordOutputError(TidelogError):
     """A record that the chosen output format cannot show (context: ``topic_partition``, ``offset``)."""
+
+
+# --- log cleaner ------------------------------------------------------------------------------
+
+class LogCleaningAbortedError(TidelogError):
+    """Cleaning of a partition stopped because it was aborted (truncation, deletion, a pause);
+    nothing of that round is installed (Kafka's LogCleaningAbortedException). Context:
+    ``topic_partition``."""
+
+
+class OffsetMapFullError(TidelogError):
+    """A put of a new key into an offset map whose every slot is taken (the cleaner stops at the
+    load factor, long before this)."""
+
+
+class CleanerStateError(TidelogError):
+    """A cleaner state change that the partition's current state does not allow (Kafka's
+    IllegalStateException in LogCleanerManager), e.g. resuming a partition that is not paused."""
+
+
+class LogCleaningError(TidelogError):
+    """Cleaning (or the cleaner's retention pass) of one partition failed; the partition is
+    quarantined and retried later, the others go on. Context: ``topic_partition``; ``__cause__``
+    is the underlying error."""

@@ -39,6 +39,7 @@ from functools import cache
 from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
+from crc32c import crc32c
 
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
@@ -253,6 +254,31 @@ def scan_batches(buf: Any, start: int = 0, end: int | None = None, *, verify_crc
     return _result(records, batches, arenas, end_position)
 
 
+class HeaderWalk(NamedTuple):
+    """The v2 batch headers found by :func:`walk_batch_headers`."""
+
+    batches: dict[str, np.ndarray]  # BATCH_COLUMNS by name, one entry per complete v2 batch
+    end_position: int  # the byte after the last batch walked
+    stop_position: int | None  # where a header that is not a complete v2 batch stopped the walk
+    # (a legacy v0/v1 entry, or garbage: the caller looks), None at a partial tail or the end
+
+
+def walk_batch_headers(buf: Any, start: int = 0, end: int | None = None, *,
+                       kernels: ScanKernels | None = None) -> HeaderWalk:
+    """Walk the v2 batch headers of ``buf[start:end]`` without decoding records (producer state,
+    the cleaner's runs between legacy entries). Never raises on content: it stops instead."""
+    twin = _ACTIVE if kernels is None else kernels
+    data = _as_uint8(buf)
+    stop = _check_range(len(data), start, end)
+    view = twin.view(data)
+    count, end_position, error, where = twin.walk_batches(view, start, stop, 0, twin.columns(0, BATCH_COLUMNS))
+    columns = twin.columns(count, BATCH_COLUMNS)
+    if count:
+        twin.walk_batches(view, start, end_position, count, columns)
+    batches = {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(BATCH_COLUMNS, columns)}
+    return HeaderWalk(batches, end_position, None if error == k.OK else where)
+
+
 def _as_uint8(buf: Any) -> np.ndarray:
     """A read-only uint8 view of ``buf`` (one numba specialisation for every input type)."""
     if isinstance(buf, np.ndarray):
@@ -289,9 +315,17 @@ def _walk(twin: ScanKernels, data: np.ndarray, start: int,
 
 
 def _verify_crcs(data: np.ndarray, batches: dict[str, np.ndarray]) -> None:
+    """One crc32c call per batch against the stored CRCs (gathered in one numpy step); the batch
+    view, with its full error message, only for a mismatch."""
     view = memoryview(data)
-    for pos, size in zip(batches["position"].tolist(), batches["size"].tolist()):
-        RecordBatch(view[pos:pos + size]).ensure_valid(position=pos)
+    positions = batches["position"]
+    if len(positions) == 0:
+        return
+    offsets = positions[:, None] + np.arange(17, 21)
+    stored = data[offsets].astype(np.uint32) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.uint32)
+    for pos, size, expected in zip(positions.tolist(), batches["size"].tolist(), stored.tolist()):
+        if crc32c(view[pos + 21:pos + size]) != expected:
+            RecordBatch(view[pos:pos + size]).ensure_valid(position=pos)
 
 
 def _decompress(data: np.ndarray,

@@ -532,6 +532,8 @@ _BROKER_KEYS = (
     _key("log.cleaner.io.max.bytes.per.second", _DOUBLE, DOUBLE_MAX, None,
          "Throttle of the cleaner's read plus write I/O."),
     _key("log.cleaner.backoff.ms", _LONG, 15000, at_least(0), "Cleaner sleep when nothing was cleanable."),
+    _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
+         "Inactivity after which a producer id expires; until then the cleaner keeps its last batch."),
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _BROKER_KEYS})
@@ -612,6 +614,7 @@ class BrokerConfig:
     log_cleaner_io_buffer_size = _Setting[int]("log.cleaner.io.buffer.size")
     log_cleaner_io_max_bytes_per_second = _Setting[float]("log.cleaner.io.max.bytes.per.second")
     log_cleaner_backoff_ms = _Setting[int]("log.cleaner.backoff.ms")
+    producer_id_expiration_ms = _Setting[int]("producer.id.expiration.ms")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> BrokerConfig:

@@ -43,6 +43,7 @@ from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetM
 from tidelog.storage.loader import LoadParams, load_log
 from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
 from tidelog.storage.segments import LogSegments
+from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.validator import ValidatedRecords, analyze_batches, assign_offsets, check_offsets_in_order
 from tidelog.topic_partition import TopicPartition
 
@@ -156,6 +157,10 @@ class Log:
     @property
     def dir(self) -> Path:
         return self._dir
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     @property
     def config(self) -> LogConfig:
@@ -612,6 +617,65 @@ class Log:
                 self.maybe_increment_log_start_offset(kept.base_offset, reason)
             self.delete_segments(doomed, reason)
             return len(doomed)
+
+    def segments_between(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        """Segments that may hold offsets in [from, to) (Kafka's ``logSegments(from, to)``)."""
+        with self._lock:
+            return self._segments.values_between(from_offset, to_offset)
+
+    def segment_after(self, segment: LogSegment) -> LogSegment | None:
+        """The segment following ``segment`` in the log (None for the active one)."""
+        return self._segments.higher(segment.base_offset)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper bound) from the segments' ``.txnindex``
+        files, stopping at the first segment whose index says the search is complete (Kafka's
+        ``collectAbortedTransactions``)."""
+        found: list[AbortedTxn] = []
+        if upper_bound_offset <= start_offset:
+            return found
+        for segment in self.segments_between(start_offset, upper_bound_offset):
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            found.extend(result.aborted_transactions)
+            if result.is_complete:
+                break
+        return found
+
+    def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
+        """Swap cleaned segments in for the segments they replace, crash-safely (Kafka's
+        ``replaceSegments``; the loader completes or rolls back each step, see :mod:`.loader`):
+
+        1. each new segment's files ``.cleaned`` → ``.swap``, highest base offset first, and into
+           the segment map (replacing an old segment with the same base offset);
+        2. the old segments still in the log, lowest first: out of the map and their files renamed
+           ``.deleted`` (unlinked after ``file.delete.delay.ms``);
+        3. the new segments' files ``.swap`` → final names; fsync the partition dir.
+
+        Old segments already deleted meanwhile (retention) are skipped. Needs no caller lock.
+        """
+        with self._lock:
+            self._ensure_open()
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            new_bases = {s.base_offset for s in new_sorted}
+            old_live = [s for s in sorted(old_segments, key=lambda s: s.base_offset)
+                        if self._segments.get(s.base_offset) is s]
+            self._hw_bound = None  # it may point into a segment going away
+            for segment in reversed(new_sorted):
+                segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+                self._segments.add(segment)
+            for segment in old_live:
+                if segment.base_offset not in new_bases:
+                    self._segments.remove(segment.base_offset)
+                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+            for segment in new_sorted:
+                segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+            fsync_dir(self._dir)
+        if old_live:
+            log.info("%s: replaced segments %s by %s", self.topic_partition,
+                     [s.base_offset for s in old_live], sorted(new_bases))
+            self._scheduler.schedule_once(
+                f"delete-segments-{self.topic_partition}", lambda: _delete_files(old_live), self._config.file_delete_delay_ms
+            )
 
     def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after

@@ -16,11 +16,12 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError
+from tidelog.errors import CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError, StorageError
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
@@ -503,6 +504,24 @@ class LogSegment:
             elif old_path.exists():
                 old_path.rename(new_path)
         self._suffix = new_suffix
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The ``.log`` file's modification time (time retention's fallback without timestamps)."""
+        return self.log.last_modified_ms()
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        """Set the modification time of the ``.log``, ``.index`` and ``.timeindex`` files (the
+        cleaner keeps the replaced segments' time so retention and legacy tombstones age as before)."""
+        self.log.set_last_modified_ms(ms)
+        for name in (files.offset_index_file, files.time_index_file):
+            path = name(self._dir, self.base_offset, self._suffix)
+            try:
+                os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StorageError("cannot set the modification time", path=path, operation="utime") from e
 
     def release_indexes(self) -> None:
         """Unmap index files without trimming them; they reopen lazily on next use.

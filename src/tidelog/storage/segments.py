@@ -48,7 +48,10 @@ class LogSegments:
         return iter(self.snapshot())
 
     def snapshot(self) -> list[LogSegment]:
-        return [self._by_base[b] for b in list(self._bases)]
+        """A list copy; safe without the log lock against a concurrent add or remove (readers such
+        as the cleaner's planner take it unlocked)."""
+        by_base = self._by_base
+        return [s for b in list(self._bases) if (s := by_base.get(b)) is not None]
 
     @property
     def first(self) -> LogSegment | None:
