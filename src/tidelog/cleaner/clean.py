@@ -1,0 +1,478 @@
+"""Cleaning one log: offset map over the dirty range, segment groups rewritten, swapped in.
+
+Kafka's ``Cleaner`` (kafka-storage.md §3.7.4-3.7.7), in two halves behind a seam:
+
+* the **engine** does the heavy work: :meth:`CleaningEngine.build_offset_map` (latest offset per
+  key over [first dirty, first uncleanable), partial when the map fills) and
+  :meth:`CleaningEngine.clean_group` (copy what survives of a group of segments into one new
+  ``.cleaned`` segment). :class:`InProcessEngine` runs both in this thread on the numba kernels;
+  a Spark engine can plug in and must produce identical segments;
+* the **owner**, :class:`Cleaner`, decides the round (groups, times, bounds), installs each cleaned
+  segment with :meth:`Log.replace_segments` (``.cleaned`` → ``.swap`` → swap-in, each step
+  recoverable by the loader) and checks for an abort before every chunk and every swap.
+
+Beyond Kafka: when the offset map fills before the dirty range ends, Kafka cleans what it mapped
+(up to the last record put, possibly inside a batch) and waits to be chosen again, which may be
+never if the ratio drops below ``min.cleanable.dirty.ratio``; :meth:`Cleaner.clean` goes on with
+further passes until the range chosen is clean, checkpointing after each, so any number of distinct
+keys finishes in the map's fixed memory (each pass maps at least one key; only a map of zero
+entries is refused, with an error naming the buffer setting).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from tidelog.clock import Clock
+from tidelog.cleaner.offset_map import OffsetMap
+from tidelog.cleaner.producers import producer_last_batches
+from tidelog.cleaner.retain import CleaningRound, OffsetLookup, filter_chunk
+from tidelog.cleaner.stats import CleanerStats
+from tidelog.cleaner.throttler import Throttler
+from tidelog.cleaner.transactions import CleanedTransactionMetadata
+from tidelog.errors import CorruptRecordError, LogCleaningError
+from tidelog.records import RecordBatch, read_batch_at
+from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from tidelog.records.scan import ScanResult, scan_batches
+from tidelog.storage import files
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.log import Log, segment_config
+from tidelog.storage.segment import LogSegment
+from tidelog.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+MIN_MAP_READ = 1 << 20  # offset-map reads: the partial-cleaning boundary depends on batches, not reads
+
+
+class LogToCleanLike(Protocol):
+    """What the cleaner needs of the planner's choice (:class:`tidelog.cleaner.plan.LogToClean`)."""
+
+    @property
+    def topic_partition(self) -> TopicPartition: ...
+    @property
+    def log(self) -> Log: ...
+    @property
+    def first_dirty_offset(self) -> int: ...
+    @property
+    def first_uncleanable_offset(self) -> int: ...
+
+
+CheckDone = Callable[[TopicPartition], None]  # raises LogCleaningAbortedError when aborted
+
+
+def _never_aborted(tp: TopicPartition) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerBuffers:
+    """One cleaner thread's memory (Kafka splits the broker settings evenly over the threads)."""
+
+    dedupe_buffer_size: int  # offset-map bytes
+    load_factor: float
+    io_buffer_size: int  # initial read (and write) buffer
+    max_io_buffer_size: int  # the largest a buffer may grow to: max(message.max.bytes, topic max)
+
+    @classmethod
+    def for_thread(cls, broker: BrokerConfig) -> CleanerBuffers:
+        threads = max(1, broker.log_cleaner_threads)
+        return cls(
+            dedupe_buffer_size=broker.log_cleaner_dedupe_buffer_size // threads,
+            load_factor=broker.log_cleaner_io_buffer_load_factor,
+            io_buffer_size=max(1, broker.log_cleaner_io_buffer_size // threads // 2),
+            max_io_buffer_size=broker.message_max_bytes,
+        )
+
+
+# --- the engine seam ------------------------------------------------------------------------
+
+class CleaningEngine(Protocol):
+    """The dedupe and rewrite steps; the owner (:class:`Cleaner`) plans the round and swaps."""
+
+    def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats,
+                         check_done: CheckDone) -> OffsetLookup:
+        """Latest offset of every key in [start, end) (aborted transactional data and control
+        batches excluded), ``latest_offset`` = the last offset mapped completely (partial when the
+        map filled). ``utilization`` = share of the map in use."""
+        ...
+
+    def clean_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
+                    txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                    check_done: CheckDone) -> LogSegment:
+        """Copy what survives of ``group`` into one new segment with the first one's base offset,
+        files named ``.cleaned``, sealed (final time-index entry, trimmed), flushed, and with the
+        last source segment's modification time. Not yet part of the log."""
+        ...
+
+    def measure_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
+                      txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                      check_done: CheckDone) -> None:
+        """:meth:`clean_group`'s counting without writing anything (dry runs)."""
+        ...
+
+
+class InProcessEngine:
+    """Both steps in the calling thread, on the scan and offset-map kernels (numba; the GIL is
+    released inside them, so cleaner threads overlap)."""
+
+    def __init__(self, buffers: CleanerBuffers, throttler: Throttler | None = None,
+                 offset_map: OffsetMap | None = None) -> None:
+        self.buffers = buffers
+        self._offset_map = offset_map
+        self._throttler = throttler
+        self._read_size = buffers.io_buffer_size
+
+    @property
+    def offset_map(self) -> OffsetMap:
+        """Allocated on first use: a process that never cleans never pays for it."""
+        if self._offset_map is None:
+            self._offset_map = OffsetMap(self.buffers.dedupe_buffer_size, self.buffers.load_factor)
+        return self._offset_map
+
+    def _throttle(self, size: int) -> None:
+        if self._throttler is not None:
+            self._throttler.maybe_throttle(size)
+
+    def _max_buffer(self, log: Log) -> int:
+        return max(self.buffers.max_io_buffer_size, log.config.max_message_bytes)
+
+    # --- offset map -------------------------------------------------------------------------
+
+    def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats,
+                         check_done: CheckDone) -> OffsetLookup:
+        offset_map = self.offset_map
+        offset_map.clear()
+        txn = CleanedTransactionMetadata(log.collect_aborted_transactions(start, end), lambda _: None)
+        dirty = log.segments_between(start, end)
+        nexts = [s.base_offset for s in dirty[1:]] + [end]
+        for segment, next_start in zip(dirty, nexts):
+            check_done(log.topic_partition)
+            if self._map_segment(log, segment, start, next_start, txn, stats, check_done):
+                return offset_map
+        return offset_map
+
+    def _map_segment(self, log: Log, segment: LogSegment, start: int, next_start: int,
+                     txn: CleanedTransactionMetadata, stats: CleanerStats, check_done: CheckDone) -> bool:
+        """Map one segment's keys from ``start``; True when the map filled (partial)."""
+        offset_map = self.offset_map
+        position = segment.offset_index.lookup(start).position
+        size = segment.size
+        read_size = max(self._read_size, MIN_MAP_READ)
+        while position < size:
+            check_done(log.topic_partition)
+            data = segment.log.read(position, min(read_size, size - position))
+            self._throttle(len(data))
+            consumed, full = self._map_chunk(data, start, txn, stats)
+            if full:
+                return True
+            position += consumed
+            stats.index_bytes_read(consumed)
+            if consumed == 0:
+                read_size = _grown(read_size, self._max_buffer(log), data, segment, position, size)
+        offset_map.latest_offset = next_start - 1  # skip offset gaps to the next segment
+        return False
+
+    def _map_chunk(self, data: bytes, start: int, txn: CleanedTransactionMetadata,
+                   stats: CleanerStats) -> tuple[int, bool]:
+        """Map the complete batches of ``data``: (bytes consumed, map full)."""
+        pos = 0
+        while pos < len(data):
+            legacy = _legacy_batch_at(data, pos)
+            if legacy is not None:
+                if self._map_legacy(legacy, start, stats):
+                    return pos, True
+                pos += legacy.size_in_bytes
+                continue
+            try:
+                scan = scan_batches(data, pos)
+            except CorruptRecordError as e:
+                if e.position is not None and e.position > pos and _legacy_batch_at(data, e.position) is not None:
+                    scan = scan_batches(data, pos, e.position)  # v2 batches up to a legacy one
+                else:
+                    raise
+            if scan.batch_count == 0:
+                return pos, False
+            if self._map_scan(data, scan, start, txn, stats):
+                return pos, True
+            pos = scan.end_position
+            if scan.end_position < len(data) and _legacy_batch_at(data, pos) is None:
+                return pos, False  # a partial batch: read on from here
+        return pos, False
+
+    def _map_scan(self, data: bytes, scan: ScanResult, start: int, txn: CleanedTransactionMetadata,
+                  stats: CleanerStats) -> bool:
+        offset_map = self.offset_map
+        attributes = scan.batch_attributes
+        control = (attributes & CONTROL_FLAG_MASK) != 0
+        aborted = np.zeros(scan.batch_count, dtype=bool)
+        marked = np.flatnonzero((attributes & (CONTROL_FLAG_MASK | TRANSACTIONAL_FLAG_MASK)) != 0)
+        if len(marked):
+            view = memoryview(data)
+            for b in marked.tolist():
+                p = int(scan.batch_position[b])
+                batch = RecordBatch(view[p:p + int(scan.batch_size[b])])
+                if control[b]:
+                    txn.on_control_batch(batch)
+                else:
+                    aborted[b] = txn.on_data_batch(batch)
+        rows_batch = scan.batch
+        eligible = (scan.key_len >= 0) & (scan.offset >= start) & ~control[rows_batch] & ~aborted[rows_batch]
+        stop = offset_map.put_records(scan, eligible)  # each put moves latest_offset to its offset
+        full = stop < scan.record_count
+        stats.index_messages_read(stop)
+        # Kafka's order of updates: a put sets the latest offset to the record's offset, a batch
+        # read to the end sets it to the batch's last offset (if >= start). When the map fills
+        # inside a batch, the last update was that batch's last put, if it had one before the stop.
+        complete = int(rows_batch[stop]) if full else scan.batch_count
+        if full:
+            first_row = int(np.searchsorted(rows_batch, complete))
+            if eligible[first_row:stop].any():
+                return True
+        last_offsets = scan.batch_last_offset[:complete]
+        mapped = last_offsets[last_offsets >= start]
+        if len(mapped):
+            offset_map.latest_offset = int(mapped[-1])
+        return full
+
+    def _map_legacy(self, batch: RecordBatch, start: int, stats: CleanerStats) -> bool:
+        offset_map = self.offset_map
+        for record in batch.records():
+            if record.key is not None and record.offset >= start:
+                if offset_map.size >= offset_map.max_entries:
+                    return True
+                offset_map.put(bytes(record.key), record.offset)
+            stats.index_messages_read(1)
+        if batch.last_offset >= start:
+            offset_map.latest_offset = batch.last_offset
+        return False
+
+    # --- rewrite ----------------------------------------------------------------------------
+
+    def clean_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
+                    txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                    check_done: CheckDone) -> LogSegment:
+        cleaned = _create_cleaned_segment(log, group[0].base_offset)
+        try:
+            txn.on_aborted_kept = cleaned.txn_index.append
+            for i, segment in enumerate(group):
+                upper = group[i + 1].base_offset if i + 1 < len(group) else segment.read_next_offset()
+                txn.add_aborted(log.collect_aborted_transactions(segment.base_offset, upper))
+                retain_legacy = segment.last_modified_ms > legacy_delete_horizon_ms
+                self._clean_into(log, segment, cleaned, round, txn, retain_legacy, stats, check_done)
+            # Index files exist even when no entry was written (Kafka's segments always have them).
+            cleaned.offset_index, cleaned.time_index  # noqa: B018 - opening creates them
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            cleaned.set_last_modified_ms(group[-1].last_modified_ms)
+            return cleaned
+        except BaseException:
+            _discard(cleaned)
+            raise
+
+    def measure_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
+                      txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                      check_done: CheckDone) -> None:
+        """:meth:`clean_group` without writing: only ``stats`` change (dry runs)."""
+        txn.on_aborted_kept = lambda _: None
+        for i, segment in enumerate(group):
+            upper = group[i + 1].base_offset if i + 1 < len(group) else segment.read_next_offset()
+            txn.add_aborted(log.collect_aborted_transactions(segment.base_offset, upper))
+            retain_legacy = segment.last_modified_ms > legacy_delete_horizon_ms
+            self._clean_into(log, segment, None, round, txn, retain_legacy, stats, check_done)
+
+    def _clean_into(self, log: Log, source: LogSegment, dest: LogSegment | None, round: CleaningRound,
+                    txn: CleanedTransactionMetadata, retain_legacy: bool, stats: CleanerStats,
+                    check_done: CheckDone) -> None:
+        position = 0
+        size = source.size
+        read_size = self._read_size
+        while position < size:
+            check_done(log.topic_partition)
+            data = source.log.read(position, min(read_size, size - position))
+            self._throttle(len(data))
+            at_end = position + len(data) >= size
+            try:
+                chunk = filter_chunk(data, 0, len(data), round, txn, retain_legacy, at_end_of_file=at_end)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(e.message, path=source.log.path,
+                                         position=position + (getattr(e, "position", 0) or 0),
+                                         offset=getattr(e, "offset", None)) from e
+            stats.read_messages(chunk.messages_read, chunk.bytes_read)
+            stats.recopy_messages(chunk.messages_retained, chunk.bytes_retained)
+            stats.invalid_messages_read += chunk.invalid_messages
+            position += chunk.bytes_read
+            if chunk.output and dest is not None:
+                dest.append(chunk.largest_offset, chunk.max_timestamp, chunk.offset_of_max_timestamp,
+                            tuple(chunk.output))
+                self._throttle(chunk.bytes_retained)
+            if chunk.bytes_read == 0:
+                read_size = _grown(read_size, self._max_buffer(log), data, source, position, size)
+
+
+def _legacy_batch_at(data: bytes, pos: int) -> RecordBatch | None:
+    """The magic 0/1 batch at ``pos`` if there is a complete one (the scan kernel reads v2 only)."""
+    if len(data) - pos < 17 or data[pos + 16] not in (0, 1):
+        return None
+    batch = read_batch_at(data, pos)
+    return batch if batch is not None and batch.magic < 2 else None  # type: ignore[return-value]
+
+
+def _grown(read_size: int, max_size: int, data: bytes, segment: LogSegment, position: int, size: int) -> int:
+    """Kafka's ``growBuffersOrFail``: no complete batch fit the buffer; double it up to the max,
+    or fail when the next batch claims more bytes than the segment has left."""
+    if read_size < max_size:
+        return min(read_size * 2, max_size)
+    if len(data) < 12:
+        raise CorruptRecordError("cannot read the next batch's size", path=segment.log.path, position=position)
+    next_size = int.from_bytes(data[8:12], "big", signed=True) + 12
+    left = size - position
+    if next_size <= 12:
+        raise CorruptRecordError(f"invalid batch size {next_size}", path=segment.log.path, position=position)
+    if next_size > left:
+        raise CorruptRecordError(f"log segment may be corrupt: batch size {next_size} > {left} bytes left in segment",
+                                 path=segment.log.path, position=position)
+    if next_size <= read_size:
+        raise CorruptRecordError(f"batch of {next_size} bytes fits the {read_size}-byte buffer but does not parse",
+                                 path=segment.log.path, position=position)
+    return next_size
+
+
+def _create_cleaned_segment(log: Log, base_offset: int) -> LogSegment:
+    """A new segment at ``base_offset`` whose files end in ``.cleaned`` (stale ones removed first)."""
+    for name in (files.log_file, files.offset_index_file, files.time_index_file, files.transaction_index_file):
+        name(log.dir, base_offset, files.CLEANED_SUFFIX).unlink(missing_ok=True)
+    return LogSegment.open(log.dir, base_offset, segment_config(log.config), log.clock,
+                           file_suffix=files.CLEANED_SUFFIX)
+
+
+def _discard(segment: LogSegment) -> None:
+    try:
+        segment.delete_files()
+    except OSError:
+        logger.warning("cannot remove %s", segment, exc_info=True)
+
+
+# --- grouping -------------------------------------------------------------------------------
+
+def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[LogSegment]]:
+    """Kafka's ``groupSegmentsBySize`` (§3.7.5): consecutive segments whose total ``.log`` size
+    fits ``segment.bytes``, whose index sizes fit ``segment.index.bytes``, and whose offsets stay
+    within Int.MAX of the group's base (checked on the estimated last offset, skipped for empty
+    segments so cleaned-out ranges still merge)."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segments):
+        first = segments[i]
+        group = [first]
+        log_size, index_size, time_index_size = first.size, _index_bytes(first), _time_index_bytes(first)
+        i += 1
+        while i < len(segments):
+            seg = segments[i]
+            estimated_last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
+            if (log_size + seg.size <= max_size
+                    and index_size + _index_bytes(seg) <= max_index_size
+                    and time_index_size + _time_index_bytes(seg) <= max_index_size
+                    and (seg.size == 0 or estimated_last - first.base_offset <= INT32_MAX)):
+                group.append(seg)
+                log_size += seg.size
+                index_size += _index_bytes(seg)
+                time_index_size += _time_index_bytes(seg)
+                i += 1
+            else:
+                break
+        groups.append(group)
+    return groups
+
+
+def _index_bytes(segment: LogSegment) -> int:
+    return segment.offset_index.entries * 8
+
+
+def _time_index_bytes(segment: LogSegment) -> int:
+    return segment.time_index.entries * 12
+
+
+# --- the owner ------------------------------------------------------------------------------
+
+class Cleaner:
+    """Cleans one chosen log at a time (one per cleaner thread; not thread-safe itself)."""
+
+    def __init__(self, engine: CleaningEngine, clock: Clock, *, check_done: CheckDone = _never_aborted,
+                 on_pass_done: Callable[[TopicPartition, int], None] | None = None,
+                 producer_id_expiration_ms: int = 86_400_000, name: str = "cleaner-0",
+                 all_passes: bool = True) -> None:
+        self.engine = engine
+        self._clock = clock
+        self._check_done = check_done
+        self._on_pass_done = on_pass_done
+        self._expiration_ms = producer_id_expiration_ms
+        self.name = name
+        self._all_passes = all_passes
+
+    def clean(self, to_clean: LogToCleanLike) -> tuple[int, CleanerStats]:
+        """Clean [first dirty, first uncleanable) of the chosen log, in as many offset-map passes as
+        it takes; returns the new first dirty offset (for the cleaner checkpoint) and the stats."""
+        tp = to_clean.topic_partition
+        start, bound = to_clean.first_dirty_offset, to_clean.first_uncleanable_offset
+        end, total = self.clean_pass(to_clean.log, tp, start, bound)
+        while self._all_passes and end < bound:
+            if self._on_pass_done is not None:
+                self._on_pass_done(tp, end)
+            next_end, stats = self.clean_pass(to_clean.log, tp, end, bound)
+            total.add(stats)
+            end = next_end
+        return end, total
+
+    def measure_pass(self, log: Log, tp: TopicPartition, first_dirty: int, first_uncleanable: int) -> CleanerStats:
+        """What :meth:`clean_pass` would read and keep, without writing (``clean run --dry-run``)."""
+        _, stats = self.clean_pass(log, tp, first_dirty, first_uncleanable, dry_run=True)
+        return stats
+
+    def clean_pass(self, log: Log, tp: TopicPartition, first_dirty: int, first_uncleanable: int,
+                   current_time: int | None = None, *, dry_run: bool = False) -> tuple[int, CleanerStats]:
+        """One pass (Kafka's ``doClean``): map from ``first_dirty``, then rewrite every segment
+        below the map's end, from the start of the log."""
+        now = self._clock.milliseconds() if current_time is None else current_time
+        stats = CleanerStats(self._clock, passes=1)
+        lookup = self.engine.build_offset_map(log, first_dirty, first_uncleanable, stats, self._check_done)
+        end_offset = lookup.latest_offset + 1
+        if end_offset <= first_dirty:
+            raise LogCleaningError(
+                f"the offset map ({getattr(lookup, 'max_entries', '?')} keys) cannot hold the distinct keys of the "
+                f"batch at offset {first_dirty}; raise log.cleaner.dedupe.buffer.size or lower log.cleaner.threads",
+                topic_partition=str(tp),
+            )
+        stats.index_done()
+        before_dirty = log.segments_between(0, first_dirty)
+        legacy_horizon = before_dirty[-1].last_modified_ms - log.config.delete_retention_ms if before_dirty else 0
+        round = CleaningRound(
+            offset_map=lookup, current_time=now, delete_retention_ms=log.config.delete_retention_ms,
+            upper_bound_offset=first_uncleanable,
+            producers=producer_last_batches(log, now, self._expiration_ms),
+        )
+        txn = CleanedTransactionMetadata([], lambda _: None)
+        groups = group_segments_by_size(log.segments_between(0, end_offset), log.config.segment_bytes,
+                                        log.config.segment_index_bytes, first_uncleanable)
+        for group in groups:
+            if dry_run:
+                self.engine.measure_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
+                continue
+            cleaned = self.engine.clean_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
+            try:
+                self._check_done(tp)
+            except BaseException:
+                _discard(cleaned)
+                raise
+            log.replace_segments([cleaned], group)
+        stats.buffer_utilization = float(getattr(lookup, "utilization", 0.0))
+        stats.all_done()
+        logger.info("%s", stats.summary(f"{self.name} {tp}"))
+        return end_offset, stats

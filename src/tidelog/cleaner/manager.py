@@ -1,0 +1,686 @@
+"""CleanerManager: the cleaner's per-partition states, checkpoints and quarantine.
+
+Kafka's ``LogCleanerManager`` (kafka-storage.md §3.7.2, §3.7.3, §3.7.8). The cleaner threads ask
+it which log to clean (:meth:`CleanerManager.grab_filthiest_compacted_log`) and which compacted
+logs get a retention pass (:meth:`CleanerManager.deletable_logs`); truncation, partition deletion
+and the retention task use it to keep the cleaner off a partition while they change it.
+
+**States.** A partition with no state is idle. ::
+
+    idle --grab / deletable_logs--> IN_PROGRESS --done_cleaning / done_deleting--> idle
+    idle --abort_and_pause--> PAUSED(1);  PAUSED(n) --abort_and_pause--> PAUSED(n+1)
+    IN_PROGRESS --abort_and_pause--> ABORTED --done_*--> PAUSED(1)   (abort_and_pause waits for it)
+    PAUSED(1) --resume--> idle;  PAUSED(n) --resume--> PAUSED(n-1)
+
+Any other change raises :class:`CleanerStateError`. ``abort_and_pause_cleaning`` of a partition
+being cleaned blocks until the cleaner thread notices (it calls :meth:`check_cleaning_aborted`
+before every chunk and then ``done_cleaning``), so that when it returns nothing touches the log.
+
+**Checkpoints.** ``cleaner-offset-checkpoint`` in each log dir holds each partition's first dirty
+offset. The files are read once, at construction (one that does not parse counts as empty, with a
+warning, as the log manager does for its checkpoints), kept in memory, and rewritten whole on
+every change; a rewrite keeps only partitions that exist (Kafka's rule), as last seen by the
+``logs`` callable. A write that fails is logged and the in-memory value kept: the cleaner then
+goes on from memory, and at worst re-cleans from the old offset after a restart.
+
+**Quarantine** (beyond Kafka). Kafka sets a partition whose cleaning failed aside as
+"uncleanable" until the broker restarts. Here it is *quarantined*: the error, the phase that
+failed (``stats``, ``cleaning``, ``retention``), the time and the attempt count are recorded, and
+the partition is skipped by both the cleaning choice and the cleaner's retention pass until its
+retry time, when it is offered again. The backoff starts at 60 s and doubles up to 1 h: the
+cleaner loop runs every ``log.cleaner.backoff.ms`` (15 s) when idle, and re-reading a corrupt
+segment on every loop would waste I/O and flood the log, while a transient failure (a full disk,
+a race with a deletion) clears within a minute and a permanent one costs one attempt an hour
+while ``tidelog explain`` and the metrics show it. A success clears the quarantine:
+``done_cleaning`` after a round that advanced the first dirty offset and had no failure marked
+clears ``stats`` and ``cleaning`` records; a grab clears a ``stats`` record when the stats compute
+again; the cleaner clears a ``retention`` record with :meth:`clear_uncleanable` after a retention
+pass that worked. A failed round should be marked before its ``done_cleaning`` (then even a round
+that finished some passes before failing keeps the record and its backoff); marked after it, as
+Kafka orders the calls, only a round that made progress loses the attempt count.
+
+If computing one log's stats fails during a grab, that partition is quarantined on the spot and
+the choice goes on with the others (Kafka throws ``LogCleaningException`` and the whole pass is
+lost until the thread's next loop): one bad partition never stops the cleaner.
+
+**Locks.** One re-entrant lock and a Condition on it guard everything here. ``logs`` is always
+called *without* that lock, so it may take the log manager's lock, and the log manager may call
+in here while holding its own. Stats read segment metadata under the manager lock but never take
+a log's lock. Never call :meth:`abort_and_pause_cleaning` (or anything that aborts) from a
+cleaner thread, or while holding a log's lock the cleaner thread may need: it waits for that
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.cleaner.plan import (
+    CleaningExplanation,
+    LogToClean,
+    QuarantineRecord,
+    choose_filthiest,
+    explain_log,
+    failed_explanation,
+    format_time,
+    is_compacted,
+    log_to_clean,
+)
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.errors import (
+    CheckpointError,
+    CleanerStateError,
+    LogCleaningAbortedError,
+    LogCleaningError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
+from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+LogsSource = Callable[[], Iterable[tuple[TopicPartition, Log]]]
+
+PHASE_STATS = "stats"
+PHASE_CLEANING = "cleaning"
+PHASE_RETENTION = "retention"
+
+DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS = 60_000
+DEFAULT_QUARANTINE_MAX_BACKOFF_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningState:
+    """Kafka's ``LogCleaningState``: :data:`IN_PROGRESS`, :data:`ABORTED` or ``paused(n)``."""
+
+    name: str
+    pause_count: int = 0
+
+    @property
+    def is_paused(self) -> bool:
+        return self.name == "paused"
+
+    def __str__(self) -> str:
+        return f"paused ({self.pause_count})" if self.is_paused else self.name
+
+
+IN_PROGRESS = CleaningState("in progress")
+ABORTED = CleaningState("aborted")
+
+
+def paused(count: int) -> CleaningState:
+    """``Paused(count)``: ``count`` holders must resume before the cleaner may touch the partition."""
+    return CleaningState("paused", count)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionStats:
+    """What the last :meth:`CleanerManager.grab_filthiest_compacted_log` saw: when it ran, the
+    non-empty compacted logs it weighed, how many were candidates, the highest dirty ratio among
+    them (``max-dirty-percent``) and the largest ``max.compaction.lag.ms`` delay
+    (``max-compaction-delay-secs``)."""
+
+    at_ms: int
+    logs: int = 0
+    cleanable_partitions: int = 0
+    max_dirty_ratio: float = 0.0
+    max_compaction_delay_ms: int = 0
+
+
+class CleanerManager:
+    """Kafka's LogCleanerManager plus quarantine with retries. Thread-safe (see the module docstring).
+
+    ``log_dirs``: the log dirs whose ``cleaner-offset-checkpoint`` this manager owns (created
+    empty if missing). ``logs``: returns the current (partition, log) pairs; a log's log dir is
+    its partition dir's parent. ``quarantine_initial_backoff_ms`` doubles after each failed retry
+    up to ``quarantine_max_backoff_ms``.
+    """
+
+    def __init__(self, log_dirs: Iterable[Path | str], logs: LogsSource, clock: Clock = SYSTEM_CLOCK, *,
+                 quarantine_initial_backoff_ms: int = DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
+                 quarantine_max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS) -> None:
+        if quarantine_initial_backoff_ms < 0 or quarantine_max_backoff_ms < quarantine_initial_backoff_ms:
+            raise ValueError("quarantine backoffs must satisfy 0 <= initial <= max")
+        self._logs = logs
+        self._clock = clock
+        self._initial_backoff_ms = quarantine_initial_backoff_ms
+        self._max_backoff_ms = quarantine_max_backoff_ms
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._files: dict[Path, OffsetCheckpointFile] = {}
+        self._entries: dict[Path, dict[TopicPartition, int]] = {}
+        self._states: dict[TopicPartition, CleaningState] = {}
+        self._round_start: dict[TopicPartition, int] = {}
+        self._round_failed: set[TopicPartition] = set()
+        self._removed: set[TopicPartition] = set()
+        self._quarantine: dict[TopicPartition, QuarantineRecord] = {}
+        self._last_clean: dict[TopicPartition, int] = {}
+        self._live: frozenset[TopicPartition] | None = None
+        self._time_of_last_run = clock.milliseconds()
+        self._selection = SelectionStats(self._time_of_last_run)
+        for log_dir in log_dirs:
+            self._open_checkpoint(dir_key(log_dir))
+
+    def _open_checkpoint(self, key: Path) -> None:
+        try:
+            checkpoint = OffsetCheckpointFile(key / CLEANER_OFFSET_CHECKPOINT_FILE)
+        except StorageError as e:
+            log.error("%s: cannot open the cleaner checkpoint, not cleaning this dir: %s", key, e)
+            return
+        self._files[key] = checkpoint
+        self._entries[key] = _read_checkpoint(checkpoint)
+
+    # --- what exists ---------------------------------------------------------------------------
+
+    def _snapshot_logs(self) -> list[tuple[TopicPartition, Log]]:
+        """The current logs; called without the lock (``logs`` may take the log manager's)."""
+        pairs = list(self._logs())
+        with self._lock:
+            self._live = frozenset(tp for tp, _ in pairs)
+        return pairs
+
+    def _waiting_in_quarantine(self, tp: TopicPartition, now: int) -> bool:
+        record = self._quarantine.get(tp)
+        return record is not None and now < record.retry_at_ms
+
+    def _selectable(self, tp: TopicPartition, lg: Log, now: int) -> bool:
+        return is_compacted(lg) and tp not in self._states and not self._waiting_in_quarantine(tp, now)
+
+    # --- choosing ------------------------------------------------------------------------------
+
+    def grab_filthiest_compacted_log(self) -> LogToClean | None:
+        """Kafka's ``grabFilthiestCompactedLog``: over compacted logs with no state and not waiting
+        in quarantine, compute the stats, rewrite stale checkpoints (of every log, chosen or not),
+        record the selection's metrics and return the filthiest candidate, now IN_PROGRESS (None
+        when no log qualifies). A log whose stats fail is quarantined and skipped. Expensive:
+        reads segment metadata of every compacted log, under the manager lock."""
+        pairs = self._snapshot_logs()
+        with self._lock:
+            now = self._clock.milliseconds()
+            self._time_of_last_run = now
+            weighed = [s for s in (self._stats(tp, lg, now) for tp, lg in pairs if self._selectable(tp, lg, now))
+                       if s is not None]
+            nonempty = [s for s in weighed if s.total_bytes > 0]
+            chosen = choose_filthiest(nonempty)
+            self._selection = SelectionStats(
+                now, len(nonempty), sum(1 for s in nonempty if s.is_candidate),
+                max((s.cleanable_ratio for s in nonempty), default=0.0),
+                max((s.max_compaction_delay_ms for s in weighed), default=0),
+            )
+            if chosen is not None:
+                self._begin(chosen)
+            return chosen
+
+    def grab_for_cleaning(self, tp: TopicPartition, *, force: bool = False) -> LogToClean | None:
+        """One partition for an on-demand clean (``tidelog clean run``): its stats, now IN_PROGRESS,
+        if it is compacted, idle, has cleanable bytes, and is a candidate (``force``: whatever its
+        ratio, and even in quarantine). None otherwise (:meth:`explain` says why). Raises
+        :class:`UnknownTopicOrPartitionError`, or :class:`LogCleaningError` (and quarantines the
+        partition) when its stats fail."""
+        lg = self._find(tp)
+        with self._lock:
+            now = self._clock.milliseconds()
+            if not is_compacted(lg) or tp in self._states or (not force and self._waiting_in_quarantine(tp, now)):
+                return None
+            stats = self._stats(tp, lg, now)
+            if stats is None:
+                raise self._quarantine_error(tp)
+            if stats.cleanable_bytes <= 0 or not (force or stats.is_candidate):
+                return None
+            self._begin(stats)
+            return stats
+
+    def _stats(self, tp: TopicPartition, lg: Log, now: int) -> LogToClean | None:
+        """The log's stats (a stale checkpoint rewritten), or None after quarantining it."""
+        try:
+            stats = log_to_clean(tp, lg, self._checkpoint_for(tp, lg), now)
+        except Exception as e:  # one bad partition never stops the cleaner
+            error = LogCleaningError("failed to calculate log cleaning stats", topic_partition=str(tp))
+            error.__cause__ = e
+            self._mark(tp, dir_key(lg.dir.parent), error, PHASE_STATS, now)
+            return None
+        if stats.offsets.checkpoint_reset:
+            log.warning("%s: cleaner checkpoint outside [%d, %d], reset to the log start offset",
+                        tp, lg.log_start_offset, lg.log_end_offset)
+            self._write(dir_key(lg.dir.parent), tp, stats.first_dirty_offset)
+        self._clear(tp, (PHASE_STATS,))
+        return stats
+
+    def _begin(self, stats: LogToClean) -> None:
+        tp = stats.topic_partition
+        self._set_state(tp, IN_PROGRESS)
+        self._round_start[tp] = stats.first_dirty_offset
+        self._round_failed.discard(tp)
+
+    def _set_state(self, tp: TopicPartition, state: CleaningState) -> None:
+        self._states[tp] = state
+        self._removed.discard(tp)
+
+    def _end_round(self, tp: TopicPartition) -> None:
+        self._round_start.pop(tp, None)
+        self._round_failed.discard(tp)
+
+    def _checkpoint_for(self, tp: TopicPartition, lg: Log) -> int | None:
+        own = self._entries.get(dir_key(lg.dir.parent))
+        return own.get(tp) if own is not None else self._merged().get(tp)
+
+    def _find(self, tp: TopicPartition) -> Log:
+        for found, lg in self._snapshot_logs():
+            if found == tp:
+                return lg
+        raise UnknownTopicOrPartitionError("no such partition", topic_partition=str(tp))
+
+    def _quarantine_error(self, tp: TopicPartition) -> LogCleaningError:
+        record = self._quarantine[tp]
+        return LogCleaningError(f"cannot clean: {record.error}", topic_partition=str(tp))
+
+    def deletable_logs(self) -> list[tuple[TopicPartition, Log]]:
+        """Kafka's ``deletableLogs``: the compacted logs for the cleaner's retention pass (no state,
+        not waiting in quarantine), each now IN_PROGRESS; give them back with :meth:`done_deleting`."""
+        pairs = self._snapshot_logs()
+        with self._lock:
+            now = self._clock.milliseconds()
+            chosen = [(tp, lg) for tp, lg in pairs if self._selectable(tp, lg, now)]
+            for tp, _ in chosen:
+                self._set_state(tp, IN_PROGRESS)
+            return chosen
+
+    # --- finishing -----------------------------------------------------------------------------
+
+    def done_cleaning(self, tp: TopicPartition, log_dir: Path | str, end_offset: int | None) -> None:
+        """Kafka's ``doneCleaning``: IN_PROGRESS → idle with the checkpoint set to ``end_offset``
+        (the next first dirty offset; the old one after a failure; None: leave the checkpoint, as
+        after a dry run), ABORTED → PAUSED(1) (waking :meth:`abort_and_pause_cleaning`); any
+        other state raises :class:`CleanerStateError`.
+
+        A round that moved the first dirty offset forward records its time; if no failure was
+        marked for the partition during the round (call :meth:`mark_uncleanable` *before* this),
+        it also ends a ``stats``/``cleaning`` quarantine."""
+        with self._lock:
+            state = self._states.get(tp)
+            if state == IN_PROGRESS:
+                del self._states[tp]
+                if end_offset is not None:
+                    self._write(dir_key(log_dir), tp, end_offset)
+                    self._note_progress(tp, end_offset)
+            elif state == ABORTED:
+                self._set_state(tp, paused(1))
+                self._cond.notify_all()
+            else:
+                raise CleanerStateError(f"done cleaning a partition that is {state or 'not being cleaned'}",
+                                        topic_partition=str(tp))
+            self._end_round(tp)
+
+    def _note_progress(self, tp: TopicPartition, end_offset: int) -> None:
+        start = self._round_start.get(tp)
+        if start is None or end_offset <= start:
+            return
+        self._last_clean[tp] = self._clock.milliseconds()
+        if tp not in self._round_failed:
+            self._clear(tp, (PHASE_STATS, PHASE_CLEANING))
+
+    def done_deleting(self, tps: Iterable[TopicPartition]) -> None:
+        """Kafka's ``doneDeleting``: each partition IN_PROGRESS → idle, ABORTED → PAUSED(1); any
+        other state raises :class:`CleanerStateError` (partitions before it are done)."""
+        with self._lock:
+            for tp in tps:
+                state = self._states.get(tp)
+                if state == IN_PROGRESS:
+                    del self._states[tp]
+                elif state == ABORTED:
+                    self._set_state(tp, paused(1))
+                    self._cond.notify_all()
+                else:
+                    raise CleanerStateError(f"done deleting a partition that is {state or 'not in progress'}",
+                                            topic_partition=str(tp))
+                self._end_round(tp)
+
+    # --- pausing and aborting ------------------------------------------------------------------
+
+    def abort_and_pause_cleaning(self, tp: TopicPartition) -> None:
+        """Kafka's ``abortAndPauseCleaning``: idle → PAUSED(1), PAUSED(n) → PAUSED(n+1), IN_PROGRESS →
+        ABORTED and **wait** until the cleaner thread acknowledges (``done_cleaning`` or
+        ``done_deleting``); ABORTED raises :class:`CleanerStateError`. Each call needs one
+        :meth:`resume_cleaning`."""
+        with self._cond:
+            state = self._states.get(tp)
+            if state is None:
+                self._set_state(tp, paused(1))
+            elif state == IN_PROGRESS:
+                self._states[tp] = ABORTED
+            elif state.is_paused:
+                self._states[tp] = paused(state.pause_count + 1)
+            else:
+                raise CleanerStateError(f"cannot abort and pause cleaning: it is {state}", topic_partition=str(tp))
+            self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+
+    def resume_cleaning(self, *tps: TopicPartition) -> None:
+        """Kafka's ``resumeCleaning``: PAUSED(1) → idle, PAUSED(n) → PAUSED(n-1); any other state
+        raises :class:`CleanerStateError` (partitions before it are resumed). Resuming a partition
+        removed (:meth:`remove_partition`) since it was paused does nothing."""
+        with self._lock:
+            for tp in tps:
+                state = self._states.get(tp)
+                if state is None and tp in self._removed:
+                    continue
+                if state is None or not state.is_paused:
+                    raise CleanerStateError(f"cannot resume cleaning: it is {state or 'not paused'}",
+                                            topic_partition=str(tp))
+                if state.pause_count == 1:
+                    del self._states[tp]
+                else:
+                    self._states[tp] = paused(state.pause_count - 1)
+
+    def abort_cleaning(self, tp: TopicPartition) -> None:
+        """Kafka's ``abortCleaning``: stop any running clean (waiting for it) and leave the state as
+        it was before, minus that clean (idle, or the pauses others hold)."""
+        with self._lock:
+            self.abort_and_pause_cleaning(tp)
+            self.resume_cleaning(tp)
+
+    def abort_all(self) -> list[TopicPartition]:
+        """Shutdown: every IN_PROGRESS partition → ABORTED, without waiting (the cleaner threads
+        stop at their next chunk and their ``done_*`` leaves them PAUSED(1)). Returns them."""
+        with self._lock:
+            running = [tp for tp, state in self._states.items() if state == IN_PROGRESS]
+            for tp in running:
+                self._states[tp] = ABORTED
+            return running
+
+    def is_cleaning_aborted(self, tp: TopicPartition) -> bool:
+        with self._lock:
+            return self._states.get(tp) == ABORTED
+
+    def check_cleaning_aborted(self, tp: TopicPartition) -> None:
+        """Raise :class:`LogCleaningAbortedError` if the clean of ``tp`` was aborted (the cleaner
+        calls this before every chunk it reads)."""
+        if self.is_cleaning_aborted(tp):
+            raise LogCleaningAbortedError("cleaning aborted", topic_partition=str(tp))
+
+    def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
+        """Kafka's ``pauseCleaningForNonCompactedPartitions`` (the retention task): pause every idle
+        log without ``compact`` and return them; resume them with :meth:`resume_cleaning`."""
+        pairs = self._snapshot_logs()
+        with self._lock:
+            chosen = [(tp, lg) for tp, lg in pairs if not is_compacted(lg) and tp not in self._states]
+            for tp, _ in chosen:
+                self.abort_and_pause_cleaning(tp)  # idle → PAUSED(1): never waits
+            return chosen
+
+    @contextmanager
+    def paused_non_compacted(self) -> Iterator[list[tuple[TopicPartition, Log]]]:
+        """:meth:`pause_cleaning_for_non_compacted_partitions` for a ``with`` block, resumed on exit."""
+        chosen = self.pause_cleaning_for_non_compacted_partitions()
+        try:
+            yield chosen
+        finally:
+            self.resume_cleaning(*(tp for tp, _ in chosen))
+
+    def state_of(self, tp: TopicPartition) -> CleaningState | None:
+        """The partition's state; None when idle."""
+        with self._lock:
+            return self._states.get(tp)
+
+    # --- checkpoints ---------------------------------------------------------------------------
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """The online log dirs (absolute) whose checkpoints this manager keeps."""
+        with self._lock:
+            return list(self._files)
+
+    def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
+        """Every dir's entries merged (a partition in two dirs: the later dir's value)."""
+        with self._lock:
+            return self._merged()
+
+    def _merged(self) -> dict[TopicPartition, int]:
+        merged: dict[TopicPartition, int] = {}
+        for entries in self._entries.values():
+            merged.update(entries)
+        return merged
+
+    def update_checkpoints(self, log_dir: Path | str, tp: TopicPartition, offset: int | None) -> None:
+        """Set ``tp``'s first dirty offset in ``log_dir``'s checkpoint, or remove it (None); the
+        file is rewritten (two fsyncs) without entries of partitions that no longer exist."""
+        with self._lock:
+            self._write(dir_key(log_dir), tp, offset)
+
+    def _write(self, key: Path, tp: TopicPartition, offset: int | None) -> None:
+        checkpoint = self._files.get(key)
+        if checkpoint is None:
+            log.warning("%s: not an online log dir of the cleaner; checkpoint of %s not written", key, tp)
+            return
+        live = self._live
+        entries = {t: o for t, o in self._entries[key].items() if live is None or t in live}
+        if offset is None:
+            entries.pop(tp, None)
+        else:
+            entries[tp] = offset
+        self._entries[key] = entries
+        try:
+            checkpoint.write(entries)
+        except (StorageError, CheckpointError) as e:
+            log.error("%s: cannot write the cleaner checkpoint: %s", key, e)
+
+    def maybe_truncate_checkpoint(self, log_dir: Path | str, tp: TopicPartition, offset: int) -> None:
+        """After truncating ``tp`` to ``offset``: lower its checkpoint to ``offset`` if above it."""
+        key = dir_key(log_dir)
+        with self._lock:
+            if self._entries.get(key, {}).get(tp, 0) > offset:
+                self._write(key, tp, offset)
+
+    def alter_checkpoint_dir(self, tp: TopicPartition, source: Path | str, destination: Path | str) -> None:
+        """Move ``tp``'s entry from ``source``'s checkpoint to ``destination``'s (a moved replica)."""
+        with self._lock:
+            offset = self._entries.get(dir_key(source), {}).get(tp)
+            if offset is not None:
+                self._write(dir_key(source), tp, None)
+                self._write(dir_key(destination), tp, offset)
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        """A partition is deleted: stop any running clean of it (waiting for the cleaner thread),
+        then forget everything about it: state (pauses included), checkpoint entries, quarantine
+        and clean time. A later :meth:`resume_cleaning` of it by a pause holder does nothing."""
+        with self._cond:
+            if self._states.get(tp) == IN_PROGRESS:
+                self._states[tp] = ABORTED
+            self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+            if self._states.pop(tp, None) is not None:
+                self._removed.add(tp)
+            if self._live is not None:
+                self._live = self._live - {tp}
+            for key, entries in list(self._entries.items()):
+                if tp in entries:
+                    self._write(key, tp, None)
+            self._quarantine.pop(tp, None)
+            self._last_clean.pop(tp, None)
+            self._end_round(tp)
+
+    def handle_log_dir_failure(self, log_dir: Path | str) -> None:
+        """Kafka's ``handleLogDirFailure``: forget the dir's checkpoint (never written again) and
+        the quarantine records of its partitions."""
+        key = dir_key(log_dir)
+        log.warning("%s: stopping cleaning of logs in this dir", key)
+        with self._lock:
+            self._files.pop(key, None)
+            self._entries.pop(key, None)
+            for tp in [tp for tp, r in self._quarantine.items() if r.log_dir == str(key)]:
+                del self._quarantine[tp]
+
+    # --- quarantine ----------------------------------------------------------------------------
+
+    def mark_uncleanable(self, tp: TopicPartition, log_dir: Path | str, error: BaseException | str, *,
+                         phase: str = PHASE_CLEANING) -> QuarantineRecord:
+        """Quarantine ``tp`` after ``error`` in ``phase`` (Kafka's ``markPartitionUncleanable``):
+        skipped until its retry time, ``quarantine_initial_backoff_ms`` after the first failure,
+        doubling with each failure in a row up to ``quarantine_max_backoff_ms``."""
+        with self._lock:
+            return self._mark(tp, dir_key(log_dir), error, phase, self._clock.milliseconds())
+
+    def _mark(self, tp: TopicPartition, key: Path, error: BaseException | str, phase: str, now: int) -> QuarantineRecord:
+        previous = self._quarantine.get(tp)
+        attempts = previous.attempts + 1 if previous is not None else 1
+        record = QuarantineRecord(
+            topic_partition=tp, log_dir=str(key), error=describe_error(error), phase=phase,
+            since_ms=previous.since_ms if previous is not None else now, last_failure_ms=now,
+            attempts=attempts, retry_at_ms=now + self._backoff_ms(attempts),
+        )
+        self._quarantine[tp] = record
+        if tp in self._round_start:
+            self._round_failed.add(tp)
+        log.warning("%s: quarantined (%s failed, attempt %d), retry at %s: %s",
+                    tp, phase, attempts, format_time(record.retry_at_ms), record.error)
+        return record
+
+    def _backoff_ms(self, attempts: int) -> int:
+        return min(self._initial_backoff_ms << min(attempts - 1, 62), self._max_backoff_ms)
+
+    def clear_uncleanable(self, tp: TopicPartition, phase: str | None = None) -> bool:
+        """End ``tp``'s quarantine (only if it was for ``phase``, when given); True if it was."""
+        with self._lock:
+            return self._clear(tp, None if phase is None else (phase,))
+
+    def _clear(self, tp: TopicPartition, phases: tuple[str, ...] | None) -> bool:
+        record = self._quarantine.get(tp)
+        if record is None or (phases is not None and record.phase not in phases):
+            return False
+        del self._quarantine[tp]
+        log.info("%s: out of quarantine after %d failed attempt(s)", tp, record.attempts)
+        return True
+
+    def is_uncleanable(self, tp: TopicPartition) -> bool:
+        """``tp`` is quarantined (waiting for its retry or due for it)."""
+        with self._lock:
+            return tp in self._quarantine
+
+    def quarantined(self, log_dir: Path | str | None = None) -> list[QuarantineRecord]:
+        """The quarantine records (of one log dir), by partition."""
+        key = None if log_dir is None else str(dir_key(log_dir))
+        with self._lock:
+            return sorted((r for r in self._quarantine.values() if key is None or r.log_dir == key),
+                          key=lambda r: r.topic_partition)
+
+    def maintain_uncleanable(self) -> None:
+        """Kafka's ``maintainUncleanablePartitions``: drop the records of partitions that no longer
+        exist, or that now live in another log dir."""
+        where = {tp: str(dir_key(lg.dir.parent)) for tp, lg in self._snapshot_logs()}
+        with self._lock:
+            for tp in [tp for tp, r in self._quarantine.items() if where.get(tp) != r.log_dir]:
+                del self._quarantine[tp]
+
+    # --- metrics -------------------------------------------------------------------------------
+
+    @property
+    def last_selection(self) -> SelectionStats:
+        with self._lock:
+            return self._selection
+
+    @property
+    def max_dirty_percent(self) -> int:
+        """``max-dirty-percent``: 100 × the highest dirty ratio of the last selection."""
+        return int(100 * self.last_selection.max_dirty_ratio)
+
+    @property
+    def max_compaction_delay_ms(self) -> int:
+        """The largest ``max.compaction.lag.ms`` delay of the last selection."""
+        return self.last_selection.max_compaction_delay_ms
+
+    def update_last_run(self) -> None:
+        """Mark a cleaner run now (a grab does it too)."""
+        with self._lock:
+            self._time_of_last_run = self._clock.milliseconds()
+
+    @property
+    def time_since_last_run_ms(self) -> int:
+        """``time-since-last-run-ms``."""
+        with self._lock:
+            return self._clock.milliseconds() - self._time_of_last_run
+
+    def last_clean_time(self, tp: TopicPartition) -> int | None:
+        """When a clean of ``tp`` last advanced its first dirty offset (None: not since start-up)."""
+        with self._lock:
+            return self._last_clean.get(tp)
+
+    def uncleanable_partitions_count(self, log_dir: Path | str) -> int:
+        """``uncleanable-partitions-count`` of one log dir."""
+        return len(self.quarantined(log_dir))
+
+    def uncleanable_bytes(self, log_dir: Path | str) -> int:
+        """``uncleanable-bytes`` of one log dir: the cleanable bytes of its quarantined partitions'
+        current ranges (a partition whose stats fail, or that is gone, counts 0)."""
+        records = {r.topic_partition for r in self.quarantined(log_dir)}
+        now = self._clock.milliseconds()
+        total = 0
+        for tp, lg in self._snapshot_logs():
+            if tp in records:
+                with self._lock:
+                    checkpoint = self._checkpoint_for(tp, lg)
+                try:
+                    total += log_to_clean(tp, lg, checkpoint, now).cleanable_bytes
+                except Exception as e:  # a metric never fails
+                    log.debug("%s: no uncleanable bytes: %s", tp, e)
+        return total
+
+    # --- explain -------------------------------------------------------------------------------
+
+    def explain(self, tp: TopicPartition) -> CleaningExplanation:
+        """Why the cleaner cleans ``tp`` now, or why not and when it will: the plan's numbers with
+        the state, quarantine and last clean time. Computed outside the manager lock. Raises
+        :class:`UnknownTopicOrPartitionError`."""
+        return self._explain(tp, self._find(tp))
+
+    def explain_all(self, topic: str | None = None) -> list[CleaningExplanation]:
+        """:meth:`explain` for every partition (of ``topic``), by partition."""
+        pairs = sorted(((tp, lg) for tp, lg in self._snapshot_logs() if topic is None or tp.topic == topic),
+                       key=lambda pair: pair[0])
+        return [self._explain(tp, lg) for tp, lg in pairs]
+
+    def _explain(self, tp: TopicPartition, lg: Log) -> CleaningExplanation:
+        with self._lock:
+            state = self._states.get(tp)
+            quarantine = self._quarantine.get(tp)
+            last_clean = self._last_clean.get(tp)
+            checkpoint = self._checkpoint_for(tp, lg)
+        now = self._clock.milliseconds()
+        shown = None if state is None else str(state)
+        try:
+            return explain_log(tp, lg, checkpoint, now, state=shown, quarantine=quarantine, last_clean_ms=last_clean)
+        except Exception as e:  # explain every partition, even one whose stats fail
+            return failed_explanation(tp, lg, checkpoint, now, describe_error(e), state=shown,
+                                      quarantine=quarantine, last_clean_ms=last_clean)
+
+
+def dir_key(log_dir: Path | str) -> Path:
+    """A log dir as this manager keys it: absolute, not resolved (Kafka's ``getAbsolutePath``)."""
+    return Path(os.path.abspath(log_dir))
+
+
+def _read_checkpoint(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+    try:
+        return checkpoint.read()
+    except (CheckpointError, StorageError) as e:
+        log.warning("%s: ignoring unreadable cleaner checkpoint: %s", checkpoint.path, e)
+        return {}
+
+
+def describe_error(error: BaseException | str) -> str:
+    """``Type: message``, followed by each cause: what a quarantine record and explain show."""
+    if isinstance(error, str):
+        return error
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "; caused by ".join(parts)
