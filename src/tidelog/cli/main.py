@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from tidelog.cli.admin import delete_records, log_dirs
+from tidelog.cli.clean import clean
 from tidelog.cli.configs import configs
 from tidelog.cli.consume import consume
 from tidelog.cli.demo import demo
@@ -47,8 +48,8 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides:
     ctx.obj = {"data_dir": data_dir, "broker": broker}
 
 
-for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, serve,
-                dump, verify, demo):
+for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, clean,
+                serve, dump, verify, demo):
     cli.add_command(command)
 
 

@@ -44,14 +44,31 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
-    """For each partition (of TOPIC): what the next retention pass would delete and why, or why not."""
+    """For each partition (of TOPIC): what the next retention pass would delete and why, or why
+    not; for compacted partitions also what the cleaner would clean, or why not and when."""
     with open_manager(ctx) as manager:
         plans = manager.explain_retention(topic)
+        cleaning = {}
+        if manager.cleaner is not None:
+            compacted = {str(tp) for tp, lg in manager.logs(topic) if "compact" in lg.config.cleanup_policy}
+            cleaning = {str(e.topic_partition): e for e in manager.cleaner.manager.explain_all(topic)
+                        if str(e.topic_partition) in compacted}
     if as_json:
-        echo_json([p.to_json() for p in plans])
+        out = []
+        for p in plans:
+            item = p.to_json()
+            explained = cleaning.get(str(p.topic_partition))
+            if explained is not None:
+                item["cleaning"] = explained.to_json()
+            out.append(item)
+        echo_json(out)
         return
     for plan in plans:
         click.echo("\n".join(plan.summary()))
+        explained = cleaning.get(str(plan.topic_partition))
+        if explained is not None:
+            click.echo("\n".join("  cleaner: " + line if i == 0 else "  " + line
+                                 for i, line in enumerate(explained.summary())))
 
 
 def _totals(plans: Sequence[RetentionPlan], dry_run: bool) -> str:

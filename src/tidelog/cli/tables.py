@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -23,7 +24,8 @@ def echo_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title:
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        # Values are data, never rich markup (a path or a metric name may hold "[...]").
+        table.add_row(*("" if row.get(c) is None else escape(str(row.get(c))) for c in columns))
     # Piped output is never folded to 80 columns: scripts and tests read whole lines.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
     console.print(table)

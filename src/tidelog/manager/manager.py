@@ -40,6 +40,7 @@ from types import MappingProxyType
 
 from tidelog import retention
 from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.errors import (
     CheckpointError,
     InvalidPartitionsError,
@@ -102,6 +103,11 @@ class LogManager:
         self._configs: dict[str, LogConfig] = {}
         self._started = False
         self._closed = False
+        # Kafka creates the cleaner only with log.cleaner.enable; without it compacted logs are
+        # neither compacted nor deleted by the periodic tasks.
+        self.cleaner: LogCleaner | None = None
+        if broker.log_cleaner_enable:
+            self.cleaner = LogCleaner(broker, [d.path for d in dirs], self.logs, clock)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -428,7 +434,25 @@ class LogManager:
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: recorded in the registry first, then each partition dir is renamed
-        ``-delete`` and removed after the broker's ``log.segment.delete.delay.ms``."""
+        ``-delete`` and removed after the broker's ``log.segment.delete.delay.ms``. A clean in
+        progress on one of its partitions is aborted first (outside the manager's lock: the
+        cleaner thread may need it to finish its current step)."""
+        doomed_tps = [TopicPartition(name, p) for p in self.partitions(name)]
+        if self.cleaner is not None:
+            for tp in doomed_tps:
+                self.cleaner.manager.abort_and_pause_cleaning(tp)
+        try:
+            self._delete_topic(name)
+        except BaseException:
+            if self.cleaner is not None:
+                for tp in doomed_tps:
+                    self.cleaner.manager.resume_cleaning(tp)
+            raise
+        if self.cleaner is not None:
+            for tp in doomed_tps:
+                self.cleaner.manager.remove_partition(tp)
+
+    def _delete_topic(self, name: str) -> None:
         with self._lock:
             self._ensure_open()
             record = self._record(name)
@@ -561,7 +585,7 @@ class LogManager:
                 return
             self._started = True
             tasks = (
-                ("tidelog-log-retention", self.run_retention, b.log_retention_check_interval_ms),
+                ("tidelog-log-retention", self._retention_task, b.log_retention_check_interval_ms),
                 ("tidelog-log-flusher", self.flush_dirty_logs, b.log_flush_scheduler_interval_ms),
                 ("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
                  b.log_flush_offset_checkpoint_interval_ms),
@@ -572,6 +596,8 @@ class LogManager:
             )
             for name, task, period in tasks:
                 self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
+            if self.cleaner is not None:
+                self.cleaner.startup()
 
     def _while_open(self, task: Callable[[], object]) -> Callable[[], None]:
         """A periodic task that does nothing once the manager is shut down (a scheduler the
@@ -581,15 +607,22 @@ class LogManager:
                 task()
         return run
 
-    def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
+    def _retention_task(self) -> None:
+        """The periodic retention task: logs without ``compact`` only, as Kafka's; compacted logs
+        get their retention from the cleaner threads, after each cleaning attempt."""
+        self.run_retention(compacted=False)
+
+    def run_retention(self, topic: str | None = None, *, dry_run: bool = False,
+                      compacted: bool = True) -> list[retention.RetentionPlan]:
         """One retention pass over every live log (of ``topic``): what was deleted (or, with
-        ``dry_run``, would be) and why. Compacted logs get only what their policy allows (the
-        log-start-offset pass for ``compact``); Kafka runs those from the cleaner's loop, which
-        tidelog does here until the cleaner exists."""
+        ``dry_run``, would be) and why. Compacted logs (unless ``compacted`` is false) get what
+        their policy allows (only the log-start-offset pass for ``compact``)."""
         now = self._clock.milliseconds()
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
         for tp, lg in self.logs(topic):
+            if not compacted and "compact" in lg.config.cleanup_policy:
+                continue
             try:
                 plans.append(decide(lg, now))
             except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
@@ -653,6 +686,8 @@ class LogManager:
             self._closed = True
         if self._owns_scheduler:
             self._scheduler.shutdown()
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         clean = self._close_logs()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
@@ -694,6 +729,8 @@ class LogManager:
     def _abort(self) -> None:
         """A failed start-up: close what loaded (no flush, no checkpoint, no marker), unlock."""
         self._closed = True
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         for _, lg in self.logs():
             try:
                 lg.close()
