@@ -39,7 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import bench_manager, bench_produce, bench_storage
+from bench import bench_cleaner, bench_manager, bench_offset_map, bench_produce, bench_storage
 from bench.bench_storage import Row, Settings
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -151,6 +151,10 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
        for name, (description, _) in bench_manager.BENCHMARKS.items()},
     "produce_json": ("tidelog produce of JSON lines through the CLI vs orjson.loads of the same lines",
                      bench_produce.bench_produce),
+    "offset_map": ("cleaner OffsetMap put/get over a scan vs a dict of bytes keys, and memory per key",
+                   bench_offset_map.bench_offset_map),
+    **{name: (description, (lambda n: lambda settings: bench_cleaner.run_benchmark(n, settings))(name))
+       for name, (description, _) in bench_cleaner.BENCHMARKS.items()},
 }
 
 

@@ -18,12 +18,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_partitions", "scan",
-                   "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json"}
+                   "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json",
+                   "offset_map", "clean_1gb", "clean_many_keys"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
-                 "manager_startup", "retention_pass", "produce_json"}
+                 "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb"}
 INFORMATIONAL_ROWS = {"recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
-                      "produce_json_steady"}
+                      "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
+                      "clean_many_keys"}
 
 
 @pytest.fixture(scope="module")
