@@ -342,3 +342,44 @@ def test_no_threads_with_zero_cleaner_threads(make_log: MakeLog, tmp_path: Path,
     assert cleaner.run_once() is not None, "on-demand cleaning still works"
     cleaner.shutdown()
     assert read_latest(log) == latest_of(appends)
+
+
+def test_a_corrupt_batch_in_the_dirty_range_is_reported_with_its_file_and_position(
+        make_log: MakeLog, tmp_path: Path, make_cleaner: MakeCleaner) -> None:
+    """A corrupt batch met while building the offset map quarantines the partition with an error
+    that says where it is: the segment file and the batch's byte position in it (the map reads a
+    segment from the index position of the first dirty offset, not from 0)."""
+    log, _ = dirty_log(make_log, tmp_path, keys=30, dups=2, index_interval_bytes="100")
+    segment = log.segments[1]
+    batches = [(position, batch.base_offset) for position, batch in segment.log.batches()]
+    first_dirty = batches[5][1]
+    assert segment.offset_index.lookup(first_dirty).position > 0, "the map starts reading inside the segment"
+    bad_position, bad_offset = batches[8]
+    with open(segment.log.path, "r+b") as f:
+        f.seek(bad_position + 16)  # the magic byte
+        f.write(bytes([7]))
+    before = dir_snapshot(log.dir)
+    cleaner = make_cleaner([log])
+    cleaner.manager.update_checkpoints(tmp_path, TP, first_dirty)
+    result = cleaner.run_once()
+    assert result is not None and result.error is not None and result.end_offset == first_dirty
+    [quarantined] = cleaner.manager.quarantined()
+    assert "CorruptRecordError" in quarantined.error
+    assert dir_snapshot(log.dir) == before, "never truncated, never rewritten"
+    assert f"offset={bad_offset}" in quarantined.error
+    assert f"position={bad_position}" in quarantined.error, quarantined.error
+    assert str(segment.log.path) in quarantined.error, quarantined.error
+
+
+def test_explain_of_a_quarantined_partition_gives_its_retry_not_record_age(
+        make_log: MakeLog, tmp_path: Path, make_cleaner: MakeCleaner, clock: FakeClock) -> None:
+    """A partition that is a candidate by its ratio but waits in quarantine: explain says when it
+    is retried, and does not claim it waits for its records to age."""
+    log, _ = dirty_log(make_log, tmp_path, keys=30, dups=2)
+    cleaner = make_cleaner([log])
+    cleaner.manager.mark_uncleanable(TP, tmp_path, "disk says no")
+    explained = cleaner.manager.explain(TP)
+    assert not explained.cleanable_now
+    assert explained.eligible_at_ms == clock.milliseconds() + 60_000
+    assert any("quarantined since" in reason and "retried at" in reason for reason in explained.reasons)
+    assert not any("as its records age" in reason for reason in explained.reasons), explained.reasons

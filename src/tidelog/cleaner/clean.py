@@ -169,7 +169,12 @@ class InProcessEngine:
             check_done(log.topic_partition)
             data = segment.log.read(position, min(read_size, size - position))
             self._throttle(len(data))
-            consumed, full = self._map_chunk(data, start, txn, stats)
+            try:
+                consumed, full = self._map_chunk(data, start, txn, stats)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(e.message, path=segment.log.path,
+                                         position=position + (getattr(e, "position", 0) or 0),
+                                         offset=getattr(e, "offset", None)) from e
             if full:
                 return True
             position += consumed

@@ -445,11 +445,12 @@ def explain_log(tp: TopicPartition, log: Log, checkpoint: int | None, now: int, 
     stats = log_to_clean(tp, log, checkpoint, now)
     compacted = is_compacted(log)
     notes, blocked = _blockers(compacted, state, quarantine, now)
-    when = eligible_at(tp, log, checkpoint, now) if compacted and state is None else None
+    by_records = eligible_at(tp, log, checkpoint, now) if compacted and state is None else None
+    when = by_records
     if quarantine is not None and when is not None:
         when = max(when, quarantine.retry_at_ms)
     cleanable = not blocked and stats.is_candidate
-    reasons = tuple(notes) + tuple(_stats_reasons(stats, log, when))
+    reasons = tuple(notes) + tuple(_stats_reasons(stats, log, by_records))
     return CleaningExplanation(
         topic_partition=tp, now_ms=now, compacted=compacted, cleanup_policy=tuple(sorted(log.config.cleanup_policy)),
         checkpoint=checkpoint, checkpoint_reset=stats.offsets.checkpoint_reset, log_start_offset=log.log_start_offset,

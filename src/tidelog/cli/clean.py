@@ -17,7 +17,7 @@ from tidelog.cleaner.log_cleaner import CleaningResult, DryRunReport, LogCleaner
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cli.context import open_manager
 from tidelog.cli.tables import echo_json, echo_table
-from tidelog.errors import ConfigError
+from tidelog.errors import ConfigError, TidelogError
 from tidelog.manager.manager import LogManager
 from tidelog.retention import format_bytes
 from tidelog.topic_partition import TopicPartition
@@ -37,7 +37,8 @@ def clean() -> None:
 @click.pass_context
 def run(ctx: click.Context, topic: str | None, partition: int | None, force: bool, dry_run: bool,
         as_json: bool) -> None:
-    """Clean every compacted partition (of --topic / --partition) once, printing what went."""
+    """Clean every compacted partition (of --topic / --partition) once, printing what went.
+    Exits 1 when a partition could not be cleaned (the others still are)."""
     if partition is not None and topic is None:
         raise click.UsageError("--partition needs --topic")
     with open_manager(ctx) as manager:
@@ -49,16 +50,20 @@ def run(ctx: click.Context, topic: str | None, partition: int | None, force: boo
             if "compact" not in lg.config.cleanup_policy:
                 rows.append(_row(tp, "skipped", f"not compacted (cleanup.policy={','.join(sorted(lg.config.cleanup_policy)) or 'none'})"))
                 continue
-            if dry_run:
-                report = cleaner.dry_run(tp)
-                rows.append(_dry_run_row(tp, report, cleaner))
-            else:
-                rows.append(_result_row(tp, cleaner.clean_now(tp, force=force), cleaner))
+            try:
+                if dry_run:
+                    rows.append(_dry_run_row(tp, cleaner.dry_run(tp), cleaner))
+                else:
+                    rows.append(_result_row(tp, cleaner.clean_now(tp, force=force), cleaner))
+            except TidelogError as e:  # its stats or its segments cannot be read: this partition only
+                rows.append(_row(tp, "failed", str(e)))
     if as_json:
         echo_json(rows)
-        return
-    for row in rows:
-        click.echo(f"{row['topic_partition']}: {row['outcome']}: {row['detail']}")
+    else:
+        for row in rows:
+            click.echo(f"{row['topic_partition']}: {row['outcome']}: {row['detail']}")
+    if any(row["outcome"] == "failed" for row in rows):
+        ctx.exit(1)  # as `verify`: scripts notice a partition that could not be cleaned
 
 
 @clean.command()
@@ -98,7 +103,7 @@ def _result_row(tp: TopicPartition, result: CleaningResult | None, cleaner: LogC
     if result is None:
         return _row(tp, "not cleaned", _why_not(tp, cleaner))
     if result.error is not None:
-        return _row(tp, "failed", f"{result.error} (quarantined; see `tidelog clean status`)")
+        return _row(tp, "failed", result.error)
     if result.aborted or result.stats is None:
         return _row(tp, "aborted", f"stopped at offset {result.end_offset}")
     detail = f"offsets [{result.first_dirty_offset}, {result.end_offset}) cleaned; " + _stats_text(result.stats, "removed")
