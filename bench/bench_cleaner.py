@@ -103,7 +103,8 @@ def _copy_seconds(source: Path, target: Path) -> float:
     return seconds
 
 
-def _clean_seconds(template: Path, work: Path, dedupe_bytes: int) -> tuple[float, dict[str, float]]:
+def _clean_seconds(template: Path, work: Path, dedupe_bytes: int,
+                   io_buffer_size: int = 262_144) -> tuple[float, dict[str, float]]:
     """Copy the template log (untimed), open it, clean it once, timed."""
     shutil.copytree(template, work)
     scheduler = ThreadScheduler(name="bench-cleaner")
@@ -111,7 +112,7 @@ def _clean_seconds(template: Path, work: Path, dedupe_bytes: int) -> tuple[float
     try:
         dirty = sum(s.size for s in log.segments[:-1])
         to_clean = log_to_clean(log.topic_partition, log, None, T0 + 1000)
-        buffers = CleanerBuffers(dedupe_buffer_size=dedupe_bytes, load_factor=0.9, io_buffer_size=262_144,
+        buffers = CleanerBuffers(dedupe_buffer_size=dedupe_bytes, load_factor=0.9, io_buffer_size=io_buffer_size,
                                  max_io_buffer_size=1_048_588)
         cleaner = Cleaner(InProcessEngine(buffers), log.clock)
         rss_before = _max_rss()

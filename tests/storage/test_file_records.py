@@ -286,3 +286,14 @@ def test_a_write_of_zero_bytes_is_a_storage_error_and_the_size_stays(
     assert e.value.path == fr.path
     assert fr.size_in_bytes == len(b"before") and fr.read(0, 100) == b"before"
     fr.close()
+
+
+def test_append_of_more_buffers_than_one_pwritev_takes(tmp_path) -> None:
+    """IOV_MAX is a hard limit of the gathered write: a longer tuple goes in several calls."""
+    from tidelog.storage.file_records import IOV_MAX, FileRecords
+
+    records = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
+    parts = tuple(bytes([i % 251]) * 3 for i in range(IOV_MAX * 2 + 5))
+    assert records.append(parts) == 3 * len(parts)
+    assert records.read(0, 3 * len(parts)) == b"".join(parts)
+    records.close()

@@ -55,6 +55,7 @@ from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
+from crc32c import crc32c
 
 from tidelog import twins
 from tidelog.cleaner import _retain_kernels as rk
@@ -68,6 +69,7 @@ from tidelog.records.batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     MIN_ENTRY_LENGTH,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
@@ -386,7 +388,7 @@ def _emit(source: memoryview, plan: _Plan, keep: np.ndarray, round: CleaningRoun
 
 
 def _collect(source: memoryview, scan: ScanResult, kept: _Kept, outcome: np.ndarray,
-             attributes: np.ndarray, built: dict[int, bytes], result: FilteredChunk) -> None:
+             attributes: np.ndarray, built: dict[int, Any], result: FilteredChunk) -> None:
     """Append the outputs in batch order: verbatim runs as one slice each, then the metadata."""
     position, size = scan.batch_position, scan.batch_size
     verbatim = outcome == VERBATIM
@@ -401,6 +403,9 @@ def _collect(source: memoryview, scan: ScanResult, kept: _Kept, outcome: np.ndar
             begin, stop = int(position[b]), int(position[last] + size[last])
             result.output.append(source[begin:stop])
             result.bytes_retained += stop - begin
+        elif isinstance(data, tuple):  # a header and its records area, written back to back
+            result.output.extend(data)
+            result.bytes_retained += sum(len(part) for part in data)
         else:
             result.output.append(data)
             result.bytes_retained += len(data)
@@ -442,6 +447,7 @@ def _empty_batches(source: memoryview, scan: ScanResult, batches: np.ndarray) ->
 
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,8 +481,15 @@ def _rebuild(source: memoryview, scan: ScanResult, kept: _Kept, attributes: np.n
     base_timestamp = np.where(set_horizon, round.delete_horizon_ms,
                               np.where(has_horizon, scan.batch_base_timestamp, kept.first_timestamp))[batches]
     areas, begin, end = _write_areas(twin, scan, kept, batches, base_timestamp)
-    out = {}
+    out: dict[int, Any] = {}
+    ends = np.asarray(end)
+    fast = (ends >= 0) & ((scan.batch_attributes[batches] & COMPRESSION_CODEC_MASK) == 0)
+    if fast.any():
+        out.update(_uncompressed_batches(source, scan, kept, batches, fast, base_timestamp, set_horizon,
+                                         has_horizon, areas, np.asarray(begin), ends))
     for j, b in enumerate(batches.tolist()):
+        if fast[j]:
+            continue
         h = _Header.read(source, int(scan.batch_position[b]))
         horizon = bool(set_horizon[b] or has_horizon[b])
         if end[j] < 0:
@@ -495,6 +508,57 @@ def _rebuild(source: memoryview, scan: ScanResult, kept: _Kept, attributes: np.n
             producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
             records_count=int(kept.count[b]), records_area=area)
     return out
+
+
+_HEADER_DTYPE = np.dtype([
+    ("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
+    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
+    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
+    ("records_count", ">i4"),
+])  # the 61-byte v2 header, packed: one numpy record per rebuilt batch
+assert _HEADER_DTYPE.itemsize == 61
+
+
+def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, batches: np.ndarray,
+                          fast: np.ndarray, base_timestamp: np.ndarray, set_horizon: np.ndarray,
+                          has_horizon: np.ndarray, areas: memoryview, begin: np.ndarray,
+                          end: np.ndarray) -> dict[int, tuple[memoryview, memoryview]]:
+    """Headers of the rebuilt uncompressed batches, all filled by column (the same fields
+    ``encode_v2_batch`` writes), then one CRC per batch: ``(header, records area)`` pairs."""
+    ids = batches[fast]
+    data = np.frombuffer(source, np.uint8)
+    position = scan.batch_position[ids]
+    attributes = scan.batch_attributes[ids].astype(np.int64)
+    horizon = set_horizon[ids] | has_horizon[ids]
+    headers = np.zeros(len(ids), _HEADER_DTYPE)
+    headers["base_offset"] = scan.batch_base_offset[ids]
+    headers["batch_length"] = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + (end[fast] - begin[fast])
+    headers["partition_leader_epoch"] = _gather_int32(data, position + 12)
+    headers["magic"] = 2
+    headers["attributes"] = (attributes & FLAG_BITS) | np.where(horizon, DELETE_HORIZON_FLAG_MASK, 0)
+    headers["last_offset_delta"] = scan.batch_last_offset[ids] - scan.batch_base_offset[ids]
+    headers["base_timestamp"] = base_timestamp[fast]
+    log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
+    headers["max_timestamp"] = np.where(log_append, scan.batch_max_timestamp[ids], kept.max_timestamp[ids])
+    headers["producer_id"] = scan.batch_producer_id[ids]
+    headers["producer_epoch"] = scan.batch_producer_epoch[ids]
+    headers["base_sequence"] = _gather_int32(data, position + 53)
+    headers["records_count"] = kept.count[ids]
+    raw = bytearray(headers.tobytes())
+    view = memoryview(raw)
+    out = {}
+    for j, (b, lo, hi) in enumerate(zip(ids.tolist(), begin[fast].tolist(), end[fast].tolist())):
+        h = j * RECORD_BATCH_OVERHEAD
+        area = areas[lo:hi]
+        _CRC.pack_into(raw, h + 17, crc32c(area, crc32c(view[h + 21:h + RECORD_BATCH_OVERHEAD])))
+        out[b] = (view[h:h + RECORD_BATCH_OVERHEAD], area)
+    return out
+
+
+def _gather_int32(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The big-endian int32 at each position of ``data``."""
+    raw = data[positions[:, None] + np.arange(4)].astype(np.uint32)
+    return ((raw[:, 0] << 24) | (raw[:, 1] << 16) | (raw[:, 2] << 8) | raw[:, 3]).view(np.int32)
 
 
 def _write_areas(twin: RetainKernels, scan: ScanResult, kept: _Kept, batches: np.ndarray,

@@ -108,7 +108,7 @@ class FileRecords:
         written = 0
         try:
             while written < total:
-                n = os.pwritev(fd, _remaining(views, written), self._size + written)
+                n = os.pwritev(fd, _remaining(views, written)[:IOV_MAX], self._size + written)
                 if n == 0:  # would loop forever; the bytes written so far are cut by recovery
                     raise StorageError("append wrote nothing", path=self._path, position=self._size + written)
                 written += n
@@ -266,6 +266,10 @@ class FileRecords:
         batch = read_batch_at(self.read(location.position, location.size), 0)
         base = batch.base_offset if batch is not None else location.base_offset
         return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)
+
+
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+"""Most buffers one ``pwritev`` takes (more is EINVAL); a longer list is written in several calls."""
 
 
 def _remaining(views: list[memoryview], skip: int) -> list[memoryview]:
