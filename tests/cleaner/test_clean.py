@@ -469,3 +469,21 @@ def test_one_group_swap_is_all_or_nothing(make_log: MakeLog, clock, monkeypatch,
     crash(log)
     reopened = make_log()
     assert sorted(all_records(reopened)) == (original if crash_at == 1 else cleaned_records)
+
+
+def test_cleaned_segment_indexes_are_those_a_recovery_builds(make_log: MakeLog, clock) -> None:
+    """The copy appends multi-megabyte chunks; the cleaned segment's indexes are rebuilt with one
+    entry per index.interval.bytes, exactly as recovering that .log builds them."""
+    log = make_log(segment_bytes=1024 * 1024, segment_index_bytes=1024 * 1024, index_interval_bytes=300)
+    fill(log, [(k % 40, b"v%d" % k) for k in range(1500)])
+    log.roll()
+    clean(make_cleaner(clock), log)
+    segment = log.segments[0]
+    assert segment.size > 0 and len(log.segments) == 2
+    index, time_index = (name(log.dir, segment.base_offset) for name in (files.offset_index_file, files.time_index_file))
+    segment.flush()
+    built = (index.read_bytes(), time_index.read_bytes())
+    assert len(built[0]) >= 5 * 8  # dense, not one entry per chunk
+    segment.recover()
+    segment.flush()
+    assert (index.read_bytes(), time_index.read_bytes()) == built

@@ -11,15 +11,20 @@ The file descriptor is opened on first use, so opening a data dir of many partit
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
+from tidelog.records.scan import walk_batch_headers
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
 SCAN_CHUNK_BYTES = 1 << 20
@@ -47,6 +52,15 @@ class BatchLocation:
     position: int
     size: int
     magic: int
+
+
+class BatchHeaders(NamedTuple):
+    """Per-batch columns of a ``.log`` (see :meth:`FileRecords.batch_headers`)."""
+
+    position: np.ndarray
+    size: np.ndarray
+    last_offset: np.ndarray
+    max_timestamp: np.ndarray
 
 
 class FileRecords:
@@ -218,6 +232,39 @@ class FileRecords:
         if len(chunk) < LOG_OVERHEAD:
             return None
         return LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
+
+    def batch_headers(self) -> BatchHeaders:
+        """Position, size, last offset and max timestamp of every complete batch, from a header walk
+        of the mapped file (the scan kernel's walk; legacy entries read one by one). Pages of the
+        records are never touched. CorruptRecordError for a header that cannot be a batch."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        if self._size > 0:
+            with open(self._path, "rb") as f, mmap.mmap(f.fileno(), self._size, access=mmap.ACCESS_READ) as mapped:
+                data = np.frombuffer(mapped, np.uint8, self._size)
+                try:
+                    self._walk_headers(data, mapped, parts)
+                finally:
+                    del data  # the map cannot close while a view of it is exported
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return BatchHeaders(empty, empty, empty, empty)
+        return BatchHeaders(*(np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(4)))
+
+    def _walk_headers(self, data: np.ndarray, mapped: mmap.mmap, parts: list[tuple[np.ndarray, ...]]) -> None:
+        pos = 0
+        while pos < self._size:
+            walk = walk_batch_headers(data, pos)
+            b = walk.batches
+            parts.append((b["position"], b["size"], b["last_offset"], b["max_timestamp"]))
+            pos = walk.end_position
+            if walk.stop_position is None:
+                return
+            legacy = read_batch_at(mapped, pos)
+            if legacy is None or legacy.magic >= 2:
+                raise CorruptRecordError("invalid batch header", path=self._path, position=pos)
+            parts.append(tuple(np.array([v]) for v in (pos, legacy.size_in_bytes, legacy.last_offset,
+                                                        legacy.max_timestamp)))
+            pos += legacy.size_in_bytes
 
     def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.

@@ -381,6 +381,30 @@ class LogSegment:
         self._rolling_based_timestamp = first_batch_max_ts
         return RecoveryResult(truncated, epoch_starts)
 
+    def rebuild_indexes(self) -> None:
+        """Re-create the offset and time indexes from the ``.log``'s batch headers, with the entries
+        single-batch appends would have made (one per ``index.interval.bytes``). The cleaner
+        appends multi-megabyte chunks, each of which would get at most one entry. The transaction
+        index is kept; nothing is validated (the caller wrote these bytes)."""
+        headers = self.log.batch_headers()
+        self.offset_index.reset()
+        self.time_index.reset()
+        interval = self._config.index_interval_bytes
+        since = 0
+        max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
+        for position, size, last_offset, timestamp in zip(headers.position.tolist(), headers.size.tolist(),
+                                                          headers.last_offset.tolist(), headers.max_timestamp.tolist()):
+            if timestamp > max_ts:
+                max_ts, offset_of_max = timestamp, last_offset
+            if since > interval:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(max_ts, offset_of_max)
+                since = 0
+            since += size
+        self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
+        self._max_timestamp_in_index = False
+        self._bytes_since_last_index_entry = since
+
     def _reset_indexes(self) -> None:
         self.offset_index.reset()
         self.time_index.reset()
