@@ -387,20 +387,34 @@ def _collect(source: memoryview, scan: ScanResult, kept: _Kept, outcome: np.ndar
     events = sorted([(int(b), None) for b in run_starts] + [(b, data) for b, data in built.items()],
                     key=lambda e: e[0])
     run_end = dict(zip(run_starts.tolist(), run_ends.tolist()))
+    span: _Span | None = None  # rebuilt batches not yet appended, adjacent in their buffer
     for b, data in events:
+        if isinstance(data, _Span):
+            if span is not None and span.buffer is data.buffer and span.end == data.start:
+                span.end = data.end
+                continue
+            _append_span(span, result)
+            span = _Span(data.buffer, data.start, data.end)
+            continue
+        _append_span(span, result)
+        span = None
         if data is None:
             last = run_end[b]
             begin, stop = int(position[b]), int(position[last] + size[last])
             result.output.append(source[begin:stop])
             result.bytes_retained += stop - begin
-        elif isinstance(data, tuple):  # a header and its records area, written back to back
-            result.output.extend(data)
-            result.bytes_retained += sum(len(part) for part in data)
         else:
             result.output.append(data)
             result.bytes_retained += len(data)
+    _append_span(span, result)
     result.messages_retained += int(np.sum(kept.count[outcome != DROP]))
     _chunk_metadata(scan, kept, outcome, attributes, result)
+
+
+def _append_span(span: _Span | None, result: FilteredChunk) -> None:
+    if span is not None:
+        result.output.append(memoryview(span.buffer)[span.start:span.end])
+        result.bytes_retained += span.end - span.start
 
 
 def _chunk_metadata(scan: ScanResult, kept: _Kept, outcome: np.ndarray, attributes: np.ndarray,
@@ -512,9 +526,10 @@ assert _HEADER_DTYPE.itemsize == 61
 def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, batches: np.ndarray,
                           fast: np.ndarray, base_timestamp: np.ndarray, set_horizon: np.ndarray,
                           has_horizon: np.ndarray, areas: memoryview, begin: np.ndarray,
-                          end: np.ndarray) -> dict[int, tuple[memoryview, memoryview]]:
-    """Headers of the rebuilt uncompressed batches, all filled by column (the same fields
-    ``encode_v2_batch`` writes), then one CRC per batch: ``(header, records area)`` pairs."""
+                          end: np.ndarray) -> dict[int, _Span]:
+    """The rebuilt uncompressed batches, back to back in one buffer: headers filled by column
+    (the same fields ``encode_v2_batch`` writes), then per batch a copy of its records area and
+    one CRC call."""
     ids = batches[fast]
     data = np.frombuffer(source, np.uint8)
     position = scan.batch_position[ids]
@@ -534,15 +549,30 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     headers["producer_epoch"] = scan.batch_producer_epoch[ids]
     headers["base_sequence"] = _gather_int32(data, position + 53)
     headers["records_count"] = kept.count[ids]
-    raw = bytearray(headers.tobytes())
-    view = memoryview(raw)
+    raw = memoryview(headers.tobytes())
+    lows, highs = begin[fast].tolist(), end[fast].tolist()
+    blob = bytearray(len(ids) * RECORD_BATCH_OVERHEAD + sum(highs) - sum(lows))
+    view = memoryview(blob)
     out = {}
-    for j, (b, lo, hi) in enumerate(zip(ids.tolist(), begin[fast].tolist(), end[fast].tolist())):
+    at = 0
+    for j, (b, lo, hi) in enumerate(zip(ids.tolist(), lows, highs)):
         h = j * RECORD_BATCH_OVERHEAD
-        area = areas[lo:hi]
-        _CRC.pack_into(raw, h + 17, crc32c(area, crc32c(view[h + 21:h + RECORD_BATCH_OVERHEAD])))
-        out[b] = (view[h:h + RECORD_BATCH_OVERHEAD], area)
+        stop = at + RECORD_BATCH_OVERHEAD + hi - lo
+        view[at:at + RECORD_BATCH_OVERHEAD] = raw[h:h + RECORD_BATCH_OVERHEAD]
+        view[at + RECORD_BATCH_OVERHEAD:stop] = areas[lo:hi]
+        _CRC.pack_into(blob, at + 17, crc32c(view[at + 21:stop]))
+        out[b] = _Span(blob, at, stop)
+        at = stop
     return out
+
+
+@dataclass(slots=True)
+class _Span:
+    """Rebuilt batches written back to back into one buffer: adjacent ones go out as one slice."""
+
+    buffer: bytearray
+    start: int
+    end: int
 
 
 def _gather_int32(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
