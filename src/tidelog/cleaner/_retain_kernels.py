@@ -157,8 +157,9 @@ def write_record(out, o, cap, src, ts_delta, offset_delta, key_pos, key_len, val
 
 def write_records(arena0, arena1, rows, row_begin, row_end, base_offset, base_timestamp, offset,
                   timestamp, key_pos, key_len, value_pos, value_len, headers_pos, headers_count,
-                  arena, out, area_begin, area_end):
-    """The records areas of the batches j = 0, 1, ..., back to back in ``out``.
+                  arena, out, area_begin, area_end, gap):
+    """The records areas of the batches j = 0, 1, ..., in ``out``, each after ``gap`` free bytes
+    (room for the batch header the caller writes there).
 
     Batch j keeps the scan rows ``rows[row_begin[j]:row_end[j]]`` (in order), re-encoded against
     ``base_offset[j]`` / ``base_timestamp[j]``; its area is ``out[area_begin[j]:area_end[j]]``,
@@ -169,6 +170,7 @@ def write_records(arena0, arena1, rows, row_begin, row_end, base_offset, base_ti
     cap = len(out)
     o = 0
     for j in range(len(row_begin)):
+        o += gap
         start = o
         area_begin[j] = start
         base_ts = base_timestamp[j]

@@ -527,9 +527,9 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
                           fast: np.ndarray, base_timestamp: np.ndarray, set_horizon: np.ndarray,
                           has_horizon: np.ndarray, areas: memoryview, begin: np.ndarray,
                           end: np.ndarray) -> dict[int, _Span]:
-    """The rebuilt uncompressed batches, back to back in one buffer: headers filled by column
-    (the same fields ``encode_v2_batch`` writes), then per batch a copy of its records area and
-    one CRC call."""
+    """The rebuilt uncompressed batches, in place in the kernel's output: headers filled by column
+    (the same fields ``encode_v2_batch`` writes) into the room before each records area, then one
+    CRC call per batch."""
     ids = batches[fast]
     data = np.frombuffer(source, np.uint8)
     position = scan.batch_position[ids]
@@ -549,20 +549,14 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     headers["producer_epoch"] = scan.batch_producer_epoch[ids]
     headers["base_sequence"] = _gather_int32(data, position + 53)
     headers["records_count"] = kept.count[ids]
-    raw = memoryview(headers.tobytes())
-    lows, highs = begin[fast].tolist(), end[fast].tolist()
-    blob = bytearray(len(ids) * RECORD_BATCH_OVERHEAD + sum(highs) - sum(lows))
-    view = memoryview(blob)
+    starts = begin[fast] - RECORD_BATCH_OVERHEAD  # the kernel left room for each header
+    buffer = areas.obj
+    target = np.frombuffer(buffer, np.uint8)
+    target[starts[:, None] + np.arange(RECORD_BATCH_OVERHEAD)] = headers.view(np.uint8).reshape(-1, RECORD_BATCH_OVERHEAD)
     out = {}
-    at = 0
-    for j, (b, lo, hi) in enumerate(zip(ids.tolist(), lows, highs)):
-        h = j * RECORD_BATCH_OVERHEAD
-        stop = at + RECORD_BATCH_OVERHEAD + hi - lo
-        view[at:at + RECORD_BATCH_OVERHEAD] = raw[h:h + RECORD_BATCH_OVERHEAD]
-        view[at + RECORD_BATCH_OVERHEAD:stop] = areas[lo:hi]
-        _CRC.pack_into(blob, at + 17, crc32c(view[at + 21:stop]))
-        out[b] = _Span(blob, at, stop)
-        at = stop
+    for b, at, stop in zip(ids.tolist(), starts.tolist(), end[fast].tolist()):
+        _CRC.pack_into(buffer, at + 17, crc32c(areas[at + 21:stop]))
+        out[b] = _Span(buffer, at, stop)
     return out
 
 
@@ -570,7 +564,7 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
 class _Span:
     """Rebuilt batches written back to back into one buffer: adjacent ones go out as one slice."""
 
-    buffer: bytearray
+    buffer: Any  # the kernel's output: a numpy array or a bytearray
     start: int
     end: int
 
@@ -584,12 +578,13 @@ def _gather_int32(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
 def _write_areas(twin: RetainKernels, scan: ScanResult, kept: _Kept, batches: np.ndarray,
                  base_timestamp: np.ndarray) -> tuple[memoryview, list[int], list[int]]:
     """One kernel call: ``(buffer, begin, end)`` with batch j's records area at
-    ``buffer[begin[j]:end[j]]`` (``end[j]`` -1: rebuild it with the builder)."""
+    ``buffer[begin[j]:end[j]]`` and 61 free bytes before it for its header (``end[j]`` -1:
+    rebuild it with the builder)."""
     counts = kept.count[batches]
     uncompressed = (scan.batch_attributes[batches] & COMPRESSION_CODEC_MASK) == 0
     decompressed = scan.arenas[1] if len(scan.arenas) > 1 else _NO_ARENA
     capacity = (int(np.sum(scan.batch_size[batches][uncompressed])) + len(decompressed)
-                + rk.MAX_RECORD_GROWTH * int(np.sum(counts)))
+                + rk.MAX_RECORD_GROWTH * int(np.sum(counts)) + RECORD_BATCH_OVERHEAD * len(batches))
     out = twin.output(capacity)
     begin, end = twin.output_column(len(batches)), twin.output_column(len(batches))
     c = twin.column
@@ -597,7 +592,8 @@ def _write_areas(twin: RetainKernels, scan: ScanResult, kept: _Kept, batches: np
         twin.buffer(scan.arenas[0]), twin.buffer(decompressed), c(kept.rows), c(kept.begin[batches]),
         c(kept.begin[batches] + counts), c(scan.batch_base_offset[batches]), c(base_timestamp),
         c(scan.offset), c(scan.timestamp), c(scan.key_pos), c(scan.key_len), c(scan.value_pos),
-        c(scan.value_len), c(scan.headers_pos), c(scan.headers_count), c(scan.arena), out, begin, end)
+        c(scan.value_len), c(scan.headers_pos), c(scan.headers_count), c(scan.arena), out, begin, end,
+        RECORD_BATCH_OVERHEAD)  # each area after room for its header
     if error != rk.OK:  # the capacity bound above is wrong: a bug, not bad input
         raise InvalidRecordError("rebuilt records exceed their size bound", capacity=capacity)
     return memoryview(out), np.asarray(begin).tolist(), np.asarray(end).tolist()
