@@ -87,7 +87,7 @@ class CleanerBuffers:
     def for_thread(cls, broker: BrokerConfig) -> CleanerBuffers:
         threads = max(1, broker.log_cleaner_threads)
         return cls(
-            dedupe_buffer_size=broker.log_cleaner_dedupe_buffer_size // threads,
+            dedupe_buffer_size=min(broker.log_cleaner_dedupe_buffer_size // threads, INT32_MAX),  # Kafka's cap
             load_factor=broker.log_cleaner_io_buffer_load_factor,
             io_buffer_size=max(1, broker.log_cleaner_io_buffer_size // threads // 2),
             max_io_buffer_size=broker.message_max_bytes,
