@@ -487,3 +487,25 @@ def test_cleaned_segment_indexes_are_those_a_recovery_builds(make_log: MakeLog, 
     segment.recover()
     segment.flush()
     assert (index.read_bytes(), time_index.read_bytes()) == built
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.GZIP])
+def test_mixed_v0_v1_v2_data_keeps_the_latest_value_per_key(make_log: MakeLog, clock, codec) -> None:
+    """LogCleanerParameterizedIntegrationTest.testCleanerWithMessageFormatV0: legacy entries
+    (mapped one record at a time) and v2 batches in one dirty range."""
+    from tidelog.records import BatchBuilder
+
+    log = make_log(segment_bytes=4096)
+    offset = 0
+    for magic in (0, 1, 2):
+        for round_ in range(2):
+            builder = BatchBuilder(magic=magic, compression=codec, base_offset=offset)
+            for k in range(5):
+                builder.append(offset, T0, b"%d" % k, b"m%d-r%d" % (magic, round_))
+                offset += 1
+            log.append_as_follower(builder.build())
+    log.update_high_watermark(log.log_end_offset)
+    log.roll()
+    clean(make_cleaner(clock), log)
+    assert sorted((k, v) for _, k, v in all_records(log)) == [(b"%d" % k, b"m2-r1") for k in range(5)]
+    assert offsets_in_log(log) == list(range(25, 30))

@@ -694,3 +694,22 @@ def test_summary_twins_agree_on_any_records_area(area: bytes, count: int) -> Non
         except CorruptRecordError as e:
             outcomes.append(("error", e.message, e.context.get("record_position")))
     assert outcomes[0] == outcomes[1]
+
+
+def test_stop_at_legacy_stops_before_a_v0_v1_entry_instead_of_raising() -> None:
+    """The cleaner reads v2 runs between legacy entries with one scan each."""
+    from tidelog.records import BatchBuilder
+
+    legacy = BatchBuilder(magic=1, base_offset=1)
+    legacy.append(1, TS, b"k", b"v")
+    v2 = batch([record(0)])
+    data = v2 + legacy.build() + batch([record(0)], base_offset=2)
+    with pytest.raises(CorruptRecordError, match="magic is not 2"):
+        scan_batches(data)
+    first = scan_batches(data, stop_at_legacy=True)
+    assert (first.batch_count, first.end_position, first.stopped_at_legacy) == (1, len(v2), True)
+    rest = scan_batches(data, len(data) - len(v2), stop_at_legacy=True)
+    assert (rest.batch_count, rest.stopped_at_legacy) == (1, False)
+    garbage = v2 + b"\x00" * 16 + b"\x07" + b"\x00" * 60
+    with pytest.raises(CorruptRecordError):
+        scan_batches(garbage, stop_at_legacy=True)

@@ -175,9 +175,7 @@ class InProcessEngine:
             try:
                 consumed, full = self._map_chunk(data, start, txn, stats)
             except CorruptRecordError as e:
-                raise CorruptRecordError(e.message, path=segment.log.path,
-                                         position=position + (getattr(e, "position", 0) or 0),
-                                         offset=getattr(e, "offset", None)) from e
+                raise _in_file(e, segment, position) from e
             if full:
                 return True
             position += consumed
@@ -192,26 +190,16 @@ class InProcessEngine:
         """Map the complete batches of ``data``: (bytes consumed, map full)."""
         pos = 0
         while pos < len(data):
-            legacy = _legacy_batch_at(data, pos)
-            if legacy is not None:
-                if self._map_legacy(legacy, start, stats):
-                    return pos, True
-                pos += legacy.size_in_bytes
-                continue
-            try:
-                scan = scan_batches(data, pos)
-            except CorruptRecordError as e:
-                if e.position is not None and e.position > pos and _legacy_batch_at(data, e.position) is not None:
-                    scan = scan_batches(data, pos, e.position)  # v2 batches up to a legacy one
-                else:
-                    raise
-            if scan.batch_count == 0:
-                return pos, False
-            if self._map_scan(data, scan, start, txn, stats):
+            scan = scan_batches(data, pos, stop_at_legacy=True)
+            if scan.batch_count and self._map_scan(data, scan, start, txn, stats):
                 return pos, True
             pos = scan.end_position
-            if scan.end_position < len(data) and _legacy_batch_at(data, pos) is None:
-                return pos, False  # a partial batch: read on from here
+            legacy = read_batch_at(data, pos) if scan.stopped_at_legacy else None
+            if legacy is None:
+                return pos, False  # the end, or a partial batch: read on from here
+            if self._map_legacy(legacy, start, stats):  # type: ignore[arg-type]
+                return pos, True
+            pos += legacy.size_in_bytes
         return pos, False
 
     def _map_scan(self, data: bytes, scan: ScanResult, start: int, txn: CleanedTransactionMetadata,
@@ -269,11 +257,7 @@ class InProcessEngine:
         cleaned = _create_cleaned_segment(log, group[0].base_offset)
         try:
             txn.on_aborted_kept = cleaned.txn_index.append
-            for i, segment in enumerate(group):
-                upper = group[i + 1].base_offset if i + 1 < len(group) else segment.read_next_offset()
-                txn.add_aborted(log.collect_aborted_transactions(segment.base_offset, upper))
-                retain_legacy = segment.last_modified_ms > legacy_delete_horizon_ms
-                self._clean_into(log, segment, cleaned, round, txn, retain_legacy, stats, check_done)
+            self._copy_group(log, group, cleaned, round, txn, legacy_delete_horizon_ms, stats, check_done)
             # Entries as appends of single batches would place them (the copy reads, and so
             # appends, far more than Kafka's 256 KiB at a time); also creates the index files.
             cleaned.rebuild_indexes()
@@ -290,11 +274,19 @@ class InProcessEngine:
                       check_done: CheckDone) -> None:
         """:meth:`clean_group` without writing: only ``stats`` change (dry runs)."""
         txn.on_aborted_kept = lambda _: None
-        for i, segment in enumerate(group):
-            upper = group[i + 1].base_offset if i + 1 < len(group) else segment.read_next_offset()
+        self._copy_group(log, group, None, round, txn, legacy_delete_horizon_ms, stats, check_done)
+
+    def _copy_group(self, log: Log, group: Sequence[LogSegment], dest: LogSegment | None, round: CleaningRound,
+                    txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                    check_done: CheckDone) -> None:
+        """Kafka's ``cleanSegments`` loop: each source segment's aborted transactions (up to where
+        the next segment starts), then its batches through :meth:`_clean_into`."""
+        for segment in group:
+            following = log.segment_after(segment)
+            upper = following.base_offset if following is not None else segment.read_next_offset()
             txn.add_aborted(log.collect_aborted_transactions(segment.base_offset, upper))
             retain_legacy = segment.last_modified_ms > legacy_delete_horizon_ms
-            self._clean_into(log, segment, None, round, txn, retain_legacy, stats, check_done)
+            self._clean_into(log, segment, dest, round, txn, retain_legacy, stats, check_done)
 
     def _clean_into(self, log: Log, source: LogSegment, dest: LogSegment | None, round: CleaningRound,
                     txn: CleanedTransactionMetadata, retain_legacy: bool, stats: CleanerStats,
@@ -310,9 +302,7 @@ class InProcessEngine:
             try:
                 chunk = filter_chunk(data, 0, len(data), round, txn, retain_legacy, at_end_of_file=at_end)
             except CorruptRecordError as e:
-                raise CorruptRecordError(e.message, path=source.log.path,
-                                         position=position + (getattr(e, "position", 0) or 0),
-                                         offset=getattr(e, "offset", None)) from e
+                raise _in_file(e, source, position) from e
             stats.read_messages(chunk.messages_read, chunk.bytes_read)
             stats.recopy_messages(chunk.messages_retained, chunk.bytes_retained)
             stats.invalid_messages_read += chunk.invalid_messages
@@ -325,12 +315,12 @@ class InProcessEngine:
                 read_size = _grown(read_size, self._max_buffer(log), data, source, position, size)
 
 
-def _legacy_batch_at(data: bytes, pos: int) -> RecordBatch | None:
-    """The magic 0/1 batch at ``pos`` if there is a complete one (the scan kernel reads v2 only)."""
-    if len(data) - pos < 17 or data[pos + 16] not in (0, 1):
-        return None
-    batch = read_batch_at(data, pos)
-    return batch if batch is not None and batch.magic < 2 else None  # type: ignore[return-value]
+def _in_file(error: CorruptRecordError, segment: LogSegment, read_position: int) -> CorruptRecordError:
+    """``error`` from a chunk read at ``read_position``, re-stated with the segment's file and the
+    position in it."""
+    return CorruptRecordError(error.message, path=segment.log.path,
+                              position=read_position + (getattr(error, "position", 0) or 0),
+                              offset=getattr(error, "offset", None))
 
 
 def _grown(read_size: int, max_size: int, data: bytes, segment: LogSegment, position: int, size: int) -> int:

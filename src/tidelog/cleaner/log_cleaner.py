@@ -61,8 +61,8 @@ class _CleanerThread:
         self.engine = InProcessEngine(owner.buffers, owner.throttler)
         self.last_stats: CleanerStats | None = None
         self.thread: threading.Thread | None = None
-        self._progress: dict[TopicPartition, int] = {}
-        self._current: Log | None = None  # the log being cleaned
+        self._current: Log | None = None  # the log being cleaned (one at a time)
+        self._end = -1  # its checkpointed progress: the first dirty offset after the last pass
         self.cleaner = Cleaner(
             self.engine, owner.clock, check_done=owner.manager.check_cleaning_aborted,
             on_pass_done=self._pass_done, producer_id_expiration_ms=owner.broker.producer_id_expiration_ms,
@@ -72,7 +72,7 @@ class _CleanerThread:
     def _pass_done(self, tp: TopicPartition, end_offset: int) -> None:
         """Between passes of a multi-pass clean: checkpoint the progress, so an abort or a crash
         later in the clean keeps what is already done."""
-        self._progress[tp] = end_offset
+        self._end = end_offset
         if self._current is not None:
             self._owner.manager.update_checkpoints(self._current.dir.parent, tp, end_offset)
 
@@ -80,21 +80,19 @@ class _CleanerThread:
         """Clean one log already marked in progress; always leaves the in-progress state."""
         tp, lg = to_clean.topic_partition, to_clean.log
         start = to_clean.first_dirty_offset
-        self._progress[tp] = start
-        self._current = lg
+        self._current, self._end = lg, start
         try:
-            end, stats = self.cleaner.clean(to_clean)
-            self._progress[tp] = end
+            self._end, stats = self.cleaner.clean(to_clean)
             self.last_stats = stats
-            return CleaningResult(tp, start, end, stats)
+            return CleaningResult(tp, start, self._end, stats)
         except LogCleaningAbortedError:
-            return CleaningResult(tp, start, self._progress[tp], None, aborted=True)
+            return CleaningResult(tp, start, self._end, None, aborted=True)
         except Exception as e:  # noqa: BLE001 - one bad partition never stops the cleaner
             self._owner.quarantine(tp, lg, e)
-            return CleaningResult(tp, start, self._progress[tp], None, error=str(e))
+            return CleaningResult(tp, start, self._end, None, error=str(e))
         finally:
             self._current = None
-            self._owner.manager.done_cleaning(tp, lg.dir.parent, self._progress.pop(tp, start))
+            self._owner.manager.done_cleaning(tp, lg.dir.parent, self._end)
 
 
 class LogCleaner:

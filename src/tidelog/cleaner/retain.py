@@ -73,7 +73,7 @@ from tidelog.records.builder import BatchBuilder, build_empty_batch, encode_v2_b
 from tidelog.records.compression import compress
 from tidelog.records.control import control_record_type
 from tidelog.records.record import TimestampType
-from tidelog.records.scan import ScanResult, record_headers, scan_batches, walk_batch_headers
+from tidelog.records.scan import ScanResult, record_headers, scan_batches
 
 NO_TIMESTAMP = -1
 FLAG_BITS = 0x3F  # codec, timestamp type, transactional, control: what a rebuilt batch keeps
@@ -181,14 +181,13 @@ def filter_chunk(buf: Any, start: int, end: int, round: CleaningRound, txn: Clea
     result = FilteredChunk()
     pos = start
     while pos < end:
-        walk = walk_batch_headers(data, pos, end)
-        if walk.end_position > pos:
-            _filter_v2(data, source, pos, walk.end_position, round, txn, result, kernels or _ACTIVE)
-            pos = walk.end_position
-        if walk.stop_position is None:
-            break
-        pos = walk.stop_position + filter_legacy(data, source, walk.stop_position, round, txn,
-                                                  retain_legacy_tombstones, result)
+        scan = scan_batches(data, pos, end, verify_crc=True, stop_at_legacy=True)
+        if scan.batch_count:
+            _filter_v2(source, scan, round, txn, result, kernels or _ACTIVE)
+        pos = scan.end_position
+        if not scan.stopped_at_legacy:
+            break  # the end, or a partial batch
+        pos += filter_legacy(data, source, pos, round, txn, retain_legacy_tombstones, result)
     if at_end_of_file and pos < end:
         raise CorruptRecordError(
             f"batch at the end of the segment runs past it ({end - pos} bytes left)",
@@ -242,10 +241,9 @@ class _Plan:
     discardable_marker: np.ndarray
 
 
-def _filter_v2(data: np.ndarray, source: memoryview, start: int, stop: int, round: CleaningRound,
+def _filter_v2(source: memoryview, scan: ScanResult, round: CleaningRound,
                txn: CleanedTransactionMetadata, result: FilteredChunk, twin: RetainKernels) -> None:
-    """Filter the complete v2 batches of ``data[start:stop]`` into ``result``."""
-    scan = scan_batches(data, start, stop, verify_crc=True)
+    """Filter the scanned v2 batches into ``result``."""
     plan = _plan_batches(scan, round, txn)
     keep, read, invalid = _keep_records(plan, round)
     result.messages_read += read

@@ -117,6 +117,7 @@ class ScanResult:
     arenas: tuple[np.ndarray, ...]
     end_position: int
     record_count: int
+    stopped_at_legacy: bool = False  # with ``stop_at_legacy``: a v0/v1 entry starts at end_position
 
     @property
     def batch_count(self) -> int:
@@ -230,7 +231,7 @@ ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
 # --- the driver -----------------------------------------------------------------------------
 
 def scan_batches(buf: Any, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
-                 kernels: ScanKernels | None = None) -> ScanResult:
+                 stop_at_legacy: bool = False, kernels: ScanKernels | None = None) -> ScanResult:
     """Scan the complete v2 batches of ``buf[start:end]`` into a :class:`ScanResult`.
 
     ``buf``: bytes, bytearray, memoryview, mmap or a 1-D uint8 numpy array (never copied).
@@ -238,20 +239,22 @@ def scan_batches(buf: Any, start: int = 0, end: int | None = None, *, verify_crc
     empty result. Raises CorruptRecordError (``position`` = the bad batch's, ``offset`` = its
     baseOffset, ``record_position`` = the bad record's within the batch's records when a record is
     at fault) for anything that does not parse, including an unknown codec id or a compressed
-    stream that does not decompress, and for a CRC mismatch with ``verify_crc``. ``kernels``: a
+    stream that does not decompress, and for a CRC mismatch with ``verify_crc``. With
+    ``stop_at_legacy`` a complete v0/v1 entry stops the scan like a partial tail does
+    (``stopped_at_legacy``; the caller reads that entry itself) instead of raising. ``kernels``: a
     twin from :func:`get_kernels`; by default the one chosen at import. Scans every byte: O(len).
     """
     twin = _ACTIVE if kernels is None else kernels
     data = _as_uint8(buf)
     stop = _check_range(len(data), start, end)
-    batches, end_position = _walk(twin, data, start, stop)
+    batches, end_position, at_legacy = _walk(twin, data, start, stop, stop_at_legacy)
     if verify_crc:
         _verify_crcs(data, batches)
     arena, area_begin, area_end = _decompress(data, batches)
     first_row, total = _plan_rows(batches, area_begin, area_end)
     records = _decode(twin, data, arena, batches, area_begin, area_end, first_row, total)
     arenas = (data,) if arena is None else (data, arena)
-    return _result(records, batches, arenas, end_position)
+    return _result(records, batches, arenas, end_position, at_legacy)
 
 
 class HeaderWalk(NamedTuple):
@@ -298,20 +301,22 @@ def _check_range(size: int, start: int, end: int | None) -> int:
     return stop
 
 
-def _walk(twin: ScanKernels, data: np.ndarray, start: int,
-          end: int) -> tuple[dict[str, np.ndarray], int]:
-    """Per-batch columns (numpy, keyed by BATCH_COLUMNS names) and the end position."""
+def _walk(twin: ScanKernels, data: np.ndarray, start: int, end: int,
+          stop_at_legacy: bool = False) -> tuple[dict[str, np.ndarray], int, bool]:
+    """Per-batch columns (numpy, keyed by BATCH_COLUMNS names), the end position, and whether a
+    v0/v1 entry stopped the walk there (only with ``stop_at_legacy``; otherwise it raises)."""
     view = twin.view(data)
     count, end_position, error, where = twin.walk_batches(view, start, end, 0,
                                                           twin.columns(0, BATCH_COLUMNS))
-    if error != k.OK:
+    at_legacy = stop_at_legacy and error == k.ERR_MAGIC and int(data[where + k.HEADER_SIZE_UP_TO_MAGIC - 1]) in (0, 1)
+    if error != k.OK and not at_legacy:
         raise _corrupt(data, error, where)
     columns = twin.columns(count, BATCH_COLUMNS)
     again = twin.walk_batches(view, start, end_position, count, columns)
     if again != (count, end_position, k.OK, end_position):  # only if the bytes changed under us
         raise CorruptRecordError("batches changed while being scanned", position=start)
     batches = {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(BATCH_COLUMNS, columns)}
-    return batches, end_position
+    return batches, end_position, at_legacy
 
 
 def _verify_crcs(data: np.ndarray, batches: dict[str, np.ndarray]) -> None:
@@ -402,10 +407,10 @@ def _decode(twin: ScanKernels, data: np.ndarray, arena: np.ndarray | None,
 
 
 def _result(records: dict[str, np.ndarray], batches: dict[str, np.ndarray],
-            arenas: tuple[np.ndarray, ...], end_position: int) -> ScanResult:
+            arenas: tuple[np.ndarray, ...], end_position: int, stopped_at_legacy: bool) -> ScanResult:
     per_batch = {f"batch_{name}": column for name, column in batches.items()}
     return ScanResult(**records, **per_batch, arenas=arenas, end_position=int(end_position),
-                      record_count=len(records["offset"]))
+                      record_count=len(records["offset"]), stopped_at_legacy=stopped_at_legacy)
 
 
 def _corrupt(data: np.ndarray, error: int, position: int) -> CorruptRecordError:
