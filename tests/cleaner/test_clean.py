@@ -509,3 +509,23 @@ def test_mixed_v0_v1_v2_data_keeps_the_latest_value_per_key(make_log: MakeLog, c
     clean(make_cleaner(clock), log)
     assert sorted((k, v) for _, k, v in all_records(log)) == [(b"%d" % k, b"m2-r1") for k in range(5)]
     assert offsets_in_log(log) == list(range(25, 30))
+
+
+def test_kafka_4298_wrapper_in_a_segment_is_cleaned_and_repaired(make_log: MakeLog, clock, tmp_path: Path) -> None:
+    """LogCleanerTest.testCleanCorruptMessageSet through a whole clean: a v1 gzip wrapper of v0
+    messages written by an old broker is mapped and rewritten as a proper v1 wrapper."""
+    from tidelog.records import LegacyBatch, encode_legacy_message
+    from tidelog.records.compression import compress
+
+    inner = b"".join(encode_legacy_message(i, 0, 0, -1, b"%d" % (i % 2), b"%d" % (i + 20)) for i in range(4))
+    wrapper = encode_legacy_message(23, 1, CompressionType.GZIP, T0, None, compress(CompressionType.GZIP, inner))
+    dir = tmp_path / "old-0"
+    dir.mkdir()
+    files.log_file(dir, 20).write_bytes(wrapper)
+    log = make_log(dir=dir)
+    log.append_as_leader(record(9, 9))
+    log.roll()
+    clean(make_cleaner(clock), log)
+    (repaired,) = [b for _, b in log.segments[0].log.batches()][:1]
+    assert isinstance(repaired, LegacyBatch) and repaired.magic == 1
+    assert [(r.offset, r.key, r.value) for r in repaired.records()] == [(22, b"0", b"22"), (23, b"1", b"23")]

@@ -123,6 +123,19 @@ def test_inner_magic_must_match_wrapper() -> None:
         list(LegacyBatch(_wrapper_around(encode_legacy_message(0, 0, 0, 0, b"k", b"v"))).records())
 
 
+def test_lenient_read_of_a_kafka_4298_wrapper() -> None:
+    """v0 messages inside a v1 wrapper read as Kafka's streaming iterator reads them: no timestamp
+    (v0 has none), offsets relative to the wrapper's."""
+    inner = encode_legacy_message(0, 0, 0, 0, b"a", b"1") + encode_legacy_message(1, 0, 0, 0, b"b", None)
+    wrapper = encode_legacy_message(11, 1, int(CompressionType.GZIP) | 0x08, 777, None,
+                                    compress(CompressionType.GZIP, inner))
+    batch = LegacyBatch(wrapper, strict_inner_magic=False)
+    assert not batch.inner_magics_match
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch.records()] == [(10, -1, b"a", b"1"), (11, -1, b"b", None)]
+    plain = LegacyBatch(encode_legacy_message(5, 1, 0, 9, b"k", b"v"), strict_inner_magic=False)
+    assert plain.inner_magics_match
+
+
 def test_double_compression_is_invalid() -> None:
     inner = encode_legacy_message(0, 1, int(CompressionType.GZIP), 0, None, b"x")
     with pytest.raises(InvalidRecordError, match="double compression"):

@@ -35,8 +35,9 @@ from tidelog.cleaner.retain import CleaningRound, OffsetLookup, filter_chunk
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
-from tidelog.errors import CorruptRecordError, LogCleaningError
-from tidelog.records import RecordBatch, read_batch_at
+from tidelog.errors import CorruptRecordError, InvalidRecordError, LogCleaningError, UnsupportedCompressionError
+from tidelog.records import RecordBatch
+from tidelog.records.legacy import LegacyBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage import files
@@ -194,10 +195,15 @@ class InProcessEngine:
             if scan.batch_count and self._map_scan(data, scan, start, txn, stats):
                 return pos, True
             pos = scan.end_position
-            legacy = read_batch_at(data, pos) if scan.stopped_at_legacy else None
-            if legacy is None:
+            if not scan.stopped_at_legacy:
                 return pos, False  # the end, or a partial batch: read on from here
-            if self._map_legacy(legacy, start, stats):  # type: ignore[arg-type]
+            # As the copy reads it (retain_legacy): KAFKA-4298 wrappers are read, not refused.
+            legacy = LegacyBatch(memoryview(data)[pos:pos + _entry_size(data, pos)], strict_inner_magic=False)
+            try:
+                full = self._map_legacy(legacy, start, stats)
+            except (InvalidRecordError, UnsupportedCompressionError) as e:
+                raise CorruptRecordError(e.message, position=pos, offset=legacy.last_offset) from e
+            if full:
                 return pos, True
             pos += legacy.size_in_bytes
         return pos, False
@@ -237,7 +243,7 @@ class InProcessEngine:
             offset_map.latest_offset = int(mapped[-1])
         return full
 
-    def _map_legacy(self, batch: RecordBatch, start: int, stats: CleanerStats) -> bool:
+    def _map_legacy(self, batch: LegacyBatch, start: int, stats: CleanerStats) -> bool:
         offset_map = self.offset_map
         for record in batch.records():
             if record.key is not None and record.offset >= start:
@@ -313,6 +319,10 @@ class InProcessEngine:
                 self._throttle(chunk.bytes_retained)
             if chunk.bytes_read == 0:
                 read_size = _grown(read_size, self._max_buffer(log), data, source, position, size)
+
+
+def _entry_size(data: bytes, pos: int) -> int:
+    return 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
 
 
 def _in_file(error: CorruptRecordError, segment: LogSegment, read_position: int) -> CorruptRecordError:

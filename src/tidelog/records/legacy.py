@@ -95,11 +95,17 @@ def _read_bytes(buf: memoryview, pos: int, end: int) -> tuple[memoryview | None,
 
 
 class LegacyBatch:
-    """Read-only view over one v0/v1 log entry (a message or a compressed wrapper). No copy."""
+    """Read-only view over one v0/v1 log entry (a message or a compressed wrapper). No copy.
 
-    __slots__ = ("_buffer", "_entry", "_inner")
+    ``strict_inner_magic=False`` reads a wrapper whose inner messages have another magic, as
+    Kafka's streaming iterator does (KAFKA-4298: v0 messages inside v1 wrappers, written by old
+    brokers; the cleaner rewrites them, see :attr:`inner_magics_match`). By default they are
+    invalid, as Kafka's validator says.
+    """
 
-    def __init__(self, buffer: Buffer) -> None:
+    __slots__ = ("_buffer", "_entry", "_inner", "_strict")
+
+    def __init__(self, buffer: Buffer, *, strict_inner_magic: bool = True) -> None:
         view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         if len(view) < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
             raise CorruptRecordError(f"legacy entry of {len(view)} bytes is shorter than the minimum")
@@ -107,6 +113,7 @@ class LegacyBatch:
         self._buffer = view[:LOG_OVERHEAD + entry.size]
         self._entry = entry
         self._inner: list[_Entry] | None = None
+        self._strict = strict_inner_magic
 
     def __repr__(self) -> str:
         e = self._entry
@@ -237,8 +244,13 @@ class LegacyBatch:
             return
         log_append = self.timestamp_type is TimestampType.LOG_APPEND_TIME
         for inner, offset in zip(self._inner_entries(), self._absolute_offsets()):
-            timestamp = entry.timestamp if log_append else inner.timestamp
+            timestamp = entry.timestamp if log_append and inner.magic > 0 else inner.timestamp
             yield make_record(offset, timestamp, _opt(inner.key), _opt(inner.value), ())
+
+    @property
+    def inner_magics_match(self) -> bool:
+        """Every inner message has the wrapper's magic (always true for a plain message)."""
+        return not self._is_wrapper() or all(e.magic == self._entry.magic for e in self._inner_entries())
 
     def _is_wrapper(self) -> bool:
         return self._entry.attributes & CODEC_MASK != 0
@@ -266,7 +278,7 @@ class LegacyBatch:
             if len(data) - pos < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
                 raise CorruptRecordError("truncated inner message", offset=entry.offset, position=pos)
             message = _Entry(data, pos)
-            _check_inner(entry, message)
+            _check_inner(entry, message, self._strict)
             inner.append(message)
             pos += LOG_OVERHEAD + message.size
         if not inner:
@@ -275,8 +287,8 @@ class LegacyBatch:
         return inner
 
 
-def _check_inner(wrapper: _Entry, inner: _Entry) -> None:
-    if inner.magic != wrapper.magic:
+def _check_inner(wrapper: _Entry, inner: _Entry, strict_magic: bool) -> None:
+    if strict_magic and inner.magic != wrapper.magic:
         raise InvalidRecordError(
             f"inner message magic {inner.magic} differs from wrapper magic {wrapper.magic}",
             offset=wrapper.offset)
