@@ -529,3 +529,25 @@ def test_kafka_4298_wrapper_in_a_segment_is_cleaned_and_repaired(make_log: MakeL
     (repaired,) = [b for _, b in log.segments[0].log.batches()][:1]
     assert isinstance(repaired, LegacyBatch) and repaired.magic == 1
     assert [(r.offset, r.key, r.value) for r in repaired.records()] == [(22, b"0", b"22"), (23, b"1", b"23")]
+
+
+def test_an_abort_whose_marker_is_in_a_later_segment_still_drops_the_aborted_data(make_log: MakeLog, clock) -> None:
+    """Kafka's testAbortedTransactionSpanningSegments: the .txnindex entry lives in the segment of
+    the ABORT marker, past the cleaned range; the search goes on into later segments."""
+    from tidelog.records.control import build_end_txn_marker_batch
+    from tidelog.storage.txn_index import AbortedTxn
+
+    log = make_log(segment_bytes=1 << 20)
+    log.append_as_follower(keyed_batch([(b"k", b"committed")], base_offset=0))
+    log.append_as_follower(keyed_batch([(b"k", b"aborted")], base_offset=1, producer_id=1, producer_epoch=0,
+                                       base_sequence=0, is_transactional=True))
+    log.roll()
+    log.append_as_follower(build_end_txn_marker_batch(commit=False, producer_id=1, producer_epoch=0,
+                                                      coordinator_epoch=0, base_offset=2, timestamp=T0))
+    log.active_segment.txn_index.append(AbortedTxn(1, 1, 2, 1))  # as Kafka's producer state writes it
+    log.append_as_follower(keyed_batch([(b"other", b"x")], base_offset=3, producer_id=1, producer_epoch=0,
+                                       base_sequence=1))
+    log.update_high_watermark(log.log_end_offset)
+    assert log.collect_aborted_transactions(0, 2) == [AbortedTxn(1, 1, 2, 1)]
+    clean(make_cleaner(clock), log, start=0, end=2)
+    assert [(o, k, v) for o, k, v in all_records(log) if o < 2] == [(0, b"k", b"committed")]

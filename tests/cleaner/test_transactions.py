@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tidelog.cleaner.producers import ProducerLastBatch, producer_last_batches
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError
+from tidelog.storage.file_records import FileRecords
 from tidelog.records import (
     BatchBuilder,
     ControlRecordType,
@@ -274,7 +275,7 @@ def test_producer_walk_agrees_with_a_batch_by_batch_replay(spec: list[tuple[int,
             if spec[i][4] or i == len(raw) - 1:
                 path = Path(tmp) / f"{len(segments):020d}.log"
                 path.write_bytes(b"".join(current))
-                segments.append(SimpleNamespace(log=SimpleNamespace(path=path), size=path.stat().st_size))
+                segments.append(SimpleNamespace(log=FileRecords(path, path.stat().st_size), size=path.stat().st_size))
                 current = []
         log = SimpleNamespace(lock=threading.RLock(), segments=segments)
         batches = [RecordBatch(b) for b in raw]

@@ -478,3 +478,22 @@ def test_delete_files_removes_every_file(tmp_path: Path) -> None:
     assert len(list(tmp_path.iterdir())) == 3
     seg.delete_files()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_recovery_keeps_the_transaction_index_up_to_the_recovered_end(tmp_path: Path) -> None:
+    """Kafka rebuilds the .txnindex from producer state; tidelog has none, so recovery keeps the
+    entries of transactions that ended inside the valid data (it used to empty the file, and the
+    cleaner then kept aborted data)."""
+    from tidelog.storage.txn_index import AbortedTxn
+
+    seg = open_segment(tmp_path)
+    append(seg, 40, b"a", b"b", b"c", b"d")
+    seg.txn_index.append(AbortedTxn(1, 40, 41, 40))
+    seg.txn_index.append(AbortedTxn(2, 42, 43, 42))
+    seg.flush()
+    os.truncate(seg.log.path, seg.size - 5)  # the last batch (offset 43) is torn
+    seg.close()
+    reopened = open_segment(tmp_path, exists=True)
+    assert reopened.recover().truncated_bytes > 0
+    assert reopened.txn_index.all_aborted_txns() == [AbortedTxn(1, 40, 41, 40)]
+    reopened.close()

@@ -288,3 +288,19 @@ def test_index_matches_list_model(tmp_path_factory, txns: list[AbortedTxn], fetc
     assert (reopened.path.stat().st_size if txns else 0) == len(kept) * ENTRY
     assert reopened.path.exists() == bool(txns)
     reopened.delete_if_exists()
+
+
+def test_a_missing_file_is_searched_without_reopening_and_created_by_an_append(tmp_path: Path, monkeypatch) -> None:
+    """The cleaner searches many segments' indexes; a missing file costs one failed open."""
+    import os
+
+    index = TransactionIndex(transaction_index_file(tmp_path, 0), 0)
+    opens = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: (opens.append(a[0]), real_open(*a, **k))[1])
+    for _ in range(3):
+        assert index.collect_aborted_txns(0, 100) == TxnIndexSearchResult((), False)
+    assert len(opens) == 1
+    index.append(AbortedTxn(1, 0, 5, 0))
+    assert index.collect_aborted_txns(0, 100).aborted_transactions == (AbortedTxn(1, 0, 5, 0),)
+    index.close()

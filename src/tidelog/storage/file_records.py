@@ -17,14 +17,13 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
-from tidelog.records.scan import walk_batch_headers
+from tidelog.records.scan import BATCH_COLUMNS, walk_batch_headers
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
 SCAN_CHUNK_BYTES = 1 << 20
@@ -54,13 +53,7 @@ class BatchLocation:
     magic: int
 
 
-class BatchHeaders(NamedTuple):
-    """Per-batch columns of a ``.log`` (see :meth:`FileRecords.batch_headers`)."""
-
-    position: np.ndarray
-    size: np.ndarray
-    last_offset: np.ndarray
-    max_timestamp: np.ndarray
+BatchHeaders = dict[str, np.ndarray]  # see FileRecords.batch_headers
 
 
 class FileRecords:
@@ -233,38 +226,24 @@ class FileRecords:
             return None
         return LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
 
-    def batch_headers(self) -> BatchHeaders:
-        """Position, size, last offset and max timestamp of every complete batch, from a header walk
-        of the mapped file (the scan kernel's walk; legacy entries read one by one). Pages of the
-        records are never touched. CorruptRecordError for a header that cannot be a batch."""
-        parts: list[tuple[np.ndarray, ...]] = []
-        if self._size > 0:
-            with open(self._path, "rb") as f, mmap.mmap(f.fileno(), self._size, access=mmap.ACCESS_READ) as mapped:
-                data = np.frombuffer(mapped, np.uint8, self._size)
-                try:
-                    self._walk_headers(data, mapped, parts)
-                finally:
-                    del data  # the map cannot close while a view of it is exported
-        if not parts:
-            empty = np.zeros(0, np.int64)
-            return BatchHeaders(empty, empty, empty, empty)
-        return BatchHeaders(*(np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(4)))
-
-    def _walk_headers(self, data: np.ndarray, mapped: mmap.mmap, parts: list[tuple[np.ndarray, ...]]) -> None:
-        pos = 0
-        while pos < self._size:
-            walk = walk_batch_headers(data, pos)
-            b = walk.batches
-            parts.append((b["position"], b["size"], b["last_offset"], b["max_timestamp"]))
-            pos = walk.end_position
-            if walk.stop_position is None:
-                return
-            legacy = read_batch_at(mapped, pos)
-            if legacy is None or legacy.magic >= 2:
-                raise CorruptRecordError("invalid batch header", path=self._path, position=pos)
-            parts.append(tuple(np.array([v]) for v in (pos, legacy.size_in_bytes, legacy.last_offset,
-                                                        legacy.max_timestamp)))
-            pos += legacy.size_in_bytes
+    def batch_headers(self, size: int | None = None) -> BatchHeaders:
+        """The header columns (:data:`~tidelog.records.scan.BATCH_COLUMNS`, by name) of every
+        complete batch in the first ``size`` bytes (default all), from a header walk of the mapped
+        file: the scan kernel's walk for v2 runs, legacy entries read one by one (no producer:
+        ``producer_id`` -1). Pages of the records are never touched. CorruptRecordError for a
+        header that cannot be a batch; FileNotFoundError if the file is gone."""
+        size = self._size if size is None else min(size, self._size)
+        parts: list[BatchHeaders] = []
+        bad = None
+        if size > 0:
+            with open(self._path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+                data = np.frombuffer(mapped, np.uint8, size)
+                bad = _walk_headers(data, mapped, parts)
+                del data  # the map cannot close while a view of it is exported
+        if bad is not None:  # raised after the map is closed (the error must not hold a view of it)
+            raise CorruptRecordError("invalid batch header", path=self._path, position=bad)
+        return {name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, dtype)
+                for name, dtype in BATCH_COLUMNS}
 
     def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.
@@ -313,6 +292,33 @@ class FileRecords:
         batch = read_batch_at(self.read(location.position, location.size), 0)
         base = batch.base_offset if batch is not None else location.base_offset
         return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)
+
+
+def _walk_headers(data: np.ndarray, mapped: mmap.mmap, parts: list[BatchHeaders]) -> int | None:
+    """Append the header columns of ``data``'s runs of batches to ``parts``; the position of a
+    header that cannot be a batch, or None."""
+    pos = 0
+    while pos < len(data):
+        walk = walk_batch_headers(data, pos)
+        parts.append(walk.batches)
+        pos = walk.end_position
+        if walk.stop_position is None:
+            return None
+        if int(data[pos + HEADER_SIZE_UP_TO_MAGIC - 1]) not in (0, 1):
+            return pos
+        try:
+            legacy = read_batch_at(mapped, pos)
+        except CorruptRecordError:
+            return pos
+        if legacy is None:
+            return pos
+        row = {"position": pos, "size": legacy.size_in_bytes, "base_offset": legacy.last_offset,
+               "last_offset": legacy.last_offset, "attributes": legacy.attributes,
+               "base_timestamp": legacy.max_timestamp, "max_timestamp": legacy.max_timestamp,
+               "producer_id": -1, "producer_epoch": -1, "records_count": 1}
+        parts.append({name: np.array([row[name]], dtype) for name, dtype in BATCH_COLUMNS})
+        pos += legacy.size_in_bytes
+    return None
 
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024

@@ -33,6 +33,7 @@ from tidelog.errors import (
     UnexpectedAppendOffsetError,
 )
 from tidelog.records import CompressionType
+from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import files
 from tidelog.storage.atomic import fsync_dir
@@ -629,12 +630,15 @@ class Log:
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound) from the segments' ``.txnindex``
-        files, stopping at the first segment whose index says the search is complete (Kafka's
-        ``collectAbortedTransactions``)."""
+        files, from the segment holding ``start`` on through the later ones (an abort is indexed
+        in the segment of its marker, which may lie past the upper bound) until one says the
+        search is complete (Kafka's ``collectAbortedTransactions``)."""
         found: list[AbortedTxn] = []
         if upper_bound_offset <= start_offset:
             return found
-        for segment in self.segments_between(start_offset, upper_bound_offset):
+        with self._lock:
+            segments = self._segments.values_between(start_offset, INT64_MAX)
+        for segment in segments:
             result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             found.extend(result.aborted_transactions)
             if result.is_complete:

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError, StorageError
+from tidelog.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRecordError,
+    LogSegmentOffsetOverflowError,
+    StorageError,
+)
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
@@ -342,28 +348,23 @@ class LogSegment:
     # --- recovery and truncation --------------------------------------------------------------
 
     def recover(self) -> RecoveryResult:
-        """Rebuild the indexes from the ``.log``, validating every batch; truncate an invalid tail.
+        """Validate every batch, truncate an invalid tail, then rebuild the indexes from the ``.log``.
 
         Stops at the first batch that fails its CRC or size check, or at a partial batch, and
-        truncates the ``.log`` there. Returns the bytes removed and the leader-epoch starts seen.
-        Scans the whole segment.
+        truncates the ``.log`` there. The offset and time indexes are rebuilt by
+        :meth:`rebuild_indexes`; the transaction index is kept up to the recovered end. Returns
+        the bytes removed and the leader-epoch starts seen. Scans the whole segment.
         """
-        self._reset_indexes()
-        valid_bytes = last_index_entry = 0
-        max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
+        valid_bytes = 0
+        end_offset = self.base_offset
         first_batch_max_ts: int | None = None
         epoch_starts: list[tuple[int, int]] = []
         try:
             for position, batch in self.log.batches(0):
                 batch.ensure_valid(path=self.log.path, position=position)
                 self._ensure_offset_in_range(batch.last_offset)
-                if batch.max_timestamp > max_ts:
-                    max_ts, offset_of_max = batch.max_timestamp, batch.last_offset
-                if valid_bytes - last_index_entry > self._config.index_interval_bytes:
-                    self.offset_index.append(batch.last_offset, valid_bytes)
-                    self.time_index.maybe_append(max_ts, offset_of_max)
-                    last_index_entry = valid_bytes
                 valid_bytes += batch.size_in_bytes
+                end_offset = batch.last_offset + 1
                 if first_batch_max_ts is None:
                     first_batch_max_ts = batch.max_timestamp
                 _note_epoch_start(epoch_starts, batch)
@@ -373,27 +374,29 @@ class LogSegment:
         if truncated > 0:
             log.warning("truncating %s from %d to %d bytes", self.log.path, self.log.size_in_bytes, valid_bytes)
             self.log.truncate_to(valid_bytes)
+        self.rebuild_indexes()
         self.offset_index.trim_to_valid_size()
-        self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
-        self._max_timestamp_in_index = False
-        self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        mts = self._max_timestamp_and_offset
+        self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
+        self._recover_txn_index(end_offset)
         self._rolling_based_timestamp = first_batch_max_ts
         return RecoveryResult(truncated, epoch_starts)
 
     def rebuild_indexes(self) -> None:
         """Re-create the offset and time indexes from the ``.log``'s batch headers, with the entries
-        single-batch appends would have made (one per ``index.interval.bytes``). The cleaner
-        appends multi-megabyte chunks, each of which would get at most one entry. The transaction
-        index is kept; nothing is validated (the caller wrote these bytes)."""
+        single-batch appends would have made (one per ``index.interval.bytes``): after recovery,
+        and for the cleaner, whose multi-megabyte appends would get one entry each. The
+        transaction index is kept; nothing is validated (the caller validated or wrote the bytes)."""
         headers = self.log.batch_headers()
         self.offset_index.reset()
         self.time_index.reset()
         interval = self._config.index_interval_bytes
         since = 0
         max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
-        for position, size, last_offset, timestamp in zip(headers.position.tolist(), headers.size.tolist(),
-                                                          headers.last_offset.tolist(), headers.max_timestamp.tolist()):
+        for position, size, last_offset, timestamp in zip(headers["position"].tolist(), headers["size"].tolist(),
+                                                          headers["last_offset"].tolist(),
+                                                          headers["max_timestamp"].tolist()):
             if timestamp > max_ts:
                 max_ts, offset_of_max = timestamp, last_offset
             if since > interval:
@@ -406,9 +409,22 @@ class LogSegment:
         self._bytes_since_last_index_entry = since
 
     def _reset_indexes(self) -> None:
+        """The offset and time indexes only: recovery rebuilds those from the ``.log``, while the
+        transaction index is kept up to the recovered end (:meth:`_recover_txn_index`)."""
         self.offset_index.reset()
         self.time_index.reset()
-        self.txn_index.reset()
+
+    def _recover_txn_index(self, end_offset: int) -> None:
+        """Kafka rebuilds the ``.txnindex`` from producer state; tidelog has none yet, so it keeps
+        the file's entries for transactions that ended below ``end_offset`` (a file that does not
+        read is dropped). Resetting it would lose the aborts that the cleaner and isolated reads
+        depend on."""
+        try:
+            self.txn_index.sanity_check()
+            self.txn_index.truncate_to(end_offset)
+        except CorruptIndexError as e:
+            log.warning("%s: dropping an unreadable transaction index: %s", self.log.path, e)
+            self.txn_index.reset()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""

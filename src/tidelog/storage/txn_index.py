@@ -107,6 +107,7 @@ class TransactionIndex(IndexFile):
         self._path = Path(path)
         self._start_offset = start_offset
         self._fd: int | None = None
+        self._absent = False  # the file was missing: only this object creates it (one owner per dir)
         self._last_offset: int | None = None
         self._last_offset_known = False
 
@@ -214,15 +215,19 @@ class TransactionIndex(IndexFile):
     def _open(self) -> int | None:
         """The descriptor, opening the file first; None when the file is missing."""
         if self._fd is None:
+            if self._absent:  # most segments have no aborted transaction: one failed open, not one per search
+                return None
             try:
                 self._fd = os.open(self._path, _OPEN_FLAGS)
             except FileNotFoundError:
+                self._absent = True
                 return None
         return self._fd
 
     def _open_or_create(self) -> int:
         if self._fd is None:
             self._fd = os.open(self._path, _OPEN_FLAGS | os.O_CREAT, 0o644)
+            self._absent = False
         return self._fd
 
     def _file_length(self) -> int:
