@@ -118,9 +118,10 @@ def test_wrapper_without_inner_messages_is_invalid() -> None:
         list(LegacyBatch(_wrapper_around(b"")).records())
 
 
-def test_inner_magic_must_match_wrapper() -> None:
-    with pytest.raises(InvalidRecordError, match="differs from wrapper magic"):
-        list(LegacyBatch(_wrapper_around(encode_legacy_message(0, 0, 0, 0, b"k", b"v"))).records())
+def test_inner_magic_other_than_the_wrappers_is_read_as_kafka_reads_it() -> None:
+    batch = LegacyBatch(_wrapper_around(encode_legacy_message(0, 0, 0, 0, b"k", b"v")))
+    assert [(r.offset, r.key, r.value) for r in batch.records()] == [(0, b"k", b"v")]
+    assert not batch.inner_magics_match
 
 
 def test_lenient_read_of_a_kafka_4298_wrapper() -> None:
@@ -129,10 +130,10 @@ def test_lenient_read_of_a_kafka_4298_wrapper() -> None:
     inner = encode_legacy_message(0, 0, 0, 0, b"a", b"1") + encode_legacy_message(1, 0, 0, 0, b"b", None)
     wrapper = encode_legacy_message(11, 1, int(CompressionType.GZIP) | 0x08, 777, None,
                                     compress(CompressionType.GZIP, inner))
-    batch = LegacyBatch(wrapper, strict_inner_magic=False)
+    batch = LegacyBatch(wrapper)
     assert not batch.inner_magics_match
     assert [(r.offset, r.timestamp, r.key, r.value) for r in batch.records()] == [(10, -1, b"a", b"1"), (11, -1, b"b", None)]
-    plain = LegacyBatch(encode_legacy_message(5, 1, 0, 9, b"k", b"v"), strict_inner_magic=False)
+    plain = LegacyBatch(encode_legacy_message(5, 1, 0, 9, b"k", b"v"))
     assert plain.inner_magics_match
 
 

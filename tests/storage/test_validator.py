@@ -310,3 +310,14 @@ def test_legacy_producer_batch_is_converted_to_v2(codec: CompressionType) -> Non
         (7, T0, b"a", b"1"), (8, T0 + 1, b"b", b"2"),
     ]
     assert (validated.first_offset, validated.last_offset) == (7, 8)
+
+
+def test_a_wrapper_with_inner_messages_of_another_magic_is_refused_on_append() -> None:
+    """KAFKA-4298 data is read (old brokers wrote it; the cleaner rewrites it) but not accepted."""
+    from tidelog.records import encode_legacy_message
+    from tidelog.records.compression import compress
+
+    inner = encode_legacy_message(0, 0, 0, -1, b"k", b"v")
+    wrapper = encode_legacy_message(0, 1, int(CompressionType.GZIP), T0, None, compress(CompressionType.GZIP, inner))
+    with pytest.raises(InvalidRecordError, match="inner message magic"):
+        validate(wrapper)

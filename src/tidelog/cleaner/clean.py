@@ -36,7 +36,7 @@ from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError, InvalidRecordError, LogCleaningError, UnsupportedCompressionError
-from tidelog.records import RecordBatch
+from tidelog.records import RecordBatch, read_batch_at
 from tidelog.records.legacy import LegacyBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
@@ -197,8 +197,9 @@ class InProcessEngine:
             pos = scan.end_position
             if not scan.stopped_at_legacy:
                 return pos, False  # the end, or a partial batch: read on from here
-            # As the copy reads it (retain_legacy): KAFKA-4298 wrappers are read, not refused.
-            legacy = LegacyBatch(memoryview(data)[pos:pos + _entry_size(data, pos)], strict_inner_magic=False)
+            legacy = read_batch_at(data, pos)
+            if legacy is None:  # cut by the read: read on from here
+                return pos, False
             try:
                 full = self._map_legacy(legacy, start, stats)
             except (InvalidRecordError, UnsupportedCompressionError) as e:
@@ -319,10 +320,6 @@ class InProcessEngine:
                 self._throttle(chunk.bytes_retained)
             if chunk.bytes_read == 0:
                 read_size = _grown(read_size, self._max_buffer(log), data, source, position, size)
-
-
-def _entry_size(data: bytes, pos: int) -> int:
-    return 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
 
 
 def _in_file(error: CorruptRecordError, segment: LogSegment, read_position: int) -> CorruptRecordError:

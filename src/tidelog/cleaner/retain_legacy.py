@@ -40,7 +40,7 @@ def filter_legacy(data: np.ndarray, source: memoryview, pos: int, round: Cleanin
     length = int.from_bytes(source[pos + 8:pos + 12], "big", signed=True)
     size = LOG_OVERHEAD + length
     try:
-        batch = LegacyBatch(source[pos:pos + size], strict_inner_magic=False)
+        batch = LegacyBatch(source[pos:pos + size])
         batch.ensure_valid(position=pos)
         records = list(batch.records())
         verbatim_ok = batch.inner_magics_match

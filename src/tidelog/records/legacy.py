@@ -97,15 +97,14 @@ def _read_bytes(buf: memoryview, pos: int, end: int) -> tuple[memoryview | None,
 class LegacyBatch:
     """Read-only view over one v0/v1 log entry (a message or a compressed wrapper). No copy.
 
-    ``strict_inner_magic=False`` reads a wrapper whose inner messages have another magic, as
-    Kafka's streaming iterator does (KAFKA-4298: v0 messages inside v1 wrappers, written by old
-    brokers; the cleaner rewrites them, see :attr:`inner_magics_match`). By default they are
-    invalid, as Kafka's validator says.
+    A wrapper whose inner messages have another magic is read, as Kafka's readers do (KAFKA-4298:
+    v0 messages inside v1 wrappers, written by old brokers); :attr:`inner_magics_match` tells the
+    validator, which refuses them on append, and the cleaner, which rewrites them.
     """
 
-    __slots__ = ("_buffer", "_entry", "_inner", "_strict")
+    __slots__ = ("_buffer", "_entry", "_inner")
 
-    def __init__(self, buffer: Buffer, *, strict_inner_magic: bool = True) -> None:
+    def __init__(self, buffer: Buffer) -> None:
         view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         if len(view) < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
             raise CorruptRecordError(f"legacy entry of {len(view)} bytes is shorter than the minimum")
@@ -113,7 +112,6 @@ class LegacyBatch:
         self._buffer = view[:LOG_OVERHEAD + entry.size]
         self._entry = entry
         self._inner: list[_Entry] | None = None
-        self._strict = strict_inner_magic
 
     def __repr__(self) -> str:
         e = self._entry
@@ -278,7 +276,7 @@ class LegacyBatch:
             if len(data) - pos < LOG_OVERHEAD + RECORD_OVERHEAD_V0:
                 raise CorruptRecordError("truncated inner message", offset=entry.offset, position=pos)
             message = _Entry(data, pos)
-            _check_inner(entry, message, self._strict)
+            _check_inner(entry, message)
             inner.append(message)
             pos += LOG_OVERHEAD + message.size
         if not inner:
@@ -287,11 +285,7 @@ class LegacyBatch:
         return inner
 
 
-def _check_inner(wrapper: _Entry, inner: _Entry, strict_magic: bool) -> None:
-    if strict_magic and inner.magic != wrapper.magic:
-        raise InvalidRecordError(
-            f"inner message magic {inner.magic} differs from wrapper magic {wrapper.magic}",
-            offset=wrapper.offset)
+def _check_inner(wrapper: _Entry, inner: _Entry) -> None:
     if inner.attributes & CODEC_MASK:
         raise InvalidRecordError("compressed inner message (double compression)", offset=wrapper.offset)
 

@@ -500,25 +500,18 @@ def gather_array(result: ScanResult, field: Literal["key", "value"]) -> np.ndarr
 def record_headers(result: ScanResult, row: int) -> list[tuple[str, bytes | None]]:
     """The headers of record ``row`` as ``(key, value)`` pairs, in order (decoded on demand).
 
-    The scan checked their framing; a key that is not UTF-8 raises CorruptRecordError.
+    The scan checked their framing. Keys decode as :meth:`RecordBatch.records` decodes them
+    (UTF-8 with ``surrogateescape``, so any bytes round-trip through the builder).
     """
     view = memoryview(result.arenas[int(result.arena[row])])
     pos = int(result.headers_pos[row])
     headers = []
     for _ in range(int(result.headers_count[row])):
         key_len, pos = k.read_varint(view, pos, len(view), k.VARINT)
-        key = _utf8(bytes(view[pos:pos + key_len]), result, row)
+        key = bytes(view[pos:pos + key_len]).decode("utf-8", "surrogateescape")
         value_len, pos = k.read_varint(view, pos + key_len, len(view), k.VARINT)
         headers.append((key, None if value_len < 0 else bytes(view[pos:pos + value_len])))
         pos += max(value_len, 0)
     return headers
 
 
-def _utf8(data: bytes, result: ScanResult, row: int) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        b = int(result.batch[row])
-        raise CorruptRecordError(f"record header key is not UTF-8: {data!r}",
-                                 position=int(result.batch_position[b]),
-                                 offset=int(result.offset[row])) from err

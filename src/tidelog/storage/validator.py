@@ -345,6 +345,10 @@ def _rebuild_one(
     log_append: bool, target: CompressionType, topic_partition: object,
 ) -> tuple[bytes, int, int, int]:
     records = list(batch.records())
+    if batch.magic < 2 and not batch.inner_magics_match:  # type: ignore[union-attr]  # legacy here
+        raise InvalidRecordError(
+            f"inner message magic differs from wrapper magic {batch.magic} (KAFKA-4298 data is read, not accepted)",
+            topic_partition=topic_partition, position=position)
     if config.compact and any(r.key is None for r in records):
         bad = [(i, "record has no key") for i, r in enumerate(records) if r.key is None]
         raise InvalidRecordError("compacted topic cannot accept message without key",
