@@ -157,3 +157,19 @@ def test_server_properties_file_is_read_and_validated(tmp_path: Path, capsys: py
     properties.write_text("log.segment.bytes=-5\n")
     code, _, err = run(capsys, "--data-dir", str(tmp_path / "data"), "--config", str(properties), "demo")
     assert code == 1 and "log.segment.bytes" in err and "-5" in err
+
+
+def test_demo_goes_through_the_owner_of_the_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """demo opened the partition directly once, writing into a dir another process had locked."""
+    from tidelog.manager import LogManager
+    from tidelog.storage.config import BrokerConfig
+
+    owner = LogManager.open(BrokerConfig.from_properties({}), [tmp_path])
+    try:
+        code, _, err = run(capsys, "--data-dir", str(tmp_path), "demo", "--records", "10")
+        assert code != 0 and "lock" in err.lower()
+        assert not (tmp_path / "demo-0").exists()
+    finally:
+        owner.shutdown()
+    code, out, _ = run(capsys, "--data-dir", str(tmp_path), "demo", "--records", "10")
+    assert code == 0 and "read back 10" in out

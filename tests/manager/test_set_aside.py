@@ -227,12 +227,17 @@ def test_partition_dir_with_another_topic_id_is_set_aside(broker: Opener, one_di
     assert manager.get_log(tp("foo", 0)) is None
 
 
-def test_partition_of_a_log_dir_left_out_is_offline_not_recreated(broker: Opener, log_dirs: list[Path]) -> None:
+@pytest.mark.parametrize("altered", [False, True], ids=["created", "config-altered"])
+def test_partition_of_a_log_dir_left_out_is_offline_not_recreated(broker: Opener, log_dirs: list[Path],
+                                                                   altered: bool) -> None:
     """The registry records each partition's log dir: a dir missing from log.dirs for one start
     leaves its partitions offline instead of recreating them empty elsewhere (which would give
-    two copies once the dir comes back)."""
+    two copies once the dir comes back). Altering the topic's config keeps that record (it once
+    dropped it)."""
     manager = broker.open(log_dirs[:2])
     manager.create_topic("foo", 2)
+    if altered:
+        manager.alter_topic_config("foo", {"retention.ms": "5000"})
     homes = {p: manager.log(tp("foo", p)).dir.parent for p in (0, 1)}
     manager.shutdown()
     missing = next(p for p, home in homes.items() if home == log_dirs[1])

@@ -48,7 +48,7 @@ def run(ctx: click.Context, topic: str | None, partition: int | None, force: boo
         for tp, lg in manager.logs(topic):
             if partition is not None and tp.partition != partition:
                 continue
-            if "compact" not in lg.config.cleanup_policy:
+            if not lg.config.compact:
                 rows.append(_row(tp, "skipped", f"not compacted (cleanup.policy={','.join(sorted(lg.config.cleanup_policy)) or 'none'})"))
                 continue
             try:

@@ -1,19 +1,17 @@
-"""``tidelog demo``: write and read a partition in the data dir (what ``make run`` does until the
-log manager's service exists)."""
+"""``tidelog demo``: append records in every codec to topic ``demo`` (created if missing), read
+them back and verify the partition's files; everything through the log manager, which owns (and
+locks) the log dirs like any other command."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from tidelog.records import BatchBuilder, CompressionType, read_batch_at
-from tidelog.scheduler import ThreadScheduler
-from tidelog.storage import files
-from tidelog.storage.config import BrokerConfig
-from tidelog.storage.log import Log
-from tidelog.storage.verify import verify_paths
+from tidelog.cli.consume import iter_records
+from tidelog.cli.context import open_manager
 from tidelog.clock import SYSTEM_CLOCK
+from tidelog.manager.manager import LogManager
+from tidelog.records import BatchBuilder, CompressionType
+from tidelog.storage.verify import verify_paths
 from tidelog.topic_partition import TopicPartition
 
 DEMO_PARTITION = TopicPartition("demo", 0)
@@ -24,46 +22,25 @@ DEMO_PARTITION = TopicPartition("demo", 0)
 @click.pass_context
 def demo(ctx: click.Context, records: int) -> None:
     """Append records to partition demo-0 in every codec, read them back, verify the files."""
-    data_dir: Path = ctx.obj["data_dir"]
-    broker: BrokerConfig = ctx.obj["broker"]
-    dir = files.partition_dir(data_dir, DEMO_PARTITION)
-    scheduler = ThreadScheduler()
-    log = Log.open(dir, broker.log_config(), scheduler=scheduler, had_clean_shutdown=False,
-                   topic_partition=DEMO_PARTITION)
-    try:
+    with open_manager(ctx) as manager:
+        if not manager.has_topic(DEMO_PARTITION.topic):
+            manager.create_topic(DEMO_PARTITION.topic, 1)
+        log = manager.log(DEMO_PARTITION)
         start = log.log_end_offset
-        _append(log, records)
-        log.update_high_watermark(log.log_end_offset)
-        read = _read_back(log, start)
-        log.flush()
-    finally:
-        log.close()
-        scheduler.shutdown()
+        _append(manager, records)
+        read = sum(1 for _ in iter_records(log, start))
+        dir, segments = log.dir, log.num_segments
     report = verify_paths([dir])
     click.echo(f"appended {records} records to {dir} (offsets {start}..{start + records - 1}); "
-               f"read back {read}; {log.num_segments} segment(s); "
+               f"read back {read}; {segments} segment(s); "
                f"verify: {'OK' if report.ok else report.problems}")
 
 
-def _append(log: Log, records: int) -> None:
+def _append(manager: LogManager, records: int) -> None:
     codecs = list(CompressionType)
     now = SYSTEM_CLOCK.milliseconds()
     for batch_no, first in enumerate(range(0, records, 100)):
         builder = BatchBuilder(compression=codecs[batch_no % len(codecs)])
         for i in range(first, min(first + 100, records)):
             builder.append(i - first, now, f"key-{i % 50}".encode(), f"value {i}".encode())
-        log.append_as_leader(builder.build())
-
-
-def _read_back(log: Log, start: int) -> int:
-    count, offset = 0, start
-    while offset < log.high_watermark:
-        data = log.read(offset, 1 << 20).records
-        position = 0
-        while (batch := read_batch_at(data, position)) is not None:
-            for record in batch.records():
-                if record.offset >= offset:
-                    count += 1
-            offset = batch.next_offset
-            position += batch.size_in_bytes
-    return count
+        manager.append(DEMO_PARTITION, builder.build())

@@ -49,10 +49,9 @@ def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
     with open_manager(ctx) as manager:
         plans = manager.explain_retention(topic)
         cleaning = {}
-        if manager.cleaner is not None:
-            compacted = {str(tp) for tp, lg in manager.logs(topic) if "compact" in lg.config.cleanup_policy}
-            cleaning = {str(e.topic_partition): e for e in manager.cleaner.manager.explain_all(topic)
-                        if str(e.topic_partition) in compacted}
+        if manager.cleaner is not None:  # only compacted partitions: explaining reads segment headers
+            cleaning = {str(tp): manager.cleaner.manager.explain(tp) for tp, lg in manager.logs(topic)
+                        if lg.config.compact}
     if as_json:
         out = []
         for p in plans:

@@ -155,8 +155,12 @@ class LogManager:
         plans = {log_dir: self._loading_plan(log_dir) for log_dir in self._dirs}
         progress = _Progress(sum(len(plan) for plan in plans.values()), on_progress)
         loaded: dict[TopicPartition, list[Log]] = {}
+        # Worker processes are forked here, before any loading thread exists: a fork while another
+        # thread holds a lock (numba's compiler lock, logging's) would leave it locked in the child.
+        recovered = {log_dir: self._recover_in_processes(log_dir, plan) for log_dir, plan in plans.items()}
         with ThreadPoolExecutor(max_workers=max(1, len(self._dirs))) as pool:
-            for found in pool.map(lambda item: self._load_dir(item[0], item[1], progress), plans.items()):
+            for found in pool.map(lambda item: self._load_dir(item[0], item[1], progress, recovered[item[0]]),
+                                  plans.items()):
                 for tp, lg in found:
                     loaded.setdefault(tp, []).append(lg)
         self._register_loaded(loaded)
@@ -176,14 +180,14 @@ class LogManager:
             self._set_aside[path] = SetAside(path, reason)
         return {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
 
-    def _load_dir(self, log_dir: LogDir, to_load: dict[TopicPartition, Path],
-                  progress: _Progress) -> list[tuple[TopicPartition, Log]]:
+    def _load_dir(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: _Progress,
+                  recovered: Mapping[TopicPartition, str | None]) -> list[tuple[TopicPartition, Log]]:
         """Open ``to_load``; a partition that fails is set aside and the others go on.
 
-        After an unclean stop with ``num.recovery.threads.per.data.dir`` > 1 and many partitions,
-        recovery runs first in that many processes (:mod:`.recovery`); opening then skips it. Opening itself runs on one thread: it is GIL-bound Python, and threads made
-        it ~1.5x slower here."""
-        recovered = self._recover_in_processes(log_dir, to_load)
+        ``recovered``: what process recovery (after an unclean stop with
+        ``num.recovery.threads.per.data.dir`` > 1 and enough data, :mod:`.recovery`) did; opening
+        skips recovery for those. Opening itself runs on one thread per dir: it is GIL-bound
+        Python, and more threads made it ~1.5x slower here."""
         loaded = []
         for tp, path in sorted(to_load.items()):
             outcome = recovered.get(tp, "")
@@ -198,7 +202,7 @@ class LogManager:
 
     def _recover_in_processes(self, log_dir: LogDir, to_load: dict[TopicPartition, Path]) -> Mapping[TopicPartition, str | None]:
         workers = self.broker.num_recovery_threads_per_data_dir
-        if log_dir.had_clean_shutdown or workers < 2 or len(to_load) < 2:
+        if log_dir.had_clean_shutdown or workers < 2:
             return {}
         jobs = [recovery.RecoveryJob(tp, path, self._config_for(tp.topic),
                                      log_dir.checkpointed_log_start_offsets.get(tp, 0),
@@ -492,7 +496,7 @@ class LogManager:
             overrides = {k: v for k, v in record.configs.items() if k not in removed}
             overrides.update({k: str(v) for k, v in (set or {}).items()})
             config = self.broker.log_config(overrides)
-            updated = TopicRecord(topic, record.topic_id, record.partitions, MappingProxyType(overrides))
+            updated = record.replace(configs=MappingProxyType(overrides))  # keeps the partitions' log dirs
             self._commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
             self._configs[topic] = config
             for tp, live in self._logs.items():
@@ -621,7 +625,7 @@ class LogManager:
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
         for tp, lg in self.logs(topic):
-            if not compacted and "compact" in lg.config.cleanup_policy:
+            if not compacted and lg.config.compact:
                 continue
             try:
                 plans.append(decide(lg, now))
@@ -721,14 +725,14 @@ class LogManager:
         return clean
 
     def _release(self) -> None:
-        if self._owns_scheduler:
-            self._scheduler.shutdown()
         for log_dir in self._dirs:
             log_dir.release()
 
     def _abort(self) -> None:
         """A failed start-up: close what loaded (no flush, no checkpoint, no marker), unlock."""
         self._closed = True
+        if self._owns_scheduler:
+            self._scheduler.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
         for _, lg in self.logs():
@@ -832,11 +836,6 @@ def _read_topic_id(path: Path) -> str | None:
     except (CheckpointError, StorageError) as e:
         log.warning("%s: unreadable partition.metadata: %s", path, e)
         return None
-
-
-def _ensure_topic_id(path: Path, topic_id: str) -> None:
-    if not PartitionMetadataFile(path).exists():
-        PartitionMetadataFile(path).write(topic_id)
 
 
 def _remove_tree(path: Path) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.errors import TidelogError
+from tidelog.manager.log_dir import describe_error
 from tidelog.scheduler import Task
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
@@ -97,7 +98,7 @@ def recover_partition(job: RecoveryJob) -> str | None:
             had_clean_shutdown=False, scheduler=_DroppingScheduler(), topic_partition=job.topic_partition,
         ).close()
     except Exception as e:  # noqa: BLE001 - reported to the manager, which sets the partition aside
-        return str(e) if isinstance(e, TidelogError) else f"{type(e).__name__}: {e}"
+        return describe_error(e)
     return None
 
 
