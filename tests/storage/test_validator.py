@@ -321,3 +321,15 @@ def test_a_wrapper_with_inner_messages_of_another_magic_is_refused_on_append() -
     wrapper = encode_legacy_message(0, 1, int(CompressionType.GZIP), T0, None, compress(CompressionType.GZIP, inner))
     with pytest.raises(InvalidRecordError, match="inner message magic"):
         validate(wrapper)
+
+
+def test_v2_batches_appended_after_a_legacy_entry_get_the_record_checks_too() -> None:
+    """A legacy entry in an append used to send the v2 batches through the rebuild, which checked
+    timestamps of legacy records only."""
+    legacy = build_legacy_batch([(0, T0, b"k", b"v")], magic=1)
+    future = batch(b"v", timestamp=T0 + 10 * 24 * HOUR)
+    with pytest.raises(InvalidTimestampError):
+        validate(future)
+    config = LogConfig.from_props(overrides={"message.timestamp.after.max.ms": str(HOUR)})
+    with pytest.raises(InvalidTimestampError):
+        validate(legacy + future, config, origin=REPLICATION)

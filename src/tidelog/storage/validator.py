@@ -158,12 +158,14 @@ def assign_offsets(
                 _check_producer_batch(batch, position)
     target = _target_compression(config, analyzed.source_compression)
     log_append = config.message_timestamp_type == "LogAppendTime"
-    if all(batch.magic >= 2 for _, batch in batches):
-        summaries = [summarize_batch_records(batch, position) for position, batch in batches]  # type: ignore[arg-type]  # all v2 here
-        for (position, batch), summary in zip(batches, summaries):
-            _check_records(summary, batch, position, config, now, log_append, topic_partition)
-        if target == analyzed.source_compression and _codecs_uniform(batches, target):
-            return _assign_in_place(analyzed, summaries, next_offset, leader_epoch, now, log_append, target)
+    # Every v2 batch's records are checked on its summary, whichever path writes it (a legacy
+    # entry in the same append used to send the v2 batches past these checks).
+    summaries = [summarize_batch_records(batch, position) for position, batch in batches if batch.magic >= 2]  # type: ignore[arg-type]  # v2 here
+    for (position, batch), summary in zip([b for b in batches if b[1].magic >= 2], summaries):
+        _check_records(summary, batch, position, config, now, log_append, topic_partition)
+    if (len(summaries) == len(batches) and target == analyzed.source_compression
+            and _codecs_uniform(batches, target)):
+        return _assign_in_place(analyzed, summaries, next_offset, leader_epoch, now, log_append, target)
     return _rebuild(analyzed, next_offset, config, leader_epoch, now, log_append, target, topic_partition)
 
 
@@ -349,7 +351,7 @@ def _rebuild_one(
         raise InvalidRecordError(
             f"inner message magic differs from wrapper magic {batch.magic} (KAFKA-4298 data is read, not accepted)",
             topic_partition=topic_partition, position=position)
-    if config.compact and any(r.key is None for r in records):
+    if batch.magic < 2 and config.compact and any(r.key is None for r in records):  # v2: checked on its summary
         bad = [(i, "record has no key") for i, r in enumerate(records) if r.key is None]
         raise InvalidRecordError("compacted topic cannot accept message without key",
                                  topic_partition=topic_partition, record_errors=bad)
