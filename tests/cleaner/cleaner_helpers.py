@@ -5,7 +5,7 @@
 * :func:`record` / :func:`keyed_batch`: uncompressed v2 batches with decimal-string keys and values,
   as Kafka's ``record(k, v)``.
 * :func:`keys_in_log` / :func:`offsets_in_log`: Kafka's ``keysInLog`` / ``offsetsInLog`` (only records
-  with both a key and a value count; tombstones are invisible); :func:`last_offsets_in_log` per batch.
+  with both a key and a value count; tombstones are invisible).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.log import Log
 
 T0 = 1_700_000_000_000  # FakeClock's default start, ms
-LARGE_TIMESTAMP = 2**63 - 1 - 86_400_000 - 1  # Kafka's largeTimestamp
 
 MakeLog = Callable[..., Log]
 
@@ -72,10 +71,6 @@ def keys_in_log(log: Log) -> list[int]:
 
 def offsets_in_log(log: Log) -> list[int]:
     return [o for o, k, v in all_records(log) if k is not None and v is not None]
-
-
-def last_offsets_in_log(log: Log) -> list[int]:
-    return [batch.last_offset for segment in log.segments for _, batch in segment.log.batches()]
 
 
 def crash(log: Log) -> None:

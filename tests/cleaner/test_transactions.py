@@ -17,8 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.cleaner.producers import ProducerLastBatch, producer_last_batches
+from tidelog.cleaner.retain import discardable_batches
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError
+from tidelog.records.scan import scan_batches
 from tidelog.storage.file_records import FileRecords
 from tidelog.records import (
     BatchBuilder,
@@ -111,28 +113,30 @@ def test_advance_to_equals_reading_plain_data_batches() -> None:
     for last in (2, 5, 7):
         stepwise.on_data(last, -1, False)
     bulk.advance_to(7)
-    assert not bulk.has_pending and not stepwise.has_pending
+    assert not bulk._pending and not stepwise._pending  # nothing left waiting
     assert stepwise.on_data(8, 1, True) is bulk.on_data(8, 1, True) is True
 
 
-def test_batch_methods_read_the_batch() -> None:
+def test_discardable_batches_reads_the_scanned_batches() -> None:
+    """What the map and copy phases both call: aborted data, then its marker (kept, re-indexed,
+    since data of the transaction was seen), then an empty control batch (discardable)."""
     txn, kept = metadata(AbortedTxn(7, 0, 1, 2))
     data = BatchBuilder(base_offset=0, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
     data.append(0, T, b"k", b"v")
-    assert txn.on_data_batch(RecordBatch(data.build())) is True
     abort = build_end_txn_marker_batch(commit=False, producer_id=7, producer_epoch=0, coordinator_epoch=0,
                                        base_offset=1, timestamp=T)
-    assert txn.on_control_batch(RecordBatch(abort)) is False and kept == [AbortedTxn(7, 0, 1, 2)]
     empty = build_empty_batch(base_offset=2, last_offset_delta=0, max_timestamp=T, timestamp_type=0, producer_id=7,
                               producer_epoch=0, base_sequence=-1, is_transactional=True, is_control=True)
-    assert txn.on_control_batch(RecordBatch(empty)) is True
+    scan = scan_batches(data.build() + abort + empty)
+    assert discardable_batches(scan, txn).tolist() == [True, False, True]
+    assert kept == [AbortedTxn(7, 0, 1, 2)]
 
 
 def test_control_batch_without_a_control_key_is_corrupt() -> None:
     b = BatchBuilder(base_offset=0, is_control=True)
     b.append(0, T, b"x", b"")
     with pytest.raises(CorruptRecordError):
-        metadata()[0].on_control_batch(RecordBatch(b.build()))
+        discardable_batches(scan_batches(b.build()), metadata()[0])
 
 
 # --- producer_last_batches ---------------------------------------------------------------------

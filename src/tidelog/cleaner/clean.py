@@ -31,14 +31,14 @@ import numpy as np
 from tidelog.clock import Clock
 from tidelog.cleaner.offset_map import OffsetMap
 from tidelog.cleaner.producers import producer_last_batches
-from tidelog.cleaner.retain import CleaningRound, OffsetLookup, filter_chunk
+from tidelog.cleaner.retain import CleaningRound, OffsetLookup, discardable_batches, filter_chunk
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError, InvalidRecordError, LogCleaningError, UnsupportedCompressionError
-from tidelog.records import RecordBatch, read_batch_at
+from tidelog.records import read_batch_at
 from tidelog.records.legacy import LegacyBatch
-from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from tidelog.records.batch import CONTROL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage import files
 from tidelog.storage.config import BrokerConfig
@@ -212,19 +212,8 @@ class InProcessEngine:
     def _map_scan(self, data: bytes, scan: ScanResult, start: int, txn: CleanedTransactionMetadata,
                   stats: CleanerStats) -> bool:
         offset_map = self.offset_map
-        attributes = scan.batch_attributes
-        control = (attributes & CONTROL_FLAG_MASK) != 0
-        aborted = np.zeros(scan.batch_count, dtype=bool)
-        marked = np.flatnonzero((attributes & (CONTROL_FLAG_MASK | TRANSACTIONAL_FLAG_MASK)) != 0)
-        if len(marked):
-            view = memoryview(data)
-            for b in marked.tolist():
-                p = int(scan.batch_position[b])
-                batch = RecordBatch(view[p:p + int(scan.batch_size[b])])
-                if control[b]:
-                    txn.on_control_batch(batch)
-                else:
-                    aborted[b] = txn.on_data_batch(batch)
+        control = (scan.batch_attributes & CONTROL_FLAG_MASK) != 0
+        aborted = discardable_batches(scan, txn) & ~control  # markers only move the transaction state
         rows_batch = scan.batch
         eligible = (scan.key_len >= 0) & (scan.offset >= start) & ~control[rows_batch] & ~aborted[rows_batch]
         stop = offset_map.put_records(scan, eligible)  # each put moves latest_offset to its offset

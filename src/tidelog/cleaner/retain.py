@@ -255,9 +255,7 @@ def _plan_batches(scan: ScanResult, round: CleaningRound, txn: CleanedTransactio
     """Steps 1 and 2 of the module docstring for every batch of ``scan``."""
     attributes = scan.batch_attributes.astype(np.int64)
     control = (attributes & CONTROL_FLAG_MASK) != 0
-    counts = scan.batch_records_count.astype(np.int64)
-    first_row = np.cumsum(counts) - counts
-    can_discard = _can_discard(scan, txn, control, first_row)
+    can_discard = discardable_batches(scan, txn)
     horizon_passed = ((attributes & DELETE_HORIZON_FLAG_MASK) != 0) & (
         scan.batch_base_timestamp <= round.current_time)
     discard = can_discard & (~control | horizon_passed)
@@ -268,11 +266,15 @@ def _plan_batches(scan: ScanResult, round: CleaningRound, txn: CleanedTransactio
     return _Plan(scan, mode, retain_empty, can_discard & control)
 
 
-def _can_discard(scan: ScanResult, txn: CleanedTransactionMetadata, control: np.ndarray,
-                 first_row: np.ndarray) -> np.ndarray:
-    """Kafka's ``shouldDiscardBatch`` for every batch, in order (advances ``txn``)."""
+def discardable_batches(scan: ScanResult, txn: CleanedTransactionMetadata) -> np.ndarray:
+    """Kafka's ``shouldDiscardBatch`` for every batch of ``scan``, in order, advancing ``txn``:
+    a data batch of an aborted transaction, or a discardable marker. The offset map's pass uses
+    it too (it skips aborted data the same way)."""
     n = scan.batch_count
     attributes = scan.batch_attributes
+    control = (attributes & CONTROL_FLAG_MASK) != 0
+    counts = scan.batch_records_count.astype(np.int64)
+    first_row = np.cumsum(counts) - counts
     if not np.any(attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)):
         if n:  # plain data batches only move aborted transactions from pending to ongoing
             txn.advance_to(int(scan.batch_last_offset.max()))

@@ -29,23 +29,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-from tidelog.records.control import ControlRecordType, control_record_type
+from tidelog.records.control import ControlRecordType
 from tidelog.storage.txn_index import AbortedTxn
 
 OnAbortedKept = Callable[[AbortedTxn], None]
-
-
-class BatchHeader(Protocol):
-    """What the batch-taking methods read of a batch (a :class:`~tidelog.records.RecordBatch`)."""
-
-    @property
-    def last_offset(self) -> int: ...
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def is_transactional(self) -> bool: ...
 
 
 class _Ongoing:
@@ -79,11 +67,6 @@ class CleanedTransactionMetadata:
         for txn in aborted:
             heapq.heappush(self._pending, (txn.first_offset, self._arrivals, txn))
             self._arrivals += 1
-
-    @property
-    def has_pending(self) -> bool:
-        """True while an aborted transaction waits for the cleaner to reach its first offset."""
-        return bool(self._pending)
 
     def advance_to(self, offset: int) -> None:
         """Enter every queued aborted transaction whose first offset is <= ``offset``.
@@ -129,18 +112,3 @@ class CleanedTransactionMetadata:
                 return False
             return True
         return False
-
-    # --- per batch, with a batch ---------------------------------------------------------------
-
-    def on_data_batch(self, batch: BatchHeader) -> bool:
-        """:meth:`on_data` for a batch object (v2 or legacy)."""
-        return self.on_data(batch.last_offset, batch.producer_id, batch.is_transactional)
-
-    def on_control_batch(self, batch: BatchHeader) -> bool:
-        """:meth:`on_control` for a v2 control batch; reads its first record's key.
-
-        CorruptRecordError when that key is not a control key.
-        """
-        first = next(iter(batch.records()), None)  # type: ignore[attr-defined]
-        control_type = None if first is None else control_record_type(first.key)
-        return self.on_control(batch.last_offset, batch.producer_id, control_type)
