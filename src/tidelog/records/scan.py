@@ -272,13 +272,7 @@ def walk_batch_headers(buf: Any, start: int = 0, end: int | None = None, *,
     the cleaner's runs between legacy entries). Never raises on content: it stops instead."""
     twin = _ACTIVE if kernels is None else kernels
     data = _as_uint8(buf)
-    stop = _check_range(len(data), start, end)
-    view = twin.view(data)
-    count, end_position, error, where = twin.walk_batches(view, start, stop, 0, twin.columns(0, BATCH_COLUMNS))
-    columns = twin.columns(count, BATCH_COLUMNS)
-    if count:
-        twin.walk_batches(view, start, end_position, count, columns)
-    batches = {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(BATCH_COLUMNS, columns)}
+    batches, end_position, error, where = _walk_columns(twin, data, start, _check_range(len(data), start, end))
     return HeaderWalk(batches, end_position, None if error == k.OK else where)
 
 
@@ -290,7 +284,8 @@ def _as_uint8(buf: Any) -> np.ndarray:
         data = buf.view()
     else:
         data = np.frombuffer(buf, dtype=np.uint8)
-    data.flags.writeable = False
+    if data.flags.writeable:  # np.frombuffer of bytes is already read-only (the append path's case)
+        data.flags.writeable = False
     return data
 
 
@@ -305,18 +300,25 @@ def _walk(twin: ScanKernels, data: np.ndarray, start: int, end: int,
           stop_at_legacy: bool = False) -> tuple[dict[str, np.ndarray], int, bool]:
     """Per-batch columns (numpy, keyed by BATCH_COLUMNS names), the end position, and whether a
     v0/v1 entry stopped the walk there (only with ``stop_at_legacy``; otherwise it raises)."""
-    view = twin.view(data)
-    count, end_position, error, where = twin.walk_batches(view, start, end, 0,
-                                                          twin.columns(0, BATCH_COLUMNS))
+    batches, end_position, error, where = _walk_columns(twin, data, start, end)
     at_legacy = stop_at_legacy and error == k.ERR_MAGIC and int(data[where + k.HEADER_SIZE_UP_TO_MAGIC - 1]) in (0, 1)
     if error != k.OK and not at_legacy:
         raise _corrupt(data, error, where)
+    return batches, end_position, at_legacy
+
+
+def _walk_columns(twin: ScanKernels, data: np.ndarray, start: int,
+                  end: int) -> tuple[dict[str, np.ndarray], int, int, int]:
+    """The header walk both scans and header walks make: count the complete v2 batches, then fill
+    their columns; ``(columns by name, end position, error code, error position)``."""
+    view = twin.view(data)
+    count, end_position, error, where = twin.walk_batches(view, start, end, 0, twin.columns(0, BATCH_COLUMNS))
     columns = twin.columns(count, BATCH_COLUMNS)
     again = twin.walk_batches(view, start, end_position, count, columns)
     if again != (count, end_position, k.OK, end_position):  # only if the bytes changed under us
-        raise CorruptRecordError("batches changed while being scanned", position=start)
+        raise CorruptRecordError("batches changed while being walked", position=start)
     batches = {name: twin.to_numpy(col, dtype) for (name, dtype), col in zip(BATCH_COLUMNS, columns)}
-    return batches, end_position, at_legacy
+    return batches, end_position, error, where
 
 
 def _verify_crcs(data: np.ndarray, batches: dict[str, np.ndarray]) -> None:

@@ -94,7 +94,7 @@ class FileRecords:
             raise StorageError(f"cannot stat segment file: {e.strerror}", path=self._path) from e
 
     def set_last_modified_ms(self, ms: int) -> None:
-        os.utime(self._path, ns=(ms * 1_000_000, ms * 1_000_000))
+        set_file_mtime(self._path, ms)
 
     # --- I/O ----------------------------------------------------------------------------------
 
@@ -319,6 +319,14 @@ def _walk_headers(data: np.ndarray, mapped: mmap.mmap, parts: list[BatchHeaders]
         parts.append({name: np.array([row[name]], dtype) for name, dtype in BATCH_COLUMNS})
         pos += legacy.size_in_bytes
     return None
+
+
+def set_file_mtime(path: Path, ms: int) -> None:
+    """Set a segment file's modification time (StorageError naming the file on failure)."""
+    try:
+        os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
+    except OSError as e:
+        raise StorageError(f"cannot set the modification time: {e.strerror}", path=path, operation="utime") from e
 
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024

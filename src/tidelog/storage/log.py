@@ -668,18 +668,12 @@ class Log:
                 segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
                 self._segments.add(segment)
             for segment in old_live:
-                if segment.base_offset not in new_bases:
+                if segment.base_offset not in new_bases:  # else the new segment took its map entry
                     self._segments.remove(segment.base_offset)
-                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+            self._retire(old_live, f"replaced by {sorted(new_bases)}")
             for segment in new_sorted:
                 segment.change_file_suffixes(files.SWAP_SUFFIX, "")
             fsync_dir(self._dir)
-        if old_live:
-            log.info("%s: replaced segments %s by %s", self.topic_partition,
-                     [s.base_offset for s in old_live], sorted(new_bases))
-            self._scheduler.schedule_once(
-                f"delete-segments-{self.topic_partition}", lambda: _delete_files(old_live), self._config.file_delete_delay_ms
-            )
 
     def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after
@@ -688,11 +682,18 @@ class Log:
             self._hw_bound = None  # it may point into a segment going away
             for segment in segments:
                 self._segments.remove(segment.base_offset)
-                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+            self._retire(segments, reason)
+
+    def _retire(self, segments: Sequence[LogSegment], reason: str) -> None:
+        """Rename segments already out of the map ``.deleted`` and unlink them after
+        ``file.delete.delay.ms`` in the background (a large unlink blocks for a long time)."""
+        for segment in segments:
+            segment.change_file_suffixes("", files.DELETED_SUFFIX)
         if segments:
-            log.info("%s: deleting segments %s (%s)", self.topic_partition, [s.base_offset for s in segments], reason)
+            doomed = list(segments)
+            log.info("%s: deleting segments %s (%s)", self.topic_partition, [s.base_offset for s in doomed], reason)
             self._scheduler.schedule_once(
-                f"delete-segments-{self.topic_partition}", lambda: _delete_files(segments), self._config.file_delete_delay_ms
+                f"delete-segments-{self.topic_partition}", lambda: _delete_files(doomed), self._config.file_delete_delay_ms
             )
 
     # --- closing ------------------------------------------------------------------------------

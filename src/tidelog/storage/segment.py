@@ -16,7 +16,6 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +25,11 @@ from tidelog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
-    StorageError,
 )
 from tidelog.records import FileBatch
 from tidelog.storage import files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
-from tidelog.storage.file_records import BatchLocation, Chunks, FileRecords, chunks_size
+from tidelog.storage.file_records import BatchLocation, Chunks, FileRecords, chunks_size, set_file_mtime
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
 from tidelog.storage.txn_index import TransactionIndex
 
@@ -554,14 +552,10 @@ class LogSegment:
         """Set the modification time of the ``.log``, ``.index`` and ``.timeindex`` files (the
         cleaner keeps the replaced segments' time so retention and legacy tombstones age as before)."""
         self.log.set_last_modified_ms(ms)
-        for name in (files.offset_index_file, files.time_index_file):
+        for name in (files.offset_index_file, files.time_index_file):  # a lazy index may have no file yet
             path = name(self._dir, self.base_offset, self._suffix)
-            try:
-                os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise StorageError("cannot set the modification time", path=path, operation="utime") from e
+            if path.exists():
+                set_file_mtime(path, ms)
 
     def release_indexes(self) -> None:
         """Unmap index files without trimming them; they reopen lazily on next use.
