@@ -179,7 +179,7 @@ def test_compact_delete_topic_is_compacted_then_deleted_by_the_cleaners_retentio
     end = log.log_end_offset
     for segment in log.segments:
         segment.set_last_modified_ms(clock.milliseconds() - 200_000)
-    assert manager.run_retention(compacted=False) == [], "the log manager's task leaves compacted logs alone"
+    assert manager.retention_task() == [], "the log manager's task leaves compacted logs alone"
     assert log.log_start_offset == 0
     assert cleaner_of(manager).run_once() is None  # nothing dirty; the retention pass runs anyway
     assert log.log_start_offset == end

@@ -589,7 +589,7 @@ class LogManager:
                 return
             self._started = True
             tasks = (
-                ("tidelog-log-retention", self._retention_task, b.log_retention_check_interval_ms),
+                ("tidelog-log-retention", self.retention_task, b.log_retention_check_interval_ms),
                 ("tidelog-log-flusher", self.flush_dirty_logs, b.log_flush_scheduler_interval_ms),
                 ("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
                  b.log_flush_offset_checkpoint_interval_ms),
@@ -611,22 +611,27 @@ class LogManager:
                 task()
         return run
 
-    def _retention_task(self) -> None:
-        """The periodic retention task: logs without ``compact`` only, as Kafka's; compacted logs
-        get their retention from the cleaner threads, after each cleaning attempt."""
-        self.run_retention(compacted=False)
+    def retention_task(self) -> list[retention.RetentionPlan]:
+        """The periodic retention task, as Kafka's: logs without ``compact`` only (compacted logs
+        get their retention from the cleaner threads, after each cleaning attempt), each paused
+        for the cleaner while the pass runs, so a policy switched to ``compact`` meanwhile cannot
+        have the cleaner and retention on one log at once."""
+        if self.cleaner is None:
+            return self._retention_over([(tp, lg) for tp, lg in self.logs() if not lg.config.compact], dry_run=False)
+        with self.cleaner.manager.paused_non_compacted() as held:
+            return self._retention_over(held, dry_run=False)
 
-    def run_retention(self, topic: str | None = None, *, dry_run: bool = False,
-                      compacted: bool = True) -> list[retention.RetentionPlan]:
-        """One retention pass over every live log (of ``topic``): what was deleted (or, with
-        ``dry_run``, would be) and why. Compacted logs (unless ``compacted`` is false) get what
-        their policy allows (only the log-start-offset pass for ``compact``)."""
+    def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
+        """One retention pass over every live log (of ``topic``), on demand: what was deleted (or,
+        with ``dry_run``, would be) and why. Compacted logs get what their policy allows (only
+        the log-start-offset pass for ``compact``)."""
+        return self._retention_over(self.logs(topic), dry_run=dry_run)
+
+    def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
         now = self._clock.milliseconds()
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
-        for tp, lg in self.logs(topic):
-            if not compacted and lg.config.compact:
-                continue
+        for tp, lg in logs:
             try:
                 plans.append(decide(lg, now))
             except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
