@@ -471,11 +471,17 @@ def test_one_group_swap_is_all_or_nothing(make_log: MakeLog, clock, monkeypatch,
     assert sorted(all_records(reopened)) == (original if crash_at == 1 else cleaned_records)
 
 
-def test_cleaned_segment_indexes_are_those_a_recovery_builds(make_log: MakeLog, clock) -> None:
+def test_cleaned_segment_indexes_are_those_appends_of_single_batches_build(make_log: MakeLog, clock,
+                                                                            tmp_path: Path) -> None:
     """The copy appends multi-megabyte chunks; the cleaned segment's indexes are rebuilt with one
-    entry per index.interval.bytes, exactly as recovering that .log builds them."""
-    log = make_log(segment_bytes=1024 * 1024, segment_index_bytes=1024 * 1024, index_interval_bytes=300)
-    fill(log, [(k % 40, b"v%d" % k) for k in range(1500)])
+    entry per index.interval.bytes: the ones a segment gets when its batches are appended one by
+    one (LogSegment.append, the independent oracle), and that recovery also rebuilds."""
+    size = len(record(b"00", b"late"))  # every surviving batch: an interval of exactly 3 batches
+    log = make_log(segment_bytes=1024 * 1024, segment_index_bytes=1024 * 1024, index_interval_bytes=3 * size,
+                   message_timestamp_after_max_ms=2**62)
+    fill(log, [(b"%02d" % (k % 40), b"v%d" % k) for k in range(1500)])
+    for k in range(40):  # rising timestamps in ties, so the time index has entries and ties
+        log.append_as_leader(record(b"%02d" % k, b"late", timestamp=T0 + k // 2))
     log.roll()
     clean(make_cleaner(clock), log)
     segment = log.segments[0]
@@ -483,7 +489,17 @@ def test_cleaned_segment_indexes_are_those_a_recovery_builds(make_log: MakeLog, 
     index, time_index = (name(log.dir, segment.base_offset) for name in (files.offset_index_file, files.time_index_file))
     segment.flush()
     built = (index.read_bytes(), time_index.read_bytes())
-    assert len(built[0]) >= 5 * 8  # dense, not one entry per chunk
+    assert len(built[0]) >= 5 * 8 and len(built[1]) >= 2 * 12  # dense, not one entry per chunk
+
+    (tmp_path / "oracle-0").mkdir()
+    oracle = LogSegment.open(tmp_path / "oracle-0", segment.base_offset, segment._config, clock)
+    for _, b in segment.log.batches():
+        oracle.append(b.last_offset, b.max_timestamp, b.last_offset, bytes(b.buffer))
+    oracle.on_become_inactive_segment()
+    oracle.flush()
+    assert (files.offset_index_file(tmp_path / "oracle-0", segment.base_offset).read_bytes(),
+            files.time_index_file(tmp_path / "oracle-0", segment.base_offset).read_bytes()) == built
+    oracle.close()
     segment.recover()
     segment.flush()
     assert (index.read_bytes(), time_index.read_bytes()) == built

@@ -19,6 +19,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tidelog.clock import Clock
 from tidelog.errors import (
     CorruptIndexError,
@@ -389,28 +391,26 @@ class LogSegment:
         headers = self.log.batch_headers()
         self.offset_index.reset()
         self.time_index.reset()
+        positions, last_offsets = headers["position"], headers["last_offset"]
+        # Max timestamp so far at each batch, and the first batch that reached it (its offset).
+        running = np.maximum.accumulate(np.maximum(headers["max_timestamp"], NO_TIMESTAMP))
+        reached = np.searchsorted(running, running, side="left")
+        offsets_of_max = np.where(running > NO_TIMESTAMP, last_offsets[reached], self.base_offset)
         interval = self._config.index_interval_bytes
-        since = 0
-        max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
-        for position, size, last_offset, timestamp in zip(headers["position"].tolist(), headers["size"].tolist(),
-                                                          headers["last_offset"].tolist(),
-                                                          headers["max_timestamp"].tolist()):
-            if timestamp > max_ts:
-                max_ts, offset_of_max = timestamp, last_offset
-            if since > interval:
-                self.offset_index.append(last_offset, position)
-                self.time_index.maybe_append(max_ts, offset_of_max)
-                since = 0
-            since += size
-        self._max_timestamp_and_offset = TimestampOffset(max_ts, offset_of_max)
+        last_entry = 0
+        # One step per entry, not per batch: the next entry goes on the first batch starting more
+        # than index.interval.bytes after the last one (what appends of single batches do).
+        i = int(np.searchsorted(positions, interval, side="right"))
+        while i < len(positions):
+            last_entry = int(positions[i])
+            self.offset_index.append(int(last_offsets[i]), last_entry)
+            self.time_index.maybe_append(int(running[i]), int(offsets_of_max[i]))
+            i = int(np.searchsorted(positions, last_entry + interval, side="right"))
+        end = int(positions[-1] + headers["size"][-1]) if len(positions) else 0
+        max_ts = int(running[-1]) if len(running) else NO_TIMESTAMP
+        self._max_timestamp_and_offset = TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset)
         self._max_timestamp_in_index = False
-        self._bytes_since_last_index_entry = since
-
-    def _reset_indexes(self) -> None:
-        """The offset and time indexes only: recovery rebuilds those from the ``.log``, while the
-        transaction index is kept up to the recovered end (:meth:`_recover_txn_index`)."""
-        self.offset_index.reset()
-        self.time_index.reset()
+        self._bytes_since_last_index_entry = end - last_entry
 
     def _recover_txn_index(self, end_offset: int) -> None:
         """Kafka rebuilds the ``.txnindex`` from producer state; tidelog has none yet, so it keeps
