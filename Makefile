@@ -19,7 +19,7 @@ run: setup
 	$(VENV)/bin/tidelog --data-dir $(DATA) serve
 
 test: setup
-	$(PY) -m pytest -q -n 2 -p no:cacheprovider
+	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider
 
 bench: setup
 	$(PY) -m bench.run
