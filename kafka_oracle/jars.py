@@ -7,6 +7,7 @@ session pays Maven's ~8 s only on a machine's first run.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -41,15 +42,27 @@ class KafkaDistribution:
 
     def classpath(self) -> str:
         """The jars of the broker and its tools, ``:``-joined; resolved through Maven on first use."""
-        java_missing = shutil.which("java") is None
-        if java_missing:
+        if shutil.which("java") is None:
             raise KafkaToolMissing("no `java` on PATH: Kafka's broker and tools need a JDK 17+")
         cached = self._cache_file()
-        if cached.exists():
-            entries = cached.read_text().strip().split(os.pathsep)
-            if entries and all(Path(jar).exists() for jar in entries):
-                return os.pathsep.join(entries)
-        return self._resolve(cached)
+        classpath = self._cached_classpath(cached)
+        if classpath is not None:
+            return classpath
+        CACHE_DIR.mkdir(exist_ok=True)
+        # one Maven at a time: xdist workers share ~/.m2, which Maven 3.8 does not lock
+        with open(CACHE_DIR / "resolve.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            classpath = self._cached_classpath(cached)
+            return classpath if classpath is not None else self._resolve(cached)
+
+    @staticmethod
+    def _cached_classpath(cached: Path) -> str | None:
+        if not cached.exists():
+            return None
+        entries = cached.read_text().strip().split(os.pathsep)
+        if entries and all(Path(jar).exists() for jar in entries):
+            return os.pathsep.join(entries)
+        return None
 
     def java_command(self, main_class: str, *args: str, jvm_options: tuple[str, ...] = ()) -> list[str]:
         """``java -cp <classpath> [jvm_options] main_class args`` for one of Kafka's classes."""
@@ -63,7 +76,6 @@ class KafkaDistribution:
         maven = shutil.which("mvn")
         if maven is None:
             raise KafkaToolMissing("no `mvn` on PATH: Kafka's jars are resolved from Maven Central by Maven")
-        CACHE_DIR.mkdir(exist_ok=True)
         output = cache_file.with_suffix(f".{os.getpid()}.tmp")
         command = [maven, "-q", "-B", "-f", str(POM), f"-Dkafka.version={self.version}"]
         if self.line == 3:
@@ -80,14 +92,10 @@ class KafkaDistribution:
         output.unlink()
         if not any(Path(jar).name.startswith("kafka_2.13-") for jar in entries):
             raise KafkaUnavailable(f"Maven's classpath for Kafka {self.version} has no kafka_2.13 jar")
-        os.replace(self._write_tmp(cache_file, entries), cache_file)  # atomic: parallel workers race here
+        written = cache_file.with_suffix(f".{os.getpid()}.write")
+        written.write_text(os.pathsep.join(entries))
+        os.replace(written, cache_file)  # readers outside the lock see the old file or the new one
         return os.pathsep.join(entries)
-
-    @staticmethod
-    def _write_tmp(cache_file: Path, entries: list[str]) -> Path:
-        tmp = cache_file.with_suffix(f".{os.getpid()}.write")
-        tmp.write_text(os.pathsep.join(entries))
-        return tmp
 
 
 # The current line (KRaft only), and the last line that still writes message formats v0/v1.
