@@ -34,7 +34,7 @@ class KafkaDistribution:
     """One Kafka release line: ``version`` from Maven Central, ``line`` picks the POM profile."""
 
     version: str
-    line: int  # 4: log4j2 logging; 3: reload4j logging, still writes message formats v0/v1
+    line: int  # 4: log4j2 logging, DumpLogSegments in kafka-tools; 3: reload4j, DumpLogSegments in core
 
     @property
     def name(self) -> str:
@@ -98,7 +98,7 @@ class KafkaDistribution:
         return os.pathsep.join(entries)
 
 
-# The current line (KRaft only), and the last line that still writes message formats v0/v1.
+# The current line (KRaft only), and the last 3.x line, for the legacy (v0/v1) checks.
 # 4.4.0 is listed on Maven Central without its kafka-tools-api jar, so 4.3.1 is the newest that resolves.
 KAFKA_4 = KafkaDistribution("4.3.1", line=4)
 KAFKA_3 = KafkaDistribution("3.9.2", line=3)
