@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from tidelog.errors import (
     ConfigError,
     CorruptIndexError,
@@ -71,6 +73,8 @@ WARM_SECTION_BYTES = 8192  # bytes at the end of an index searched first
 _INT32_MAX = 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _EMPTY = b""
+_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])  # .index, 8 bytes
+_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])  # .timeindex, 12 bytes
 
 _Unpack = Callable[[Any, int], tuple[Any, ...]]
 
@@ -371,6 +375,21 @@ class _MappedIndex(IndexFile):
         self._ENTRY.pack_into(buffer, self._entries * self.ENTRY_SIZE, *fields)
         self._entries += 1
 
+    def _put_entries(self, entries: np.ndarray) -> None:
+        """Write packed entries (a structured array of this index's entry layout) into the next
+        free slots with one copy (the caller checked order, range and space)."""
+        buffer = self._require_writable("append to")
+        start = self._entries * self.ENTRY_SIZE
+        raw = entries.view(np.uint8).reshape(-1)
+        np.frombuffer(buffer, np.uint8, count=len(raw), offset=start)[:] = raw
+        self._entries += len(entries)
+
+    def _relative_offsets(self, offsets: np.ndarray) -> np.ndarray:
+        """:meth:`_relative_offset` of a sorted column: checks its first and last values."""
+        for bound in (int(offsets[0]), int(offsets[-1])):
+            self._relative_offset(bound)
+        return offsets - self._base_offset
+
     def _relative_offset(self, offset: int) -> int:
         if not self.can_append_offset(offset):
             raise IndexOffsetOverflowError(
@@ -478,6 +497,32 @@ class OffsetIndex(_MappedIndex):
         self._put_entry(relative, position)
         self._last_offset = offset
 
+    def append_entries(self, offsets: np.ndarray, positions: np.ndarray) -> None:
+        """:meth:`append` of many entries at once (one copy into the map, for index rebuilds):
+        the same checks, raised before anything is written, naming the first entry that fails."""
+        if len(offsets) == 0:
+            return
+        self._require_open()
+        offsets, positions = np.asarray(offsets, np.int64), np.asarray(positions, np.int64)
+        if self._entries + len(offsets) > self.max_entries:
+            raise IndexFullError("attempt to append past the end of an offset index", path=self._path,
+                                 entries=self._entries, appending=len(offsets))
+        previous = np.concatenate(([self._last_offset if self._entries else offsets[0] - 1], offsets[:-1]))
+        bad = np.flatnonzero(offsets <= previous)
+        if len(bad):
+            at = int(bad[0])
+            raise InvalidOffsetError("offset index append is not above the last offset", path=self._path,
+                                     offset=int(offsets[at]), last_offset=int(previous[at]), slot=self._entries + at)
+        relative = self._relative_offsets(offsets)
+        outside = np.flatnonzero((positions < 0) | (positions > _INT32_MAX))
+        if len(outside):
+            raise InvalidOffsetError("offset index position outside [0, 2^31-1]", path=self._path,
+                                     position=int(positions[outside[0]]))
+        entries = np.empty(len(offsets), _OFFSET_ENTRY)
+        entries["relative_offset"], entries["position"] = relative, positions
+        self._put_entries(entries)
+        self._last_offset = int(offsets[-1])
+
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= ``offset``."""
         self._truncate_to_offset(offset)
@@ -574,20 +619,50 @@ class TimeIndex(_MappedIndex):
         self._put_entry(timestamp, self._relative_offset(offset))
         self._last_entry = TimestampOffset(timestamp, offset)
 
+    def append_entries(self, timestamps: np.ndarray, offsets: np.ndarray) -> None:
+        """:meth:`maybe_append` of many entries at once (one copy into the map, for index
+        rebuilds): ``timestamps`` and ``offsets`` must not go back; an entry lands only where its
+        timestamp is above every earlier one. Checks raise before anything is written."""
+        if len(timestamps) == 0:
+            return
+        self._require_open()
+        timestamps, offsets = np.asarray(timestamps, np.int64), np.asarray(offsets, np.int64)
+        self._check_order(int(timestamps[0]), int(offsets[0]))
+        back_in_time = np.flatnonzero(np.diff(timestamps) < 0)
+        back_in_offset = np.flatnonzero(np.diff(offsets) < 0)
+        if len(back_in_time) or len(back_in_offset):
+            at = int(min(np.concatenate((back_in_time, back_in_offset)))) + 1
+            self._check_order_against(TimestampOffset(int(timestamps[at - 1]), int(offsets[at - 1])),
+                                      int(timestamps[at]), int(offsets[at]), self._entries)
+        previous = np.concatenate(([self._last_entry.timestamp], timestamps[:-1]))
+        landing = np.flatnonzero(timestamps > previous)  # non-decreasing: above the previous = above all
+        if len(landing) == 0:
+            return
+        if self._entries + len(landing) > self.max_entries - 1:
+            raise IndexFullError("attempt to append past the end of a time index", path=self._path,
+                                 entries=self._entries, appending=len(landing))
+        entries = np.empty(len(landing), _TIME_ENTRY)
+        entries["timestamp"], entries["relative_offset"] = timestamps[landing], self._relative_offsets(offsets[landing])
+        self._put_entries(entries)
+        self._last_entry = TimestampOffset(int(timestamps[landing[-1]]), int(offsets[landing[-1]]))
+
     def _check_order(self, timestamp: int, offset: int) -> None:
-        last = self._last_entry
-        if self._entries and offset < last.offset:
-            raise InvalidOffsetError(
-                "time index append goes back in offset",
-                path=self._path, offset=offset, last_offset=last.offset, slot=self._entries,
-            )
-        if self._entries and timestamp < last.timestamp:
-            raise InvalidOffsetError(
-                "time index append goes back in time",
-                path=self._path, timestamp=timestamp, last_timestamp=last.timestamp, slot=self._entries,
-            )
+        if self._entries:
+            self._check_order_against(self._last_entry, timestamp, offset, self._entries)
         if not _INT64_MIN <= timestamp <= _INT64_MAX:
             raise InvalidOffsetError("time index timestamp outside int64", path=self._path, timestamp=timestamp)
+
+    def _check_order_against(self, last: TimestampOffset, timestamp: int, offset: int, slot: int) -> None:
+        if offset < last.offset:
+            raise InvalidOffsetError(
+                "time index append goes back in offset",
+                path=self._path, offset=offset, last_offset=last.offset, slot=slot,
+            )
+        if timestamp < last.timestamp:
+            raise InvalidOffsetError(
+                "time index append goes back in time",
+                path=self._path, timestamp=timestamp, last_timestamp=last.timestamp, slot=slot,
+            )
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose OFFSET is >= ``offset``."""

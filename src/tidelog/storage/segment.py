@@ -396,16 +396,10 @@ class LogSegment:
         running = np.maximum.accumulate(np.maximum(headers["max_timestamp"], NO_TIMESTAMP))
         reached = np.searchsorted(running, running, side="left")
         offsets_of_max = np.where(running > NO_TIMESTAMP, last_offsets[reached], self.base_offset)
-        interval = self._config.index_interval_bytes
-        last_entry = 0
-        # One step per entry, not per batch: the next entry goes on the first batch starting more
-        # than index.interval.bytes after the last one (what appends of single batches do).
-        i = int(np.searchsorted(positions, interval, side="right"))
-        while i < len(positions):
-            last_entry = int(positions[i])
-            self.offset_index.append(int(last_offsets[i]), last_entry)
-            self.time_index.maybe_append(int(running[i]), int(offsets_of_max[i]))
-            i = int(np.searchsorted(positions, last_entry + interval, side="right"))
+        picks = _index_entry_batches(positions, self._config.index_interval_bytes)
+        self.offset_index.append_entries(last_offsets[picks], positions[picks])
+        self.time_index.append_entries(running[picks], offsets_of_max[picks])
+        last_entry = int(positions[picks[-1]]) if len(picks) else 0
         end = int(positions[-1] + headers["size"][-1]) if len(positions) else 0
         max_ts = int(running[-1]) if len(running) else NO_TIMESTAMP
         self._max_timestamp_and_offset = TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset)
@@ -590,3 +584,13 @@ def _leader_epoch(batch: FileBatch) -> int | None:
     return epoch if epoch >= 0 else None
 
 
+def _index_entry_batches(positions: np.ndarray, interval: int) -> np.ndarray:
+    """The batches that get index entries when appended one by one: the first batch starting
+    more than ``interval`` bytes into the segment, then each first batch starting more than
+    ``interval`` bytes after the last entry's batch (Kafka's index.interval.bytes rule)."""
+    picks, threshold = [], interval
+    for i, position in enumerate(positions.tolist()):  # a list walk: ~50 ns a batch
+        if position > threshold:
+            picks.append(i)
+            threshold = position + interval
+    return np.asarray(picks, np.int64)
