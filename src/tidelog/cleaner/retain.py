@@ -371,50 +371,58 @@ def _emit(source: memoryview, plan: _Plan, keep: np.ndarray, round: CleaningRoun
         np.where(kept.count > 0,
                  np.where((kept.count == scan.batch_records_count) & ~set_horizon, VERBATIM, REBUILD),
                  np.where(plan.retain_empty, EMPTY, DROP)))
-    built = _rebuild(source, scan, kept, attributes, set_horizon, has_horizon, round,
-                     np.flatnonzero(outcome == REBUILD), twin)
+    run, built = _rebuild(source, scan, kept, attributes, set_horizon, has_horizon, round,
+                          np.flatnonzero(outcome == REBUILD), twin)
     built.update(_empty_batches(source, scan, np.flatnonzero(outcome == EMPTY)))
-    _collect(source, scan, kept, outcome, attributes, built, result)
+    _collect(source, scan, kept, outcome, attributes, run, built, result)
 
 
-def _collect(source: memoryview, scan: ScanResult, kept: _Kept, outcome: np.ndarray,
-             attributes: np.ndarray, built: dict[int, Any], result: FilteredChunk) -> None:
-    """Append the outputs in batch order: verbatim runs as one slice each, then the metadata."""
+def _collect(source: memoryview, scan: ScanResult, kept: _Kept, outcome: np.ndarray, attributes: np.ndarray,
+             run: _RebuiltRun | None, built: dict[int, Any], result: FilteredChunk) -> None:
+    """Append the outputs in batch order, one slice per group of consecutive outputs that lie
+    back to back (a run of verbatim batches in the source; rebuilt uncompressed batches in the
+    kernel's buffer), then the metadata. Groups are found with numpy: no Python step per batch."""
     position, size = scan.batch_position, scan.batch_size
     verbatim = outcome == VERBATIM
     run_starts = np.flatnonzero(verbatim & ~np.append(False, verbatim[:-1]))
     run_ends = np.flatnonzero(verbatim & ~np.append(verbatim[1:], False))
-    events = sorted([(int(b), None) for b in run_starts] + [(b, data) for b, data in built.items()],
-                    key=lambda e: e[0])
-    run_end = dict(zip(run_starts.tolist(), run_ends.tolist()))
-    span: _Span | None = None  # rebuilt batches not yet appended, adjacent in their buffer
-    for b, data in events:
-        if isinstance(data, _Span):
-            if span is not None and span.buffer is data.buffer and span.end == data.start:
-                span.end = data.end
-                continue
-            _append_span(span, result)
-            span = _Span(data.buffer, data.start, data.end)
-            continue
-        _append_span(span, result)
-        span = None
-        if data is None:
-            last = run_end[b]
-            begin, stop = int(position[b]), int(position[last] + size[last])
-            result.output.append(source[begin:stop])
-            result.bytes_retained += stop - begin
+    fast_ids = run.ids if run is not None else np.empty(0, np.int64)
+    other_ids = np.fromiter(built, np.int64, count=len(built))
+    ids = np.concatenate((run_starts, fast_ids, other_ids))
+    kinds = np.repeat(np.array([_VERBATIM_RUN, _FAST, _BUILT], np.int8),
+                      [len(run_starts), len(fast_ids), len(other_ids)])
+    index = np.concatenate((np.arange(len(run_starts)), np.arange(len(fast_ids)), np.arange(len(other_ids))))
+    order = np.argsort(ids, kind="stable")
+    kinds, index, ids = kinds[order], index[order], ids[order]
+    # a rebuilt batch continues the previous group when that one is rebuilt too and ends where it starts
+    joins = np.zeros(len(ids), bool)
+    if run is not None and len(ids) > 1:
+        both_fast = (kinds[1:] == _FAST) & (kinds[:-1] == _FAST)
+        prev_end = run.ends[np.where(both_fast, index[:-1], 0)]
+        this_start = run.starts[np.where(both_fast, index[1:], 0)]
+        joins[1:] = both_fast & (prev_end == this_start)
+    group_starts = np.flatnonzero(~joins)
+    group_ends = np.append(group_starts[1:], len(ids)) - 1
+    for first, last in zip(group_starts.tolist(), group_ends.tolist()):
+        kind = kinds[first]
+        if kind == _FAST:
+            assert run is not None
+            begin, stop = int(run.starts[index[first]]), int(run.ends[index[last]])
+            piece: Any = memoryview(run.buffer)[begin:stop]
+        elif kind == _VERBATIM_RUN:
+            b = int(ids[first])
+            end_batch = int(run_ends[index[first]])
+            begin, stop = int(position[b]), int(position[end_batch] + size[end_batch])
+            piece = source[begin:stop]
         else:
-            result.output.append(data)
-            result.bytes_retained += len(data)
-    _append_span(span, result)
+            piece = built[int(ids[first])]
+        result.output.append(piece)
+        result.bytes_retained += len(piece) if kind == _BUILT else stop - begin
     result.messages_retained += int(np.sum(kept.count[outcome != DROP]))
     _chunk_metadata(scan, kept, outcome, attributes, result)
 
 
-def _append_span(span: _Span | None, result: FilteredChunk) -> None:
-    if span is not None:
-        result.output.append(memoryview(span.buffer)[span.start:span.end])
-        result.bytes_retained += span.end - span.start
+_VERBATIM_RUN, _FAST, _BUILT = 0, 1, 2  # the kinds of output _collect orders
 
 
 def _chunk_metadata(scan: ScanResult, kept: _Kept, outcome: np.ndarray, attributes: np.ndarray,
@@ -451,7 +459,6 @@ def _empty_batches(source: memoryview, scan: ScanResult, batches: np.ndarray) ->
 
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,22 +485,23 @@ class _Header:
 
 def _rebuild(source: memoryview, scan: ScanResult, kept: _Kept, attributes: np.ndarray,
              set_horizon: np.ndarray, has_horizon: np.ndarray, round: CleaningRound,
-             batches: np.ndarray, twin: RetainKernels) -> dict[int, bytes]:
-    """The rebuilt bytes of ``batches``: records areas from one kernel call, then headers."""
+             batches: np.ndarray, twin: RetainKernels) -> tuple[_RebuiltRun | None, dict[int, bytes]]:
+    """The rebuilt bytes of ``batches``: records areas from one kernel call, then headers. The
+    uncompressed ones stay in the kernel's buffer (the run); the others come back as bytes."""
     if len(batches) == 0:
-        return {}
+        return None, {}
     base_timestamp = np.where(set_horizon, round.delete_horizon_ms,
                               np.where(has_horizon, scan.batch_base_timestamp, kept.first_timestamp))[batches]
     areas, begin, end = _write_areas(twin, scan, kept, batches, base_timestamp)
     out: dict[int, Any] = {}
     ends = np.asarray(end)
     fast = (ends >= 0) & ((scan.batch_attributes[batches] & COMPRESSION_CODEC_MASK) == 0)
+    run = None
     if fast.any():
-        out.update(_uncompressed_batches(source, scan, kept, batches, fast, base_timestamp, set_horizon,
-                                         has_horizon, areas, np.asarray(begin), ends))
-    for j, b in enumerate(batches.tolist()):
-        if fast[j]:
-            continue
+        run = _uncompressed_batches(source, scan, kept, batches, fast, base_timestamp, set_horizon,
+                                    has_horizon, areas, np.asarray(begin), ends)
+    for j in np.flatnonzero(~fast).tolist():
+        b = int(batches[j])
         h = _Header.read(source, int(scan.batch_position[b]))
         horizon = bool(set_horizon[b] or has_horizon[b])
         if end[j] < 0:
@@ -511,7 +519,7 @@ def _rebuild(source: memoryview, scan: ScanResult, kept: _Kept, attributes: np.n
             max_timestamp=h.max_timestamp if log_append else int(kept.max_timestamp[b]),
             producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
             records_count=int(kept.count[b]), records_area=area)
-    return out
+    return run, out
 
 
 _HEADER_DTYPE = np.dtype([
@@ -526,10 +534,10 @@ assert _HEADER_DTYPE.itemsize == 61
 def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, batches: np.ndarray,
                           fast: np.ndarray, base_timestamp: np.ndarray, set_horizon: np.ndarray,
                           has_horizon: np.ndarray, areas: memoryview, begin: np.ndarray,
-                          end: np.ndarray) -> dict[int, _Span]:
+                          end: np.ndarray) -> _RebuiltRun:
     """The rebuilt uncompressed batches, in place in the kernel's output: headers filled by column
     (the same fields ``encode_v2_batch`` writes) into the room before each records area, then one
-    CRC call per batch."""
+    CRC call per batch, the CRCs written by column too."""
     ids = batches[fast]
     data = np.frombuffer(source, np.uint8)
     position = scan.batch_position[ids]
@@ -553,20 +561,22 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     buffer = areas.obj
     target = np.frombuffer(buffer, np.uint8)
     target[starts[:, None] + np.arange(RECORD_BATCH_OVERHEAD)] = headers.view(np.uint8).reshape(-1, RECORD_BATCH_OVERHEAD)
-    out = {}
-    for b, at, stop in zip(ids.tolist(), starts.tolist(), end[fast].tolist()):
-        _CRC.pack_into(buffer, at + 17, crc32c(areas[at + 21:stop]))
-        out[b] = _Span(buffer, at, stop)
-    return out
+    stops = end[fast]
+    crcs = np.fromiter((crc32c(areas[at + 21:stop]) for at, stop in zip(starts.tolist(), stops.tolist())),
+                       np.uint32, count=len(ids))
+    target[(starts + 17)[:, None] + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
+    return _RebuiltRun(buffer, ids, starts, stops)
 
 
-@dataclass(slots=True)
-class _Span:
-    """Rebuilt batches written back to back into one buffer: adjacent ones go out as one slice."""
+@dataclass(frozen=True, slots=True)
+class _RebuiltRun:
+    """Rebuilt batches ``ids`` (ascending) at ``[starts, ends)`` of one buffer, in batch order:
+    back-to-back ones go out as one slice."""
 
     buffer: Any  # the kernel's output: a numpy array or a bytearray
-    start: int
-    end: int
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
 
 
 def _gather_int32(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
