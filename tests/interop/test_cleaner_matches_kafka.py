@@ -11,9 +11,9 @@ partition reaches the active segment's base offset. The other copy is cleaned by
 ``LogCleaner`` with the same configs. Compared, per scenario: the (offset, key, value) records
 Kafka serves, those in its files and those tidelog kept; the cleaned segments' base offsets; each
 batch's shape (offsets, codec, record count, delete-horizon flag), its records, and whether it was
-copied byte for byte or rebuilt; uncompressed, the whole ``.log`` files, byte for byte.
-(Rebuilt compressed batches hold the same record bytes, but Java's codec libraries and ours
-compress them differently.)
+copied byte for byte or rebuilt; uncompressed and gzip, the whole ``.log`` files, byte for byte.
+(Rebuilt snappy, lz4 and zstd batches hold the same record bytes, but Java's codec libraries and
+ours compress them differently.)
 
 Time: Kafka's cleaner reads the wall clock, ours an injected clock. Only tombstones depend on it:
 a v2 tombstone first met by a clean is kept and its batch stamped with a delete horizon (the
@@ -385,8 +385,8 @@ def test_both_cleaners_write_the_same_segments_and_batches(outcomes: dict[str, O
 def test_both_copy_the_same_batches_verbatim_and_rebuild_the_same_ones(outcomes: dict[str, Outcome],
                                                                       topic: str) -> None:
     """A batch kept whole is the input's bytes in both; a rebuilt one holds the same record bytes
-    (compressed bytes differ between Java's and our codec libraries, so only uncompressed files
-    are compared whole, below)."""
+    (snappy, lz4 and zstd bytes differ between Java's and our codec libraries, so only uncompressed
+    and gzip files are compared whole, below)."""
     outcome = outcomes[topic]
     original = {b.base_offset: bytes(b.buffer) for b in outcome.before.batches()}
     pairs = list(zip(outcome.kafka.batches(), outcome.ours.batches(), strict=True))
@@ -397,9 +397,11 @@ def test_both_copy_the_same_batches_verbatim_and_rebuild_the_same_ones(outcomes:
         assert same or o.records_data() == k.records_data(), f"batch at {k.base_offset}"
 
 
-@pytest.mark.parametrize("topic", ["xclean-none", "xclean-horizon"])
-def test_uncompressed_cleaned_segments_are_byte_identical(outcomes: dict[str, Outcome], topic: str) -> None:
-    """Cleaned at the same time (Kafka's, read from its horizon), the .log files are the same bytes."""
+@pytest.mark.parametrize("topic", ["xclean-none", "xclean-horizon", "xclean-gzip"])
+def test_uncompressed_and_gzip_cleaned_segments_are_byte_identical(outcomes: dict[str, Outcome], topic: str) -> None:
+    """Cleaned at the same time (Kafka's, read from its horizon), the .log files are the same bytes.
+    gzip too: Java's zlib deflates as Python's does, and our gzip header carries Java's XFL and OS
+    bytes (records/compression.py)."""
     outcome = outcomes[topic]
     assert outcome.ours.segments == outcome.kafka.segments
 

@@ -6,7 +6,8 @@ wrapper message) is one stream of the batch's codec:
 | id | codec  | framing written                                             | decoder accepts                    |
 |----|--------|-------------------------------------------------------------|------------------------------------|
 | 0  | none   | raw bytes                                                   | raw bytes                          |
-| 1  | gzip   | one gzip member (RFC 1952), mtime 0, zlib level 6 by default | concatenated gzip members          |
+| 1  | gzip   | one gzip member (RFC 1952), mtime 0, XFL 0, OS 255 (as Java's | concatenated gzip members          |
+|    |        | GZIPOutputStream), zlib level 6 by default                 |                                    |
 | 2  | snappy | xerial snappy-java stream (below), 32 KiB blocks            | xerial stream, or one raw block    |
 | 3  | lz4    | LZ4 frame: 64 KiB independent blocks, no content size or     | any LZ4 frame; for magic 0 the     |
 |    |        | checksum (``KafkaLZ4BlockOutputStream``), level 9 by default | broken header checksum (below)     |
@@ -134,7 +135,15 @@ def decompress(codec: int, data: Buffer, *, magic: int = 2) -> bytes:
 
 def _gzip_compress(data: Buffer, level: int) -> bytes:
     deflater = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return deflater.compress(data) + deflater.flush()
+    member = bytearray(deflater.compress(data) + deflater.flush())
+    # Java's GZIPOutputStream (Kafka's clients and cleaner) writes XFL 0 and OS 255 (unknown) where
+    # zlib writes its level hint and OS 3 (Unix): with these two header bytes (outside every
+    # checksum) our gzip batches are byte-identical to Kafka's for the same records and level.
+    member[8:10] = _JAVA_GZIP_XFL_OS
+    return bytes(member)
+
+
+_JAVA_GZIP_XFL_OS = b"\x00\xff"
 
 
 def _gzip_decompress(data: Buffer, magic: int) -> bytes:
