@@ -25,6 +25,7 @@ BROKER_OVERRIDES = {
     "log.cleaner.backoff.ms": "200",           # default 15 s between cleaner attempts
     "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     "auto.create.topics.enable": "false",      # a typo in a test fails instead of creating a topic
+    "transaction.state.log.num.partitions": "1",  # default 50: every restart and dir copy would carry them
 }
 
 
