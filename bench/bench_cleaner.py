@@ -16,6 +16,7 @@ fresh header and CRC. ``--quick`` sizes: 40 MB / 1 M records / 40 k keys, and 40
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 from collections.abc import Iterator
@@ -107,6 +108,7 @@ def _clean_seconds(template: Path, work: Path, dedupe_bytes: int,
                    io_buffer_size: int = 262_144) -> tuple[float, dict[str, float]]:
     """Copy the template log (untimed), open it, clean it once, timed."""
     shutil.copytree(template, work)
+    os.sync()  # the copy's writeback is set-up, not cleaning (bench_kafka does the same for both engines)
     scheduler = ThreadScheduler(name="bench-cleaner")
     log = Log.open(work, _config_of(template), had_clean_shutdown=True, scheduler=scheduler)
     try:

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m bench.run                      # everything, full sizes (a few minutes)
-    python -m bench.run --quick              # small sizes: a smoke run of every benchmark (< 20 s)
+    python -m bench.run                      # everything, full sizes (7-8 minutes, half of it vs Kafka)
+    python -m bench.run --quick              # small sizes: a smoke run of every benchmark (about 1 min)
     python -m bench.run --only append_1000 --only fetch_1m --profile   # cProfile hot spots too
     python -m bench.run --list               # the benchmark names
 
@@ -12,7 +12,8 @@ rates, so ``ratio = figure / baseline``; a target is either on the ratio or on t
 (issue 2). A missed target is reported, never an error: benchmarks are not tests. The exit status
 is 1 only when a benchmark crashed (its traceback is in the JSON and on stderr).
 
-Results go to ``bench/results/latest.json`` (``--out``); scratch data to ``bench/.work/run-<pid>``
+Results go to ``bench/results/latest.json`` (``--out``), with ``kafka_side_by_side.png`` next to it
+when a benchmark against Kafka ran (``bench/bench_kafka.py``); scratch data to ``bench/.work/run-<pid>``
 (``--work-dir DIR``: ``DIR/run-<pid>``), removed at the end. What each benchmark measures: ``bench/README.md``.
 """
 
@@ -39,7 +40,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import bench_cleaner, bench_manager, bench_offset_map, bench_produce, bench_storage
+from bench import bench_cleaner, bench_kafka, bench_manager, bench_offset_map, bench_produce, bench_storage
 from bench.bench_storage import Row, Settings
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -155,6 +156,8 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
                    bench_offset_map.bench_offset_map),
     **{name: (description, (lambda n: lambda settings: bench_cleaner.run_benchmark(n, settings))(name))
        for name, (description, _) in bench_cleaner.BENCHMARKS.items()},
+    **{name: (description, (lambda n: lambda settings: bench_kafka.run_benchmark(n, settings))(name))
+       for name, (description, _) in bench_kafka.BENCHMARKS.items()},
 }
 
 
@@ -294,11 +297,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     began, load_before = time.perf_counter(), load_average()
     outcomes = _run_all(names, work, arguments.quick, arguments.profile, console)
     write_results(arguments.out, outcomes, arguments.quick, time.perf_counter() - began, load_before)
+    rows = [row for outcome in outcomes for row in outcome.rows]
+    chart = bench_kafka.write_chart(rows, arguments.out.parent / bench_kafka.CHART_NAME, quick=arguments.quick,
+                                    load=load_before)
     render(outcomes, arguments.quick, console)
     render_profiles(outcomes, console)
     if load_before is not None and load_before > BUSY_LOAD:
         console.print(f"[yellow]note: load average was {load_before:.1f} when the run started: other work "
                       f"shared the CPUs, so these figures are noisy[/]")
+    if chart is not None:
+        console.print(f"chart of the side-by-side figures vs Kafka: {chart}", highlight=False)
     console.print(f"results: {arguments.out}  ({time.perf_counter() - began:.1f} s)", highlight=False)
     return 1 if any(outcome.error for outcome in outcomes) else 0
 

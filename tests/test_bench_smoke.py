@@ -2,7 +2,9 @@
 
 Benchmarks are not tests: this checks only that each one runs to the end and reports a figure and
 a same-run baseline, never how fast anything is. Sizes are ``--quick`` ones (about 10-20 s with a
-warm numba cache); scratch data and the JSON go to a tmp dir, not to bench/.
+warm numba cache, plus about a minute for the two benchmarks against a real Kafka broker, which
+report "skipped: ..." rows where java or mvn is missing); scratch data, the JSON and the chart go to
+a tmp dir, not to bench/.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_kafka import CHART_NAME, SIDE_BY_SIDE_ROWS, kafka_missing
+
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_partitions", "scan",
                    "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json",
-                   "offset_map", "clean_1gb", "clean_many_keys"}
+                   "offset_map", "clean_1gb", "clean_many_keys", "kafka_cleaner", "kafka_recovery"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb"}
 INFORMATIONAL_ROWS = {"recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
-                      "clean_many_keys"}
+                      "clean_many_keys", *SIDE_BY_SIDE_ROWS}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +39,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "--work-dir", str(work)],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
     )
     return result, out, work
 
@@ -57,11 +61,45 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
     _, out, _ = quick_run
     rows = [row for outcome in json.loads(out.read_text())["benchmarks"].values() for row in outcome["rows"]]
     for row in rows:
-        assert row["figure"] > 0 and row["baseline"] > 0, row
+        if not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
+            assert row["figure"] > 0 and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS)
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
     assert set(targeted) == TARGETED_ROWS
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
+
+
+def test_quick_run_sets_tidelog_against_kafka_or_says_why_not(quick_run) -> None:
+    _, out, _ = quick_run
+    benchmarks = json.loads(out.read_text())["benchmarks"]
+    rows = {row["benchmark"]: row for name in ("kafka_cleaner", "kafka_recovery") for row in benchmarks[name]["rows"]}
+    assert set(rows) == set(SIDE_BY_SIDE_ROWS)
+    chart = out.parent / CHART_NAME
+    missing = kafka_missing()
+    if missing is not None:
+        assert all(row["label"] == f"skipped: {missing}" and row["figure"] is None for row in rows.values()), rows
+        assert not chart.exists()
+        return
+    assert all(row["figure"] > 0 and row["baseline"] > 0 and row["ratio"] > 0 for row in rows.values()), rows
+    cleaner = rows["kafka_cleaner"]["details"]
+    assert 0 < cleaner["kept_records"] < cleaner["records"]  # both cleaners kept these (checked in the run)
+    assert rows["kafka_recovery"]["details"]["log_end_offset"] > 0
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kafka_benchmarks_report_skipped_without_java(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "latest.json"
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO)}  # no java, no mvn, no git
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--only", "kafka_cleaner", "--only",
+                             "kafka_recovery", "--out", str(out), "--work-dir", str(tmp_path / "work")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    benchmarks = json.loads(out.read_text())["benchmarks"]
+    rows = [row for outcome in benchmarks.values() for row in outcome["rows"]]
+    assert sorted(row["benchmark"] for row in rows) == sorted(SIDE_BY_SIDE_ROWS)
+    assert all(row["label"].startswith("skipped: no `java` on PATH") and row["figure"] is None for row in rows)
+    assert "skipped: no `java` on PATH" in result.stdout
+    assert not (out.parent / CHART_NAME).exists()
 
 
 def test_quick_run_removes_its_scratch_data(quick_run) -> None:
