@@ -31,8 +31,10 @@ segment, ``retention.ms=1`` empties a log (rolling Kafka's active segment), ``ti
 tombstone (its horizon is a day away), and a clean with the clock at Kafka's stamped horizon
 drops it while one a millisecond earlier keeps it; ``verify`` passes after each.
 
-Kafka's topic configs live in its metadata log, which tidelog does not read: tidelog adopts the
-partitions with default configs, so each step sets what it needs through ``tidelog configs``.
+Kafka's topic configs live in its metadata log: tidelog adopts the partitions with the overrides
+it finds there (``cleanup.policy=compact`` included; tests/interop/test_kafka_topic_configs_adopted.py
+checks every one), except Kafka 4's test-only ``internal.segment.bytes``, so the cleaning step sets
+``segment.bytes`` through ``tidelog configs``.
 """
 
 from __future__ import annotations
@@ -578,9 +580,12 @@ def more_rounds() -> bytes:
 
 
 def make_compacted(copy: Path) -> None:
-    """Kafka's configs of kdir-compacted, told to tidelog (which adopted it with the defaults)."""
-    tidelog(copy, "configs", "alter", COMPACTED, "--set", "cleanup.policy=compact",
-            "--set", f"segment.bytes={SEGMENT_BYTES}", "--set", "min.cleanable.dirty.ratio=0.01")
+    """kdir-compacted was adopted compacted, with Kafka's overrides; its segment size (Kafka's
+    ``internal.segment.bytes``, unknown to tidelog) is told to tidelog as ``segment.bytes``."""
+    adopted = json.loads(tidelog(copy, "configs", "describe", COMPACTED, "--json"))["configs"]
+    assert {c["Name"]: (c["Value"], c["Source"]) for c in adopted}["cleanup.policy"] == ("compact", "TOPIC_CONFIG")
+    tidelog(copy, "configs", "alter", COMPACTED, "--set", f"segment.bytes={SEGMENT_BYTES}",
+            "--set", "min.cleanable.dirty.ratio=0.01")
 
 
 def test_clean_run_continues_kafkas_compaction(kafka_dir: KafkaDir, own_copy: Path) -> None:

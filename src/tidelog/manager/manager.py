@@ -28,6 +28,7 @@ itself. Background tasks run on the scheduler's thread and take the same locks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -43,6 +44,7 @@ from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.errors import (
     CheckpointError,
+    ConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
     LogDirOfflineError,
@@ -52,6 +54,13 @@ from tidelog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.manager import recovery
+from tidelog.manager.kraft_metadata import (
+    INTERNAL_TOPIC_CONFIGS,
+    KraftTopic,
+    MetadataImage,
+    find_metadata_log,
+    read_metadata_log,
+)
 from tidelog.manager.log_dir import LogDir, describe_error
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.topics import (
@@ -296,11 +305,75 @@ class LogManager:
             self._commit(topics, self._registry.deleted_topic_ids)
 
     def _adopted(self, topic: str, partitions: list[TopicPartition]) -> TopicRecord:
-        """A registry entry for the partition dirs found of an unknown topic (e.g. a Kafka data dir)."""
+        """A registry entry for the partition dirs found of an unknown topic (e.g. a Kafka data dir);
+        its loaded logs take its configs at once (they were opened with the defaults).
+
+        Its topic id and overrides are Kafka's when its metadata log knows the topic (read once,
+        on the first adoption: :mod:`.kraft_metadata`); else a Kafka internal topic gets the
+        configs Kafka creates it with (``__consumer_offsets`` stays compacted), any other the
+        defaults. The partition count is what the dirs show (partitions Kafka has elsewhere, on
+        another broker or in a log dir not opened, are not created here)."""
+        count = max(tp.partition for tp in partitions) + 1
+        image = self._kraft_metadata
+        kafka = image.topics.get(topic) if image is not None else None
+        record = (self._adopted_from_kafka(kafka, count, len(partitions)) if kafka is not None
+                  else self._adopted_without_kafka(topic, partitions, count, image))
+        config = self.broker.log_config(record.configs)
+        self._configs[topic] = config
+        for tp in partitions:
+            if tp in self._logs:
+                self._logs[tp].update_config(config)
+        return record
+
+    def _adopted_from_kafka(self, kafka: KraftTopic, count: int, found: int) -> TopicRecord:
+        configs = self._adoptable_overrides(kafka.name, kafka.configs)
+        log.info("adopting topic %s (%d partition dirs found) with Kafka's topic id %s and overrides %s",
+                 kafka.name, found, kafka.topic_id, _show_configs(configs))
+        if kafka.partitions > count:
+            log.warning("topic %s: Kafka's metadata log has %d partitions, the log dirs hold %d: adopted with %d",
+                        kafka.name, kafka.partitions, count, count)
+        return TopicRecord(kafka.name, kafka.topic_id, count, MappingProxyType(configs))
+
+    def _adopted_without_kafka(self, topic: str, partitions: list[TopicPartition], count: int,
+                               image: MetadataImage | None) -> TopicRecord:
         ids = [_read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs]
         topic_id = next((i for i in ids if i is not None), None) or new_topic_id()
-        log.info("adopting topic %s (%d partition dirs found) with default configs", topic, len(partitions))
-        return TopicRecord(topic, topic_id, max(tp.partition for tp in partitions) + 1)
+        why = "no Kafka metadata log was read" if image is None else "Kafka's metadata log does not have it"
+        if image is not None and topic_id in image.removed_topic_ids:
+            why = f"Kafka deleted topic id {topic_id}; Kafka would keep these dirs aside as stray"
+        configs = self._adoptable_overrides(topic, INTERNAL_TOPIC_CONFIGS.get(topic, {}))
+        what = f"the configs Kafka creates it with, {_show_configs(configs)}" if configs else "default configs"
+        log.log(logging.INFO if image is None and not configs else logging.WARNING,
+                "adopting topic %s (%d partition dirs found) with %s (%s)", topic, len(partitions), what, why)
+        return TopicRecord(topic, topic_id, count, MappingProxyType(configs))
+
+    def _adoptable_overrides(self, topic: str, overrides: Mapping[str, str]) -> dict[str, str]:
+        """``overrides`` as :meth:`create_topic` validates them, each kept only when it passes
+        with those kept before it (in name order); the others are left out with a warning."""
+        kept: dict[str, str] = {}
+        for name, value in sorted(overrides.items()):
+            try:
+                self.broker.log_config({**kept, name: value})
+            except ConfigError as e:
+                log.warning("topic %s: Kafka's override %s=%s is left out: %s", topic, name, value, e)
+            else:
+                kept[name] = value
+        return kept
+
+    @functools.cached_property
+    def _kraft_metadata(self) -> MetadataImage | None:
+        """Kafka's metadata log (``__cluster_metadata-0`` in ``metadata.log.dir`` when the broker
+        config sets it, else in the first log dir having one), read on first use; None, with a
+        warning when it is there, if it is missing or does not read."""
+        metadata_log_dir = self.broker.get("metadata.log.dir") if self.broker.is_set("metadata.log.dir") else None
+        where = find_metadata_log([d.path for d in self._dirs], Path(metadata_log_dir) if metadata_log_dir else None)
+        if where is None:
+            return None
+        try:
+            return read_metadata_log(where)
+        except TidelogError as e:
+            log.warning("%s: Kafka's metadata log is not used, it does not read: %s", where, e)
+            return None
 
     def _check_found_partition(self, record: TopicRecord, tp: TopicPartition) -> str | None:
         """Set a loaded log aside if it is not a partition of ``record``; else the directory.id of
@@ -841,6 +914,10 @@ def _read_topic_id(path: Path) -> str | None:
     except (CheckpointError, StorageError) as e:
         log.warning("%s: unreadable partition.metadata: %s", path, e)
         return None
+
+
+def _show_configs(configs: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(configs.items())) + "}"
 
 
 def _remove_tree(path: Path) -> None:

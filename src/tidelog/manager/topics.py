@@ -22,7 +22,9 @@ Every change is written to every log dir, each copy atomically (write, fsync, re
 with ``epoch`` one higher than before; at start-up the copy with the highest epoch wins, so a crash
 between two dirs' writes, or a dir that was offline during a change, resolves to the newest state.
 Partition dirs found on disk that the registry does not know (a data dir written by Kafka, or
-copied in) are adopted with default configs.
+copied in) are adopted: with the topic id and overrides Kafka's KRaft metadata log gives them
+when it is there (:mod:`.kraft_metadata`), else with the defaults (Kafka's internal topics with
+the configs Kafka creates them with).
 
 ``assignments`` names the log dir (its ``directory.id`` from ``meta.properties``) of each partition,
 so that a partition whose dir is missing is recreated only when its log dir is open (an interrupted
