@@ -108,6 +108,22 @@ def test_clear_forgets_every_key(twin: MapKernels) -> None:
     assert (offset_map.get(key(3)), offset_map.size) == (30, 1)
 
 
+@pytest.mark.parametrize("keys, in_place", [(5, False), (30, True)])
+def test_clear_zeroes_a_dense_table_in_place_and_replaces_a_sparse_one(twin: MapKernels, keys: int,
+                                                                       in_place: bool) -> None:
+    # 3400 slots = 20 pages of 170: 30 keys (>= one per page) count as dense, 5 as sparse
+    offset_map = OffsetMap.with_slots(3400, kernels=twin)
+    for i in range(keys):
+        offset_map.put(key(i), i)
+    table = offset_map._table
+    offset_map.clear()
+    assert (offset_map._table is table) is in_place
+    assert not offset_map._table.any()
+    assert [offset_map.get(key(i)) for i in range(keys)] == [-1] * keys
+    offset_map.put(key(1), 10)
+    assert (offset_map.get(key(1)), offset_map.get(key(2)), offset_map.size) == (10, -1, 1)
+
+
 def test_get_when_full_gives_minus_one_for_an_absent_key(twin: MapKernels) -> None:
     offset_map = OffsetMap(4096, kernels=twin)
     i = 37
