@@ -133,7 +133,9 @@ def test_topic_config_option_is_not_taken_for_the_server_properties() -> None:
 def test_serve_runs_until_sigterm_then_shuts_down_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "data"
     ok(data, "topics", "create", "t")
-    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data), "serve"],
+    # port 0: the test must not depend on 9092 being free (make run may hold it)
+    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data),
+                                "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"],
                                stderr=subprocess.PIPE, text=True)
     try:
         banner = process.stderr.readline()

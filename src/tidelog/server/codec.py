@@ -1,0 +1,122 @@
+"""Kafka's wire format, through kafka-python's message classes (built from Kafka's own JSON schemas).
+
+A request frame (after its 4-byte size prefix)::
+
+    int16  request_api_key
+    int16  request_api_version
+    int32  correlation_id
+    string client_id        nullable, never compact, even in header v2
+    tagged fields           header v2 only (the API version is flexible)
+    body                    the request schema of (api_key, version)
+
+A response frame: ``int32 size``, ``int32 correlation_id``, tagged fields (header v1, when the
+response version is flexible; never for ApiVersions, so a client can read the error of any
+version), then the body.
+
+:data:`SUPPORTED_APIS` is what ApiVersions advertises and nothing else is decoded: an unknown
+key or a version outside its range raises :class:`UnsupportedRequestError` (Kafka closes the
+connection then), except ApiVersions, whose unsupported versions are answered (KIP-511). Bytes
+that do not parse raise :class:`MalformedRequestError`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    """One advertised API: its version range and kafka-python's request and response classes."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+    request: Any
+    response: Any
+
+
+# Version ranges: Kafka 4.0's, capped where a later version needs what this server lacks
+# (Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds -6, earliest pending
+# upload, of tiered storage).
+SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
+    ApiSpec(PRODUCE, 3, 12, ProduceRequest, ProduceResponse),
+    ApiSpec(FETCH, 4, 12, FetchRequest, FetchResponse),
+    ApiSpec(LIST_OFFSETS, 1, 10, ListOffsetsRequest, ListOffsetsResponse),
+    ApiSpec(METADATA, 0, 13, MetadataRequest, MetadataResponse),
+    ApiSpec(API_VERSIONS, 0, 4, ApiVersionsRequest, ApiVersionsResponse),
+    ApiSpec(CREATE_TOPICS, 2, 7, CreateTopicsRequest, CreateTopicsResponse),
+    ApiSpec(DELETE_TOPICS, 1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
+)}
+
+_HEAD = struct.Struct(">hhi")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request. ``body`` is None for an ApiVersions request of an unsupported version."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+    @property
+    def spec(self) -> ApiSpec:
+        return SUPPORTED_APIS[self.api_key]
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a frame; :class:`MalformedRequestError` if shorter than 8 bytes."""
+    if len(frame) < _HEAD.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes has no header", size=len(frame))
+    return _HEAD.unpack_from(frame)
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode one request frame (without its size prefix).
+
+    Raises :class:`UnsupportedRequestError` for an unknown API key or an unsupported version (but an
+    ApiVersions request of any version decodes, its body None when unsupported), and
+    :class:`MalformedRequestError` when the bytes do not parse.
+    """
+    api_key, version, correlation_id = peek_header(frame)
+    spec = SUPPORTED_APIS.get(api_key)
+    if spec is None:
+        raise UnsupportedRequestError(f"unknown or unsupported API key {api_key}", api_key=api_key,
+                                      correlation_id=correlation_id)
+    supported = spec.min_version <= version <= spec.max_version
+    if not supported and api_key != API_VERSIONS:
+        raise UnsupportedRequestError(f"unsupported version {version} of API key {api_key} "
+                                 f"(supported: {spec.min_version}-{spec.max_version})",
+                                 api_key=api_key, api_version=version, correlation_id=correlation_id)
+    flexible = supported and spec.request.flexible_version_q(version)
+    try:
+        stream = io.BytesIO(frame)
+        header = RequestHeader.decode(stream, flexible=flexible)
+        body = spec.request[version].decode(memoryview(frame)[stream.tell():]) if supported else None
+    except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
+        raise MalformedRequestError(f"cannot decode {spec.request.__name__} v{version}: {type(e).__name__}: {e}",
+                               api_key=api_key, api_version=version, correlation_id=correlation_id) from e
+    return Request(api_key, version, correlation_id, header.client_id, body)
+
+
+def encode_response(request: Request, body: Any, version: int | None = None) -> bytes:
+    """The framed response (size prefix, header, body) to ``request``, at the request's version
+    unless ``version`` says otherwise (an unsupported ApiVersions request is answered in v0)."""
+    body.API_VERSION = request.api_version if version is None else version
+    body.with_header(correlation_id=request.correlation_id)
+    return bytes(body.encode(header=True, framed=True))

@@ -1,0 +1,124 @@
+"""The server's own broker keys, read from :class:`~tidelog.storage.config.BrokerConfig`.
+
+``BrokerConfig`` keeps keys it does not type (``listeners``, ``advertised.listeners``,
+``socket.request.max.bytes``, ``node.id``) as text; this module parses them as Kafka does:
+
+* ``listeners``: comma-separated ``NAME://host:port`` (default ``PLAINTEXT://127.0.0.1:9092``: a
+  fresh install listens on loopback only). An empty host binds every interface; ``[::1]`` is an
+  IPv6 literal; port 0 takes a free port. Each name maps to its security protocol through
+  ``listener.security.protocol.map`` (by default a name is its protocol); only PLAINTEXT is served
+  yet, any other is refused with :class:`ConfigError`.
+* ``advertised.listeners``: what Metadata tells clients to connect to, per listener name
+  (default: the listener itself, with its bound port when it was 0).
+* ``socket.request.max.bytes`` (default 104857600): a request whose size prefix is larger
+  closes the connection before anything is allocated for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidelog.errors import ConfigError
+from tidelog.storage.config import BrokerConfig
+
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
+SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT"})
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One ``NAME://host:port`` entry; ``host`` is empty for every interface."""
+
+    listener_name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener_name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """What the server needs beyond the log manager's configuration."""
+
+    listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    advertised: tuple[Endpoint, ...] = ()
+    socket_request_max_bytes: int = DEFAULT_SOCKET_REQUEST_MAX_BYTES
+
+    @classmethod
+    def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
+        """Parse the server keys of ``broker``; :class:`ConfigError` names the key at fault."""
+        listeners = parse_endpoints(_text(broker, "listeners", DEFAULT_LISTENERS), "listeners")
+        if not listeners:
+            raise ConfigError("listeners must name at least one listener", config="listeners")
+        protocols = _protocol_map(_text(broker, "listener.security.protocol.map", ""))
+        for endpoint in listeners:
+            protocol = protocols.get(endpoint.listener_name, endpoint.listener_name)
+            if protocol not in SUPPORTED_PROTOCOLS:
+                raise ConfigError(f"listener {endpoint} uses security protocol {protocol}, which tidelog does not "
+                                  f"serve yet (only PLAINTEXT)", config="listeners")
+        advertised = parse_endpoints(_text(broker, "advertised.listeners", ""), "advertised.listeners")
+        names = {e.listener_name for e in listeners}
+        for endpoint in advertised:
+            if endpoint.listener_name not in names:
+                raise ConfigError(f"advertised listener {endpoint} names no listener", config="advertised.listeners")
+        max_bytes = _positive_int(broker, "socket.request.max.bytes", DEFAULT_SOCKET_REQUEST_MAX_BYTES)
+        return cls(tuple(listeners), tuple(advertised), max_bytes)
+
+    def advertised_for(self, listener_name: str) -> Endpoint | None:
+        """The advertised endpoint of ``listener_name``, when one is configured."""
+        return next((e for e in self.advertised if e.listener_name == listener_name), None)
+
+
+def parse_endpoints(text: str, key: str) -> list[Endpoint]:
+    """``NAME://host:port,...`` (Kafka's listener syntax); names must be unique."""
+    endpoints: list[Endpoint] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        endpoint = _parse_endpoint(item, key)
+        if any(e.listener_name == endpoint.listener_name for e in endpoints):
+            raise ConfigError(f"listener name {endpoint.listener_name} appears twice", config=key)
+        endpoints.append(endpoint)
+    return endpoints
+
+
+def _parse_endpoint(item: str, key: str) -> Endpoint:
+    name, sep, rest = item.partition("://")
+    host, colon, port_text = rest.rpartition(":")
+    if not sep or not colon or not name or not port_text.isdigit():
+        raise ConfigError(f"{item!r} is not NAME://host:port", config=key)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_text)
+    if port > 65535:
+        raise ConfigError(f"port {port} of {item!r} is out of range", config=key)
+    return Endpoint(name.upper(), host, port)
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    mapping = {}
+    for item in (part.strip() for part in text.split(",")):
+        if item:
+            name, sep, protocol = item.partition(":")
+            if not sep:
+                raise ConfigError(f"{item!r} is not NAME:PROTOCOL", config="listener.security.protocol.map")
+            mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
+
+
+def _text(broker: BrokerConfig, key: str, default: str) -> str:
+    return str(broker.get(key)) if broker.is_set(key) else default
+
+
+def _positive_int(broker: BrokerConfig, key: str, default: int) -> int:
+    text = _text(broker, key, str(default)).strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"Invalid value {text} for configuration {key}: not a number", config=key) from None
+    if value < 1:
+        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least 1", config=key)
+    return value

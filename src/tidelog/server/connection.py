@@ -1,0 +1,85 @@
+"""One client connection: size-prefixed frames in, responses out in request order.
+
+Framing: ``int32 size`` then ``size`` bytes. A size below 0 or above ``socket.request.max.bytes``
+closes the connection before anything is read or allocated for it (Kafka's
+InvalidReceiveException). Requests are handled one after the other, as Kafka's broker mutes a
+connection until its response is sent: a client may pipeline requests (they wait, buffered, in
+the socket), and gets the responses in the order it sent them; appends from one producer
+connection land in its order.
+
+Closed instead of answered, as Kafka does: a frame that does not parse, an unknown API key, an
+unsupported version (but ApiVersions), an acks=0 Produce that failed. Responses already sent
+stay sent. Nothing a client sends escapes this module as an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+from tidelog.server import kafka_apis
+from tidelog.server.codec import decode_request
+from tidelog.server.context import ApiContext, ConnectionInfo
+from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+from tidelog.server.produce import AcksZeroFailure
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+_CLOSE = b"<close>"  # what _handle_frame returns to close the connection
+
+
+async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+    """Serve requests until the client leaves, sends something that closes the connection, or the
+    task is cancelled (server shutdown); then close the socket."""
+    try:
+        while (frame := await _read_frame(reader, ctx.config.socket_request_max_bytes, conn)) is not None:
+            response = await _handle_frame(ctx, conn, frame)
+            if response is _CLOSE:
+                return
+            if response:
+                writer.write(response)
+                await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass  # the client went away
+    finally:
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass
+
+
+async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, conn: ConnectionInfo) -> bytes | None:
+    """The next request frame; None at a clean end of stream or an oversized size prefix."""
+    head = await reader.read(_SIZE.size)
+    if not head:
+        return None
+    if len(head) < _SIZE.size:
+        head += await reader.readexactly(_SIZE.size - len(head))
+    (size,) = _SIZE.unpack(head)
+    if size < 0 or size > max_bytes:
+        log.warning("%s: closing connection: request size %d is outside [0, socket.request.max.bytes=%d]",
+                    conn.peer, size, max_bytes)
+        return None
+    return await reader.readexactly(size)
+
+
+
+async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo, frame: bytes) -> bytes | None:
+    """The response bytes, None for no response, or ``_CLOSE``."""
+    try:
+        request = decode_request(frame)
+    except (MalformedRequestError, UnsupportedRequestError) as e:
+        log.warning("%s: closing connection: %s", conn.peer, e)
+        return _CLOSE
+    try:
+        return await kafka_apis.handle(ctx, conn, request)
+    except AcksZeroFailure as e:
+        log.info("%s: closing connection: %s", conn.peer, e)
+        return _CLOSE
+    except Exception:  # noqa: BLE001 - a handler bug must not take the server down
+        log.exception("%s: closing connection: failed to handle API key %d v%d", conn.peer, request.api_key,
+                      request.api_version)
+        return _CLOSE

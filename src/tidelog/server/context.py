@@ -1,0 +1,110 @@
+"""What every API handler gets: the log manager, the broker's identity, the thread pool for file
+work, and the signal that wakes delayed fetches when data arrives.
+
+File work (appends, reads, fsync, topic changes) never runs on the event loop:
+:meth:`ApiContext.run` hands it to the server's thread pool, so one slow disk call stalls no
+other connection. Handlers do their per-request work in one such call where they can, to pay the
+hop once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tidelog.manager import LogManager
+from tidelog.server.config import Endpoint, ServerConfig
+from tidelog.topic_partition import TopicPartition
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False, slots=True)
+class Ticket:
+    """A delayed fetch's claim on the next append to any of its partitions."""
+
+    partitions: frozenset[TopicPartition]
+    future: asyncio.Future[None]
+
+
+class DataArrival:
+    """Wakes delayed fetches (Kafka's fetch purgatory, keyed by partition as Kafka's): an append to
+    a partition wakes the fetches waiting on it, which then read again. Event-loop only.
+
+    A fetch takes a :meth:`ticket` *before* it reads, so an append that lands between its read and
+    its wait still wakes it.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[TopicPartition, set[Ticket]] = {}
+        self._tickets: set[Ticket] = set()
+
+    def ticket(self, partitions: Iterable[TopicPartition]) -> Ticket:
+        """A ticket resolved by the next :meth:`notify` of one of ``partitions``; pass it to :meth:`wait`."""
+        ticket = Ticket(frozenset(partitions), asyncio.get_running_loop().create_future())
+        self._tickets.add(ticket)
+        for tp in ticket.partitions:
+            self._waiters.setdefault(tp, set()).add(ticket)
+        return ticket
+
+    @property
+    def waiting(self) -> int:
+        """Fetches parked until data arrives (Kafka's fetch purgatory size)."""
+        return len(self._tickets)
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Forget ``ticket`` (resolved, timed out, or not to be waited on)."""
+        self._tickets.discard(ticket)
+        for tp in ticket.partitions:
+            waiting = self._waiters.get(tp)
+            if waiting is not None:
+                waiting.discard(ticket)
+                if not waiting:
+                    del self._waiters[tp]
+
+    def notify(self, partitions: Iterable[TopicPartition]) -> None:
+        """Data was appended to ``partitions``: wake the fetches waiting on any of them."""
+        for tp in partitions:
+            for ticket in list(self._waiters.get(tp, ())):
+                if not ticket.future.done():
+                    ticket.future.set_result(None)
+                self.cancel(ticket)
+
+    async def wait(self, ticket: Ticket, timeout_s: float) -> bool:
+        """Wait until ``ticket`` resolves or ``timeout_s`` passes; True when data arrived."""
+        try:
+            await asyncio.wait_for(ticket.future, max(0.0, timeout_s))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.cancel(ticket)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """Where a request came in: its listener, and the endpoint clients are told to use for it."""
+
+    listener_name: str
+    advertised: Endpoint
+    peer: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    """Shared by every connection of one server."""
+
+    manager: LogManager
+    config: ServerConfig
+    node_id: int
+    cluster_id: str | None
+    executor: ThreadPoolExecutor
+    arrivals: DataArrival
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(*args)`` in the thread pool (never blocks the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))

@@ -1,0 +1,142 @@
+"""Fetch (v4-v12), for consumers: full fetches only.
+
+Reads are bounded by the high watermark (``read_uncommitted``) or the last stable offset
+(``read_committed``, equal to the high watermark until tidelog tracks transactions), start at or
+before the fetch offset on a batch boundary, and may end mid-batch (clients drop the partial
+batch), as Kafka's. Byte limits, as Kafka's ``ReplicaManager.readFromLog``: each partition reads at
+most ``min(partition_max_bytes, what is left of max_bytes)``, except that the first partition
+returning data gets at least one whole batch, however large (KIP-74), so a consumer is never
+stuck behind a batch bigger than its limits.
+
+**Long poll** (Kafka's delayed fetch): when fewer than ``min_bytes`` are read and ``max_wait_ms``
+allows, the fetch waits for an append to one of its partitions and reads them all again,
+answering as soon as ``min_bytes`` are there, or at ``max_wait_ms`` with what there is. An error in
+any partition answers at once. Only appends through this server wake a fetch (they are the only
+appends while it owns the log dirs).
+
+**Fetch sessions** (KIP-227) are refused the way Kafka's broker does when it keeps no session
+cache: a full fetch (epoch 0 or -1) is answered sessionless (session id 0, so the client keeps
+sending full fetches); an incremental one (epoch > 0) gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse
+
+from tidelog.manager import LogManager
+from tidelog.server.codec import Request
+from tidelog.server.context import ApiContext, ConnectionInfo
+from tidelog.server.errors import ErrorCode, error_code
+from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.topic_partition import TopicPartition
+
+TopicData = FetchResponse.FetchableTopicResponse
+PartitionData = TopicData.PartitionData
+READ_COMMITTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSpec:
+    """One partition to read: where from and how much."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What one partition returned (offsets -1 on error, as Kafka's)."""
+
+    spec: FetchSpec
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted: tuple[tuple[int, int], ...] | None = None
+
+
+async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
+    body = request.body
+    if body.session_epoch > 0:
+        return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0,
+                             responses=[])
+    specs = [FetchSpec(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+             for t in body.topics for p in t.partitions]
+    committed = body.isolation_level == READ_COMMITTED
+    isolation = FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK
+    reads = await _read_until(ctx, specs, isolation, body.max_bytes, body.min_bytes, body.max_wait_ms)
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=_responses(reads, committed))
+
+
+async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchIsolation, max_bytes: int,
+                      min_bytes: int, max_wait_ms: int) -> list[PartitionRead]:
+    """Read; while fewer than ``min_bytes`` came back and no partition failed, wait for an append to
+    one of ``specs`` (or the deadline, on the event loop's clock) and read again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, max_wait_ms) / 1000
+    while True:
+        ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
+        reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes)
+        remaining = deadline - loop.time()
+        if _satisfied(reads, min_bytes) or remaining <= 0 or not await ctx.arrivals.wait(ticket, remaining):
+            ctx.arrivals.cancel(ticket)
+            return reads
+
+
+def _satisfied(reads: list[PartitionRead], min_bytes: int) -> bool:
+    """Kafka's DelayedFetch completion: enough bytes, an error, or nothing to fetch."""
+    return not reads or any(r.error != ErrorCode.NONE for r in reads) or sum(len(r.records) for r in reads) >= min_bytes
+
+
+def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: FetchIsolation,
+                    max_bytes: int) -> list[PartitionRead]:
+    """Read every partition in order within the byte limits (see module doc). Runs in the thread pool."""
+    left = max_bytes
+    min_one = True
+    reads = []
+    for spec in specs:
+        read = _read_one(manager, spec, isolation, max(0, min(spec.max_bytes, left)), min_one)
+        if read.records:
+            min_one = False
+            left -= len(read.records)
+        reads.append(read)
+    return reads
+
+
+def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, limit: int,
+              min_one: bool) -> PartitionRead:
+    try:
+        log = manager.log(TopicPartition(spec.topic, spec.partition))
+        info = log.read(spec.fetch_offset, limit, isolation, min_one_message=min_one)  # limit 0: range check only
+    except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
+        return PartitionRead(spec, error_code(e))
+    # Offsets taken after the read, as Kafka's: the records never pass the high watermark reported.
+    stable = log.last_stable_offset
+    aborted = None
+    if isolation is FetchIsolation.TXN_COMMITTED:
+        # Bounded by the last stable offset rather than the read's end: an extra entry past the
+        # records returned is ignored by consumers.
+        found = log.collect_aborted_transactions(spec.fetch_offset, stable) if info.records else []
+        aborted = tuple((t.producer_id, t.first_offset) for t in found)
+    return PartitionRead(spec, ErrorCode.NONE, log.high_watermark, stable, log.log_start_offset, info.records, aborted)
+
+
+def _responses(reads: list[PartitionRead], committed: bool) -> list[Any]:
+    """Aborted transactions are listed for ``read_committed`` fetches only (null otherwise, as Kafka)."""
+    topics: dict[str, list[Any]] = {}
+    for read in reads:
+        aborted = None
+        if committed:
+            aborted = [PartitionData.AbortedTransaction(producer_id=p, first_offset=f) for p, f in read.aborted or ()]
+        topics.setdefault(read.spec.topic, []).append(PartitionData(
+            partition_index=read.spec.partition, error_code=read.error, high_watermark=read.high_watermark,
+            last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
+            aborted_transactions=aborted, preferred_read_replica=-1, records=read.records))
+    return [TopicData(topic=name, partitions=parts) for name, parts in topics.items()]

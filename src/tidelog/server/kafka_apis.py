@@ -1,0 +1,38 @@
+"""Kafka's ``KafkaApis``: one decoded request in, one response body out (None: no response)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tidelog.server import codec
+from tidelog.server.api_versions import api_versions_response
+from tidelog.server.codec import Request
+from tidelog.server.context import ApiContext, ConnectionInfo
+from tidelog.server.fetch import handle_fetch
+from tidelog.server.list_offsets import handle_list_offsets
+from tidelog.server.metadata import handle_metadata
+from tidelog.server.produce import handle_produce
+from tidelog.server.topics import handle_create_topics, handle_delete_topics
+
+Handler = Callable[[ApiContext, ConnectionInfo, Request], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    codec.PRODUCE: handle_produce,
+    codec.FETCH: handle_fetch,
+    codec.LIST_OFFSETS: handle_list_offsets,
+    codec.METADATA: handle_metadata,
+    codec.CREATE_TOPICS: handle_create_topics,
+    codec.DELETE_TOPICS: handle_delete_topics,
+}
+
+
+async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> bytes | None:
+    """The framed response to ``request``, or None when none is sent (acks=0 Produce).
+
+    Errors a handler cannot place in its response propagate (the connection is then closed)."""
+    if request.api_key == codec.API_VERSIONS:
+        body, version = api_versions_response(request)
+        return codec.encode_response(request, body, version)
+    body = await HANDLERS[request.api_key](ctx, conn, request)
+    return None if body is None else codec.encode_response(request, body)

@@ -1,0 +1,146 @@
+"""Produce (v3+): each partition's RecordBatch v2 bytes go to the log's leader append path, as
+``tidelog produce`` appends them (:meth:`LogManager.append`: validation, offsets assigned, the high
+watermark moved to the log end). acks 1 and -1 are answered alike once the append returns (this
+broker is the only replica of every partition, its own ISR); acks 0 gets no response, and a
+failed partition then closes the connection, as Kafka does, so the producer notices.
+
+Per-partition errors, as Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_RECORD (not exactly one
+magic-2 batch; a record rule broken, with the failing records' indexes from v8), CORRUPT_MESSAGE
+(size or CRC), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS
+(acks -1 with ``min.insync.replicas`` above 1: the ISR is this broker alone); INVALID_REQUIRED_ACKS
+for acks outside {-1, 0, 1}. Transactional produce is not served (no InitProducerId yet).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.producer import ProduceResponse
+
+from tidelog.errors import InvalidRecordError
+from tidelog.manager import LogManager
+from tidelog.server.codec import Request
+from tidelog.server.context import ApiContext, ConnectionInfo
+from tidelog.server.errors import ErrorCode, NotEnoughReplicasError, error_code, error_message, record_errors
+from tidelog.topic_partition import TopicPartition
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+_BATCH_LENGTH = struct.Struct(">q i i b")  # base offset, batch length, partition leader epoch, magic
+_LOG_OVERHEAD = 12  # base offset + batch length
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    partition: int
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+
+class ProduceOutcome:
+    """What a Produce request did: per-topic results, and the partitions appended to."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[PartitionResult]] = {}
+        self.appended: list[TopicPartition] = []
+
+    @property
+    def failed(self) -> bool:
+        return any(r.error != ErrorCode.NONE for results in self.topics.values() for r in results)
+
+
+async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
+    """The response, or None for acks=0 (see the module doc for when the connection closes)."""
+    body = request.body
+    if body.acks not in (-1, 0, 1):
+        outcome = _refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS)
+    elif body.transactional_id is not None:
+        outcome = _refuse_all(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    else:
+        outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
+    if outcome.appended:
+        ctx.arrivals.notify(outcome.appended)
+    if body.acks == 0:
+        if outcome.failed:
+            raise AcksZeroFailure(outcome)
+        return None
+    return ProduceResponse(throttle_time_ms=0, responses=[_topic_response(n, rs) for n, rs in outcome.topics.items()])
+
+
+class AcksZeroFailure(Exception):
+    """An acks=0 produce that failed for some partition: the connection is closed (Kafka's rule)."""
+
+    def __init__(self, outcome: ProduceOutcome) -> None:
+        super().__init__("acks=0 produce failed; closing the connection")
+        self.outcome = outcome
+
+
+def append_all(manager: LogManager, topic_data: list[Any], acks: int) -> ProduceOutcome:
+    """Append every partition's batch in request order. Runs in the thread pool."""
+    outcome = ProduceOutcome()
+    for topic in topic_data:
+        results = outcome.topics.setdefault(topic.name, [])
+        for part in topic.partition_data:
+            tp = TopicPartition(topic.name, part.index)
+            result = _append_one(manager, tp, part.records, acks)
+            if result.error == ErrorCode.NONE and result.base_offset >= 0:
+                outcome.appended.append(tp)
+            results.append(result)
+    return outcome
+
+
+def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int) -> PartitionResult:
+    try:
+        check_one_v2_batch(records, tp)
+        if acks == -1:
+            _check_min_insync_replicas(manager, tp)
+        info = manager.append(tp, records or b"")
+    except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
+        return PartitionResult(tp.partition, error_code(e), message=error_message(e),
+                               record_errors=tuple(record_errors(e)))
+    return PartitionResult(tp.partition, ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset)
+
+
+def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:
+    """Kafka's leader check for acks=-1: the ISR (this broker alone) must reach ``min.insync.replicas``."""
+    min_isr = manager.log(tp).config.min_insync_replicas
+    if min_isr > 1:
+        raise NotEnoughReplicasError(f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
+                                     f"requirement of {min_isr} for partition {tp}", topic_partition=str(tp))
+
+
+def check_one_v2_batch(records: bytes | None, tp: TopicPartition) -> None:
+    """Kafka's rule for Produce v3+: exactly one record batch, of magic 2 (INVALID_RECORD otherwise)."""
+    if not records or len(records) < _BATCH_LENGTH.size:
+        raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
+                                 topic_partition=str(tp))
+    _, length, _, magic = _BATCH_LENGTH.unpack_from(records)
+    if magic != 2:
+        raise InvalidRecordError("Produce requests with version 3+ are only allowed to contain record batches "
+                                 f"with magic version 2 (found {magic})", topic_partition=str(tp))
+    if _LOG_OVERHEAD + length != len(records):  # trailing bytes, or a batch cut short
+        raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
+                                 topic_partition=str(tp))
+
+
+def _refuse_all(body: Any, code: ErrorCode) -> ProduceOutcome:
+    outcome = ProduceOutcome()
+    for topic in body.topic_data:
+        outcome.topics.setdefault(topic.name, []).extend(PartitionResult(p.index, code) for p in topic.partition_data)
+    return outcome
+
+
+def _topic_response(name: str, results: list[PartitionResult]) -> Any:
+    return TopicResponse(name=name, partition_responses=[
+        PartitionResponse(index=r.partition, error_code=r.error, base_offset=r.base_offset,
+                          log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
+                          record_errors=[PartitionResponse.BatchIndexAndErrorMessage(
+                              batch_index=i, batch_index_error_message=m) for i, m in r.record_errors],
+                          error_message=r.message if r.error != ErrorCode.NONE else None)
+        for r in results])

@@ -1,0 +1,183 @@
+"""KafkaServer: the asyncio listeners in front of a LogManager.
+
+One listening socket per ``listeners`` entry; each accepted connection is served by
+:func:`~tidelog.server.connection.serve_connection` on the event loop, and every file operation
+runs in the server's thread pool (``io_threads``, Kafka's ``num.io.threads``). The server does not
+own the LogManager: whoever opened it shuts it down, after :meth:`KafkaServer.stop`.
+
+:class:`ServerThread` runs a server on its own event loop thread, for ``tidelog serve`` and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tidelog.manager import LogManager
+from tidelog.manager.log_dir import DEFAULT_NODE_ID
+from tidelog.server.config import Endpoint, ServerConfig
+from tidelog.server.connection import serve_connection
+from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
+from tidelog.storage.metadata import read_meta_properties
+
+log = logging.getLogger(__name__)
+DEFAULT_IO_THREADS = 8  # Kafka's num.io.threads
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    """A listener as bound (its real port when configured with 0) and as advertised."""
+
+    listener_name: str
+    host: str
+    port: int
+    advertised: Endpoint
+
+
+class KafkaServer:
+    """Serve ``manager``'s partitions over Kafka's protocol. Event-loop methods: :meth:`start`, :meth:`stop`."""
+
+    def __init__(self, manager: LogManager, config: ServerConfig, *, io_threads: int = DEFAULT_IO_THREADS) -> None:
+        self._manager = manager
+        self._config = config
+        self._io_threads = io_threads
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._executor: ThreadPoolExecutor | None = None
+        self._context: ApiContext | None = None
+        self.bound: list[BoundListener] = []
+
+    async def start(self) -> list[BoundListener]:
+        """Bind every listener (an address in use raises OSError, nothing left bound) and accept."""
+        self._executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="tidelog-io")
+        node_id, cluster_id = self._identity()
+        self._context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival())
+        try:
+            for endpoint in self._config.listeners:
+                await self._listen(endpoint)
+        except BaseException:
+            await self.stop()
+            raise
+        return self.bound
+
+    def _identity(self) -> tuple[int, str | None]:
+        for info in self._manager.log_dirs():
+            meta = read_meta_properties(info.path)
+            if meta is not None:
+                return (meta.node_id if meta.node_id is not None else DEFAULT_NODE_ID), meta.cluster_id
+        return DEFAULT_NODE_ID, None
+
+    async def _listen(self, endpoint: Endpoint) -> None:
+        server = await asyncio.start_server(lambda r, w: self._accept(endpoint, r, w), endpoint.host or None,
+                                            endpoint.port, reuse_address=True)
+        self._servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        advertised = self._config.advertised_for(endpoint.listener_name)
+        if advertised is None:
+            advertised = Endpoint(endpoint.listener_name, _advertised_host(endpoint.host), port)
+        self.bound.append(BoundListener(endpoint.listener_name, endpoint.host, port, advertised))
+        log.info("listening on %s (advertised as %s)", Endpoint(endpoint.listener_name, endpoint.host, port),
+                 advertised)
+
+    def _accept(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._context is None:  # not started
+            writer.close()
+            return
+        bound = next((b for b in self.bound if b.listener_name == endpoint.listener_name), None)
+        peer = writer.get_extra_info("peername")
+        advertised = bound.advertised if bound is not None else endpoint
+        conn = ConnectionInfo(endpoint.listener_name, advertised, f"{endpoint.listener_name}/{peer}")
+        task = asyncio.get_running_loop().create_task(serve_connection(self._context, conn, reader, writer))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    @property
+    def connection_count(self) -> int:
+        """Open client connections."""
+        return len(self._connections)
+
+    @property
+    def delayed_fetches(self) -> int:
+        """Fetches waiting for data (long polls); read from any thread, a gauge."""
+        return self._context.arrivals.waiting if self._context is not None else 0
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (requests in flight are abandoned after their
+        file call returns), and shut the thread pool down. Idempotent."""
+        for server in self._servers:
+            server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            await asyncio.to_thread(executor.shutdown, True)  # file calls in flight finish first
+
+
+def _advertised_host(host: str) -> str:
+    """What clients are told when no advertised listener is set: the bound host, or this
+    machine's name for a wildcard bind (Kafka's canonical host name)."""
+    if host in ("", "0.0.0.0", "::"):
+        return socket.getfqdn()
+    return host
+
+
+class ServerThread:
+    """A :class:`KafkaServer` on its own event-loop thread. :meth:`start` returns once every
+    listener is bound (or raises what binding raised); :meth:`stop` returns once it is closed."""
+
+    def __init__(self, manager: LogManager, config: ServerConfig, *, io_threads: int = DEFAULT_IO_THREADS) -> None:
+        self.server = KafkaServer(manager, config, io_threads=io_threads)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="tidelog-server", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+
+    def start(self) -> list[BoundListener]:
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self.server.bound
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            await self.server.start()
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start()
+            self._error = e
+            self._started.set()
+            return
+        self._started.set()
+        await self._stop.wait()
+        await self.server.stop()
+
+    def stop(self) -> None:
+        """Close the listeners and connections; idempotent."""
+        if self._thread.is_alive() and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+
+    def __enter__(self) -> ServerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

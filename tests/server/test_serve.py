@@ -1,0 +1,71 @@
+"""``tidelog serve`` end to end: kafka-python produces and consumes through the listener it opens,
+SIGTERM stops it cleanly, and the records are in the log dir afterwards."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from server_helpers import TIMEOUT_S
+from tidelog.manager import LogManager
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.metadata import read_clean_shutdown
+from tidelog.topic_partition import TopicPartition as TidelogTp
+
+
+def test_serve_listens_until_sigterm(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data),
+                                "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        banner = process.stderr.readline()
+        match = re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", banner)
+        assert match, banner
+        bootstrap = f"127.0.0.1:{match.group(1)}"
+        producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks=1)
+        offsets = [producer.send("events", b"event-%d" % i).get(TIMEOUT_S).offset for i in range(3)]
+        producer.close()
+        assert offsets == [0, 1, 2]
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=int(TIMEOUT_S * 1000))
+        consumer.assign([TopicPartition("events", 0)])
+        values = [next(consumer).value for _ in range(3)]
+        consumer.close()
+        assert values == [b"event-0", b"event-1", b"event-2"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert read_clean_shutdown(data) == -1
+    with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
+        assert manager.log(TidelogTp("events", 0)).log_end_offset == 3
+
+
+def test_serve_refuses_a_listener_it_cannot_serve(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(tmp_path / "data"),
+                             "--override", "listeners=SSL://127.0.0.1:0", "serve"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "only PLAINTEXT" in result.stderr
+
+
+def test_serve_exits_with_an_error_when_its_port_is_taken(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(tmp_path / "data"),
+                                 "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "serve"],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cannot listen" in result.stderr
+    assert read_clean_shutdown(tmp_path / "data") == -1, "the manager still shut down cleanly"
