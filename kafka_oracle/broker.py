@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,10 +43,26 @@ def _kill_leftovers() -> None:
             process.kill()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+# Below Linux's ephemeral range (32768-60999): a port bind(0) hands out can be taken by any
+# client's outgoing connection before the broker's JVM binds it.
+_PORT_RANGE = (20000, 32000)
+_BIND_FAILURE = ("Address already in use", "BindException")
+START_ATTEMPTS = 3
+
+
+def free_port(exclude: tuple[int, ...] = ()) -> int:
+    """A loopback port nothing listens on now, outside the ephemeral range and ``exclude``."""
+    for _ in range(1000):
+        port = random.randrange(*_PORT_RANGE)
+        if port in exclude:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free loopback port in {_PORT_RANGE}")
 
 
 class BrokerError(RuntimeError):
@@ -58,8 +75,7 @@ class KafkaBroker:
         self.distribution = distribution
         self.log_dir = Path(log_dir)
         self.work_dir = Path(work_dir)
-        self.port = free_port()
-        self.controller_port = free_port()
+        self._pick_ports()
         self.overrides = dict(overrides or {})
         self.heap = heap
         self._process: subprocess.Popen[bytes] | None = None
@@ -127,11 +143,26 @@ class KafkaBroker:
             raise BrokerError(f"kafka-storage format of {self.log_dir} failed:\n{done.stdout}{done.stderr}")
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start the broker and return once it serves (its log says so); format ``log_dir`` first."""
+        """Start the broker and return once it serves (its log says so); format ``log_dir`` first.
+        A port taken between choosing it and the JVM binding it is retried on new ports."""
         if self.running:
             raise BrokerError("the broker is already running")
+        for attempt in range(1, START_ATTEMPTS + 1):
+            log_start = self.server_log.stat().st_size if self.server_log.exists() else 0
+            try:
+                self._start_once(timeout_s, log_start)
+                return
+            except BrokerError:
+                if attempt == START_ATTEMPTS or not any(m in self._log_since(log_start) for m in _BIND_FAILURE):
+                    raise
+                self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        self.port = free_port()
+        self.controller_port = free_port(exclude=(self.port,))
+
+    def _start_once(self, timeout_s: float, log_start: int) -> None:
         self.format()
-        log_start = self.server_log.stat().st_size if self.server_log.exists() else 0
         command = self.distribution.java_command(
             "kafka.Kafka", str(self.properties_file),
             jvm_options=(f"-Xmx{self.heap}", f"-Xms{self.heap}", "-Djava.awt.headless=true",
@@ -195,11 +226,16 @@ class KafkaBroker:
             time.sleep(poll_s)
 
     def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` of the broker's logs, after its first ERROR/FATAL lines (a failed
+        start logs its cause long before the shutdown lines that end the log)."""
         parts = []
         for path in (self.server_log, self.work_dir / "stdout.txt"):
             if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-lines:]
-                parts.append(f"--- {path.name}\n" + "\n".join(tail))
+                text = path.read_text(errors="replace").splitlines()
+                errors = [line for line in text if " ERROR " in line or " FATAL " in line][:5]
+                if errors:
+                    parts.append(f"--- {path.name}: first errors\n" + "\n".join(errors))
+                parts.append(f"--- {path.name}\n" + "\n".join(text[-lines:]))
         return "\n".join(parts) or "(no broker log)"
 
     def _log_since(self, offset: int) -> str:
