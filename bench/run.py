@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m bench.run                      # everything, full sizes (7-8 minutes, half of it vs Kafka)
-    python -m bench.run --quick              # small sizes: a smoke run of every benchmark (about 1 min)
+    python -m bench.run                      # everything, full sizes (9-10 minutes, half of it vs Kafka)
+    python -m bench.run --quick              # small sizes: a smoke run of every benchmark (about 1.5 min)
     python -m bench.run --only append_1000 --only fetch_1m --profile   # cProfile hot spots too
     python -m bench.run --list               # the benchmark names
 
