@@ -522,16 +522,17 @@ def test_retention_deletes_nothing_from_an_adopted_compacted_topic(broker: Opene
     assert len(plans["orders"].segments) == manager.logs("orders")[0][1].num_segments
 
 
-def test_a_dir_of_a_topic_kafka_deleted_is_adopted_with_a_warning(broker: Opener, one_dir: list[Path],
+def test_a_dir_of_a_topic_kafka_deleted_is_set_aside_not_adopted(broker: Opener, one_dir: list[Path],
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """A dir Kafka never renamed (its broker was down during the delete): Kafka keeps it aside as
-    stray; tidelog adopts it with the defaults, and says why (setting it aside would need the
-    registry reconciliation to know Kafka's deleted ids)."""
+    """A dir Kafka never renamed (its broker was down during the delete): Kafka keeps it aside as a
+    stray; so does tidelog, instead of serving a deleted topic again. Nothing is removed."""
     one_dir[0].mkdir()
     kafka_data_dir(one_dir[0])
     kafka_partition(one_dir[0], "gone", 0, AGAIN_ID)
     with caplog.at_level(logging.WARNING, logger="tidelog.manager"):
         manager = broker.open(one_dir)
-    assert described(manager, "gone") == (AGAIN_ID, 1, {})
-    assert (f"adopting topic gone (1 partition dirs found) with default configs (Kafka deleted topic id {AGAIN_ID}; "
-            "Kafka would keep these dirs aside as stray)") in caplog.text
+    assert "gone" not in manager.topics()
+    [aside] = [s for s in manager.set_aside() if s.topic_partition is not None]
+    assert (aside.topic_partition.topic, aside.path.name) == ("gone", "gone-0")
+    assert f"Kafka's metadata log deleted topic gone (id {AGAIN_ID})" in aside.reason
+    assert (one_dir[0] / "gone-0" / "00000000000000000000.log").exists()

@@ -290,19 +290,39 @@ class LogManager:
         found: dict[str, list[TopicPartition]] = {}
         for tp in sorted({*self._logs, *self._set_aside_partitions()}):
             found.setdefault(tp.topic, []).append(tp)
-        for tp in (tp for partitions in found.values() for tp in partitions):
-            record = topics.get(tp.topic)
-            if record is None:
-                record = topics[tp.topic] = self._adopted(tp.topic, found[tp.topic])
-            directory_id = self._check_found_partition(record, tp)
-            if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
-                placed.setdefault(tp.topic, {})[tp.partition] = directory_id
+        for name, partitions in found.items():
+            if name not in topics and self._deleted_by_kafka(name, partitions):
+                continue  # set aside, never adopted: a deleted topic does not come back
+            for tp in partitions:
+                record = topics.get(tp.topic)
+                if record is None:
+                    record = topics[tp.topic] = self._adopted(tp.topic, partitions)
+                directory_id = self._check_found_partition(record, tp)
+                if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
+                    placed.setdefault(tp.topic, {})[tp.partition] = directory_id
         for name, record in list(topics.items()):
             placed_here = {**placed.get(name, {}), **self._complete_partitions(record)}
             if placed_here:
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
         if stale_copies or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids)
+
+    def _deleted_by_kafka(self, topic: str, partitions: list[TopicPartition]) -> bool:
+        """Whether Kafka's metadata log deleted the topic id in these dirs' ``partition.metadata``
+        (and does not have the topic again): then each loaded log is set aside as a stray, as
+        Kafka's broker keeps such dirs aside, rather than adopted and served again."""
+        image = self._kraft_metadata
+        if image is None or topic in image.topics:
+            return False
+        ids = {_read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs}
+        deleted = ids & image.removed_topic_ids
+        if not deleted:
+            return False
+        for tp in partitions:
+            if tp in self._logs:
+                self._set_log_aside(tp, f"stray partition dir: Kafka's metadata log deleted topic {topic} "
+                                        f"(id {', '.join(sorted(deleted))}); kept aside, not adopted")
+        return True
 
     def _adopted(self, topic: str, partitions: list[TopicPartition]) -> TopicRecord:
         """A registry entry for the partition dirs found of an unknown topic (e.g. a Kafka data dir);
@@ -339,8 +359,6 @@ class LogManager:
         ids = [_read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs]
         topic_id = next((i for i in ids if i is not None), None) or new_topic_id()
         why = "no Kafka metadata log was read" if image is None else "Kafka's metadata log does not have it"
-        if image is not None and topic_id in image.removed_topic_ids:
-            why = f"Kafka deleted topic id {topic_id}; Kafka would keep these dirs aside as stray"
         configs = self._adoptable_overrides(topic, INTERNAL_TOPIC_CONFIGS.get(topic, {}))
         what = f"the configs Kafka creates it with, {_show_configs(configs)}" if configs else "default configs"
         log.log(logging.INFO if image is None and not configs else logging.WARNING,
