@@ -5,6 +5,8 @@ Nothing here is used by production code paths.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tidelog.scheduler import Task, _TaskQueue, run_task
 
 
@@ -71,3 +73,23 @@ class FakeScheduler:
     def shutdown(self) -> None:
         """Drop the tasks not yet run and refuse new ones."""
         self._queue.close()
+
+
+def run_cli(data_dir: Path, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
+    """``tidelog --data-dir DATA_DIR ARGS`` in this process with ``stdin``: (exit code, stdout
+    bytes, stderr text). Faster than a subprocess; the command sees real binary stdio."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from tidelog.cli.main import main  # the front door, imported only by the tests that use it
+
+    with CliRunner().isolation(input=stdin) as (out, err, _):
+        try:
+            main(["--data-dir", str(data_dir), *args])
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code, out.getvalue(), err.getvalue().decode()

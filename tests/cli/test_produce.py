@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 import random
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,16 +18,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from click.testing import CliRunner
 
-from tidelog.cli.main import main
 from tidelog.cli.produce import IDLE, ConsoleProducer, ProduceOptions, iter_line_chunks, run_producer
 from tidelog.manager import LogManager
 from tidelog.partitioner import partition_for_key
 from tidelog.records import CompressionType, FileBatch, Record, iter_batches
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
-from tidelog.testing import FakeClock
+from tidelog.testing import FakeClock, run_cli
 from tidelog.topic_partition import TopicPartition
 
 
@@ -36,15 +33,7 @@ from tidelog.topic_partition import TopicPartition
 
 def run(data_dir: Path, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
     """``tidelog --data-dir DATA_DIR ARGS`` with ``stdin``: (exit code, stdout bytes, stderr)."""
-    with CliRunner().isolation(input=stdin) as (out, err, _):
-        try:
-            main(["--data-dir", str(data_dir), *args])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue(), err.getvalue().decode()
+    return run_cli(data_dir, *args, stdin=stdin)
 
 
 @contextmanager

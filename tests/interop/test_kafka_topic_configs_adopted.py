@@ -39,19 +39,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from kafka_oracle import KafkaBroker, KafkaDistribution
 from kafka_oracle.dump import dump_log_segments
-from tidelog.cli.main import main
 from tidelog.manager import LogManager
 from tidelog.manager.kraft_metadata import newest_snapshot, read_metadata_log
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.metadata import PartitionMetadataFile
-from tidelog.testing import FakeClock, FakeScheduler
+from tidelog.testing import FakeClock, FakeScheduler, run_cli
 
 pytestmark = pytest.mark.xdist_group("kafka_broker")
 
@@ -217,16 +215,9 @@ def kafka_side(kafka_broker_session: KafkaBroker, tmp_path_factory: pytest.TempP
 
 def tidelog(data_dir: Path, *args: str) -> str:
     """The stdout of ``tidelog --data-dir DATA_DIR ARGS`` run in this process; it must succeed."""
-    with CliRunner().isolation() as (out, err, _):
-        try:
-            main(["--data-dir", str(data_dir), *args])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        assert code == 0, f"tidelog {' '.join(args)} exited {code}: {err.getvalue().decode()}{out.getvalue().decode()}"
-        return out.getvalue().decode()
+    code, out, err = run_cli(data_dir, *args)
+    assert code == 0, f"tidelog {' '.join(args)} exited {code}: {err}{out.decode()}"
+    return out.decode()
 
 
 def test_the_copy_holds_what_the_test_made(kafka_side: KafkaSide) -> None:

@@ -43,7 +43,6 @@ import base64
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -52,13 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from kafka_oracle import KafkaBroker
-from tidelog.cli.main import main
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import files
@@ -67,7 +64,7 @@ from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import TimestampAndOffset
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
-from tidelog.testing import FakeClock, FakeScheduler
+from tidelog.testing import FakeClock, FakeScheduler, run_cli
 from tidelog.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.xdist_group("kafka_broker")
@@ -335,15 +332,8 @@ def active_index_bytes(path: Path) -> int:
 
 def run_tidelog(data_dir: Path, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
     """``tidelog --data-dir DATA_DIR ARGS`` in this process: (exit code, stdout, stderr)."""
-    with CliRunner().isolation(input=stdin) as (out, err, _):
-        try:
-            main(["--data-dir", str(data_dir), *args])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+    code, out, err = run_cli(data_dir, *args, stdin=stdin)
+    return code, out.decode(), err
 
 
 def tidelog(data_dir: Path, *args: str, stdin: bytes = b"") -> str:
