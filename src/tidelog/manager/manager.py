@@ -596,15 +596,17 @@ class LogManager:
             return config
 
     def describe_topic(self, name: str) -> TopicDescription:
-        record = self._record(name)
-        infos, offline = [], []
-        for partition in range(record.partitions):
-            tp = TopicPartition(name, partition)
-            found = self._logs.get(tp)
-            if found is not None:
-                infos.append(self._partition_info(tp, found))
-            else:
-                offline.append(self._offline_entry(tp))
+        # under the manager lock: the server's worker threads describe while others change topics
+        with self._lock:
+            record = self._record(name)
+            infos, offline = [], []
+            for partition in range(record.partitions):
+                tp = TopicPartition(name, partition)
+                found = self._logs.get(tp)
+                if found is not None:
+                    infos.append(self._partition_info(tp, found))
+                else:
+                    offline.append(self._offline_entry(tp))
         return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)))
 
     def _offline_entry(self, tp: TopicPartition) -> SetAside:
