@@ -117,9 +117,11 @@ def _too_large() -> bytes:
     ("t", b"\0" * 16 + b"\x01" + b"\0" * 60, 87),           # INVALID_RECORD: magic 1
     ("t", samples.record_batch(b"x")[:-5], 87),             # INVALID_RECORD: batch cut short (no whole batch)
     ("t", _too_large(), 10),                                # MESSAGE_TOO_LARGE
-], ids=["unknown-topic", "corrupt-crc", "two-batches", "no-batch", "magic-1", "cut-short", "too-large"])
+    ("t", samples.record_batch(b"x", timestamps=[1]), 32),  # INVALID_TIMESTAMP: 1970, far before the bound
+], ids=["unknown-topic", "corrupt-crc", "two-batches", "no-batch", "magic-1", "cut-short", "too-large",
+        "bad-timestamp"])
 def test_produce_errors_are_per_partition(broker: Broker, topic: str, records: bytes | None, code: int) -> None:
-    broker.manager.create_topic("t", 1, {"max.message.bytes": "2000"})
+    broker.manager.create_topic("t", 1, {"max.message.bytes": "2000", "message.timestamp.before.max.ms": "3600000"})
     client = broker.connect()
     response = client.call(samples.produce(topic, records=records), ProduceResponse, 9)
     partition = response.responses[0].partition_responses[0]
