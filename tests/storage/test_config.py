@@ -506,12 +506,12 @@ def test_duplicate_log_dirs_are_rejected() -> None:
 
 
 def test_unknown_broker_keys_are_kept_untyped() -> None:
-    broker = BrokerConfig.from_properties({"listeners": "PLAINTEXT://:9092", "node.id": "1", "log.cleaner.threads": "3"})
-    assert broker.unknown == {"listeners": "PLAINTEXT://:9092", "node.id": "1"}
+    broker = BrokerConfig.from_properties({"process.roles": "broker", "node.id": "1", "log.cleaner.threads": "3"})
+    assert broker.unknown == {"process.roles": "broker", "node.id": "1"}
     assert broker.get("node.id") == "1"
     assert broker.get("log.cleaner.threads") == 3
     assert broker.log_cleaner_threads == 3
-    assert broker.is_set("listeners") and not broker.is_set("log.cleaner.backoff.ms")
+    assert broker.is_set("process.roles") and not broker.is_set("log.cleaner.backoff.ms")
     assert broker.get("log.roll.ms") is None
     with pytest.raises(ConfigError, match="Unknown broker config name: nope"):
         broker.get("nope")
@@ -545,10 +545,17 @@ def test_load_server_properties_file(tmp_path: Path) -> None:
     broker = BrokerConfig.load(path, overrides={"log.cleaner.threads": "4"})
     assert broker.log_dirs == ["/data/one", "/data/two"]
     assert broker.log_cleaner_threads == 4
-    assert broker.unknown == {"node.id": "1", "process.roles": "broker,controller",
-                              "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093"}
+    assert broker.unknown == {"node.id": "1", "process.roles": "broker,controller"}
+    assert broker.listeners == "PLAINTEXT://:9092,CONTROLLER://:9093"  # a server key, typed
     config = broker.log_config()
     assert (config.retention_ms, config.segment_bytes) == (86400000, 1048576)
+
+
+def test_server_keys_are_typed_with_kafkas_defaults() -> None:
+    broker = BrokerConfig.from_properties({})
+    assert (broker.listeners, broker.socket_request_max_bytes) == ("PLAINTEXT://127.0.0.1:9092", 104857600)
+    with pytest.raises(ConfigError, match="socket.request.max.bytes"):
+        BrokerConfig.from_properties({"socket.request.max.bytes": "0"})
 
 
 def test_load_invalid_value_names_file_and_key(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The server's own broker keys, read from :class:`~tidelog.storage.config.BrokerConfig`.
 
-``BrokerConfig`` keeps keys it does not type (``listeners``, ``advertised.listeners``,
-``socket.request.max.bytes``, ``node.id``) as text; this module parses them as Kafka does:
+``BrokerConfig`` types and validates these keys (defaults included); this module parses the
+listener syntax as Kafka does:
 
 * ``listeners``: comma-separated ``NAME://host:port`` (default ``PLAINTEXT://127.0.0.1:9092``: a
   fresh install listens on loopback only). An empty host binds every interface; ``[::1]`` is an
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from tidelog.errors import ConfigError
 from tidelog.storage.config import BrokerConfig
 
-DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT"})
 
@@ -50,22 +49,21 @@ class ServerConfig:
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
         """Parse the server keys of ``broker``; :class:`ConfigError` names the key at fault."""
-        listeners = parse_endpoints(_text(broker, "listeners", DEFAULT_LISTENERS), "listeners")
+        listeners = parse_endpoints(broker.listeners, "listeners")
         if not listeners:
             raise ConfigError("listeners must name at least one listener", config="listeners")
-        protocols = _protocol_map(_text(broker, "listener.security.protocol.map", ""))
+        protocols = _protocol_map(broker.listener_security_protocol_map)
         for endpoint in listeners:
             protocol = protocols.get(endpoint.listener_name, endpoint.listener_name)
             if protocol not in SUPPORTED_PROTOCOLS:
                 raise ConfigError(f"listener {endpoint} uses security protocol {protocol}, which tidelog does not "
                                   f"serve yet (only PLAINTEXT)", config="listeners")
-        advertised = parse_endpoints(_text(broker, "advertised.listeners", ""), "advertised.listeners")
+        advertised = parse_endpoints(broker.advertised_listeners, "advertised.listeners")
         names = {e.listener_name for e in listeners}
         for endpoint in advertised:
             if endpoint.listener_name not in names:
                 raise ConfigError(f"advertised listener {endpoint} names no listener", config="advertised.listeners")
-        max_bytes = _positive_int(broker, "socket.request.max.bytes", DEFAULT_SOCKET_REQUEST_MAX_BYTES)
-        return cls(tuple(listeners), tuple(advertised), max_bytes)
+        return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes)
 
     def advertised_for(self, listener_name: str) -> Endpoint | None:
         """The advertised endpoint of ``listener_name``, when one is configured."""
@@ -108,17 +106,3 @@ def _protocol_map(text: str) -> dict[str, str]:
             mapping[name.strip().upper()] = protocol.strip().upper()
     return mapping
 
-
-def _text(broker: BrokerConfig, key: str, default: str) -> str:
-    return str(broker.get(key)) if broker.is_set(key) else default
-
-
-def _positive_int(broker: BrokerConfig, key: str, default: int) -> int:
-    text = _text(broker, key, str(default)).strip()
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"Invalid value {text} for configuration {key}: not a number", config=key) from None
-    if value < 1:
-        raise ConfigError(f"Invalid value {value} for configuration {key}: must be at least 1", config=key)
-    return value

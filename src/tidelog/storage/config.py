@@ -532,6 +532,13 @@ _BROKER_KEYS = (
     _key("log.cleaner.io.max.bytes.per.second", _DOUBLE, DOUBLE_MAX, None,
          "Throttle of the cleaner's read plus write I/O."),
     _key("log.cleaner.backoff.ms", _LONG, 15000, at_least(0), "Cleaner sleep when nothing was cleanable."),
+    # the Kafka-protocol server's keys (tidelog.server.config parses the listener syntax)
+    _key("listeners", _STR, "PLAINTEXT://127.0.0.1:9092", None,
+         "Comma-separated NAME://host:port the server listens on (loopback only by default)."),
+    _key("advertised.listeners", _STR, "", None, "NAME://host:port told to clients, per listener name."),
+    _key("listener.security.protocol.map", _STR, "", None, "NAME:PROTOCOL pairs (a name is its protocol by default)."),
+    _key("socket.request.max.bytes", _INT, 104857600, at_least(1),
+         "Largest request size prefix accepted; a larger one closes the connection."),
     _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
          "Inactivity after which a producer id expires; until then the cleaner keeps its last batch."),
 )
@@ -607,6 +614,10 @@ class BrokerConfig:
     num_partitions = _Setting[int]("num.partitions")
     auto_create_topics_enable = _Setting[bool]("auto.create.topics.enable")
     message_max_bytes = _Setting[int]("message.max.bytes")
+    listeners = _Setting[str]("listeners")
+    advertised_listeners = _Setting[str]("advertised.listeners")
+    listener_security_protocol_map = _Setting[str]("listener.security.protocol.map")
+    socket_request_max_bytes = _Setting[int]("socket.request.max.bytes")
     log_cleaner_enable = _Setting[bool]("log.cleaner.enable")
     log_cleaner_threads = _Setting[int]("log.cleaner.threads")
     log_cleaner_dedupe_buffer_size = _Setting[int]("log.cleaner.dedupe.buffer.size")
