@@ -25,6 +25,7 @@ from bench.bench_kafka import (
     skipped_rows,
 )
 from bench.bench_storage import MIB, Row, Settings, median, now_ms, scratch_dir, seconds_of
+from tidelog.records.scan import walk_batch_headers
 
 
 # --- 3. produce and fetch through the wire -------------------------------------------------------
@@ -44,11 +45,7 @@ CONSUMER_SETTINGS = {"group_id": None, "enable_auto_commit": False, "auto_offset
 SERVE_START_TIMEOUT_S = 60.0
 STALL_TIMEOUT_S = 60.0  # a transfer that makes no progress for this long fails the benchmark
 _BANNER = re.compile(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
-_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length (the 12 bytes of log overhead)
 _INT32 = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT = 23  # where a v2 batch's int32 lastOffsetDelta is
-_RECORDS_COUNT_AT = 57  # where a v2 batch's int32 records count is
-_V2_HEADER_BYTES = 61
 
 
 class TidelogServe:
@@ -295,20 +292,14 @@ def _fetch_until(client: WireClient, topic: str, end_offset: int, state: list[in
 def _count_batches(records: bytes, state: list[int]) -> bool:
     """Count the whole v2 batches of a fetched ``records`` from the wanted offset on into ``state``
     (a partial batch at the end is dropped, as clients drop it); whether any was counted."""
-    position, counted = 0, False
-    while position + _V2_HEADER_BYTES <= len(records):
-        base_offset, length = _BATCH_HEAD.unpack_from(records, position)
-        end = position + _BATCH_HEAD.size + length
-        if end > len(records):
-            break
-        last_offset = base_offset + _INT32.unpack_from(records, position + _LAST_OFFSET_DELTA_AT)[0]
-        if last_offset >= state[0]:
-            state[0] = last_offset + 1
-            state[1] += _INT32.unpack_from(records, position + _RECORDS_COUNT_AT)[0]
-            state[2] += end - position
-            counted = True
-        position = end
-    return counted
+    batches = walk_batch_headers(records).batches
+    wanted = batches["last_offset"] >= state[0]
+    if not wanted.any():
+        return False
+    state[0] = int(batches["last_offset"][wanted][-1]) + 1
+    state[1] += int(batches["records_count"][wanted].sum())
+    state[2] += int(batches["size"][wanted].sum())
+    return True
 
 
 # one round on one broker, the rounds alternating, the rows
