@@ -5,7 +5,10 @@ Nothing here is used by production code paths.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+from click.testing import CliRunner
 
 from tidelog.scheduler import Task, _TaskQueue, run_task
 
@@ -78,10 +81,6 @@ class FakeScheduler:
 def run_cli(data_dir: Path, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
     """``tidelog --data-dir DATA_DIR ARGS`` in this process with ``stdin``: (exit code, stdout
     bytes, stderr text). Faster than a subprocess; the command sees real binary stdio."""
-    import sys
-
-    from click.testing import CliRunner
-
     from tidelog.cli.main import main  # the front door, imported only by the tests that use it
 
     with CliRunner().isolation(input=stdin) as (out, err, _):
