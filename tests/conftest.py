@@ -6,11 +6,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidelog.testing import FakeClock, FakeScheduler
 
 T0 = 1_700_000_000_000  # FakeClock's default start, ms
+SPARK_TESTS = Path(__file__).parent / "spark"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Spark tests share one session, so xdist runs them all on one worker (``--dist loadgroup``).
+
+    Marked as each is collected: xdist turns the mark into a group before other
+    ``pytest_collection_modifyitems`` hooks see the items.
+    """
+    if SPARK_TESTS in item.path.parents:
+        item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture

@@ -1,0 +1,25 @@
+"""Spark finds tidelog's data source here: ``spark.read.format("tidelog")``.
+
+PySpark registers the ``DefaultSource`` of any importable top-level module named ``pyspark_*``
+the first time a Python data source is looked up, so installing tidelog (with the ``spark``
+extra) in the driver's and executors' Python is all a user does. Where auto-registration cannot
+see the package (shipped only with ``--py-files``), call :func:`register` once per SparkSession.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidelog.spark.source import TidelogDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DefaultSource = TidelogDataSource
+
+__all__ = ["DefaultSource", "TidelogDataSource", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register ``format("tidelog")`` in ``spark`` (registration is per SparkSession)."""
+    spark.dataSource.register(TidelogDataSource)

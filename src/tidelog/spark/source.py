@@ -1,0 +1,62 @@
+"""``format("tidelog")``: the Spark data source over tidelog (and Kafka) data dirs.
+
+The class Spark instantiates stays thin: Spark pickles it (and what it returns) into every task,
+so it holds only the options. Each capability is built by its own module, which validates the
+options there, so a bad option fails at ``load()``/``save()`` before any job runs:
+
+* batch and streaming reads: :mod:`tidelog.spark.reader`;
+* batch and streaming writes: :mod:`tidelog.spark.writer`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+from tidelog.spark.schema import read_schema_ddl
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+                                        DataSourceWriter)
+    from pyspark.sql.types import StructType
+
+SHORT_NAME = "tidelog"
+
+
+def _flag(options: dict[str, str], key: str) -> bool:
+    value = str(options.get(key, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {key}={options.get(key)!r}: expected true or false")
+    return value == "true"
+
+
+class TidelogDataSource(DataSource):
+    """Kafka's row schema and option names, read from and written to segment files directly."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> str:
+        return read_schema_ddl(_flag(self.options, "includeHeaders"))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from tidelog.spark.reader import batch_reader
+
+        return batch_reader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from tidelog.spark.reader import stream_reader
+
+        return stream_reader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from tidelog.spark.writer import batch_writer
+
+        return batch_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from tidelog.spark.writer import stream_writer
+
+        return stream_writer(dict(self.options), schema, overwrite)

@@ -1,0 +1,28 @@
+"""One real local Spark session for every Spark test (start-up costs ~10 s here).
+
+Every test in this directory is put in ``xdist_group("spark")`` (by ``tests/conftest.py``), so xdist runs them all on one
+worker with one session. Spark's Python workers run this interpreter (``tidelog.spark.session``),
+which has tidelog installed, so ``format("tidelog")`` resolves through ``pyspark_tidelog`` as it
+does for users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from tidelog.spark.session import local_session
+
+    session = local_session(**{
+        "spark.sql.shuffle.partitions": "4",       # default 200: tiny test data, 200 tasks of overhead
+        "spark.default.parallelism": "2",
+        "spark.python.worker.reuse": "true",
+        "spark.driver.memory": "2g",
+        "spark.sql.streaming.pollingDelay": "50ms",
+    })
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
