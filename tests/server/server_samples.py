@@ -5,7 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeLogDirsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
@@ -72,6 +82,31 @@ def delete_topics(name: str, version: int) -> Any:
     return DeleteTopicsRequest(timeout_ms=1000, topic_names=[name])
 
 
+def _alter(request_class: Any, topic: str) -> Any:
+    resource = request_class.AlterConfigsResource
+    config = resource.AlterableConfig
+    op = {"config_operation": 0} if request_class is IncrementalAlterConfigsRequest else {}
+    return request_class(validate_only=False, resources=[resource(resource_type=2, resource_name=topic, configs=[
+        config(name="retention.ms", value="60000", **op)])])
+
+
+ADMIN_SAMPLES: dict[int, Any] = {
+    codec.DELETE_RECORDS: lambda topic: DeleteRecordsRequest(timeout_ms=1000, topics=[
+        DeleteRecordsRequest.DeleteRecordsTopic(name=topic, partitions=[
+            DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0, offset=0)])]),
+    codec.DESCRIBE_CONFIGS: lambda topic: DescribeConfigsRequest(include_synonyms=True, include_documentation=True,
+        resources=[DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=topic,
+                                                                  configuration_keys=None)]),
+    codec.ALTER_CONFIGS: lambda topic: _alter(AlterConfigsRequest, topic),
+    codec.INCREMENTAL_ALTER_CONFIGS: lambda topic: _alter(IncrementalAlterConfigsRequest, topic),
+    codec.DESCRIBE_LOG_DIRS: lambda topic: DescribeLogDirsRequest(topics=None),
+    codec.CREATE_PARTITIONS: lambda topic: CreatePartitionsRequest(timeout_ms=1000, validate_only=False, topics=[
+        CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=2, assignments=None)]),
+    codec.DESCRIBE_CLUSTER: lambda topic: DescribeClusterRequest(include_cluster_authorized_operations=True,
+                                                                 endpoint_type=1, include_fenced_brokers=False),
+}
+
+
 def sample(api_key: int, version: int, topic: str = "t") -> Any:
     """A request of ``api_key`` valid at ``version``."""
     if api_key == codec.API_VERSIONS:
@@ -88,6 +123,8 @@ def sample(api_key: int, version: int, topic: str = "t") -> Any:
         return create_topics(topic)
     if api_key == codec.DELETE_TOPICS:
         return delete_topics(topic, version)
+    if api_key in ADMIN_SAMPLES:
+        return ADMIN_SAMPLES[api_key](topic)
     raise ValueError(f"no sample for API key {api_key}")
 
 

@@ -26,7 +26,8 @@ def _frame(request: object, version: int, correlation_id: int = 7) -> bytes:
 
 def test_advertised_apis_are_exactly_the_ones_served() -> None:
     assert {k: (s.min_version, s.max_version) for k, s in codec.SUPPORTED_APIS.items()} == {
-        0: (3, 12), 1: (4, 12), 2: (1, 10), 3: (0, 13), 18: (0, 4), 19: (2, 7), 20: (1, 6)}
+        0: (3, 12), 1: (4, 12), 2: (1, 10), 3: (0, 13), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 32: (1, 4),
+        33: (0, 2), 35: (1, 4), 37: (0, 3), 44: (0, 1), 60: (0, 2)}
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
@@ -57,6 +58,12 @@ def test_every_version_is_served_and_its_response_decodes(broker: Broker, api_ke
         assert not broker.manager.has_topic("t")
     if api_key == codec.CREATE_TOPICS:
         assert broker.manager.partitions("t") == [0]
+    if api_key == codec.CREATE_PARTITIONS:
+        assert broker.manager.partitions("t") == [0, 1]
+    if api_key in (codec.ALTER_CONFIGS, codec.INCREMENTAL_ALTER_CONFIGS):
+        assert broker.manager.topic_overrides("t") == {"retention.ms": "60000"}
+    if api_key == codec.DESCRIBE_CONFIGS:
+        assert len(response.results[0].configs) > 20
     client.close()
 
 

@@ -26,7 +26,26 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
@@ -35,6 +54,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
+DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 32, 33, 35, 37
+INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +71,7 @@ class ApiSpec:
 
 # Version ranges: Kafka 4.0's, capped where a later version needs what this server lacks
 # (Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds -6, earliest pending
-# upload, of tiered storage).
+# upload, of tiered storage; DescribeLogDirs v5 reports cordoned dirs, KIP-1066).
 SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(PRODUCE, 3, 12, ProduceRequest, ProduceResponse),
     ApiSpec(FETCH, 4, 12, FetchRequest, FetchResponse),
@@ -59,6 +80,13 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(API_VERSIONS, 0, 4, ApiVersionsRequest, ApiVersionsResponse),
     ApiSpec(CREATE_TOPICS, 2, 7, CreateTopicsRequest, CreateTopicsResponse),
     ApiSpec(DELETE_TOPICS, 1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
+    ApiSpec(DELETE_RECORDS, 0, 2, DeleteRecordsRequest, DeleteRecordsResponse),
+    ApiSpec(DESCRIBE_CONFIGS, 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiSpec(ALTER_CONFIGS, 0, 2, AlterConfigsRequest, AlterConfigsResponse),
+    ApiSpec(DESCRIBE_LOG_DIRS, 1, 4, DescribeLogDirsRequest, DescribeLogDirsResponse),
+    ApiSpec(CREATE_PARTITIONS, 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
+    ApiSpec(INCREMENTAL_ALTER_CONFIGS, 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    ApiSpec(DESCRIBE_CLUSTER, 0, 2, DescribeClusterRequest, DescribeClusterResponse),
 )}
 
 _HEAD = struct.Struct(">hhi")

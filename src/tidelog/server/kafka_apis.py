@@ -7,11 +7,14 @@ from typing import Any
 
 from tidelog.server import codec
 from tidelog.server.api_versions import api_versions_response
+from tidelog.server.cluster import handle_describe_cluster, handle_describe_log_dirs
 from tidelog.server.codec import Request
+from tidelog.server.configs import handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.fetch import handle_fetch
 from tidelog.server.list_offsets import handle_list_offsets
 from tidelog.server.metadata import handle_metadata
+from tidelog.server.partitions import handle_create_partitions, handle_delete_records
 from tidelog.server.produce import handle_produce
 from tidelog.server.topics import handle_create_topics, handle_delete_topics
 
@@ -24,6 +27,13 @@ HANDLERS: dict[int, Handler] = {
     codec.METADATA: handle_metadata,
     codec.CREATE_TOPICS: handle_create_topics,
     codec.DELETE_TOPICS: handle_delete_topics,
+    codec.DELETE_RECORDS: handle_delete_records,
+    codec.DESCRIBE_CONFIGS: handle_describe_configs,
+    codec.ALTER_CONFIGS: handle_alter_configs,
+    codec.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    codec.CREATE_PARTITIONS: handle_create_partitions,
+    codec.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    codec.DESCRIBE_CLUSTER: handle_describe_cluster,
 }
 
 
