@@ -5,19 +5,33 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from dataclasses import dataclass
+
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
     DescribeLogDirsRequest,
     IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
 )
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
-from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -107,8 +121,89 @@ ADMIN_SAMPLES: dict[int, Any] = {
 }
 
 
-def sample(api_key: int, version: int, topic: str = "t") -> Any:
-    """A request of ``api_key`` valid at ``version``."""
+@dataclass(frozen=True)
+class GroupMember:
+    """Who the group samples speak for: a member of ``group`` in ``generation`` (or, with
+    generation -1 and no member id, a client outside the group)."""
+
+    group: str = "g"
+    member_id: str = "m-1"
+    generation: int = 1
+
+
+GROUP_APIS = frozenset({codec.FIND_COORDINATOR, codec.JOIN_GROUP, codec.SYNC_GROUP, codec.HEARTBEAT,
+                        codec.LEAVE_GROUP, codec.OFFSET_COMMIT, codec.OFFSET_FETCH, codec.DESCRIBE_GROUPS,
+                        codec.LIST_GROUPS, codec.DELETE_GROUPS})
+PROTOCOL_TYPE, PROTOCOL = "consumer", "range"
+
+
+def join_group(group: str = "g", member_id: str = "", session_timeout_ms: int = 10000,
+               instance_id: str | None = None, protocols: tuple[tuple[str, bytes], ...] = ((PROTOCOL, b"sub"),)) -> Any:
+    P = JoinGroupRequest.JoinGroupRequestProtocol
+    return JoinGroupRequest(group_id=group, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=10000,
+                            member_id=member_id, group_instance_id=instance_id, protocol_type=PROTOCOL_TYPE,
+                            protocols=[P(name=n, metadata=m) for n, m in protocols], reason=None)
+
+
+def sync_group(member: GroupMember, assignments: dict[str, bytes] | None = None) -> Any:
+    A = SyncGroupRequest.SyncGroupRequestAssignment
+    return SyncGroupRequest(group_id=member.group, generation_id=member.generation, member_id=member.member_id,
+                            group_instance_id=None, protocol_type=PROTOCOL_TYPE, protocol_name=PROTOCOL,
+                            assignments=[A(member_id=m, assignment=a) for m, a in (assignments or {}).items()])
+
+
+def offset_commit(member: GroupMember, topic: str, offsets: dict[int, int], metadata: str | None = "") -> Any:
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    return OffsetCommitRequest(group_id=member.group, generation_id_or_member_epoch=member.generation,
+                               member_id=member.member_id, group_instance_id=None, retention_time_ms=-1, topics=[
+        T(name=topic, partitions=[T.OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
+                                                                 committed_leader_epoch=-1,
+                                                                 committed_metadata=metadata)
+                                  for p, o in offsets.items()])])
+
+
+def offset_fetch(group: str, topic: str | None, partitions: list[int], version: int) -> Any:
+    """Offsets of ``topic``'s ``partitions`` (every committed one when ``topic`` is None; v2+)."""
+    if version >= 8:
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        topics = None if topic is None else [G.OffsetFetchRequestTopics(name=topic, partition_indexes=partitions)]
+        return OffsetFetchRequest(groups=[G(group_id=group, member_id=None, member_epoch=-1, topics=topics)],
+                                  require_stable=False)
+    T = OffsetFetchRequest.OffsetFetchRequestTopic
+    topics = None if topic is None else [T(name=topic, partition_indexes=partitions)]
+    return OffsetFetchRequest(group_id=group, topics=topics, require_stable=False)
+
+
+def leave_group(member: GroupMember, version: int) -> Any:
+    if version >= 3:
+        return LeaveGroupRequest(group_id=member.group, members=[LeaveGroupRequest.MemberIdentity(
+            member_id=member.member_id, group_instance_id=None, reason="done")])
+    return LeaveGroupRequest(group_id=member.group, member_id=member.member_id)
+
+
+def find_coordinator(key: str, version: int, key_type: int = 0) -> Any:
+    if version >= 4:
+        return FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+    return FindCoordinatorRequest(key=key, key_type=key_type)
+
+
+GROUP_SAMPLES: dict[int, Any] = {
+    codec.FIND_COORDINATOR: lambda m, topic, v: find_coordinator(m.group, v),
+    codec.JOIN_GROUP: lambda m, topic, v: join_group(m.group, m.member_id),
+    codec.SYNC_GROUP: lambda m, topic, v: sync_group(m, {m.member_id: b"assignment"}),
+    codec.HEARTBEAT: lambda m, topic, v: HeartbeatRequest(group_id=m.group, generation_id=m.generation,
+                                                          member_id=m.member_id, group_instance_id=None),
+    codec.LEAVE_GROUP: lambda m, topic, v: leave_group(m, v),
+    codec.OFFSET_COMMIT: lambda m, topic, v: offset_commit(m, topic, {0: 5}, "meta"),
+    codec.OFFSET_FETCH: lambda m, topic, v: offset_fetch(m.group, topic, [0], v),
+    codec.DESCRIBE_GROUPS: lambda m, topic, v: DescribeGroupsRequest(groups=[m.group], include_authorized_operations=True),
+    codec.LIST_GROUPS: lambda m, topic, v: ListGroupsRequest(states_filter=[], types_filter=[]),
+    codec.DELETE_GROUPS: lambda m, topic, v: DeleteGroupsRequest(groups_names=[m.group]),
+}
+
+
+def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = GroupMember()) -> Any:
+    """A request of ``api_key`` valid at ``version`` (group APIs speak for ``member``)."""
     if api_key == codec.API_VERSIONS:
         return ApiVersionsRequest(client_software_name="tidelog-tests", client_software_version="1.0")
     if api_key == codec.METADATA:
@@ -125,6 +220,8 @@ def sample(api_key: int, version: int, topic: str = "t") -> Any:
         return delete_topics(topic, version)
     if api_key in ADMIN_SAMPLES:
         return ADMIN_SAMPLES[api_key](topic)
+    if api_key in GROUP_SAMPLES:
+        return GROUP_SAMPLES[api_key](member, topic, version)
     raise ValueError(f"no sample for API key {api_key}")
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import struct
 
+from collections.abc import Callable
+
 import pytest
+from kafka.protocol.consumer import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 import server_samples as samples
-from server_helpers import Broker
+from server_helpers import Broker, RawClient
 from tidelog.server import codec
 from tidelog.server.codec import decode_request, encode_response
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
@@ -27,7 +30,9 @@ def _frame(request: object, version: int, correlation_id: int = 7) -> bytes:
 def test_advertised_apis_are_exactly_the_ones_served() -> None:
     assert {k: (s.min_version, s.max_version) for k, s in codec.SUPPORTED_APIS.items()} == {
         0: (3, 12), 1: (4, 12), 2: (1, 10), 3: (0, 13), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 32: (1, 4),
-        33: (0, 2), 35: (1, 4), 37: (0, 3), 44: (0, 1), 60: (0, 2)}
+        33: (0, 2), 35: (1, 4), 37: (0, 3), 44: (0, 1), 60: (0, 2),
+        8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
+        42: (0, 2)}
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
@@ -39,14 +44,32 @@ def test_request_decodes_to_what_kafka_python_encoded(api_key: int, version: int
     assert reencoded == _frame(request, version)
 
 
+def _group_member(client: RawClient, api_key: int) -> samples.GroupMember:
+    """The group the sample of ``api_key`` needs: for DeleteGroups an empty group with a
+    committed offset, else a Stable group whose only member (the leader) is returned."""
+    if api_key == codec.DELETE_GROUPS:
+        outsider = samples.GroupMember("g", "", -1)
+        client.call(samples.offset_commit(outsider, "t", {0: 1}), OffsetCommitResponse, 9)
+        return outsider
+    first = client.call(samples.join_group("g"), JoinGroupResponse, 9)
+    assert first.error_code == 79  # MEMBER_ID_REQUIRED
+    joined = client.call(samples.join_group("g", first.member_id), JoinGroupResponse, 9)
+    member = samples.GroupMember("g", joined.member_id, joined.generation_id)
+    assert client.call(samples.sync_group(member, {member.member_id: b"a"}), SyncGroupResponse, 5).error_code == 0
+    return member
+
+
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
-def test_every_version_is_served_and_its_response_decodes(broker: Broker, api_key: int, version: int) -> None:
+def test_every_version_is_served_and_its_response_decodes(make_broker: Callable[..., Broker], api_key: int,
+                                                          version: int) -> None:
+    broker = make_broker(**{"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"})
     broker.manager.create_topic("t", 1)
     if api_key == codec.CREATE_TOPICS:
         broker.manager.delete_topic("t")
     spec = codec.SUPPORTED_APIS[api_key]
     client = broker.connect()
-    response = client.call(samples.sample(api_key, version), spec.response, version)
+    member = _group_member(client, api_key) if api_key in samples.GROUP_APIS else samples.GroupMember()
+    response = client.call(samples.sample(api_key, version, member=member), spec.response, version)
     assert _error_codes(response) == {0}, response
     if api_key == codec.PRODUCE:
         assert response.responses[0].partition_responses[0].base_offset == 0
@@ -64,6 +87,21 @@ def test_every_version_is_served_and_its_response_decodes(broker: Broker, api_ke
         assert broker.manager.topic_overrides("t") == {"retention.ms": "60000"}
     if api_key == codec.DESCRIBE_CONFIGS:
         assert len(response.results[0].configs) > 20
+    if api_key == codec.FIND_COORDINATOR:
+        found = response.coordinators[0] if version >= 4 else response
+        assert (found.node_id, found.host, found.port) == (1, "127.0.0.1", broker.port)
+    if api_key == codec.JOIN_GROUP:
+        assert (response.member_id, response.generation_id, response.leader) == (member.member_id, 2, member.member_id)
+    if api_key == codec.SYNC_GROUP:
+        assert response.assignment == b"a"
+    if api_key == codec.DESCRIBE_GROUPS:
+        assert (response.groups[0].group_state, [m.member_id for m in response.groups[0].members]) == (
+            "Stable", [member.member_id])
+    if api_key == codec.LIST_GROUPS:
+        assert [g.group_id for g in response.groups] == ["g"]
+    if api_key == codec.OFFSET_FETCH:
+        topics = response.groups[0].topics if version >= 8 else response.topics
+        assert [(t.name, [p.committed_offset for p in t.partitions]) for t in topics] == [("t", [-1])]
     client.close()
 
 

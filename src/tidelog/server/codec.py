@@ -33,6 +33,8 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
@@ -41,14 +43,42 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.api_header import RequestHeader
-from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
@@ -56,6 +86,8 @@ from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
 DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 32, 33, 35, 37
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +103,8 @@ class ApiSpec:
 
 # Version ranges: Kafka 4.0's, capped where a later version needs what this server lacks
 # (Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds -6, earliest pending
-# upload, of tiered storage; DescribeLogDirs v5 reports cordoned dirs, KIP-1066).
+# upload, of tiered storage; DescribeLogDirs v5 reports cordoned dirs, KIP-1066; OffsetCommit v10
+# and OffsetFetch v10 name topics by id only, KIP-848, Kafka 4.1).
 SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(PRODUCE, 3, 12, ProduceRequest, ProduceResponse),
     ApiSpec(FETCH, 4, 12, FetchRequest, FetchResponse),
@@ -87,6 +120,16 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(CREATE_PARTITIONS, 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
     ApiSpec(INCREMENTAL_ALTER_CONFIGS, 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     ApiSpec(DESCRIBE_CLUSTER, 0, 2, DescribeClusterRequest, DescribeClusterResponse),
+    ApiSpec(OFFSET_COMMIT, 2, 9, OffsetCommitRequest, OffsetCommitResponse),
+    ApiSpec(OFFSET_FETCH, 1, 9, OffsetFetchRequest, OffsetFetchResponse),
+    ApiSpec(FIND_COORDINATOR, 0, 6, FindCoordinatorRequest, FindCoordinatorResponse),
+    ApiSpec(JOIN_GROUP, 2, 9, JoinGroupRequest, JoinGroupResponse),
+    ApiSpec(HEARTBEAT, 0, 4, HeartbeatRequest, HeartbeatResponse),
+    ApiSpec(LEAVE_GROUP, 0, 5, LeaveGroupRequest, LeaveGroupResponse),
+    ApiSpec(SYNC_GROUP, 0, 5, SyncGroupRequest, SyncGroupResponse),
+    ApiSpec(DESCRIBE_GROUPS, 0, 6, DescribeGroupsRequest, DescribeGroupsResponse),
+    ApiSpec(LIST_GROUPS, 0, 5, ListGroupsRequest, ListGroupsResponse),
+    ApiSpec(DELETE_GROUPS, 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
 )}
 
 _HEAD = struct.Struct(">hhi")

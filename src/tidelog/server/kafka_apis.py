@@ -12,6 +12,18 @@ from tidelog.server.codec import Request
 from tidelog.server.configs import handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.fetch import handle_fetch
+from tidelog.server.groups.apis import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from tidelog.server.list_offsets import handle_list_offsets
 from tidelog.server.metadata import handle_metadata
 from tidelog.server.partitions import handle_create_partitions, handle_delete_records
@@ -34,6 +46,16 @@ HANDLERS: dict[int, Handler] = {
     codec.CREATE_PARTITIONS: handle_create_partitions,
     codec.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     codec.DESCRIBE_CLUSTER: handle_describe_cluster,
+    codec.OFFSET_COMMIT: handle_offset_commit,
+    codec.OFFSET_FETCH: handle_offset_fetch,
+    codec.FIND_COORDINATOR: handle_find_coordinator,
+    codec.JOIN_GROUP: handle_join_group,
+    codec.HEARTBEAT: handle_heartbeat,
+    codec.LEAVE_GROUP: handle_leave_group,
+    codec.SYNC_GROUP: handle_sync_group,
+    codec.DESCRIBE_GROUPS: handle_describe_groups,
+    codec.LIST_GROUPS: handle_list_groups,
+    codec.DELETE_GROUPS: handle_delete_groups,
 }
 
 

@@ -5,6 +5,9 @@ One listening socket per ``listeners`` entry; each accepted connection is served
 runs in the server's thread pool (``io_threads``, Kafka's ``num.io.threads``). The server does not
 own the LogManager: whoever opened it shuts it down, after :meth:`KafkaServer.stop`.
 
+Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
+``__consumer_offsets``, so every group and committed offset is back when the first client comes.
+
 :class:`ServerThread` runs a server on its own event loop thread, for ``tidelog serve`` and tests.
 """
 
@@ -22,6 +25,7 @@ from tidelog.manager.log_dir import DEFAULT_NODE_ID
 from tidelog.server.config import Endpoint, ServerConfig
 from tidelog.server.connection import serve_connection
 from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
+from tidelog.server.groups.service import GroupsContext, GroupService
 from tidelog.storage.metadata import read_meta_properties
 
 log = logging.getLogger(__name__)
@@ -49,14 +53,18 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._executor: ThreadPoolExecutor | None = None
         self._context: ApiContext | None = None
+        self._groups: GroupService | None = None
         self.bound: list[BoundListener] = []
 
     async def start(self) -> list[BoundListener]:
         """Bind every listener (an address in use raises OSError, nothing left bound) and accept."""
         self._executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="tidelog-io")
         node_id, cluster_id = self._identity()
-        self._context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival())
+        context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival())
         try:
+            self._groups = await GroupService.start(context)
+            self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
+                                          context.arrivals, self._groups)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
         except BaseException:
@@ -117,6 +125,9 @@ class KafkaServer:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+        if self._groups is not None:
+            groups, self._groups = self._groups, None
+            await groups.stop()  # group writes in flight finish before the pool goes
         if self._executor is not None:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, True)  # file calls in flight finish first

@@ -42,6 +42,10 @@ naming the replacement, at topic and broker level alike. Unknown topic keys are 
 ("Unknown topic config name: x"); unknown broker keys (``listeners``, ``node.id`` ...) are kept,
 untyped, in :attr:`BrokerConfig.unknown`.
 
+tidelog-only broker keys (all named ``tidelog.*``; a Kafka broker only warns about them):
+``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites)
+and ``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine).
+
 ``server.properties`` is read with Java ``Properties.load`` syntax (:func:`parse_properties`):
 ``#``/``!`` comment lines, ``key=value``, ``key:value`` or ``key value``, trailing-backslash
 continuation lines, and the escapes ``\\t \\n \\r \\f \\\\ \\uXXXX``.
@@ -381,6 +385,7 @@ _GZIP_LEVEL = RangeOrSentinel(1, 9, -1)
 _LZ4_LEVEL = between(1, 17)
 _ZSTD_LEVEL = between(-131072, 22)
 SEGMENT_BYTES_MIN = 14  # Kafka 3.x's RECORD_OVERHEAD_V0; see the module docstring
+CLEANER_ENGINES = ("in-process", "spark")  # tidelog.cleaner.engine
 
 _TOPIC_KEYS = (
     _key("segment.bytes", _INT, 1073741824, at_least(SEGMENT_BYTES_MIN),
@@ -541,6 +546,24 @@ _BROKER_KEYS = (
          "Largest request size prefix accepted; a larger one closes the connection."),
     _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
          "Inactivity after which a producer id expires; until then the cleaner keeps its last batch."),
+    # tidelog-only keys (Kafka has none of these; a Kafka broker ignores them with a warning)
+    _key("tidelog.cleaner.engine", _STR, "in-process", OneOf(CLEANER_ENGINES),
+         "tidelog only: where the log cleaner dedupes and rewrites: in-process (this process's cleaner "
+         "threads) or spark (a Spark job per pass; needs pyspark, the 'spark' extra). Same bytes either way."),
+    _key("tidelog.cleaner.spark.master", _STR, "local[2]", None,
+         "tidelog only: the Spark master URL of the spark cleaner engine (executors must see the log dirs)."),
+    # the group coordinator's keys (tidelog.server.groups)
+    _key("group.initial.rebalance.delay.ms", _INT, 3000, at_least(0),
+         "How long the first rebalance of an empty group waits for more members to join."),
+    _key("group.min.session.timeout.ms", _INT, 6000, at_least(0), "Smallest session timeout a member may ask for."),
+    _key("group.max.session.timeout.ms", _INT, 1800000, at_least(0), "Largest session timeout a member may ask for."),
+    _key("group.max.size", _INT, 2147483647, at_least(1), "Most members one classic group may hold."),
+    _key("offsets.topic.num.partitions", _INT, 50, at_least(1),
+         "Partitions of __consumer_offsets when it is created (a group's partition is hash(group) mod this)."),
+    _key("offsets.topic.segment.bytes", _INT, 104857600, at_least(1), "segment.bytes of __consumer_offsets."),
+    _key("offsets.retention.minutes", _INT, 10080, at_least(1),
+         "How long the committed offsets of an empty group are kept after it emptied (or after the commit)."),
+    _key("offsets.retention.check.interval.ms", _LONG, 600000, at_least(1), "Period of the offsets expiration task."),
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _BROKER_KEYS})
@@ -626,6 +649,8 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second = _Setting[float]("log.cleaner.io.max.bytes.per.second")
     log_cleaner_backoff_ms = _Setting[int]("log.cleaner.backoff.ms")
     producer_id_expiration_ms = _Setting[int]("producer.id.expiration.ms")
+    tidelog_cleaner_engine = _Setting[str]("tidelog.cleaner.engine")
+    tidelog_cleaner_spark_master = _Setting[str]("tidelog.cleaner.spark.master")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> BrokerConfig:
