@@ -6,7 +6,9 @@ Kafka's ``Cleaner`` (kafka-storage.md §3.7.4-3.7.7), in two halves behind a sea
   key over [first dirty, first uncleanable), partial when the map fills) and
   :meth:`CleaningEngine.clean_group` (copy what survives of a group of segments into one new
   ``.cleaned`` segment). :class:`InProcessEngine` runs both in this thread on the numba kernels;
-  a Spark engine can plug in and must produce identical segments;
+  :class:`tidelog.spark.compaction.SparkCleaningEngine` plugs in and produces identical segments,
+  sharing :func:`copy_segment` and :func:`seal_cleaned_segment`; an engine may also clean every
+  group of a pass at once (:class:`BatchCleaningEngine`), the owner then swaps them in one by one;
 * the **owner**, :class:`Cleaner`, decides the round (groups, times, bounds), installs each cleaned
   segment with :meth:`Log.replace_segments` (``.cleaned`` → ``.swap`` → swap-in, each step
   recoverable by the loader) and checks for an abort before every chunk and every swap.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -43,7 +46,7 @@ from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage import files
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log, segment_config
-from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment import LogSegment, SegmentConfig
 from tidelog.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -122,6 +125,20 @@ class CleaningEngine(Protocol):
         ...
 
 
+class BatchCleaningEngine(CleaningEngine, Protocol):
+    """An engine that rewrites every group of a pass in one go (a Spark job): the owner then
+    swaps the cleaned segments in, in order, exactly as it does group by group."""
+
+    def clean_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], round: CleaningRound,
+                     txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
+                     check_done: CheckDone, *, dry_run: bool = False) -> list[LogSegment]:
+        """:meth:`CleaningEngine.clean_group` of every group, in order, as if called one after the
+        other with the same ``txn`` (one cleaned segment per group, none yet part of the log; on
+        an error none is left behind). With ``dry_run`` nothing is written, only ``stats`` change,
+        and the list is empty."""
+        ...
+
+
 class InProcessEngine:
     """Both steps in the calling thread, on the scan and offset-map kernels (numba; the GIL is
     released inside them, so cleaner threads overlap)."""
@@ -176,13 +193,13 @@ class InProcessEngine:
             try:
                 consumed, full = self._map_chunk(data, start, txn, stats)
             except CorruptRecordError as e:
-                raise _in_file(e, segment, position) from e
+                raise _in_file(e, segment.log.path, position) from e
             if full:
                 return True
             position += consumed
             stats.index_bytes_read(consumed)
             if consumed == 0:
-                read_size = _grown(read_size, self._max_buffer(log), data, segment, position, size)
+                read_size = _grown(read_size, self._max_buffer(log), data, segment.log.path, position, size)
         offset_map.latest_offset = next_start - 1  # skip offset gaps to the next segment
         return False
 
@@ -250,16 +267,11 @@ class InProcessEngine:
     def clean_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
                     txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
                     check_done: CheckDone) -> LogSegment:
-        cleaned = _create_cleaned_segment(log, group[0].base_offset)
+        cleaned = create_cleaned_segment(log.dir, group[0].base_offset, segment_config(log.config), log.clock)
         try:
             txn.on_aborted_kept = cleaned.txn_index.append
             self._copy_group(log, group, cleaned, round, txn, legacy_delete_horizon_ms, stats, check_done)
-            # Entries as appends of single batches would place them (the copy reads, and so
-            # appends, far more than Kafka's 256 KiB at a time); also creates the index files.
-            cleaned.rebuild_indexes()
-            cleaned.on_become_inactive_segment()
-            cleaned.flush()
-            cleaned.set_last_modified_ms(group[-1].last_modified_ms)
+            seal_cleaned_segment(cleaned, group[-1].last_modified_ms)
             return cleaned
         except BaseException:
             _discard(cleaned)
@@ -287,64 +299,89 @@ class InProcessEngine:
     def _clean_into(self, log: Log, source: LogSegment, dest: LogSegment | None, round: CleaningRound,
                     txn: CleanedTransactionMetadata, retain_legacy: bool, stats: CleanerStats,
                     check_done: CheckDone) -> None:
-        position = 0
-        size = source.size
-        read_size = max(self._read_size, MIN_COPY_READ)
-        while position < size:
-            check_done(log.topic_partition)
-            data = source.log.read(position, min(read_size, size - position))
-            self._throttle(len(data))
-            at_end = position + len(data) >= size
-            try:
-                chunk = filter_chunk(data, 0, len(data), round, txn, retain_legacy, at_end_of_file=at_end)
-            except CorruptRecordError as e:
-                raise _in_file(e, source, position) from e
-            stats.read_messages(chunk.messages_read, chunk.bytes_read)
-            stats.recopy_messages(chunk.messages_retained, chunk.bytes_retained)
-            stats.invalid_messages_read += chunk.invalid_messages
-            position += chunk.bytes_read
-            if chunk.output and dest is not None:
-                dest.append(chunk.largest_offset, chunk.max_timestamp, chunk.offset_of_max_timestamp,
-                            tuple(chunk.output))
-                self._throttle(chunk.bytes_retained)
-            if chunk.bytes_read == 0:
-                read_size = _grown(read_size, self._max_buffer(log), data, source, position, size)
+        copy_segment(source.log.read, source.size, source.log.path, dest, round, txn, retain_legacy, stats,
+                     read_size=max(self._read_size, MIN_COPY_READ), max_read_size=self._max_buffer(log),
+                     check=lambda: check_done(log.topic_partition), throttle=self._throttle)
 
 
-def _in_file(error: CorruptRecordError, segment: LogSegment, read_position: int) -> CorruptRecordError:
+# --- the copy and the sealing, shared by every engine (same code, same bytes) ------------------
+
+def copy_segment(read: Callable[[int, int], bytes], size: int, path: Path, dest: LogSegment | None,
+                 round: CleaningRound, txn: CleanedTransactionMetadata, retain_legacy: bool, stats: CleanerStats,
+                 *, read_size: int, max_read_size: int, check: Callable[[], None] = lambda: None,
+                 throttle: Callable[[int], None] = lambda size: None) -> None:
+    """Kafka's ``cleanInto``: what survives of the ``size`` bytes of one source segment
+    (``read(position, n)`` reads them; ``path`` names it in errors) appended to ``dest`` (None:
+    count only), in reads of ``read_size`` bytes grown up to ``max_read_size`` for a larger batch.
+    ``check`` runs before every read (it raises to abort), ``throttle`` gets every size read and
+    written. The reads decide the appends, so engines sharing this loop write the same bytes."""
+    position = 0
+    while position < size:
+        check()
+        data = read(position, min(read_size, size - position))
+        throttle(len(data))
+        at_end = position + len(data) >= size
+        try:
+            chunk = filter_chunk(data, 0, len(data), round, txn, retain_legacy, at_end_of_file=at_end)
+        except CorruptRecordError as e:
+            raise _in_file(e, path, position) from e
+        stats.read_messages(chunk.messages_read, chunk.bytes_read)
+        stats.recopy_messages(chunk.messages_retained, chunk.bytes_retained)
+        stats.invalid_messages_read += chunk.invalid_messages
+        position += chunk.bytes_read
+        if chunk.output and dest is not None:
+            dest.append(chunk.largest_offset, chunk.max_timestamp, chunk.offset_of_max_timestamp,
+                        tuple(chunk.output))
+            throttle(chunk.bytes_retained)
+        if chunk.bytes_read == 0:
+            read_size = _grown(read_size, max_read_size, data, path, position, size)
+
+
+def create_cleaned_segment(dir: Path, base_offset: int, config: SegmentConfig, clock: Clock) -> LogSegment:
+    """A new segment at ``base_offset`` in ``dir`` whose files end in ``.cleaned`` (stale ones
+    removed first)."""
+    for name in (files.log_file, files.offset_index_file, files.time_index_file, files.transaction_index_file):
+        name(dir, base_offset, files.CLEANED_SUFFIX).unlink(missing_ok=True)
+    return LogSegment.open(dir, base_offset, config, clock, file_suffix=files.CLEANED_SUFFIX)
+
+
+def seal_cleaned_segment(cleaned: LogSegment, last_modified_ms: int) -> None:
+    """Finish a cleaned segment: indexes rebuilt (entries as appends of single batches would place
+    them: the copy appends far more than Kafka's 256 KiB at a time; this also creates the index
+    files), the final time-index entry, trimmed, flushed, and the replaced segments' last
+    modification time."""
+    cleaned.rebuild_indexes()
+    cleaned.on_become_inactive_segment()
+    cleaned.flush()
+    cleaned.set_last_modified_ms(last_modified_ms)
+
+
+def _in_file(error: CorruptRecordError, path: Path, read_position: int) -> CorruptRecordError:
     """``error`` from a chunk read at ``read_position``, re-stated with the segment's file and the
     position in it."""
-    return CorruptRecordError(error.message, path=segment.log.path,
+    return CorruptRecordError(error.message, path=path,
                               position=read_position + (getattr(error, "position", 0) or 0),
                               offset=getattr(error, "offset", None))
 
 
-def _grown(read_size: int, max_size: int, data: bytes, segment: LogSegment, position: int, size: int) -> int:
+def _grown(read_size: int, max_size: int, data: bytes, path: Path, position: int, size: int) -> int:
     """Kafka's ``growBuffersOrFail``: no complete batch fit the buffer; double it up to the max,
     or fail when the next batch claims more bytes than the segment has left."""
     if read_size < max_size:
         return min(read_size * 2, max_size)
     if len(data) < 12:
-        raise CorruptRecordError("cannot read the next batch's size", path=segment.log.path, position=position)
+        raise CorruptRecordError("cannot read the next batch's size", path=path, position=position)
     next_size = int.from_bytes(data[8:12], "big", signed=True) + 12
     left = size - position
     if next_size <= 12:
-        raise CorruptRecordError(f"invalid batch size {next_size}", path=segment.log.path, position=position)
+        raise CorruptRecordError(f"invalid batch size {next_size}", path=path, position=position)
     if next_size > left:
         raise CorruptRecordError(f"log segment may be corrupt: batch size {next_size} > {left} bytes left in segment",
-                                 path=segment.log.path, position=position)
+                                 path=path, position=position)
     if next_size <= read_size:
         raise CorruptRecordError(f"batch of {next_size} bytes fits the {read_size}-byte buffer but does not parse",
-                                 path=segment.log.path, position=position)
+                                 path=path, position=position)
     return next_size
-
-
-def _create_cleaned_segment(log: Log, base_offset: int) -> LogSegment:
-    """A new segment at ``base_offset`` whose files end in ``.cleaned`` (stale ones removed first)."""
-    for name in (files.log_file, files.offset_index_file, files.time_index_file, files.transaction_index_file):
-        name(log.dir, base_offset, files.CLEANED_SUFFIX).unlink(missing_ok=True)
-    return LogSegment.open(log.dir, base_offset, segment_config(log.config), log.clock,
-                           file_suffix=files.CLEANED_SUFFIX)
 
 
 def _discard(segment: LogSegment) -> None:
@@ -456,6 +493,9 @@ class Cleaner:
         txn = CleanedTransactionMetadata([], lambda _: None)
         groups = group_segments_by_size(log.segments_between(0, end_offset), log.config.segment_bytes,
                                         log.config.segment_index_bytes, first_uncleanable)
+        if hasattr(self.engine, "clean_groups"):
+            self._clean_all(log, tp, groups, round, txn, legacy_horizon, stats, dry_run)
+            groups = []
         for group in groups:
             if dry_run:
                 self.engine.measure_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
@@ -471,3 +511,22 @@ class Cleaner:
         stats.all_done()
         logger.info("%s", stats.summary(f"{self.name} {tp}"))
         return end_offset, stats
+
+    def _clean_all(self, log: Log, tp: TopicPartition, groups: Sequence[Sequence[LogSegment]],
+                   round: CleaningRound, txn: CleanedTransactionMetadata, legacy_horizon: int,
+                   stats: CleanerStats, dry_run: bool) -> None:
+        """A :class:`BatchCleaningEngine`'s pass: every group cleaned at once, then swapped in
+        group by group with the same abort check before each swap as the one-group path."""
+        engine: BatchCleaningEngine = self.engine  # type: ignore[assignment]
+        cleaned = engine.clean_groups(log, groups, round, txn, legacy_horizon, stats, self._check_done,
+                                      dry_run=dry_run)
+        untouched = 0  # cleaned[untouched:] are neither swapped nor half swapped
+        try:
+            for group, segment in zip(groups, cleaned):
+                self._check_done(tp)
+                untouched += 1  # from here on the loader completes or rolls back this swap
+                log.replace_segments([segment], group)
+        except BaseException:
+            for left in cleaned[untouched:]:
+                _discard(left)
+            raise

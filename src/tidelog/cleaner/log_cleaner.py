@@ -8,6 +8,11 @@ nothing was cleaned, sleep ``log.cleaner.backoff.ms``; then forget quarantine en
 partitions that no longer exist. :meth:`LogCleaner.run_once` is one such iteration, on demand (the
 CLI and tests drive it; the threads call it too).
 
+The engine that dedupes and rewrites (:func:`cleaning_engine`) is the tidelog-only broker config
+``tidelog.cleaner.engine``: ``in-process`` (default: numba kernels in the cleaner threads) or
+``spark`` (:class:`tidelog.spark.compaction.SparkCleaningEngine` on ``tidelog.cleaner.spark.master``;
+same bytes). The Spark package is imported only when chosen.
+
 Failures never stop a thread (beyond Kafka: its thread dies on an unexpected error and counts in
 ``DeadThreadCount``): an aborted clean just stops; any other error quarantines that partition with
 the error recorded (see :class:`CleanerManager`), and the thread goes on with the others.
@@ -15,6 +20,7 @@ the error recorded (see :class:`CleanerManager`), and the thread goes on with th
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -23,12 +29,12 @@ from pathlib import Path
 
 from tidelog import retention
 from tidelog.clock import Clock
-from tidelog.cleaner.clean import Cleaner, CleanerBuffers, InProcessEngine
+from tidelog.cleaner.clean import Cleaner, CleanerBuffers, CleaningEngine, InProcessEngine
 from tidelog.cleaner.manager import PHASE_CLEANING, PHASE_RETENTION, CleanerManager
 from tidelog.cleaner.plan import LogToClean
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
-from tidelog.errors import LogCleaningAbortedError, LogCleaningError
+from tidelog.errors import ConfigError, LogCleaningAbortedError, LogCleaningError
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
@@ -36,6 +42,27 @@ from tidelog.topic_partition import TopicPartition
 logger = logging.getLogger(__name__)
 
 LogsSource = Callable[[], Iterable[tuple[TopicPartition, Log]]]
+
+ENGINE_IN_PROCESS, ENGINE_SPARK = "in-process", "spark"  # values of tidelog.cleaner.engine
+
+
+def cleaning_engine(name: str, buffers: CleanerBuffers, throttler: Throttler | None = None, *,
+                    master: str = "local[2]") -> CleaningEngine:
+    """A new engine ``name`` (``tidelog.cleaner.engine``): in-process, or Spark on ``master``
+    (its session is taken on first use). ConfigError for another name, or for spark when
+    pyspark or pyarrow is not installed."""
+    if name == ENGINE_IN_PROCESS:
+        return InProcessEngine(buffers, throttler)
+    if name != ENGINE_SPARK:
+        raise ConfigError(f"unknown cleaner engine {name!r} (in-process or spark)", config="tidelog.cleaner.engine")
+    missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"the spark cleaner engine needs {' and '.join(missing)}: install the 'spark' extra "
+                          "(pip install 'tidelog[spark]')", config="tidelog.cleaner.engine", value=name)
+    # The Spark front door, imported only when chosen (nothing else below it imports it).
+    from tidelog.spark.compaction import SparkCleaningEngine
+
+    return SparkCleaningEngine(buffers, master=master)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +85,8 @@ class _CleanerThread:
         self.index = index
         self.name = f"tidelog-log-cleaner-thread-{index}"
         self._owner = owner
-        self.engine = InProcessEngine(owner.buffers, owner.throttler)
+        self.engine = cleaning_engine(owner.broker.tidelog_cleaner_engine, owner.buffers, owner.throttler,
+                                      master=owner.broker.tidelog_cleaner_spark_master)
         self.last_stats: CleanerStats | None = None
         self.thread: threading.Thread | None = None
         self._current: Log | None = None  # the log being cleaned (one at a time)
@@ -68,6 +96,9 @@ class _CleanerThread:
             on_pass_done=self._pass_done, producer_id_expiration_ms=owner.broker.producer_id_expiration_ms,
             name=self.name,
         )
+
+    def use_engine(self, engine: CleaningEngine) -> None:
+        self.engine = self.cleaner.engine = engine
 
     def _pass_done(self, tp: TopicPartition, end_offset: int) -> None:
         """Between passes of a multi-pass clean: checkpoint the progress, so an abort or a crash
@@ -110,6 +141,15 @@ class LogCleaner:
         self._stop = threading.Event()
         self._started = False
         self.dead_threads = 0
+
+    def use_engine(self, name: str, *, master: str | None = None) -> None:
+        """Clean with engine ``name`` from now on (``tidelog clean run --engine``), ``master``
+        defaulting to ``tidelog.cleaner.spark.master``; not while the threads run."""
+        if self._started:
+            raise LogCleaningError("cannot change the cleaner engine while the cleaner threads run")
+        for worker in self._threads:
+            worker.use_engine(cleaning_engine(name, self.buffers, self.throttler,
+                                              master=master or self.broker.tidelog_cleaner_spark_master))
 
     # --- lifecycle ------------------------------------------------------------------------------
 

@@ -5,6 +5,11 @@ gauges and its quarantined partitions.
 Without ``--force`` a partition is cleaned only if the cleaner would choose it (dirty ratio above
 ``min.cleanable.dirty.ratio``, or overdue by ``max.compaction.lag.ms``); ``--force`` cleans whatever
 is cleanable (the part below the first uncleanable offset) whatever the ratio.
+
+``--engine spark`` runs the dedupe and the rewrite as Spark jobs (``--master``, default the
+tidelog-only broker config ``tidelog.cleaner.spark.master``, itself ``local[2]``); the default is the
+broker's ``tidelog.cleaner.engine`` (``in-process``). Both engines write the same bytes; Spark
+needs the ``spark`` extra (pyspark, pyarrow), imported only when chosen.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from tidelog.cleaner.log_cleaner import CleaningResult, DryRunReport, LogCleaner
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cli.context import open_manager
 from tidelog.cli.tables import echo_json, echo_table
+from tidelog.cleaner.log_cleaner import ENGINE_IN_PROCESS, ENGINE_SPARK
 from tidelog.errors import ConfigError, TidelogError
 from tidelog.manager.manager import LogManager
 from tidelog.retention import format_bytes
@@ -35,15 +41,24 @@ def clean() -> None:
 @click.option("--force", is_flag=True, help="Clean even below min.cleanable.dirty.ratio.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--engine", type=click.Choice([ENGINE_IN_PROCESS, ENGINE_SPARK]),
+              help="Where to dedupe and rewrite (default: tidelog.cleaner.engine, in-process).")
+@click.option("--master", help="Spark master URL for --engine spark (default: tidelog.cleaner.spark.master, "
+                               "local[2]).")
 @click.pass_context
 def run(ctx: click.Context, topic: str | None, partition: int | None, force: bool, dry_run: bool,
-        as_json: bool) -> None:
+        as_json: bool, engine: str | None, master: str | None) -> None:
     """Clean every compacted partition (of --topic / --partition) once, printing what went.
     Exits 1 when a partition could not be cleaned (the others still are)."""
     if partition is not None and topic is None:
         raise click.UsageError("--partition needs --topic")
+    broker = ctx.find_root().obj["broker"]
+    if master is not None and (engine or broker.tidelog_cleaner_engine) != ENGINE_SPARK:
+        raise click.UsageError("--master needs --engine spark")
     with open_manager(ctx) as manager:
         cleaner = _cleaner(manager)
+        if engine is not None or master is not None:
+            cleaner.use_engine(engine or broker.tidelog_cleaner_engine, master=master)
         rows = []
         for tp, lg in manager.logs(topic):
             if partition is not None and tp.partition != partition:
