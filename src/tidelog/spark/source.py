@@ -39,6 +39,11 @@ class TidelogDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> str:
+        # Spark asks for the schema at load(): checking the read options here makes a bad option,
+        # path or partition fail there, before any job (writes pass: they name no subscription).
+        from tidelog.spark.reader import check_load_options
+
+        check_load_options(self.options)
         return read_schema_ddl(_flag(self.options, "includeHeaders"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
