@@ -645,12 +645,12 @@ def test_records_survive_verbatim_byte_for_byte_when_kept() -> None:
     assert output_bytes(chunk) == original and chunk.bytes_read == len(original)
 
 
-def test_varint_writers_stay_identical_to_the_produce_kernels() -> None:
+def test_varint_writers_stay_identical_to_the_record_encoder() -> None:
     """Kept as copies on purpose: numba's on-disk cache only notices edits to a kernel's own
     module, so sharing one source across two twin modules could leave stale compiled code. This
     guard keeps the copies from drifting apart."""
     from tidelog.cleaner import _retain_kernels as retain_kernels
-    from tidelog.cli import _record_kernels as record_kernels
+    from tidelog.records import _encode_kernels as encode_kernels
 
     for name in ("zigzag", "varint_size", "put_varint"):
-        assert getattr(retain_kernels, name).__code__.co_code == getattr(record_kernels, name).__code__.co_code, name
+        assert getattr(retain_kernels, name).__code__.co_code == getattr(encode_kernels, name).__code__.co_code, name

@@ -1,5 +1,5 @@
 # mypy: disable-error-code="no-untyped-def"
-"""Kernels of ``tidelog produce``: JSON lines scanned into record columns, and records encoded.
+"""Kernel of ``tidelog produce``: JSON lines scanned into record columns.
 
 Private to :mod:`tidelog.cli.record_io`, the only caller. As in :mod:`tidelog.records._scan_kernels`,
 every function is written in the subset of Python numba compiles (ints, indexing, loops; no
@@ -24,8 +24,8 @@ no surrogates, at most U+10FFFF) and not control characters; escapes ``\\" \\\\ 
 else (floats, negative numbers, true/false, non-empty headers, blank lines, other fields,
 invalid JSON) stops the kernel at that line.
 
-**Record encoding** (:func:`encode_records`): the v2 record layout of :mod:`tidelog.records.record`;
-zig-zag values stay below 2**63 because batches keep timestamp deltas below 2**62.
+Records are encoded by :mod:`tidelog.records.encode` (kernels in
+:mod:`tidelog.records._encode_kernels`), which the Spark sink shares.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ NUMBA_OPTIONS = {"nogil": True}
 # ~4 s more of one-time compilation); the other helpers are compiled as separate functions.
 NUMBA_INLINED = ("skip_ws", "line_end", "parse_null", "parse_uint", "parse_uint_or_null", "parse_field_name",
                  "field_id", "parse_string_or_null")
-NUMBA_HELPERS = ("zigzag", "varint_size", "put_varint", "put_bytes", "hex_value", "parse_hex4", "put_code_point",
-                 "utf8_sequence_length", "parse_escape", "parse_string", "parse_empty_container", "scan_line")
-NUMBA_KERNELS = ("encode_records", "scan_json_lines")
+NUMBA_HELPERS = ("hex_value", "parse_hex4", "put_code_point", "utf8_sequence_length", "parse_escape", "parse_string",
+                 "parse_empty_container", "scan_line")
+NUMBA_KERNELS = ("scan_json_lines",)
 
 FAIL = -1
 MAX_DIGITS = 18  # 10**18 - 1 < 2**63: no overflow in either twin
@@ -45,80 +45,6 @@ NO_VALUE = -1
 
 # field ids of the JSON fast path
 F_KEY, F_VALUE, F_TIMESTAMP, F_PARTITION, F_TOPIC, F_TIMESTAMP_TYPE, F_OFFSET, F_HEADERS = range(8)
-
-
-# --- record encoding -------------------------------------------------------------------------
-
-def zigzag(n):
-    """Zig-zag of ``n`` with |n| < 2**62 (no 64-bit wrap needed)."""
-    return n * 2 if n >= 0 else -n * 2 - 1
-
-
-def varint_size(raw):
-    size = 1
-    while raw >= 0x80:
-        raw >>= 7
-        size += 1
-    return size
-
-
-def put_varint(out, pos, raw):
-    while raw >= 0x80:
-        out[pos] = (raw & 0x7F) | 0x80
-        raw >>= 7
-        pos += 1
-    out[pos] = raw
-    return pos + 1
-
-
-def put_bytes(out, pos, src, start, length):
-    """``length`` bytes of ``src`` at ``start`` (null when negative) after their length varint."""
-    pos = put_varint(out, pos, zigzag(length))
-    if length > 0:
-        out[pos:pos + length] = src[start:start + length]
-        pos += length
-    return pos
-
-
-def encode_records(key_buf, key_len, val_buf, val_len, hdr_buf, hdr_len, offset_delta, ts_delta, order, n,
-                   key_pos, val_pos, hdr_pos, out, ends):
-    """Write records ``order[0], order[1], ...`` back to back into ``out``; ``ends[j]`` = the
-    byte after the j-th written record. ``*_pos`` are scratch columns (where each record's key,
-    value and headers start in their buffers). Returns the bytes written."""
-    kp = 0
-    vp = 0
-    hp = 0
-    for i in range(n):
-        key_pos[i] = kp
-        val_pos[i] = vp
-        hdr_pos[i] = hp
-        kp += max(key_len[i], 0)
-        vp += max(val_len[i], 0)
-        hp += hdr_len[i]
-    pos = 0
-    for j in range(n):
-        i = order[j]
-        kl = key_len[i]
-        vl = val_len[i]
-        hl = hdr_len[i]
-        tsd = zigzag(ts_delta[i])
-        od = zigzag(offset_delta[i])
-        body = (1 + varint_size(tsd) + varint_size(od) + varint_size(zigzag(kl)) + max(kl, 0)
-                + varint_size(zigzag(vl)) + max(vl, 0) + max(hl, 1))
-        pos = put_varint(out, pos, body * 2)
-        out[pos] = 0
-        pos = put_varint(out, pos + 1, tsd)
-        pos = put_varint(out, pos, od)
-        pos = put_bytes(out, pos, key_buf, key_pos[i], kl)
-        pos = put_bytes(out, pos, val_buf, val_pos[i], vl)
-        if hl == 0:
-            out[pos] = 0
-            pos += 1
-        else:
-            out[pos:pos + hl] = hdr_buf[hdr_pos[i]:hdr_pos[i] + hl]
-            pos += hl
-        ends[j] = pos
-    return pos
 
 
 # --- JSON fast path ------------------------------------------------------------------------

@@ -28,9 +28,10 @@ first line it does not take, with the rest of its chunk, goes through orjson, co
 only to find a bad record). On this 2-core box that is ~0.4 vs ~1.4 us a line.
 
 **Encoding**: :func:`encode_records` writes the records of many batches in one kernel call,
-in the v2 record layout of :mod:`tidelog.records.record`. The kernels are in
-:mod:`tidelog.cli._record_kernels`, with a numba and an interpreted twin from one source (as
-:mod:`tidelog.records.scan`), chosen at import (``TIDELOG_PURE_PYTHON=1`` forces the interpreted one).
+in the v2 record layout of :mod:`tidelog.records.record`, through :mod:`tidelog.records.encode`
+(shared with the Spark sink). The JSON kernel is in :mod:`tidelog.cli._record_kernels`; both
+have a numba and an interpreted twin from one source (as :mod:`tidelog.records.scan`), chosen at
+import (``TIDELOG_PURE_PYTHON=1`` forces the interpreted one).
 
 **Output** (``tidelog consume``): ``text`` writes each value's raw bytes and a newline (``null``
 for a null value), as kafka-console-consumer's ``DefaultMessageFormatter``: nothing is decoded.
@@ -55,11 +56,10 @@ import orjson
 from tidelog import twins
 from tidelog.cli import _record_kernels as _k
 from tidelog.errors import RecordOutputError
+from tidelog.records import encode
+from tidelog.records.encode import record_size_bounds
 from tidelog.records.varint import INT64_MAX, zigzag_bytes
 
-# What a record adds to key + value + max(headers, 1): length varint 5, attributes 1, timestamp
-# delta 9 (|delta| < 2**62), offset delta 5, key and value length varints 5 + 5.
-RECORD_OVERHEAD_BOUND = 30
 JSON_FIELDS = frozenset({"key", "value", "timestamp", "headers", "partition", "topic", "offset", "timestampType"})
 UTF8 = "utf8"
 BASE64 = "base64"
@@ -100,8 +100,7 @@ class ParsedRecords:
 
     def sizes(self) -> np.ndarray:
         """Upper bounds of each record's encoded size."""
-        return (np.maximum(self.key_len, 0) + np.maximum(self.value_len, 0) + np.maximum(self.header_len, 1)
-                + RECORD_OVERHEAD_BOUND)
+        return record_size_bounds(self.key_len, self.value_len, self.header_len)
 
 
 _Column = Sequence[Any]
@@ -390,7 +389,8 @@ def encode_headers(headers: object, b64: bool = False) -> bytes:
 
 class RecordKernels(Protocol):
     """The contract of both twins of :mod:`tidelog.cli._record_kernels` and how each takes its
-    buffers and columns: numpy arrays (numba) or memoryviews and lists (interpreted)."""
+    buffers and columns: numpy arrays (numba) or memoryviews and lists (interpreted). Records are
+    encoded by the twin of :mod:`tidelog.records.encode` of the same name."""
 
     name: str  # "numba" or "python"
 
@@ -403,16 +403,12 @@ class RecordKernels(Protocol):
     def column(self, values: np.ndarray) -> Any:
         """A numpy int64 column as the kernels take it."""
 
-    def encode_records(self, *args: Any) -> int:
-        """See :func:`tidelog.cli._record_kernels.encode_records`."""
-
     def scan_json_lines(self, *args: Any) -> int:
         """See :func:`tidelog.cli._record_kernels.scan_json_lines`."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Twin:
-    encode_records: Callable[..., int]
     scan_json_lines: Callable[..., int]
     name: str
 
@@ -430,13 +426,13 @@ class _Twin:
 def _compile() -> _Twin:
     namespace = twins.compile_functions(vars(_k), _k.NUMBA_INLINED, _k.NUMBA_HELPERS + _k.NUMBA_KERNELS,
                                         _k.NUMBA_OPTIONS)
-    return _Twin(namespace["encode_records"], namespace["scan_json_lines"], "numba")
+    return _Twin(namespace["scan_json_lines"], "numba")
 
 
 @cache
 def get_kernels(pure: bool) -> RecordKernels:
     """The interpreted twin (``pure=True``) or the numba one (ImportError without numba)."""
-    return _Twin(_k.encode_records, _k.scan_json_lines, "python") if pure else _compile()
+    return _Twin(_k.scan_json_lines, "python") if pure else _compile()
 
 
 _ACTIVE: RecordKernels = twins.choose(get_kernels)
@@ -448,17 +444,9 @@ def encode_records(parsed: ParsedRecords, offset_delta: np.ndarray, ts_delta: np
     """The records of ``parsed`` in the order ``order``, each with its offset and timestamp delta
     (|delta| < 2**62), back to back: ``(bytes, ends)`` where ``ends[j]`` is the byte after the
     j-th written record."""
-    k = kernels or _ACTIVE
-    n = len(parsed)
-    buffers = (parsed.key_data, parsed.value_data, parsed.header_data)
-    capacity = sum(map(len, buffers)) + n * (RECORD_OVERHEAD_BOUND + 1)
-    out = k.output(capacity)
-    scratch = [k.column(np.zeros(n, np.int64)) for _ in range(4)]
-    size = k.encode_records(
-        k.buffer(parsed.key_data), k.column(parsed.key_len), k.buffer(parsed.value_data), k.column(parsed.value_len),
-        k.buffer(parsed.header_data), k.column(parsed.header_len), k.column(offset_delta), k.column(ts_delta),
-        k.column(order), n, *scratch[:3], out, scratch[3])
-    return bytes(out[:size]), np.asarray(scratch[3], np.int64)
+    twin = None if kernels is None else encode.get_kernels(kernels.name == "python")
+    return encode.encode_records(parsed.key_data, parsed.key_len, parsed.value_data, parsed.value_len,
+                                 parsed.header_data, parsed.header_len, offset_delta, ts_delta, order, twin)
 
 
 def scan_json(data: bytes, first_line: int, now: int, num_partitions: int,
