@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tidelog.cli.context import open_manager
+from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.cli.tables import echo_json, echo_table
 from tidelog.retention import format_bytes
 from tidelog.topic_partition import TopicPartition
@@ -14,12 +15,19 @@ from tidelog.topic_partition import TopicPartition
 @click.argument("topic")
 @click.option("--partition", type=int, required=True, help="The partition.")
 @click.option("--offset", type=int, required=True, help="New log start offset (-1: the high watermark).")
+@bootstrap_option
 @click.pass_context
-def delete_records(ctx: click.Context, topic: str, partition: int, offset: int) -> None:
+def delete_records(ctx: click.Context, topic: str, partition: int, offset: int, bootstrap_server: str | None) -> None:
     """Delete records of TOPIC's PARTITION below OFFSET (moves the log start offset; segments wholly
-    below it go at the next retention pass)."""
-    with open_manager(ctx) as manager:
-        low_watermark = manager.delete_records(TopicPartition(topic, partition), offset)
+    below it go at the next retention pass). With --bootstrap-server: the broker's DeleteRecords."""
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        low_watermark = remote_admin.delete_records(bootstrap_server, topic, partition, offset)
+    else:
+        with open_manager(ctx) as manager:
+            low_watermark = manager.delete_records(TopicPartition(topic, partition), offset)
     click.echo(f"partition: {topic}-{partition}\tlow_watermark: {low_watermark}")
 
 

@@ -19,20 +19,27 @@ Without ``--partition`` every partition is read, one after the other in partitio
 skipped, as consumers do; every batch's CRC is checked (``check.crcs``). Output formats are in
 :mod:`tidelog.cli.record_io`; a record the format cannot show (invalid UTF-8 in JSON) stops the
 command with an error naming its offset, after the records before it were printed.
+
+With ``--bootstrap-server`` the records come from a broker instead
+(:mod:`tidelog.cli.remote_consume`): the same start rules (ListOffsets; by timestamp with
+``offsets_for_times``), the same end (each partition's high watermark when the command started),
+the same output.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO
 
 import click
 
 from tidelog.cli.context import open_manager
 from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, binary, format_json, format_text
+from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.errors import TidelogError
+from tidelog.manager import LogManager
 from tidelog.records import iter_batches
 from tidelog.records.record import TimestampType
 from tidelog.storage.fetch_info import FetchIsolation
@@ -54,12 +61,17 @@ def start_offset(log: Log, *, from_beginning: bool = False, offset: str | None =
         return (found.offset, None) if found is not None else (log.high_watermark, None)
     if offset is None or offset == "latest":
         return log.high_watermark, None
-    wanted = int(offset)
-    if log.log_start_offset <= wanted <= log.log_end_offset:
+    return checked_offset(int(offset), log.log_start_offset, log.log_end_offset, log.high_watermark,
+                          str(log.topic_partition))
+
+
+def checked_offset(wanted: int, log_start: int, log_end: int, latest: int, tp: str) -> tuple[int, str | None]:
+    """``wanted`` when it is in [log_start, log_end]; else ``latest``, with a note saying why."""
+    if log_start <= wanted <= log_end:
         return wanted, None
-    return log.high_watermark, (
-        f"offset {wanted} is out of range [{log.log_start_offset}, {log.log_end_offset}] for {log.topic_partition}: "
-        f"starting at the latest offset {log.high_watermark} (auto.offset.reset=latest, as kafka-console-consumer)")
+    return latest, (
+        f"offset {wanted} is out of range [{log_start}, {log_end}] for {tp}: "
+        f"starting at the latest offset {latest} (auto.offset.reset=latest, as kafka-console-consumer)")
 
 
 def iter_records(log: Log, start: int) -> Iterator[tuple[str, RecordTuple]]:
@@ -132,34 +144,61 @@ def _silence_stdout() -> None:
               help="text: each value on its own line; json: one record object per line.")
 @click.option("--encoding", type=click.Choice([UTF8, BASE64]), default=UTF8, show_default=True,
               help="How keys and values are shown: UTF-8 text, or base64 (for binary data).")
+@bootstrap_option
 @click.pass_context
 def consume(ctx: click.Context, topic: str, partition: int | None, from_beginning: bool, offset: str | None,
-            timestamp: int | None, max_messages: int | None, fmt: str, encoding: str) -> None:
+            timestamp: int | None, max_messages: int | None, fmt: str, encoding: str,
+            bootstrap_server: str | None) -> None:
     """Print the records of TOPIC up to its high watermark (like kafka-console-consumer)."""
     _check_start_options(partition, from_beginning, offset, timestamp)
     out = binary(sys.stdout)
-    with open_manager(ctx) as manager:
-        partitions = manager.partitions(topic) if partition is None else [partition]
-        logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
-        count = 0
-        for log in logs:
-            start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp)
-            if note:
-                click.echo(f"note: {note}", err=True)
-            count, more = _print_partition(out, topic, log, start, fmt, encoding, count, max_messages)
-            if not more:
-                break
-        out.flush()
-    click.echo(f"Processed a total of {count} messages", err=True)
+    printer = RecordPrinter(out, topic, fmt, encoding, max_messages)
+    if bootstrap_server is not None:
+        from tidelog.cli.remote_consume import consume_remote  # kafka-python loads only when used
+
+        check_remote_usage(ctx)
+        consume_remote(bootstrap_server, topic, partition, printer, from_beginning=from_beginning, offset=offset,
+                       timestamp=timestamp)
+    else:
+        with open_manager(ctx) as manager:
+            _consume_local(manager, topic, partition, printer, from_beginning, offset, timestamp)
+    out.flush()
+    click.echo(f"Processed a total of {printer.count} messages", err=True)
 
 
-def _print_partition(out: IO[bytes], topic: str, log: Log, start: int, fmt: str, encoding: str,
-                     count: int, limit: int | None) -> tuple[int, bool]:
+def _consume_local(manager: LogManager, topic: str, partition: int | None, printer: RecordPrinter,
+                   from_beginning: bool, offset: str | None, timestamp: int | None) -> None:
+    partitions = manager.partitions(topic) if partition is None else [partition]
+    logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
+    for log in logs:
+        start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp)
+        if note:
+            click.echo(f"note: {note}", err=True)
+        if not printer.print_partition(log.topic_partition.partition, iter_records(log, start)):
+            break
+
+
+class RecordPrinter:
+    """Prints records in the chosen format, counting them, up to ``limit`` in all. Not thread-safe."""
+
+    def __init__(self, out: IO[bytes], topic: str, fmt: str, encoding: str, limit: int | None) -> None:
+        self.out, self.topic, self.fmt, self.encoding, self.limit = out, topic, fmt, encoding, limit
+        self.count = 0
+
+    def print_partition(self, partition: int, records: Iterable[tuple[str, RecordTuple]]) -> bool:
+        """Print one partition's ``(timestamp type name, record)`` pairs; whether to go on (False
+        once the limit is reached or the reader went away)."""
+        self.count, more = _print_partition(self.out, self.topic, partition, records, self.fmt, self.encoding,
+                                            self.count, self.limit)
+        return more
+
+
+def _print_partition(out: IO[bytes], topic: str, partition: int, records: Iterable[tuple[str, RecordTuple]],
+                     fmt: str, encoding: str, count: int, limit: int | None) -> tuple[int, bool]:
     """Print one partition's records; ``(records printed so far, whether to go on)``."""
-    partition = log.topic_partition.partition
     lines: list[bytes] = []
     try:
-        for kind, record in iter_records(log, start):
+        for kind, record in records:
             if limit is not None and count >= limit:
                 break
             lines.append(format_json(topic, partition, kind, record, encoding) if fmt == "json"

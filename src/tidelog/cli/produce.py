@@ -10,9 +10,12 @@ How input becomes batches (what Kafka's producer does, in one process):
    pass the topic's ``max.message.bytes``;
 3. the chunk's records are encoded in one kernel call, grouped by batch; a batch whose records
    span chunks is the concatenation of its pieces;
-4. every sealed batch is compressed if asked and appended whole, as one producer batch, with
-   ``LogManager.append``. At the end of input, and when stdin stays idle for ``LINGER_SECONDS``
-   (Kafka's console producer lingers 1 s), every open batch is sealed and appended.
+4. every sealed batch is compressed if asked and appended whole, as one producer batch, to a
+   :class:`ProduceTarget`: ``LogManager.append`` locally, or one Produce request (acks=-1) to the
+   partition's leader with ``--bootstrap-server`` (:mod:`tidelog.cli.remote_produce`): the same
+   batches either way, so the same offsets, summary and errors. At the end of input, and when
+   stdin stays idle for ``LINGER_SECONDS`` (Kafka's console producer lingers 1 s), every open
+   batch is sealed and appended.
 
 **Errors** keep a simple contract: *every record of the lines before line L is written, and
 nothing from line L on*, where L is the bad line (bad JSON, no key separator, bad field) or the
@@ -33,7 +36,7 @@ import select
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import click
 import numpy as np
@@ -52,13 +55,13 @@ from tidelog.cli.record_io import (
     parse_text_lines,
     split_lines,
 )
+from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.errors import RecordInputError, RecordTooLargeError, TidelogError, UnknownTopicOrPartitionError
 from tidelog.manager import LogManager
 from tidelog.partitioner import DefaultPartitioner, murmur2_keys
 from tidelog.records import RECORD_BATCH_OVERHEAD, CompressionType, compress, encode_v2_batch
 from tidelog.records.builder import batch_attributes
 from tidelog.records.record import TimestampType, decode_records, encode_record, record_tuple
-from tidelog.storage.append_info import LogAppendInfo
 from tidelog.topic_partition import TopicPartition
 
 DEFAULT_BATCH_SIZE = 200  # kafka-console-producer's --batch-size
@@ -224,6 +227,46 @@ class ProduceOptions:
     encoding: str = UTF8
 
 
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What one append of a batch wrote: offsets ``first_offset..last_offset``, ``record_count`` records."""
+
+    first_offset: int
+    last_offset: int
+    record_count: int
+
+
+class ProduceTarget(Protocol):
+    """Where :class:`ConsoleProducer` writes: a local LogManager or a broker."""
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (UnknownTopicOrPartitionError when there is no such topic)."""
+
+    def max_message_bytes(self, topic: str) -> int:
+        """``topic``'s ``max.message.bytes``."""
+
+    def append(self, tp: TopicPartition, batch: bytes) -> Appended:
+        """Append one v2 producer batch; a TidelogError when it is refused (RecordTooLargeError
+        over ``max.message.bytes``; ``record_errors`` naming the records at fault when known)."""
+
+
+class LocalTarget:
+    """A :class:`ProduceTarget` over a LogManager the caller opened."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self._manager = manager
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._manager.partitions(topic))
+
+    def max_message_bytes(self, topic: str) -> int:
+        return self._manager.topic_config(topic).max_message_bytes
+
+    def append(self, tp: TopicPartition, batch: bytes) -> Appended:
+        info = self._manager.append(tp, batch)
+        return Appended(info.first_offset, info.last_offset, info.record_count)
+
+
 class _BatchRefused(Exception):
     """The log refused a batch: ``line`` is the culprit record's line when known."""
 
@@ -233,7 +276,8 @@ class _BatchRefused(Exception):
 
 
 class ConsoleProducer:
-    """Writes records parsed from lines to one topic of a LogManager (see the module doc).
+    """Writes records parsed from lines to one topic of a LogManager or a :class:`ProduceTarget`
+    (see the module doc).
 
     Feed runs of lines with :meth:`send_lines` (line numbers continue across calls), call :meth:`flush`
     when input pauses, :meth:`close` at the end. Errors are raised as TidelogErrors that name the
@@ -241,15 +285,16 @@ class ConsoleProducer:
     one. Not thread-safe.
     """
 
-    def __init__(self, manager: LogManager, topic: str, options: ProduceOptions, *, clock: Clock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None) -> None:
-        self._manager, self._topic, self._options, self._clock = manager, topic, options, clock
-        self._partitions = len(manager.partitions(topic))
+    def __init__(self, target: LogManager | ProduceTarget, topic: str, options: ProduceOptions, *,
+                 clock: Clock = SYSTEM_CLOCK, rng: random.Random | None = None) -> None:
+        self._target = LocalTarget(target) if isinstance(target, LogManager) else target
+        self._topic, self._options, self._clock = topic, options, clock
+        self._partitions = self._target.partition_count(topic)
         if options.partition is not None and not 0 <= options.partition < self._partitions:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has no partition {options.partition} (it has {self._partitions})",
                 topic_partition=f"{topic}-{options.partition}")
-        max_bytes = max(1, manager.topic_config(topic).max_message_bytes - RECORD_BATCH_OVERHEAD)
+        max_bytes = max(1, self._target.max_message_bytes(topic) - RECORD_BATCH_OVERHEAD)
         self._partitioner = DefaultPartitioner(self._partitions, options.batch_size, max_bytes, rng=rng)
         self._open: dict[int, _Batch] = {}  # batch id -> records so far
         self._next_line = 1
@@ -332,7 +377,7 @@ class ConsoleProducer:
     def _append(self, batch: _Batch) -> None:
         tp = TopicPartition(self._topic, batch.partition)
         try:
-            info = self._manager.append(tp, batch.encode(self._options.compression))
+            info = self._target.append(tp, batch.encode(self._options.compression))
         except RecordTooLargeError as error:
             if batch.count == 1:
                 raise _BatchRefused(batch, batch.first_line, error) from error
@@ -343,7 +388,7 @@ class ConsoleProducer:
             raise _BatchRefused(batch, _culprit_line(batch, error), error) from error
         self._count(batch.partition, info)
 
-    def _count(self, partition: int, info: LogAppendInfo) -> None:
+    def _count(self, partition: int, info: Appended) -> None:
         written = self.written.get(partition)
         if written is None:
             self.written[partition] = PartitionWritten(info.first_offset, info.last_offset, info.record_count, 1)
@@ -454,17 +499,29 @@ def render_summary(topic: str, producer: ConsoleProducer, as_json: bool) -> str:
 @click.option("--encoding", type=click.Choice([UTF8, BASE64]), default=UTF8, show_default=True,
               help="base64: keys, values (and JSON header values) are base64 and decoded first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@bootstrap_option
 @click.pass_context
 def produce(ctx: click.Context, topic: str, partition: int | None, fmt: str, key_separator: str | None,
-            compression: str, batch_size: int, encoding: str, as_json: bool) -> None:
+            compression: str, batch_size: int, encoding: str, as_json: bool, bootstrap_server: str | None) -> None:
     """Write records read from stdin to TOPIC (like kafka-console-producer)."""
     if key_separator is not None and (fmt != "text" or key_separator == ""):
         raise click.BadParameter("needs --format text and a non-empty separator", param_hint="--key-separator")
     options = ProduceOptions(partition, fmt, None if key_separator is None else key_separator.encode(),
                              CompressionType.from_name(compression), batch_size, encoding)
+    if bootstrap_server is not None:
+        from tidelog.cli.remote_produce import remote_target  # kafka-python loads only when used
+
+        check_remote_usage(ctx)
+        with remote_target(bootstrap_server) as target:
+            _produce(target, topic, options, as_json)
+        return
     with open_manager(ctx) as manager:
-        producer = ConsoleProducer(manager, topic, options)
-        try:
-            run_producer(producer, binary(sys.stdin))
-        finally:
-            click.echo(render_summary(topic, producer, as_json))
+        _produce(manager, topic, options, as_json)
+
+
+def _produce(target: LogManager | ProduceTarget, topic: str, options: ProduceOptions, as_json: bool) -> None:
+    producer = ConsoleProducer(target, topic, options)
+    try:
+        run_producer(producer, binary(sys.stdin))
+    finally:
+        click.echo(render_summary(topic, producer, as_json))

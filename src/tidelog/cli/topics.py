@@ -1,12 +1,21 @@
-"""``tidelog topics``: create, alter, list, describe and delete topics (kafka-topics)."""
+"""``tidelog topics``: create, alter, list, describe and delete topics (kafka-topics).
+
+Each subcommand takes ``--bootstrap-server`` to go through a broker instead of the log dir
+(:mod:`tidelog.cli.remote_admin`); the output is the same, except that ``describe`` cannot know a
+remote partition's segment count (empty / null).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import click
 
 from tidelog.cli.context import open_manager
+from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.cli.tables import echo_json, echo_table, parse_key_values
-from tidelog.manager import PartitionInfo, TopicDescription
+from tidelog.manager import TopicDescription
 from tidelog.manager.topics import COLLISION_WARNING, has_collision_chars
 
 PARTITION_COLUMNS = ("Topic", "Partition", "LogDir", "LogStartOffset", "HighWatermark", "LogEndOffset",
@@ -22,36 +31,63 @@ def topics() -> None:
 @click.argument("name")
 @click.option("--partitions", type=int, default=None, help="Partition count (default: the broker's num.partitions).")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="A topic config override; repeatable.")
+@bootstrap_option
 @click.pass_context
-def create(ctx: click.Context, name: str, partitions: int | None, configs: tuple[str, ...]) -> None:
+def create(ctx: click.Context, name: str, partitions: int | None, configs: tuple[str, ...],
+           bootstrap_server: str | None) -> None:
     """Create topic NAME."""
     overrides = parse_key_values(configs, "--config")
-    with open_manager(ctx) as manager:
-        count = partitions if partitions is not None else manager.broker.num_partitions
-        if has_collision_chars(name):
-            click.echo(COLLISION_WARNING, err=True)
-        manager.create_topic(name, count, overrides)
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        _warn_collision(name)
+        remote_admin.create_topic(bootstrap_server, name, partitions, overrides)
+    else:
+        with open_manager(ctx) as manager:
+            count = partitions if partitions is not None else manager.broker.num_partitions
+            _warn_collision(name)
+            manager.create_topic(name, count, overrides)
     click.echo(f"Created topic {name}.")
+
+
+def _warn_collision(name: str) -> None:
+    if has_collision_chars(name):
+        click.echo(COLLISION_WARNING, err=True)
 
 
 @topics.command()
 @click.argument("name")
 @click.option("--partitions", type=int, required=True, help="The new, larger partition count.")
+@bootstrap_option
 @click.pass_context
-def alter(ctx: click.Context, name: str, partitions: int) -> None:
+def alter(ctx: click.Context, name: str, partitions: int, bootstrap_server: str | None) -> None:
     """Add partitions to topic NAME."""
-    with open_manager(ctx) as manager:
-        manager.create_partitions(name, partitions)
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        remote_admin.create_partitions(bootstrap_server, name, partitions)
+    else:
+        with open_manager(ctx) as manager:
+            manager.create_partitions(name, partitions)
     click.echo(f"Topic {name} now has {partitions} partitions.")
 
 
 @topics.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of names.")
+@bootstrap_option
 @click.pass_context
-def list_topics(ctx: click.Context, as_json: bool) -> None:
+def list_topics(ctx: click.Context, as_json: bool, bootstrap_server: str | None) -> None:
     """List topic names."""
-    with open_manager(ctx) as manager:
-        names = manager.topics()
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        names = remote_admin.list_topics(bootstrap_server)
+    else:
+        with open_manager(ctx) as manager:
+            names = manager.topics()
     if as_json:
         echo_json(names)
     else:
@@ -62,46 +98,58 @@ def list_topics(ctx: click.Context, as_json: bool) -> None:
 @topics.command()
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@bootstrap_option
 @click.pass_context
-def describe(ctx: click.Context, name: str | None, as_json: bool) -> None:
+def describe(ctx: click.Context, name: str | None, as_json: bool, bootstrap_server: str | None) -> None:
     """Describe topic NAME (every topic when omitted): id, overrides and each partition's offsets."""
-    with open_manager(ctx) as manager:
-        descriptions = [manager.describe_topic(n) for n in ([name] if name else manager.topics())]
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        documents = remote_admin.describe_topics(bootstrap_server, name)
+    else:
+        with open_manager(ctx) as manager:
+            documents = [_topic_json(manager.describe_topic(n)) for n in ([name] if name else manager.topics())]
     if as_json:
-        echo_json([_topic_json(d) for d in descriptions])
+        echo_json(documents)
         return
-    for description in descriptions:
-        configs = ",".join(f"{k}={v}" for k, v in sorted(description.configs.items()))
-        click.echo(f"Topic: {description.name}\tTopicId: {description.topic_id}\t"
-                   f"PartitionCount: {description.partition_count}\tReplicationFactor: 1\tConfigs: {configs}")
-        echo_table(_partition_rows(description), PARTITION_COLUMNS)
+    for document in documents:
+        configs = ",".join(f"{k}={v}" for k, v in sorted(document["configs"].items()))
+        click.echo(f"Topic: {document['topic']}\tTopicId: {document['topic_id']}\t"
+                   f"PartitionCount: {document['partition_count']}\tReplicationFactor: 1\tConfigs: {configs}")
+        echo_table(_partition_rows(document), PARTITION_COLUMNS)
 
 
 @topics.command()
 @click.argument("name")
+@bootstrap_option
 @click.pass_context
-def delete(ctx: click.Context, name: str) -> None:
+def delete(ctx: click.Context, name: str, bootstrap_server: str | None) -> None:
     """Delete topic NAME (its dirs are renamed -delete and removed after log.segment.delete.delay.ms)."""
-    with open_manager(ctx) as manager:
-        manager.delete_topic(name)
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        remote_admin.delete_topic(bootstrap_server, name)
+    else:
+        with open_manager(ctx) as manager:
+            manager.delete_topic(name)
     click.echo(f"Deleted topic {name}.")
 
 
-def _partition_rows(description: TopicDescription) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = [_partition_json(p) for p in description.partitions]
-    for aside in description.offline:
-        tp = aside.topic_partition
-        rows.append({"Topic": description.name, "Partition": tp.partition if tp else None,
-                     "LogDir": str(aside.path.parent), "Status": f"offline: {aside.reason}"})
+def _partition_rows(document: dict[str, Any]) -> list[dict[str, object]]:
+    """The table rows of one ``describe --json`` document: online partitions, then offline ones, by partition."""
+    name = document["topic"]
+    rows: list[dict[str, object]] = [
+        {"Topic": name, "Partition": p["partition"], "LogDir": p["log_dir"], "LogStartOffset": p["log_start_offset"],
+         "HighWatermark": p["high_watermark"], "LogEndOffset": p["log_end_offset"], "Size": p["size"],
+         "Segments": p["segments"], "Status": "online"}
+        for p in document["partitions"]]
+    for aside in document["offline"]:
+        rows.append({"Topic": name, "Partition": aside["partition"],
+                     "LogDir": str(Path(aside["path"]).parent) if aside["path"] else None,
+                     "Status": f"offline: {aside['reason']}"})
     return sorted(rows, key=lambda r: r["Partition"] if isinstance(r["Partition"], int) else -1)
-
-
-def _partition_json(p: PartitionInfo) -> dict[str, object]:
-    return {
-        "Topic": p.topic_partition.topic, "Partition": p.topic_partition.partition, "LogDir": str(p.log_dir),
-        "LogStartOffset": p.log_start_offset, "HighWatermark": p.high_watermark, "LogEndOffset": p.log_end_offset,
-        "Size": p.size, "Segments": p.segments, "Status": "online",
-    }
 
 
 def _topic_json(d: TopicDescription) -> dict[str, object]:
