@@ -33,6 +33,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from tidelog.server import codec
@@ -222,6 +223,10 @@ def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = G
         return ADMIN_SAMPLES[api_key](topic)
     if api_key in GROUP_SAMPLES:
         return GROUP_SAMPLES[api_key](member, topic, version)
+    if api_key == codec.SASL_HANDSHAKE:
+        return SaslHandshakeRequest(mechanism="PLAIN")
+    if api_key == codec.SASL_AUTHENTICATE:
+        return SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret")
     raise ValueError(f"no sample for API key {api_key}")
 
 

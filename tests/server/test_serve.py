@@ -50,12 +50,12 @@ def test_serve_listens_until_sigterm(tmp_path: Path) -> None:
         assert manager.log(TidelogTp("events", 0)).log_end_offset == 3
 
 
-def test_serve_refuses_a_listener_it_cannot_serve(tmp_path: Path) -> None:
+def test_serve_refuses_a_tls_listener_without_a_keystore(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(tmp_path / "data"),
                              "--override", "listeners=SSL://127.0.0.1:0", "serve"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
-    assert "only PLAINTEXT" in result.stderr
+    assert "ssl.keystore.location" in result.stderr
 
 
 def test_serve_exits_with_an_error_when_its_port_is_taken(tmp_path: Path) -> None:

@@ -36,8 +36,9 @@ def test_listeners_and_advertised_listeners_parse_as_kafka_writes_them() -> None
     {"listeners": "localhost:9092"},
     {"listeners": "PLAINTEXT://:99999"},
     {"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"},
-    {"listeners": "SSL://:9093"},
-    {"listeners": "SASL_PLAINTEXT://:9093"},
+    {"listeners": "SSL://:9093", "ssl.keystore.type": "JKS", "ssl.keystore.location": "/k.jks"},  # PEM only
+    {"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "GSSAPI"},  # no Kerberos
+    {"listeners": "X://:9093", "listener.security.protocol.map": "X:KERBEROS"},
     {"listeners": ""},
     {"advertised.listeners": "OTHER://h:1"},
     {"socket.request.max.bytes": "0"},

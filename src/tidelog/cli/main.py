@@ -26,6 +26,7 @@ from tidelog.cli.serve import serve
 from tidelog.cli.spark import spark
 from tidelog.cli.tables import parse_key_values
 from tidelog.cli.topics import topics
+from tidelog.cli.users import users
 from tidelog.cli.verify import verify
 from tidelog.errors import TidelogError
 from tidelog.storage.config import BrokerConfig
@@ -50,7 +51,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides:
 
 
 for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, clean,
-                serve, dump, verify, demo, spark):
+                serve, dump, verify, demo, spark, users):
     cli.add_command(command)
 
 

@@ -80,6 +80,12 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
 
@@ -88,6 +94,7 @@ DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTI
 INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +111,9 @@ class ApiSpec:
 # Version ranges: Kafka 4.0's, capped where a later version needs what this server lacks
 # (Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds -6, earliest pending
 # upload, of tiered storage; DescribeLogDirs v5 reports cordoned dirs, KIP-1066; OffsetCommit v10
-# and OffsetFetch v10 name topics by id only, KIP-848, Kafka 4.1).
+# and OffsetFetch v10 name topics by id only, KIP-848, Kafka 4.1). SaslHandshake and SaslAuthenticate
+# are advertised on every listener, as Kafka does; outside a SASL exchange they answer
+# ILLEGAL_SASL_STATE (tidelog.server.security.sasl).
 SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(PRODUCE, 3, 12, ProduceRequest, ProduceResponse),
     ApiSpec(FETCH, 4, 12, FetchRequest, FetchResponse),
@@ -130,6 +139,8 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(DESCRIBE_GROUPS, 0, 6, DescribeGroupsRequest, DescribeGroupsResponse),
     ApiSpec(LIST_GROUPS, 0, 5, ListGroupsRequest, ListGroupsResponse),
     ApiSpec(DELETE_GROUPS, 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
+    ApiSpec(SASL_HANDSHAKE, 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
+    ApiSpec(SASL_AUTHENTICATE, 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
 )}
 
 _HEAD = struct.Struct(">hhi")

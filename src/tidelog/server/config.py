@@ -6,12 +6,15 @@ listener syntax as Kafka does:
 * ``listeners``: comma-separated ``NAME://host:port`` (default ``PLAINTEXT://127.0.0.1:9092``: a
   fresh install listens on loopback only). An empty host binds every interface; ``[::1]`` is an
   IPv6 literal; port 0 takes a free port. Each name maps to its security protocol through
-  ``listener.security.protocol.map`` (by default a name is its protocol); only PLAINTEXT is served
-  yet, any other is refused with :class:`ConfigError`.
+  ``listener.security.protocol.map`` (by default a name is its protocol): PLAINTEXT, SSL,
+  SASL_PLAINTEXT or SASL_SSL. A TLS listener reads the ``ssl.*`` keys (:mod:`.security.tls`), a
+  SASL listener ``sasl.enabled.mechanisms`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; Kafka's default,
+  GSSAPI, is refused), each overridable per listener as ``listener.name.<name>.<key>``.
 * ``advertised.listeners``: what Metadata tells clients to connect to, per listener name
   (default: the listener itself, with its bound port when it was 0).
 * ``socket.request.max.bytes`` (default 104857600): a request whose size prefix is larger
-  closes the connection before anything is allocated for it.
+  closes the connection before anything is allocated for it; before a SASL client has
+  authenticated, ``sasl.server.max.receive.size`` (default 524288) is the limit.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidelog.errors import ConfigError
+from tidelog.server.security.tls import TlsSettings, listener_value
 from tidelog.storage.config import BrokerConfig
 
 DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
-SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT"})
+DEFAULT_SASL_MAX_RECEIVE_SIZE = 524288
+SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +45,30 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """How one listener secures its connections: TLS settings when its protocol is SSL or
+    SASL_SSL, SASL mechanisms when it is SASL_PLAINTEXT or SASL_SSL."""
+
+    listener_name: str
+    protocol: str = "PLAINTEXT"
+    tls: TlsSettings | None = None
+    sasl_mechanisms: tuple[str, ...] = ()
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+
+@dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """What the server needs beyond the log manager's configuration."""
+    """What the server needs beyond the log manager's configuration. A listener without a
+    :class:`ListenerSecurity` entry is PLAINTEXT."""
 
     listeners: tuple[Endpoint, ...] = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     advertised: tuple[Endpoint, ...] = ()
     socket_request_max_bytes: int = DEFAULT_SOCKET_REQUEST_MAX_BYTES
+    security: tuple[ListenerSecurity, ...] = ()
+    sasl_max_receive_size: int = DEFAULT_SASL_MAX_RECEIVE_SIZE
 
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
@@ -53,21 +77,41 @@ class ServerConfig:
         if not listeners:
             raise ConfigError("listeners must name at least one listener", config="listeners")
         protocols = _protocol_map(broker.listener_security_protocol_map)
-        for endpoint in listeners:
-            protocol = protocols.get(endpoint.listener_name, endpoint.listener_name)
-            if protocol not in SUPPORTED_PROTOCOLS:
-                raise ConfigError(f"listener {endpoint} uses security protocol {protocol}, which tidelog does not "
-                                  f"serve yet (only PLAINTEXT)", config="listeners")
+        security = tuple(_listener_security(broker, e, protocols.get(e.listener_name, e.listener_name))
+                         for e in listeners)
         advertised = parse_endpoints(broker.advertised_listeners, "advertised.listeners")
         names = {e.listener_name for e in listeners}
         for endpoint in advertised:
             if endpoint.listener_name not in names:
                 raise ConfigError(f"advertised listener {endpoint} names no listener", config="advertised.listeners")
-        return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes)
+        return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes, security,
+                   broker.get("sasl.server.max.receive.size"))
 
     def advertised_for(self, listener_name: str) -> Endpoint | None:
         """The advertised endpoint of ``listener_name``, when one is configured."""
         return next((e for e in self.advertised if e.listener_name == listener_name), None)
+
+    def security_for(self, listener_name: str) -> ListenerSecurity:
+        """How ``listener_name`` is secured (PLAINTEXT when nothing says otherwise)."""
+        found = next((s for s in self.security if s.listener_name == listener_name), None)
+        return found if found is not None else ListenerSecurity(listener_name)
+
+
+def _listener_security(broker: BrokerConfig, endpoint: Endpoint, protocol: str) -> ListenerSecurity:
+    if protocol not in SUPPORTED_PROTOCOLS:
+        raise ConfigError(f"listener {endpoint} uses security protocol {protocol}, which tidelog does not serve "
+                          f"(it serves {', '.join(sorted(SUPPORTED_PROTOCOLS))})", config="listeners")
+    name = endpoint.listener_name
+    tls = TlsSettings.from_broker(broker, name) if protocol in ("SSL", "SASL_SSL") else None
+    mechanisms: tuple[str, ...] = ()
+    if protocol.startswith("SASL_"):
+        mechanisms = tuple(listener_value(broker, name, "sasl.enabled.mechanisms"))
+        unsupported = [m for m in mechanisms if m not in SASL_MECHANISMS]
+        if unsupported or not mechanisms:
+            raise ConfigError(f"listener {endpoint}: sasl.enabled.mechanisms must list some of "
+                              f"{', '.join(SASL_MECHANISMS)} (tidelog does not serve "
+                              f"{', '.join(unsupported) or 'none'})", config="sasl.enabled.mechanisms")
+    return ListenerSecurity(name, protocol, tls, mechanisms)
 
 
 def parse_endpoints(text: str, key: str) -> list[Endpoint]:

@@ -10,6 +10,11 @@ connection land in its order.
 Closed instead of answered, as Kafka does: a frame that does not parse, an unknown API key, an
 unsupported version (but ApiVersions), an acks=0 Produce that failed. Responses already sent
 stay sent. Nothing a client sends escapes this module as an exception.
+
+On a SASL listener, frames go to the connection's
+:class:`~tidelog.server.security.sasl.SaslAuthenticator` until it completes (its own size limit,
+``sasl.server.max.receive.size``, applies until then); only then to KafkaApis. TLS is below this
+module: asyncio hands over a connection once its handshake succeeded.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from tidelog.server.codec import decode_request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
 from tidelog.server.produce import AcksZeroFailure
+from tidelog.server.security.sasl import SaslAuthenticator
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -30,10 +36,13 @@ _CLOSE = b"<close>"  # what _handle_frame returns to close the connection
 
 
 async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
+                           writer: asyncio.StreamWriter, authenticator: SaslAuthenticator | None = None) -> None:
     """Serve requests until the client leaves, sends something that closes the connection, or the
-    task is cancelled (server shutdown); then close the socket."""
+    task is cancelled (server shutdown); then close the socket. With an ``authenticator``, the
+    client must authenticate first."""
     try:
+        if authenticator is not None and not await _authenticate(ctx, conn, reader, writer, authenticator):
+            return
         while (frame := await _read_frame(reader, ctx.config.socket_request_max_bytes, conn)) is not None:
             response = await _handle_frame(ctx, conn, frame)
             if response is _CLOSE:
@@ -51,6 +60,23 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
             pass
 
 
+async def _authenticate(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, authenticator: SaslAuthenticator) -> bool:
+    """Run the SASL exchange; True once the client is authenticated, False to close."""
+    limit = min(ctx.config.socket_request_max_bytes, authenticator.max_receive_size)
+    while not authenticator.complete:
+        frame = await _read_frame(reader, limit, conn)
+        if frame is None:
+            return False
+        step = await authenticator.receive(frame)
+        if step.response:
+            writer.write(step.response)
+            await writer.drain()
+        if step.close:
+            return False
+    return True
+
+
 async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, conn: ConnectionInfo) -> bytes | None:
     """The next request frame; None at a clean end of stream or an oversized size prefix."""
     head = await reader.read(_SIZE.size)
@@ -64,7 +90,6 @@ async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, conn: Connec
                     conn.peer, size, max_bytes)
         return None
     return await reader.readexactly(size)
-
 
 
 async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo, frame: bytes) -> bytes | None:

@@ -39,6 +39,8 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -49,6 +51,7 @@ class ErrorCode(IntEnum):
     POLICY_VIOLATION = 44
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FETCH_SESSION_ID_NOT_FOUND = 70
@@ -96,6 +99,14 @@ class CoordinatorNotAvailableError(TidelogError):
     """No group coordinator serves the request (Kafka COORDINATOR_NOT_AVAILABLE)."""
 
     error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class SaslAuthenticationError(TidelogError):
+    """A SASL exchange that failed: wrong credentials, an unknown user, or a malformed token.
+    Its message is what the client is told, so it never says which of these it was (Kafka
+    SASL_AUTHENTICATION_FAILED)."""
+
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
 
 
 def error_code(error: BaseException) -> int:

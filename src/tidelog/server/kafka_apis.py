@@ -28,6 +28,7 @@ from tidelog.server.list_offsets import handle_list_offsets
 from tidelog.server.metadata import handle_metadata
 from tidelog.server.partitions import handle_create_partitions, handle_delete_records
 from tidelog.server.produce import handle_produce
+from tidelog.server.security.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from tidelog.server.topics import handle_create_topics, handle_delete_topics
 
 Handler = Callable[[ApiContext, ConnectionInfo, Request], Awaitable[Any]]
@@ -56,6 +57,8 @@ HANDLERS: dict[int, Handler] = {
     codec.DESCRIBE_GROUPS: handle_describe_groups,
     codec.LIST_GROUPS: handle_list_groups,
     codec.DELETE_GROUPS: handle_delete_groups,
+    codec.SASL_HANDSHAKE: handle_sasl_handshake,
+    codec.SASL_AUTHENTICATE: handle_sasl_authenticate,
 }
 
 

@@ -5,6 +5,11 @@ One listening socket per ``listeners`` entry; each accepted connection is served
 runs in the server's thread pool (``io_threads``, Kafka's ``num.io.threads``). The server does not
 own the LogManager: whoever opened it shuts it down, after :meth:`KafkaServer.stop`.
 
+TLS listeners get their :class:`ssl.SSLContext` and SASL listeners the credentials file
+(:mod:`tidelog.server.security`) before anything listens, so a bad key, certificate or
+credentials file fails :meth:`KafkaServer.start`. A failed TLS handshake closes that connection
+only.
+
 Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
 ``__consumer_offsets``, so every group and committed offset is back when the first client comes.
 
@@ -15,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import socket
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +33,8 @@ from tidelog.server.config import Endpoint, ServerConfig
 from tidelog.server.connection import serve_connection
 from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
 from tidelog.server.groups.service import GroupsContext, GroupService
+from tidelog.server.security.credentials import CredentialsFile, credentials_path
+from tidelog.server.security.sasl import SaslAuthenticator, SaslSettings
 from tidelog.storage.metadata import read_meta_properties
 
 log = logging.getLogger(__name__)
@@ -54,6 +63,8 @@ class KafkaServer:
         self._executor: ThreadPoolExecutor | None = None
         self._context: ApiContext | None = None
         self._groups: GroupService | None = None
+        self._tls: dict[str, ssl.SSLContext] = {}
+        self._sasl: dict[str, SaslSettings] = {}
         self.bound: list[BoundListener] = []
 
     async def start(self) -> list[BoundListener]:
@@ -62,6 +73,7 @@ class KafkaServer:
         node_id, cluster_id = self._identity()
         context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival())
         try:
+            self._prepare_security()
             self._groups = await GroupService.start(context)
             self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
                                           context.arrivals, self._groups)
@@ -72,6 +84,24 @@ class KafkaServer:
             raise
         return self.bound
 
+    def _prepare_security(self) -> None:
+        """TLS contexts and SASL settings of the listeners that need them (reads key and
+        credentials files: raises ConfigError before anything listens)."""
+        credentials: CredentialsFile | None = None
+        secret = secrets.token_bytes(32)
+        for endpoint in self._config.listeners:
+            security = self._config.security_for(endpoint.listener_name)
+            if security.tls is not None:
+                self._tls[endpoint.listener_name] = security.tls.context()
+            if security.sasl:
+                if credentials is None:
+                    credentials = CredentialsFile(credentials_path(self._manager.log_dirs()[0].path))
+                    if not credentials.path.exists():
+                        log.warning("no SASL users yet (%s does not exist): add some with 'tidelog users add'",
+                                    credentials.path)
+                self._sasl[endpoint.listener_name] = SaslSettings(security.sasl_mechanisms, credentials, secret,
+                                                                  self._config.sasl_max_receive_size)
+
     def _identity(self) -> tuple[int, str | None]:
         for info in self._manager.log_dirs():
             meta = read_meta_properties(info.path)
@@ -81,7 +111,8 @@ class KafkaServer:
 
     async def _listen(self, endpoint: Endpoint) -> None:
         server = await asyncio.start_server(lambda r, w: self._accept(endpoint, r, w), endpoint.host or None,
-                                            endpoint.port, reuse_address=True)
+                                            endpoint.port, reuse_address=True,
+                                            ssl=self._tls.get(endpoint.listener_name))
         self._servers.append(server)
         port = server.sockets[0].getsockname()[1]
         advertised = self._config.advertised_for(endpoint.listener_name)
@@ -99,7 +130,10 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         advertised = bound.advertised if bound is not None else endpoint
         conn = ConnectionInfo(endpoint.listener_name, advertised, f"{endpoint.listener_name}/{peer}")
-        task = asyncio.get_running_loop().create_task(serve_connection(self._context, conn, reader, writer))
+        sasl = self._sasl.get(endpoint.listener_name)
+        authenticator = SaslAuthenticator(sasl, self._context.run, conn.peer) if sasl is not None else None
+        task = asyncio.get_running_loop().create_task(serve_connection(self._context, conn, reader, writer,
+                                                                       authenticator))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 

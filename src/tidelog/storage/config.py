@@ -564,6 +564,25 @@ _BROKER_KEYS = (
     _key("offsets.retention.minutes", _INT, 10080, at_least(1),
          "How long the committed offsets of an empty group are kept after it emptied (or after the commit)."),
     _key("offsets.retention.check.interval.ms", _LONG, 600000, at_least(1), "Period of the offsets expiration task."),
+    # security of the server's listeners (tidelog.server.security); secrets (ssl.key.password,
+    # ssl.keystore.key, ssl.keystore.certificate.chain, ssl.truststore.certificates) stay untyped so
+    # DescribeConfigs never shows them
+    _key("ssl.keystore.type", _STR, "JKS", OneOf(("JKS", "PKCS12", "PEM")),
+         "Format of the TLS listeners' keystore; tidelog serves PEM only."),
+    _key("ssl.keystore.location", _STR, None, None,
+         "PEM file holding the TLS listeners' private key and certificate chain."),
+    _key("ssl.truststore.type", _STR, "JKS", OneOf(("JKS", "PKCS12", "PEM")),
+         "Format of the truststore that verifies client certificates; tidelog reads PEM only."),
+    _key("ssl.truststore.location", _STR, None, None,
+         "PEM file of the CA certificates trusted for client certificates."),
+    _key("ssl.client.auth", _STR, "none", OneOf(("required", "requested", "none")),
+         "Whether TLS listeners ask clients for a certificate: required, requested or none."),
+    _key("ssl.enabled.protocols", _LIST, ("TLSv1.2", "TLSv1.3"), EachOneOf(("TLSv1.2", "TLSv1.3")),
+         "TLS versions the TLS listeners accept."),
+    _key("sasl.enabled.mechanisms", _LIST, ("GSSAPI",), None,
+         "SASL mechanisms of SASL listeners; tidelog serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."),
+    _key("sasl.server.max.receive.size", _INT, 524288, at_least(1),
+         "Largest request accepted before a SASL client has authenticated; a larger one closes the connection."),
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _BROKER_KEYS})
