@@ -99,6 +99,8 @@ def test_report_rows_agree_with_the_library_explain_and_the_cleaner(spark, data:
     assert (state["clean_bytes"], state["dirty_bytes"]) == (cleaning["clean_bytes"], cleaning["dirty_bytes"])
     assert state["cleanable"] is (state["dirty_ratio"] >= 0.3)
     assert state["cleanup_policy"] == "compact" and rows[("events", 0)]["first_dirty_offset"] is None
+    assert rows[("events", 0)]["dirty_ratio"] is None and rows[("events", 0)]["cleanable"] is False
+    assert 0 < state["active_segment_bytes"] < state["size_bytes"]
 
 
 def test_report_is_read_only_and_needs_no_lock(spark, data: Path) -> None:

@@ -50,7 +50,8 @@ def report(ctx: click.Context, master: str, png: Path | None, as_json: bool) -> 
     if as_json:
         echo_json(rows)
     else:
-        echo_table([{**r, "dirty_ratio": f"{r['dirty_ratio']:.2f}"} for r in rows], _TABLE_COLUMNS)
+        echo_table([{**r, "dirty_ratio": None if r["dirty_ratio"] is None else f"{r['dirty_ratio']:.2f}"}
+                    for r in rows], _TABLE_COLUMNS)
     if png is not None:
         click.echo(f"chart written to {png}", err=True)
 

@@ -6,7 +6,8 @@ cleanup policies would do now:
 
 * ``dirty_ratio`` and ``cleanable``: the cleaner's view (the cleaner offset checkpoint's first
   dirty offset, bytes below it clean, bytes from it up to the active segment dirty; cleanable when
-  the topic compacts and the ratio reaches ``min.cleanable.dirty.ratio``);
+  the topic compacts and the ratio reaches ``min.cleanable.dirty.ratio``); null for topics that
+  do not compact;
 * ``deletable_segments``/``deletable_bytes`` and ``retention_reason``: retention's dry run
   (:func:`tidelog.retention.plan_segments`, the same decision ``tidelog retention --dry-run``
   makes), bounded by the readable end as the high watermark.
@@ -50,7 +51,7 @@ REPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topic", "string"), ("partition", "int"), ("log_dir", "string"), ("segments", "int"),
     ("size_bytes", "long"), ("log_start_offset", "long"), ("end_offset", "long"), ("records", "long"),
     ("oldest_timestamp", "timestamp"), ("newest_timestamp", "timestamp"), ("cleanup_policy", "string"),
-    ("config_source", "string"), ("first_dirty_offset", "long"), ("clean_bytes", "long"),
+    ("config_source", "string"), ("active_segment_bytes", "long"), ("first_dirty_offset", "long"), ("clean_bytes", "long"),
     ("dirty_bytes", "long"), ("dirty_ratio", "double"), ("cleanable", "boolean"),
     ("deletable_segments", "int"), ("deletable_bytes", "long"), ("retention_reason", "string"),
 )
@@ -126,6 +127,7 @@ def partition_row(task: PartitionTask, broker: BrokerConfig | None, now_ms: int)
     first_dirty = max(task.first_dirty_checkpoint or 0, bounds.log_start_offset)
     clean_bytes, dirty_bytes = _clean_and_dirty(segments, first_dirty)
     dirty_ratio = dirty_bytes / (clean_bytes + dirty_bytes) if clean_bytes + dirty_bytes else 0.0
+    compacted = config.compact
     plan = retention.plan_segments(segments, config=config, log_start_offset=bounds.log_start_offset,
                                    high_watermark=bounds.end_offset, log_end_offset=bounds.end_offset,
                                    now_ms=now_ms, topic_partition=tp)
@@ -137,9 +139,11 @@ def partition_row(task: PartitionTask, broker: BrokerConfig | None, now_ms: int)
         "end_offset": bounds.end_offset, "records": sum(s.records for s in live),
         "oldest_timestamp": min(oldest) if oldest else None, "newest_timestamp": max(newest) if newest else None,
         "cleanup_policy": ",".join(sorted(config.cleanup_policy)), "config_source": task.config_source,
-        "first_dirty_offset": first_dirty if config.compact else None,
-        "clean_bytes": clean_bytes, "dirty_bytes": dirty_bytes, "dirty_ratio": dirty_ratio,
-        "cleanable": bool(config.compact and dirty_bytes and dirty_ratio >= config.min_cleanable_dirty_ratio),
+        "active_segment_bytes": segments[-1].size if segments else 0,
+        "first_dirty_offset": first_dirty if compacted else None,
+        "clean_bytes": clean_bytes if compacted else None, "dirty_bytes": dirty_bytes if compacted else None,
+        "dirty_ratio": dirty_ratio if compacted else None,
+        "cleanable": bool(compacted and dirty_bytes and dirty_ratio >= config.min_cleanable_dirty_ratio),
         "deletable_segments": len(plan.segments), "deletable_bytes": plan.total_bytes,
         "retention_reason": "; ".join(plan.reasons),
     }
@@ -256,19 +260,22 @@ def plot_report(rows: Sequence[Mapping[str, Any]], path: Path | str, title: str 
     names = [f"{r['topic']}-{r['partition']}" for r in rows]
     mib = 1 << 20
     deletable = np.array([r["deletable_bytes"] / mib for r in rows])
-    dirty = np.array([r["dirty_bytes"] / mib for r in rows])
-    clean = np.array([r["clean_bytes"] / mib for r in rows])
-    active = np.array([max(0.0, r["size_bytes"] / mib - c - d) for r, c, d in zip(rows, clean, dirty)])
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.5))
+    dirty = np.array([(r["dirty_bytes"] or 0) / mib for r in rows])
+    clean = np.array([(r["clean_bytes"] or 0) / mib for r in rows])
+    active = np.array([r["active_segment_bytes"] / mib for r in rows])
+    sealed = np.array([max(0.0, r["size_bytes"] / mib - a) if r["dirty_ratio"] is None else 0.0
+                       for r, a in zip(rows, active)])  # topics that do not compact
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(rows) + 2), 4.5))
     x = np.arange(len(rows))
-    ax.bar(x, clean, label="clean (compacted)", color="#4c72b0")
-    ax.bar(x, dirty, bottom=clean, label="dirty (to compact)", color="#dd8452")
-    ax.bar(x, active, bottom=clean + dirty, label="active segment", color="#bbbbbb")
+    ax.bar(x, sealed, label="sealed segments (delete policy)", color="#55a868")
+    ax.bar(x, clean, bottom=sealed, label="clean (compacted)", color="#4c72b0")
+    ax.bar(x, dirty, bottom=sealed + clean, label="dirty (to compact)", color="#dd8452")
+    ax.bar(x, active, bottom=sealed + clean + dirty, label="active segment", color="#bbbbbb")
     ax.scatter(x, deletable, marker="_", s=400, color="#c44e52", label="deletable by retention now", zorder=3)
     for i, r in enumerate(rows):
-        if r["cleanup_policy"] and "compact" in r["cleanup_policy"]:
-            ax.annotate(f"{r['dirty_ratio']:.0%}", (i, clean[i] + dirty[i] + active[i]), ha="center",
-                        va="bottom", fontsize=8)
+        if r["dirty_ratio"] is not None:
+            ax.annotate(f"dirty {r['dirty_ratio']:.0%}", (i, sealed[i] + clean[i] + dirty[i] + active[i]),
+                        ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, names, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MiB")
     ax.set_title(title)
