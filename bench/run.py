@@ -40,7 +40,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import bench_cleaner, bench_kafka, bench_manager, bench_offset_map, bench_produce, bench_spark, bench_storage
+from bench import (
+    bench_cleaner, bench_kafka, bench_manager, bench_offset_map, bench_produce, bench_server, bench_spark, bench_storage,
+)
 from bench.bench_storage import Row, Settings
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -158,6 +160,7 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
        for name, (description, _) in bench_cleaner.BENCHMARKS.items()},
     **{name: (description, (lambda n: lambda settings: bench_kafka.run_benchmark(n, settings))(name))
        for name, (description, _) in bench_kafka.BENCHMARKS.items()},
+    **bench_server.BENCHMARKS,
     **bench_spark.BENCHMARKS,
 }
 

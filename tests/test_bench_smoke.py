@@ -24,14 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_partitions", "scan",
                    "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json",
                    "offset_map", "clean_1gb", "clean_many_keys", "kafka_cleaner", "kafka_recovery",
-                   "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector"}
+                   "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
+                   "server_idle_connections", "server_produce_latency"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
-                 "spark_read", "spark_write"}
+                 "spark_read", "spark_write", "server_idle_connections"}
 INFORMATIONAL_ROWS = {"recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
-                      "clean_many_keys", *SIDE_BY_SIDE_ROWS}
+                      "clean_many_keys", "server_produce_latency", *SIDE_BY_SIDE_ROWS}
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
 KAFKA_BENCHMARKS = ("kafka_cleaner", "kafka_recovery", "kafka_produce_fetch")
@@ -66,7 +67,9 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
     _, out, _ = quick_run
     rows = [row for outcome in json.loads(out.read_text())["benchmarks"].values() for row in outcome["rows"]]
     for row in rows:
-        if not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
+        if row["details"].get("kafka_skipped"):  # the latency row without a Kafka baseline
+            assert row["figure"] > 0, row
+        elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
             assert row["figure"] > 0 and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}

@@ -8,6 +8,7 @@ runs. Tests never sleep: they wait on sockets with timeouts, or poll a server ga
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import time
@@ -42,8 +43,9 @@ class Broker:
 def start_broker(data: Path, **props: object) -> tuple[LogManager, ServerThread]:
     broker = BrokerConfig.from_properties({"log.dirs": str(data), **props})
     manager = LogManager.open(broker, scheduler=FakeScheduler(FakeClock()))
-    config = ServerConfig.from_broker(broker)
-    config = ServerConfig((Endpoint("PLAINTEXT", "127.0.0.1", 0),), config.advertised, config.socket_request_max_bytes)
+    # every broker prop applies (limits, idle expiry), on one plaintext listener on a free port
+    config = dataclasses.replace(ServerConfig.from_broker(broker), listeners=(Endpoint("PLAINTEXT", "127.0.0.1", 0),),
+                                 security=())
     thread = ServerThread(manager, config, io_threads=4)
     thread.start()
     return manager, thread

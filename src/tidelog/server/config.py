@@ -15,10 +15,20 @@ listener syntax as Kafka does:
 * ``socket.request.max.bytes`` (default 104857600): a request whose size prefix is larger
   closes the connection before anything is allocated for it; before a SASL client has
   authenticated, ``sasl.server.max.receive.size`` (default 524288) is the limit.
+* ``connections.max.idle.ms`` (default 600000): a connection with no request for that long is
+  closed (a request being handled, such as a long poll, keeps it busy, not idle); negative: never.
+* ``max.connections`` (broker-wide, and per listener as ``listener.name.<name>.max.connections``),
+  ``max.connections.per.ip`` and ``max.connections.per.ip.overrides`` (``host:count,...``, a host
+  name is resolved here): all default to Int.MAX. A new connection beyond any of them is closed
+  as soon as it is accepted. (Kafka's acceptor instead stops accepting while the broker-wide or
+  listener limit is reached, so the client waits in the listen backlog; here it sees a closed
+  connection and reconnects after its backoff. Per IP, Kafka closes too.) ``max.connections.per.ip``
+  may be 0 only with overrides, as Kafka requires.
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 from tidelog.errors import ConfigError
@@ -27,6 +37,8 @@ from tidelog.storage.config import BrokerConfig
 
 DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
 DEFAULT_SASL_MAX_RECEIVE_SIZE = 524288
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
+UNLIMITED_CONNECTIONS = 2147483647  # Kafka's Int.MaxValue default of the max.connections keys
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -69,6 +81,11 @@ class ServerConfig:
     socket_request_max_bytes: int = DEFAULT_SOCKET_REQUEST_MAX_BYTES
     security: tuple[ListenerSecurity, ...] = ()
     sasl_max_receive_size: int = DEFAULT_SASL_MAX_RECEIVE_SIZE
+    connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    max_connections: int = UNLIMITED_CONNECTIONS
+    listener_max_connections: tuple[tuple[str, int], ...] = ()  # (listener name, limit) where one is set
+    max_connections_per_ip: int = UNLIMITED_CONNECTIONS
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()  # (IP address, limit)
 
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
@@ -84,8 +101,23 @@ class ServerConfig:
         for endpoint in advertised:
             if endpoint.listener_name not in names:
                 raise ConfigError(f"advertised listener {endpoint} names no listener", config="advertised.listeners")
+        per_ip = broker.get("max.connections.per.ip")
+        overrides = _ip_overrides(broker.get("max.connections.per.ip.overrides"))
+        if per_ip == 0 and not overrides:
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "is set", config="max.connections.per.ip")
         return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes, security,
-                   broker.get("sasl.server.max.receive.size"))
+                   broker.get("sasl.server.max.receive.size"), broker.get("connections.max.idle.ms"),
+                   broker.get("max.connections"), _listener_limits(broker, listeners), per_ip, overrides)
+
+    def listener_limit(self, listener_name: str) -> int:
+        """Most connections ``listener_name`` may hold at once (Int.MAX when none is set)."""
+        return next((n for name, n in self.listener_max_connections if name == listener_name), UNLIMITED_CONNECTIONS)
+
+    def ip_limit(self, address: str) -> int:
+        """Most connections one client IP ``address`` may hold at once."""
+        return next((n for ip, n in self.max_connections_per_ip_overrides if ip == address),
+                    self.max_connections_per_ip)
 
     def advertised_for(self, listener_name: str) -> Endpoint | None:
         """The advertised endpoint of ``listener_name``, when one is configured."""
@@ -112,6 +144,32 @@ def _listener_security(broker: BrokerConfig, endpoint: Endpoint, protocol: str) 
                               f"{', '.join(SASL_MECHANISMS)} (tidelog does not serve "
                               f"{', '.join(unsupported) or 'none'})", config="sasl.enabled.mechanisms")
     return ListenerSecurity(name, protocol, tls, mechanisms)
+
+
+def _listener_limits(broker: BrokerConfig, listeners: list[Endpoint]) -> tuple[tuple[str, int], ...]:
+    limits = []
+    for endpoint in listeners:
+        if f"listener.name.{endpoint.listener_name.lower()}.max.connections" in broker.unknown:
+            limits.append((endpoint.listener_name, listener_value(broker, endpoint.listener_name, "max.connections")))
+    return tuple(limits)
+
+
+def _ip_overrides(text: str) -> tuple[tuple[str, int], ...]:
+    """``host:count,...`` with each host resolved to its IP address (Kafka's InetAddress.getByName)."""
+    overrides: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().removeprefix("[").removesuffix("]")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(f"{item!r} is not host:count", config="max.connections.per.ip.overrides")
+        try:
+            address = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
+        except OSError as e:
+            raise ConfigError(f"cannot resolve {host!r}: {e}", config="max.connections.per.ip.overrides") from e
+        overrides[str(address)] = int(count)
+    return tuple(overrides.items())
 
 
 def parse_endpoints(text: str, key: str) -> list[Endpoint]:

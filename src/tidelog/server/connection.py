@@ -15,6 +15,12 @@ On a SASL listener, frames go to the connection's
 :class:`~tidelog.server.security.sasl.SaslAuthenticator` until it completes (its own size limit,
 ``sasl.server.max.receive.size``, applies until then); only then to KafkaApis. TLS is below this
 module: asyncio hands over a connection once its handshake succeeded.
+
+Idle connections (Kafka's Selector idle expiry, ``connections.max.idle.ms``): an
+:class:`IdleExpiry` timer closes a connection that has received no request and sent no response
+for that long. A request being handled (a long-poll Fetch, a delayed Produce, a JoinGroup waiting
+for the rebalance) is not idleness; a request arriving slower than the limit is. The hot path
+pays one clock read per request; the timer fires once per idle period, however many requests came.
 """
 
 from __future__ import annotations
@@ -35,24 +41,69 @@ _SIZE = struct.Struct(">i")
 _CLOSE = b"<close>"  # what _handle_frame returns to close the connection
 
 
+class IdleExpiry:
+    """Aborts ``writer``'s connection once it was idle ``idle_ms`` (negative: never). Event-loop only.
+
+    Call :meth:`busy` when a request has been read and :meth:`done` once it is answered; the
+    timer re-arms itself from the last :meth:`done` rather than being reset per request.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, idle_ms: int, peer: str) -> None:
+        self._writer = writer
+        self._idle_s = idle_ms / 1000
+        self._peer = peer
+        self._loop = asyncio.get_running_loop()
+        self._busy = False
+        self._last = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
+        if idle_ms >= 0:
+            self._timer = self._loop.call_at(self._last + self._idle_s, self._expire)
+
+    def busy(self) -> None:
+        self._busy = True
+
+    def done(self) -> None:
+        self._busy = False
+        self._last = self._loop.time()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        now = self._loop.time()
+        if self._busy or now < self._last + self._idle_s:
+            self._timer = self._loop.call_at((now if self._busy else self._last) + self._idle_s, self._expire)
+            return
+        self._timer = None
+        log.debug("%s: closing connection idle for %.0f ms (connections.max.idle.ms)", self._peer,
+                  (now - self._last) * 1000)
+        self._writer.transport.abort()  # nothing to flush; no TLS close_notify exchange to wait for
+
+
 async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter, authenticator: SaslAuthenticator | None = None) -> None:
-    """Serve requests until the client leaves, sends something that closes the connection, or the
-    task is cancelled (server shutdown); then close the socket. With an ``authenticator``, the
-    client must authenticate first."""
+    """Serve requests until the client leaves, sends something that closes the connection, stays
+    idle ``connections.max.idle.ms``, or the task is cancelled (server shutdown); then close the
+    socket. With an ``authenticator``, the client must authenticate first."""
+    idle = IdleExpiry(writer, ctx.config.connections_max_idle_ms, conn.peer)
     try:
-        if authenticator is not None and not await _authenticate(ctx, conn, reader, writer, authenticator):
+        if authenticator is not None and not await _authenticate(ctx, conn, reader, writer, authenticator, idle):
             return
         while (frame := await _read_frame(reader, ctx.config.socket_request_max_bytes, conn)) is not None:
+            idle.busy()
             response = await _handle_frame(ctx, conn, frame)
             if response is _CLOSE:
                 return
             if response:
                 writer.write(response)
                 await writer.drain()
+            idle.done()
     except (ConnectionError, asyncio.IncompleteReadError):
-        pass  # the client went away
+        pass  # the client went away, or the connection expired mid-frame
     finally:
+        idle.cancel()
         writer.close()
         try:
             await writer.wait_closed()
@@ -61,19 +112,21 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
 
 
 async def _authenticate(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, authenticator: SaslAuthenticator) -> bool:
+                        writer: asyncio.StreamWriter, authenticator: SaslAuthenticator, idle: IdleExpiry) -> bool:
     """Run the SASL exchange; True once the client is authenticated, False to close."""
     limit = min(ctx.config.socket_request_max_bytes, authenticator.max_receive_size)
     while not authenticator.complete:
         frame = await _read_frame(reader, limit, conn)
         if frame is None:
             return False
+        idle.busy()
         step = await authenticator.receive(frame)
         if step.response:
             writer.write(step.response)
             await writer.drain()
         if step.close:
             return False
+        idle.done()
     return True
 
 

@@ -10,6 +10,13 @@ TLS listeners get their :class:`ssl.SSLContext` and SASL listeners the credentia
 credentials file fails :meth:`KafkaServer.start`. A failed TLS handshake closes that connection
 only.
 
+Connection limits (Kafka's ConnectionQuotas: ``max.connections``, per listener
+``listener.name.<name>.max.connections``, ``max.connections.per.ip`` and its overrides) are
+checked when a connection is handed over: one beyond a limit is closed at once, before it is
+read from, and counted in :attr:`KafkaServer.refused_connections`. (On a TLS listener the
+handshake has already run by then: asyncio hands a connection over only once it succeeded.)
+A slot is free again as soon as its connection's task ends.
+
 Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
 ``__consumer_offsets``, so every group and committed offset is back when the first client comes.
 
@@ -24,6 +31,7 @@ import secrets
 import socket
 import ssl
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -60,6 +68,9 @@ class KafkaServer:
         self._io_threads = io_threads
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._by_listener: Counter[str] = Counter()
+        self._by_ip: Counter[str] = Counter()
+        self.refused_connections = 0  # new connections closed at accept by a limit; a gauge, any thread
         self._executor: ThreadPoolExecutor | None = None
         self._context: ApiContext | None = None
         self._groups: GroupService | None = None
@@ -126,8 +137,15 @@ class KafkaServer:
         if self._context is None:  # not started
             writer.close()
             return
-        bound = next((b for b in self.bound if b.listener_name == endpoint.listener_name), None)
         peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refusal = self._over_limit(endpoint.listener_name, ip)
+        if refusal is not None:
+            self.refused_connections += 1
+            log.info("%s/%s: closing new connection: %s", endpoint.listener_name, peer, refusal)
+            writer.transport.abort()  # at once: no TLS close_notify exchange holds anything for it
+            return
+        bound = next((b for b in self.bound if b.listener_name == endpoint.listener_name), None)
         advertised = bound.advertised if bound is not None else endpoint
         conn = ConnectionInfo(endpoint.listener_name, advertised, f"{endpoint.listener_name}/{peer}")
         sasl = self._sasl.get(endpoint.listener_name)
@@ -135,7 +153,29 @@ class KafkaServer:
         task = asyncio.get_running_loop().create_task(serve_connection(self._context, conn, reader, writer,
                                                                        authenticator))
         self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        self._by_listener[endpoint.listener_name] += 1
+        self._by_ip[ip] += 1
+        task.add_done_callback(lambda t: self._release(t, endpoint.listener_name, ip))
+
+    def _over_limit(self, listener_name: str, ip: str) -> str | None:
+        """Why a new connection from ``ip`` on ``listener_name`` may not be served, or None."""
+        config = self._config
+        if len(self._connections) >= config.max_connections:
+            return f"max.connections={config.max_connections} reached"
+        limit = config.listener_limit(listener_name)
+        if self._by_listener[listener_name] >= limit:
+            return f"listener.name.{listener_name.lower()}.max.connections={limit} reached"
+        limit = config.ip_limit(ip)
+        if self._by_ip[ip] >= limit:
+            return f"max.connections.per.ip={limit} reached for {ip}"
+        return None
+
+    def _release(self, task: asyncio.Task[None], listener_name: str, ip: str) -> None:
+        self._connections.discard(task)
+        for counter, key in ((self._by_listener, listener_name), (self._by_ip, ip)):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
 
     @property
     def connection_count(self) -> int:

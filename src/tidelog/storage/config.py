@@ -583,6 +583,16 @@ _BROKER_KEYS = (
          "SASL mechanisms of SASL listeners; tidelog serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512."),
     _key("sasl.server.max.receive.size", _INT, 524288, at_least(1),
          "Largest request accepted before a SASL client has authenticated; a larger one closes the connection."),
+    # connection limits of the server (tidelog.server.server, tidelog.server.connection)
+    _key("connections.max.idle.ms", _LONG, 600000, None,
+         "A connection with no request for this long is closed (negative: never)."),
+    _key("max.connections", _INT, 2147483647, at_least(0),
+         "Most client connections open at once, over every listener (listener.name.<name>.max.connections: "
+         "per listener); beyond it a new connection is closed as soon as it is accepted."),
+    _key("max.connections.per.ip", _INT, 2147483647, at_least(0),
+         "Most connections open at once from one IP address; beyond it a new one from there is closed."),
+    _key("max.connections.per.ip.overrides", _STR, "", None,
+         "Comma-separated host:count (IP or host name) overriding max.connections.per.ip for those hosts."),
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _BROKER_KEYS})
