@@ -1,4 +1,4 @@
-"""Fixtures of the server tests: ``make_broker(**broker props)`` and ``broker`` (see server_helpers)."""
+"""Fixtures of the server tests: ``make_broker(**broker props)``, ``broker`` and ``restartable`` (see server_helpers)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,14 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
 @pytest.fixture
 def broker(make_broker: Callable[..., Broker]) -> Broker:
     return make_broker()
+
+
+@pytest.fixture
+def restartable() -> Iterator[list[tuple[LogManager, ServerThread]]]:
+    """Brokers a test starts, stops and starts again (``start_broker``); whatever is left in the
+    list is stopped and shut down after the test."""
+    started: list[tuple[LogManager, ServerThread]] = []
+    yield started
+    for manager, thread in started:
+        thread.stop()
+        manager.shutdown()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -134,15 +134,6 @@ def test_second_consumer_joining_makes_the_group_rebalance(make_broker: Callable
             await first.stop()
 
     run(scenario())
-
-
-@pytest.fixture
-def restartable() -> Iterator[list[tuple[LogManager, ServerThread]]]:
-    started: list[tuple[LogManager, ServerThread]] = []
-    yield started
-    for manager, thread in started:
-        thread.stop()
-        manager.shutdown()
 
 
 async def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:

@@ -141,15 +141,6 @@ def test_second_consumer_joining_makes_the_group_rebalance(make_broker: Callable
             second.close()
 
 
-@pytest.fixture
-def restartable() -> Iterator[list[tuple[LogManager, ServerThread]]]:
-    started: list[tuple[LogManager, ServerThread]] = []
-    yield started
-    for manager, thread in started:
-        thread.stop()
-        manager.shutdown()
-
-
 def test_committed_offsets_survive_a_broker_restart(tmp_path: Path,
                                                     restartable: list[tuple[LogManager, ServerThread]]) -> None:
     manager, thread = start_broker(tmp_path / "data", **GROUP_PROPS)

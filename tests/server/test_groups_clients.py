@@ -8,7 +8,7 @@ and waits that return as soon as the condition holds."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,15 +82,6 @@ def test_second_consumer_joining_makes_the_group_rebalance_two_partitions_each(g
         _poll_until([first], lambda: len(first.assignment()) == 4)  # second left: first takes everything back
     finally:
         first.close()
-
-
-@pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[list[tuple[LogManager, ServerThread]]]:
-    started: list[tuple[LogManager, ServerThread]] = []
-    yield started
-    for manager, thread in started:
-        thread.stop()
-        manager.shutdown()
 
 
 def test_committed_offsets_survive_a_broker_restart(tmp_path: Path,
