@@ -9,7 +9,7 @@ Kafka connector through ``tidelog serve``, each against a baseline measured in t
   ``noop``. Target: >= 0.5 M rows/s.
 * ``spark_vs_kafka_connector``: the same topic read directly (``format("tidelog")``) and through
   ``tidelog serve`` by Spark's own Kafka connector (``format("kafka")``, spark-sql-kafka from
-  Maven Central, resolved by Spark's Ivy at session start). Target: direct >= 2x the connector.
+  Maven Central via :mod:`kafka_oracle.spark_connector`). Target: direct >= 2x the connector.
   Skipped, saying why, when the connector cannot be resolved.
 
 One Spark session serves every benchmark here (start-up costs ~10 s); each figure is the median of
@@ -20,7 +20,6 @@ worker start-up).
 from __future__ import annotations
 
 import math
-import subprocess
 import time
 from collections.abc import Callable
 from functools import cache
@@ -29,53 +28,31 @@ from typing import Any
 
 from bench.bench_storage import Row, Settings, Target, median, scratch_dir
 
-CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
-# Spark's Ivy tries ~/.m2 before the network; Maven (which reaches Central here) fills it. The
-# connector of the running Spark version first, then the newest one this machine's Central has.
-CONNECTOR_FALLBACK_VERSIONS = ("4.1.1", "4.0.0")  # 4.1.1 lacks its token-provider jar on the mirror here
 KEY_VALUE_BYTES = (9, 20)  # record key and value sizes, as the reference prototypes (spark.md §3.1)
 RECORDS_PER_BATCH = 1000
-
-
-def _connector() -> str | None:
-    """The Maven coordinate of a spark-sql-kafka that Maven could fetch into ~/.m2, or None."""
-    import pyspark
-
-    for version in (pyspark.__version__, *CONNECTOR_FALLBACK_VERSIONS):
-        coordinate = CONNECTOR.format(version=version)
-        try:
-            fetched = subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={coordinate}"],
-                                     capture_output=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if fetched.returncode == 0:
-            return coordinate
-    return None
 
 
 @cache
 def _session() -> Any:
     """The one session; with the Kafka connector on its classpath when it can be fetched."""
+    import pyspark
+
+    from kafka_oracle.spark_connector import connector_jars
     from tidelog.spark.session import local_session
 
     conf = {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "4g"}
-    coordinate = _connector()
-    spark = None
-    if coordinate is not None:
-        try:
-            spark = local_session(app_name="tidelog bench", **conf, **{"spark.jars.packages": coordinate})
-        except Exception:  # noqa: BLE001 - Ivy could not resolve it after all: run without the connector
-            spark = None
-    if spark is None:
-        spark = local_session(app_name="tidelog bench", **conf)
+    found = connector_jars(pyspark.__version__)
+    if found is not None:
+        conf["spark.jars"] = ",".join(found[1])
+        conf["spark.tidelog.bench.connector"] = found[0]
+    spark = local_session(app_name="tidelog bench", **conf)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def _connector_missing(spark: Any) -> str | None:
-    if not spark.sparkContext.getConf().get("spark.jars.packages", ""):
-        return ("Spark's Kafka connector cannot be resolved here (spark-sql-kafka 4.1+ lacks "
-                "spark-token-provider-kafka on the reachable Maven Central mirror; 4.0.0 fails to resolve in Ivy)")
+    if not spark.sparkContext.getConf().get("spark.tidelog.bench.connector", ""):
+        return "Spark's Kafka connector (spark-sql-kafka-0-10) could not be resolved from Maven Central here"
     return None
 
 
@@ -192,7 +169,7 @@ def bench_spark_vs_kafka_connector(settings: Settings) -> list[Row]:
             theirs = _timed(lambda: connector.load().write.format("noop").mode("overwrite").save(), settings.repeats)
         finally:
             serve.stop()
-    connector = spark.sparkContext.getConf().get("spark.jars.packages").rsplit(":", 1)[-1]
+    connector = spark.sparkContext.getConf().get("spark.tidelog.bench.connector")
     return [Row("spark_vs_kafka_connector", f"{label}, {rows:,} rows", rows / ours, "rows/s", rows / theirs,
                 f"Spark's Kafka connector {connector} via tidelog serve", Target("ratio", 2.0, ">= 2x the connector"),
                 {"seconds": ours, "connector_seconds": theirs, "connector": connector})]
