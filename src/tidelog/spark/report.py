@@ -37,10 +37,9 @@ import numpy as np
 from tidelog import retention
 from tidelog.errors import CheckpointError, StorageError
 from tidelog.manager.topics import read_newest_registry
-from tidelog.records.scan import walk_batch_headers
 from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
 from tidelog.storage.config import BROKER_CONFIGS, BrokerConfig
-from tidelog.storage.log_view import LogView, SegmentInfo
+from tidelog.storage.log_view import LogView, SegmentInfo, read_whole_batches
 from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -155,28 +154,19 @@ def _segment_stats(segment: SegmentInfo, end_offset: int) -> _SegmentStats:
     oldest, largest, next_offset = -1, -1, segment.base_offset
     with open(segment.log_path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        position, chunk = 0, READ_CHUNK
-        while position < size:
-            data = os.pread(f.fileno(), min(chunk, size - position), position)
-            walked = walk_batch_headers(np.frombuffer(data, dtype=np.uint8))
+        for _, walked in read_whole_batches(f.fileno(), 0, size, READ_CHUNK):
             batches = walked.batches
-            if walked.end_position == 0:
-                if len(data) < chunk or walked.stop_position is not None:
-                    break  # a partial tail, or a header the walk cannot read: the readable data ends here
-                chunk *= 2  # one batch larger than the chunk
-                continue
             keep = batches["base_offset"] < end_offset
+            if not keep.any():
+                break
             records += int(batches["records_count"][keep].sum())
-            if keep.any():
-                next_offset = int(batches["last_offset"][keep][-1]) + 1
-                stamps = batches["base_timestamp"][keep]
-                stamps = stamps[stamps >= 0]
-                if len(stamps):
-                    low = int(stamps.min())
-                    oldest = low if oldest < 0 else min(oldest, low)
-                largest = max(largest, int(batches["max_timestamp"][keep].max()))
-            position += walked.end_position
-            if not keep.all() or walked.stop_position is not None:
+            next_offset = int(batches["last_offset"][keep][-1]) + 1
+            stamps = batches["base_timestamp"][keep]
+            stamps = stamps[stamps >= 0]
+            if len(stamps):
+                oldest = int(stamps.min()) if oldest < 0 else min(oldest, int(stamps.min()))
+            largest = max(largest, int(batches["max_timestamp"][keep].max()))
+            if not keep.all():
                 break
     if largest < 0:  # no record carries a timestamp: retention falls back to the file's mtime (Kafka)
         largest = int(os.stat(segment.log_path).st_mtime * 1000)

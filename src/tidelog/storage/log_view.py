@@ -413,7 +413,7 @@ class PartitionView:
         for segment in self._segments[first:]:
             with open(segment.log_path, "rb", buffering=0) as f:
                 limit = self._read_limit(segment, f.fileno())
-                for buf, walked in _read_whole_batches(f.fileno(), position, limit, chunk_bytes):
+                for buf, walked in read_whole_batches(f.fileno(), position, limit, chunk_bytes):
                     last = int(walked.batches["last_offset"][-1])
                     yield buf, last
                     if last >= end - 1 or last >= bound - 1:
@@ -463,7 +463,7 @@ class PartitionView:
         position = int(entries["position"][-1]) if len(entries) else 0
         with open(segment.log_path, "rb", buffering=0) as f:
             limit = self._read_limit(segment, f.fileno())
-            for _, walked in _read_whole_batches(f.fileno(), position, limit, WALK_CHUNK):
+            for _, walked in read_whole_batches(f.fileno(), position, limit, WALK_CHUNK):
                 best = max(best, int(walked.batches["max_timestamp"].max()))
         return best
 
@@ -476,7 +476,7 @@ class PartitionView:
             return None
         with open(segment.log_path, "rb", buffering=0) as f:
             limit = self._read_limit(segment, f.fileno())
-            for buf, walked in _read_whole_batches(f.fileno(), found.position, limit, READ_CHUNK):
+            for buf, walked in read_whole_batches(f.fileno(), found.position, limit, READ_CHUNK):
                 batches = walked.batches
                 for j in np.flatnonzero(batches["max_timestamp"] >= timestamp).tolist():
                     position = int(batches["position"][j])
@@ -628,7 +628,7 @@ def _first_batch_reaching(segment: SegmentInfo, position: int, offset: int,
     return None
 
 
-def _read_whole_batches(fd: int, position: int, limit: int, chunk_bytes: int) -> Iterator[tuple[bytes, HeaderWalk]]:
+def read_whole_batches(fd: int, position: int, limit: int, chunk_bytes: int) -> Iterator[tuple[bytes, HeaderWalk]]:
     """``(buffer, its header walk)`` for consecutive whole batches in ``[position, limit)``; each
     buffer holds at least one batch (a batch larger than ``chunk_bytes`` comes alone)."""
     while position < limit:
