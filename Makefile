@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: setup
 
 bench: setup
 	$(PY) -m bench.run
+
+# Long reliability runs (crash, fault and fuzz at full length); make test runs their short versions.
+soak: setup
+	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider -m soak
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -26,6 +26,16 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group("spark"))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Soak tests run only when asked for by name (``make soak`` = ``pytest -m soak``)."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("soak") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("soak")])
+        items[:] = kept
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0)
