@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.errors import CheckpointError, InvalidLogDirNameError, StorageError, TidelogError
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
@@ -87,7 +87,7 @@ class LogDir:
         start-up that fails after this (another cluster's dir, say) leaves the dir as it was.
         Raises :class:`LogDirLockedError`, or :class:`StorageError`/:class:`CheckpointError` naming the dir."""
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            fileops.mkdir(path, parents=True, exist_ok=True)
         except OSError as e:
             raise StorageError("cannot create log dir", path=path, operation="mkdir") from e
         lock = LogDirLock.acquire(path)

@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 
@@ -61,7 +60,15 @@ from tidelog.manager.kraft_metadata import (
     find_metadata_log,
     read_metadata_log,
 )
+from tidelog.manager import log_dir_failure
 from tidelog.manager.log_dir import LogDir, describe_error
+from tidelog.manager.log_dir_failure import (
+    FaultReportingCleaner,
+    LogDirFailureChannel,
+    OfflineLog,
+    OfflineLogDir,
+    ProbeBackoff,
+)
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.topics import (
     RegistryState,
@@ -72,7 +79,7 @@ from tidelog.manager.topics import (
     write_registry,
 )
 from tidelog.scheduler import Scheduler, ThreadScheduler
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.checkpoints import OffsetCheckpointFile
@@ -98,7 +105,7 @@ class LogManager:
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
-                 owns_scheduler: bool) -> None:
+                 owns_scheduler: bool, probe_backoff: ProbeBackoff | None = None) -> None:
         self.broker = broker
         self._dirs = dirs
         self._clock = clock
@@ -108,6 +115,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, LogDir] = {}
         self._set_aside: dict[Path, SetAside] = {}
+        self._failures = LogDirFailureChannel(clock, probe_backoff)
+        self._offline_logs: dict[TopicPartition, OfflineLog] = {}
+        self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
         self._registry = RegistryState()
         self._configs: dict[str, LogConfig] = {}
         self._started = False
@@ -116,7 +126,8 @@ class LogManager:
         # neither compacted nor deleted by the periodic tasks.
         self.cleaner: LogCleaner | None = None
         if broker.log_cleaner_enable:
-            self.cleaner = LogCleaner(broker, [d.path for d in dirs], self.logs, clock)
+            self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
+                                                 on_failure=self._cleaner_failed)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -129,8 +140,10 @@ class LogManager:
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
         on_progress: ProgressCallback | None = None,
+        probe_backoff: ProbeBackoff | None = None,
     ) -> LogManager:
-        """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``).
+        """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``). ``probe_backoff``: how
+        often a dir that went offline is probed (:mod:`.log_dir_failure`).
 
         Raises :class:`LogDirLockedError` when another process owns one of them (no dir stays
         locked then), :class:`StorageError` when one cannot be created or read.
@@ -148,7 +161,8 @@ class LogManager:
                 log_dir.release()
             raise
         own = scheduler is None
-        manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own)
+        manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own,
+                      probe_backoff)
         try:
             manager._load(on_progress)
         except BaseException:
@@ -505,12 +519,16 @@ class LogManager:
     def _place(self, count: int) -> dict[int, LogDir]:
         """Kafka's ``nextLogDirs`` for ``count`` new partitions in turn: each to the dir holding
         the fewest partitions (first listed on a tie)."""
-        counts = {id(d): 0 for d in self._dirs}
+        online = self._online_dirs()
+        if not online and count:
+            raise LogDirOfflineError("every log dir is offline: no partition can be created",
+                                     log_dirs=", ".join(str(d.path) for d in self._dirs))
+        counts = {id(d): 0 for d in online}
         for log_dir in self._log_dir_of.values():
-            counts[id(log_dir)] += 1
+            counts[id(log_dir)] = counts.get(id(log_dir), 0) + 1
         placement = {}
         for partition in range(count):
-            chosen = min(self._dirs, key=lambda d: counts[id(d)])
+            chosen = min(online, key=lambda d: counts[id(d)])
             counts[id(chosen)] += 1
             placement[partition] = chosen
         return placement
@@ -556,11 +574,13 @@ class LogManager:
             self._configs.pop(name, None)
             for partition in range(record.partitions):
                 tp = TopicPartition(name, partition)
+                if (offline := self._offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
+                    self._offline_deleted[offline.path] = tp
                 doomed = self._logs.pop(tp, None)
                 self._log_dir_of.pop(tp, None)
                 if doomed is not None:
                     doomed.close()
-                    self._schedule_dir_deletion(self._rename_for_deletion(doomed.dir, tp))
+                    self._delete_partition_dir(doomed.dir, tp)
             for path, aside in list(self._set_aside.items()):  # broken copies go too, or they would come back
                 if aside.topic_partition is not None and aside.topic_partition.topic == name:
                     del self._set_aside[path]
@@ -610,6 +630,9 @@ class LogManager:
         return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)))
 
     def _offline_entry(self, tp: TopicPartition) -> SetAside:
+        offline = self._offline_logs.get(tp)
+        if offline is not None and (failure := self._failures.get(offline.path.parent)) is not None:
+            return SetAside(offline.path, failure.describe(), tp)
         for entry in self._set_aside.values():
             if entry.topic_partition == tp:
                 return entry
@@ -624,6 +647,9 @@ class LogManager:
         if found is not None:
             return found
         record = self._record(tp.topic)
+        offline = self._offline_logs.get(tp)
+        if offline is not None:
+            raise self._offline_error(tp, offline.path.parent)
         if 0 <= tp.partition < record.partitions:
             entry = self._offline_entry(tp)
             raise LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
@@ -646,13 +672,16 @@ class LogManager:
                origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Append record batches as the partition's leader; the high watermark follows the log end."""
         target = self.log(tp)
-        info = target.append_as_leader(records, origin=origin)
+        with self._storage_op(tp, target, "append"):
+            info = target.append_as_leader(records, origin=origin)
         target.maybe_increment_high_watermark(target.log_end_offset)
         return info
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """Kafka's DeleteRecords (offset -1 = the high watermark); returns the new log start offset."""
-        return self.log(tp).delete_records(offset)
+        target = self.log(tp)
+        with self._storage_op(tp, target, "delete records"):
+            return target.delete_records(offset)
 
     def set_aside(self) -> list[SetAside]:
         """Dirs that did not load, and why."""
@@ -663,7 +692,9 @@ class LogManager:
         for log_dir in self._dirs:
             parts = tuple(self._partition_info(tp, lg) for tp, lg in self.logs() if self._log_dir_of.get(tp) is log_dir)
             aside = tuple(s for s in self.set_aside() if s.path.parent == log_dir.path)
-            infos.append(LogDirInfo(log_dir.path, parts, aside))
+            offline = tuple(self._offline_entry(tp) for tp, o in sorted(self._offline_logs.items())
+                            if o.path.parent == log_dir.path)
+            infos.append(LogDirInfo(log_dir.path, parts, aside + offline, self._failures.get(log_dir.path)))
         return infos
 
     def _partition_info(self, tp: TopicPartition, lg: Log) -> PartitionInfo:
@@ -690,11 +721,15 @@ class LogManager:
                  b.log_flush_start_offset_checkpoint_interval_ms),
                 ("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
                  b.replica_high_watermark_checkpoint_interval_ms),
+                ("tidelog-log-dir-probe", self.probe_offline_dirs, self._failures.backoff.initial_ms),
             )
             for name, task, period in tasks:
                 self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
             if self.cleaner is not None:
                 self.cleaner.startup()
+
+    def _online_dirs(self) -> list[LogDir]:
+        return [d for d in self._dirs if not self._failures.is_offline(d.path)]
 
     def _while_open(self, task: Callable[[], object]) -> Callable[[], None]:
         """A periodic task that does nothing once the manager is shut down (a scheduler the
@@ -726,7 +761,8 @@ class LogManager:
         plans = []
         for tp, lg in logs:
             try:
-                plans.append(decide(lg, now))
+                with self._storage_op(tp, lg, "retention"):
+                    plans.append(decide(lg, now))
             except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
                 log.error("%s: retention failed: %s", tp, e)
         return plans
@@ -741,7 +777,8 @@ class LogManager:
         for tp, lg in self.logs():
             if now - lg.last_flush_time >= lg.config.flush_ms:
                 try:
-                    lg.flush(include_active=False)
+                    with self._storage_op(tp, lg, "flush"):
+                        lg.flush(include_active=False)
                 except StorageError as e:
                     log.error("%s: flush failed: %s", tp, e)
 
@@ -764,8 +801,9 @@ class LogManager:
         """Rewrite one checkpoint file in every dir: the live logs' values, plus the entries read at
         start-up for partitions set aside (forgetting a set-aside partition's log start offset
         would bring its deleted records back once it is repaired)."""
+        failed: list[tuple[LogDir, BaseException]] = []
         with self._lock:
-            for log_dir in self._dirs:
+            for log_dir in self._online_dirs():
                 loaded = loaded_of(log_dir)
                 entries = {s.topic_partition: loaded[s.topic_partition] for s in self._set_aside.values()
                            if s.topic_partition in loaded and s.path.parent == log_dir.path}
@@ -776,6 +814,144 @@ class LogManager:
                     file_of(log_dir).write(entries)
                 except (StorageError, CheckpointError) as e:
                     log.error("%s: checkpoint failed: %s", log_dir.path, e)
+                    failed.append((log_dir, e))
+        for log_dir, error in failed:
+            self._handle_dir_error(log_dir, f"checkpoint write of {file_of(log_dir).path.name}", error)
+
+    # --- log dir failures (see :mod:`.log_dir_failure`) ---------------------------------------
+
+    def offline_log_dirs(self) -> list[OfflineLogDir]:
+        """The log dirs offline now, each with the operation and error that took it offline."""
+        return self._failures.offline_dirs()
+
+    def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
+        """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
+        :class:`Log` directly, such as the server's reads); returns whether it is offline now."""
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None:
+            return tp in self._offline_logs
+        return self._handle_dir_error(log_dir, f"{operation} of {tp}", error)
+
+    @contextmanager
+    def _storage_op(self, tp: TopicPartition, lg: Log, operation: str) -> Iterator[None]:
+        """Run a storage operation of ``lg``: a disk fault takes its dir offline and surfaces as
+        :class:`LogDirOfflineError` (KAFKA_STORAGE_ERROR), chained to the original error."""
+        try:
+            yield
+        except (StorageError, OSError) as e:
+            log_dir = self._log_dir_of.get(tp)
+            if log_dir is None or lg.dir.parent != log_dir.path or isinstance(e, LogDirOfflineError):
+                raise
+            if not self._handle_dir_error(log_dir, f"{operation} of {tp}", e):
+                raise
+            raise self._offline_error(tp, log_dir.path) from e
+
+    def _offline_error(self, tp: TopicPartition, path: Path) -> LogDirOfflineError:
+        failure = self._failures.get(path)
+        why = failure.describe() if failure is not None else f"log dir {path} is offline"
+        return LogDirOfflineError(f"partition {tp} is offline: {why}", topic_partition=str(tp))
+
+    def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
+        """A partition the cleaner quarantined: its dir goes offline unless only the cleaner's
+        scratch files failed."""
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None or lg.dir.parent != log_dir.path or log_dir_failure.is_cleaner_scratch_fault(error):
+            return
+        self._handle_dir_error(log_dir, f"cleaning of {tp}", error)
+
+    def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException) -> bool:
+        """Take ``log_dir`` offline when ``error`` is a disk fault; whether it is offline now."""
+        if not log_dir_failure.is_storage_fault(error):
+            return self._failures.is_offline(log_dir.path)
+        self._take_offline(log_dir, operation, error)
+        return True
+
+    def _take_offline(self, log_dir: LogDir, operation: str, error: BaseException) -> None:
+        """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once, then
+        is closed (errors ignored: the disk is failing); its cleaning stops with it."""
+        with self._lock:
+            failure = self._failures.mark_offline(log_dir.path, operation, error)
+            if failure is None:
+                return
+            doomed = [(tp, lg) for tp, lg in self._logs.items() if self._log_dir_of.get(tp) is log_dir]
+            for tp, lg in doomed:
+                del self._logs[tp]
+                del self._log_dir_of[tp]
+                self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point)
+        log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
+        for tp, lg in doomed:
+            try:
+                lg.close()
+            except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that it is out
+                log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
+
+    def probe_offline_dirs(self) -> list[Path]:
+        """Probe each offline dir whose backoff has passed (a write, fsync and unlink of a probe
+        file); bring back those that pass: their logs reopen with recovery (no clean shutdown)
+        from the lower of their last recovery point and the checkpointed one. Returns the dirs
+        that are online again. The periodic probe task runs this."""
+        back = []
+        for path in self._failures.due_for_probe():
+            log_dir = next(d for d in self._dirs if d.path == path)
+            try:
+                log_dir_failure.probe(path)
+                self._bring_online(log_dir)
+            except (OSError, StorageError) as e:
+                self._failures.probe_failed(path, e)
+                log.warning("%s: still offline, probe failed: %s", path, log_dir_failure.describe_fault(e))
+            else:
+                back.append(path)
+        return back
+
+    def _bring_online(self, log_dir: LogDir) -> None:
+        """Reopen the offline logs of ``log_dir`` (all or none: a disk fault while reopening
+        leaves the dir offline), then serve them again."""
+        write_registry([log_dir.path], self._registry)  # its copy may be stale
+        with self._lock:
+            offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
+            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
+        for path, tp in deleted.items():
+            self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
+            self._offline_deleted.pop(path, None)
+        recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
+        start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
+        reopened: dict[TopicPartition, Log] = {}
+        try:
+            for tp, o in sorted(offline.items()):
+                if (found := self._reopen(tp, o, recovery_points, start_offsets)) is not None:
+                    reopened[tp] = found
+        except BaseException:
+            for lg in reopened.values():
+                lg.close()
+            raise
+        with self._lock:
+            for tp in offline:
+                self._offline_logs.pop(tp, None)
+            for tp, lg in reopened.items():
+                self._logs[tp] = lg
+                self._log_dir_of[tp] = log_dir
+            failure = self._failures.mark_online(log_dir.path)
+        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
+        log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
+
+    def _reopen(self, tp: TopicPartition, offline: OfflineLog, recovery_points: Mapping[TopicPartition, int],
+                start_offsets: Mapping[TopicPartition, int]) -> Log | None:
+        """One log of a dir coming back; None when it fails to load for a reason other than the
+        disk (it is set aside)."""
+        try:
+            return Log.open(
+                offline.path, self._config_for(tp.topic),
+                log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
+                recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)),
+                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp)
+        except (StorageError, OSError) as e:
+            if log_dir_failure.is_storage_fault(e):
+                raise
+            self._set_partition_aside(offline.path, tp, describe_error(e))
+            return None
+        except TidelogError as e:
+            self._set_partition_aside(offline.path, tp, describe_error(e))
+            return None
 
     # --- shutdown -----------------------------------------------------------------------------
 
@@ -791,6 +967,8 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.shutdown()
         clean = self._close_logs()
+        for failure in self._failures.offline_dirs():  # its logs are closed; it was not shut down cleanly
+            clean[failure.path] = False
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
@@ -862,8 +1040,21 @@ class LogManager:
 
     def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str]) -> None:
         state = RegistryState(self._registry.epoch + 1, MappingProxyType(dict(topics)), frozenset(deleted))
-        write_registry([d.path for d in self._dirs], state)
+        failed: list[tuple[LogDir, StorageError]] = []
+        online = self._online_dirs()
+        for log_dir in online:
+            try:
+                write_registry([log_dir.path], state)
+            except StorageError as e:
+                failed.append((log_dir, e))
+        if len(failed) == len(online):  # not written anywhere: the change did not happen
+            if failed:
+                raise failed[0][1]
+            raise LogDirOfflineError("every log dir is offline: the topic registry cannot be written",
+                                     log_dirs=", ".join(str(d.path) for d in self._dirs))
         self._registry = state
+        for log_dir, error in failed:
+            self._handle_dir_error(log_dir, "topic registry write", error)
 
     def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
         """Create and open an empty partition dir with its ``partition.metadata``."""
@@ -881,11 +1072,22 @@ class LogManager:
     def _rename_for_deletion(self, path: Path, tp: TopicPartition) -> Path:
         target = path.parent / files.log_delete_dir_name(tp)
         try:
-            os.rename(path, target)
+            fileops.rename(path, target)
             fsync_dir(path.parent)
         except OSError as e:
             raise StorageError("cannot rename partition dir for deletion", path=path, operation="rename") from e
         return target
+
+    def _delete_partition_dir(self, path: Path, tp: TopicPartition) -> None:
+        """Rename ``path`` for deletion and schedule its removal; on a disk fault its log dir goes
+        offline and the dir is renamed once the log dir is back."""
+        try:
+            self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
+        except StorageError as e:
+            log_dir = next((d for d in self._dirs if d.path == path.parent), None)
+            if log_dir is None or not self._handle_dir_error(log_dir, f"deletion of {tp}", e):
+                raise
+            self._offline_deleted[path] = tp
 
     def _schedule_dir_deletion(self, path: Path) -> None:
         delay = self.broker.log_config().file_delete_delay_ms  # the broker default, as Kafka does
@@ -941,7 +1143,7 @@ def _show_configs(configs: Mapping[str, str]) -> str:
 
 
 def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    fileops.rmtree(path, ignore_errors=True)
     log.info("removed %s", path)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelog.manager.log_dir_failure import OfflineLogDir
 from tidelog.topic_partition import TopicPartition
 
 
@@ -47,9 +48,13 @@ class TopicDescription:
 
 @dataclass(frozen=True, slots=True)
 class LogDirInfo:
+    """One log dir: its live partitions, the dirs set aside (and, while it is ``offline``, its
+    partitions, each with the dir's failure as the reason)."""
+
     path: Path
     partitions: tuple[PartitionInfo, ...]
     set_aside: tuple[SetAside, ...]
+    offline: OfflineLogDir | None = None
 
     @property
     def size(self) -> int:

@@ -1,0 +1,284 @@
+"""Disk faults take a log dir offline, the other dirs keep serving, and the dir comes back when a
+probe passes (:mod:`tidelog.manager.log_dir_failure`).
+
+Faults are injected through the file-operation seam (``tidelog.storage.fileops``) on real files;
+time is a FakeClock, the probe runs on the FakeScheduler. Every test counts the faults it fired
+(``TIDELOG_FAULT_FIGURES``: when set, the module's total is appended to that file as JSON).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from manager_helpers import Opener, batch, read_offsets, recovery_points, registry, tp
+
+from tidelog.errors import LogDirOfflineError, StorageError
+from tidelog.manager import LogManager
+from tidelog.manager.log_dir_failure import PROBE_FILE, ProbeBackoff
+from tidelog.storage import fileops
+from tidelog.storage.fileops import FaultRule, FaultStats, FileOp, WRITE_OPS
+from tidelog.storage.metadata import has_clean_shutdown
+from tidelog.storage.verify import verify_paths
+
+FIRED: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fault_figures() -> Iterator[None]:
+    yield
+    target = os.environ.get("TIDELOG_FAULT_FIGURES")
+    if target:
+        with open(target, "a") as out:
+            out.write(json.dumps({"module": __name__, "faults_fired": sum(FIRED.values()), "tests": FIRED}) + "\n")
+
+
+@contextmanager
+def faults(request: pytest.FixtureRequest, *rules: FaultRule) -> Iterator[FaultStats]:
+    with fileops.inject(*rules) as stats:
+        try:
+            yield stats
+        finally:
+            FIRED[request.node.name] = FIRED.get(request.node.name, 0) + stats.fired
+
+
+def under(log_dir: Path) -> str:
+    return f"{log_dir}/*"
+
+
+@pytest.fixture
+def two(broker: Opener, log_dirs: list[Path]) -> tuple[LogManager, Path, Path]:
+    """A manager on two dirs with topic ``t``: partition 0 in the first dir, 1 in the second."""
+    manager = broker.open(log_dirs[:2])
+    manager.create_topic("t", 2)
+    assert manager.log(tp("t", 0)).dir.parent == log_dirs[0]
+    assert manager.log(tp("t", 1)).dir.parent == log_dirs[1]
+    return manager, log_dirs[0], log_dirs[1]
+
+
+def acknowledged(manager: LogManager, partition: int, count: int) -> list[int]:
+    """Append ``count`` one-record batches; the offsets acknowledged."""
+    return [manager.append(tp("t", partition), batch()).first_offset for _ in range(count)]
+
+
+def test_enospc_on_append_takes_only_its_dir_offline(request: pytest.FixtureRequest, two) -> None:
+    manager, bad, good = two
+    before = acknowledged(manager, 0, 3)
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), under(bad), error=errno.ENOSPC)) as stats:
+        with pytest.raises(LogDirOfflineError) as failed:
+            manager.append(tp("t", 0), batch())
+        assert failed.value.error_code == 56
+        assert str(bad) in str(failed.value) and "ENOSPC" in str(failed.value)
+        assert acknowledged(manager, 1, 2) == [0, 1]  # the other dir keeps serving
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())  # refused before any write: nothing more fired
+        assert stats.fired == 1
+    [offline] = manager.offline_log_dirs()
+    assert (offline.path, offline.errno, offline.operation) == (bad, errno.ENOSPC, "append of t-0")
+    assert offline.failed_path is not None and offline.failed_path.endswith(".log")
+    description = manager.describe_topic("t")
+    assert [p.topic_partition for p in description.partitions] == [tp("t", 1)]
+    assert [o.topic_partition for o in description.offline] == [tp("t", 0)]
+    bad_info, good_info = manager.log_dirs()
+    assert bad_info.offline == offline and not bad_info.partitions
+    assert good_info.offline is None and len(good_info.partitions) == 1
+    assert before == [0, 1, 2]
+
+
+def test_probe_backs_off_while_failing_then_reopens_with_every_acknowledged_record(
+        request: pytest.FixtureRequest, broker: Opener, two) -> None:
+    manager, bad, _ = two
+    manager.startup()
+    before = acknowledged(manager, 0, 5)
+    rule = FaultRule(WRITE_OPS, under(bad), error=errno.EIO)
+    with faults(request, rule):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+        broker.clock.advance(1_000)  # first probe: fails
+        broker.clock.advance(1_000)  # backoff doubled: not yet
+        [offline] = manager.offline_log_dirs()
+        assert offline.probes == 1 and offline.backoff_ms == 2_000 and "Input/output error" in offline.last_probe_error
+        broker.clock.advance(1_000)  # second probe: fails again
+        assert manager.offline_log_dirs()[0].probes == 2
+    assert not (bad / PROBE_FILE).exists()
+    broker.clock.advance(4_000)  # the fault is gone: the next probe passes
+    assert manager.offline_log_dirs() == []
+    lg = manager.log(tp("t", 0))
+    assert read_offsets(lg) == before and lg.high_watermark == 5
+    assert manager.append(tp("t", 0), batch()).first_offset == 5  # the failed append was never acknowledged
+
+
+def test_partial_batch_of_a_full_disk_is_cut_off_when_the_dir_comes_back(
+        request: pytest.FixtureRequest, broker: Opener, two) -> None:
+    manager, bad, _ = two
+    before = acknowledged(manager, 0, 4)
+    segment = manager.log(tp("t", 0)).active_segment.log.path
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), under(bad), error=errno.ENOSPC)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch(3))
+    with open(segment, "ab") as torn:  # what the disk took of the batch before it was full
+        torn.write(batch(3)[:40])
+    assert manager.probe_offline_dirs() == []  # not due before its backoff
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [bad]
+    lg = manager.log(tp("t", 0))
+    assert read_offsets(lg) == before and lg.log_end_offset == 4
+    assert verify_paths([lg.dir]).ok
+    assert manager.append(tp("t", 0), batch()).first_offset == 4
+
+
+def test_eio_on_fsync_in_the_flusher_takes_the_dir_offline_and_the_task_survives(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:2], {"log.flush.interval.ms": "100", "log.segment.bytes": "200"})
+    manager.create_topic("t", 2)
+    manager.startup()
+    for partition in (0, 1):
+        acknowledged(manager, partition, 6)  # several segments each: the flusher has work
+    with faults(request, FaultRule(frozenset({FileOp.FSYNC}), under(log_dirs[0]), error=errno.EIO)) as stats:
+        broker.clock.advance(30_000)  # flusher, checkpoints, retention: none raises
+        assert stats.fired >= 1
+        assert [d.path for d in manager.offline_log_dirs()] == [log_dirs[0]]
+        assert manager.log(tp("t", 1)).recovery_point > 0  # the healthy dir was flushed
+        assert tp("t", 1) in recovery_points(log_dirs[1])
+        broker.clock.advance(30_000)
+        assert broker.scheduler.pending() == 6  # every periodic task still scheduled
+
+
+def test_checkpoint_write_failure_takes_the_dir_offline(request: pytest.FixtureRequest, two) -> None:
+    manager, bad, good = two
+    acknowledged(manager, 0, 2)
+    acknowledged(manager, 1, 2)
+    manager.flush_dirty_logs()
+    with faults(request, FaultRule(frozenset({FileOp.OPEN}), f"{bad}/recovery-point-offset-checkpoint*",
+                                   error=errno.EROFS)):
+        manager.checkpoint_recovery_points()
+    [offline] = manager.offline_log_dirs()
+    assert offline.path == bad and offline.errno == errno.EROFS
+    assert "recovery-point-offset-checkpoint" in offline.operation
+    manager.checkpoint_recovery_points()  # the offline dir is skipped, the other written
+    assert tp("t", 1) in recovery_points(good)
+
+
+def test_read_only_dir_new_partitions_go_to_the_others_and_it_catches_up_when_back(
+        request: pytest.FixtureRequest, broker: Opener, two) -> None:
+    manager, bad, good = two
+    before = acknowledged(manager, 0, 2)
+    with faults(request, FaultRule(WRITE_OPS, under(bad), error=errno.EROFS)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+        manager.create_topic("u", 3)  # placed in the online dir only; the registry written there
+        assert {manager.log(tp("u", p)).dir.parent for p in range(3)} == {good}
+        assert "u" not in registry(bad)["topics"] and "u" in registry(good)["topics"]
+        manager.run_retention()
+        manager.checkpoint_log_start_offsets()
+        broker.clock.advance(1_000)
+        assert manager.probe_offline_dirs() == []  # still read-only
+    broker.clock.advance(2_000)
+    assert manager.probe_offline_dirs() == [bad]
+    assert registry(bad) == registry(good)  # its stale registry copy was rewritten
+    assert read_offsets(manager.log(tp("t", 0))) == before
+
+
+def test_every_dir_offline_refuses_topic_creation(request: pytest.FixtureRequest, broker: Opener,
+                                                  log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1])
+    manager.create_topic("t", 1)
+    with faults(request, FaultRule(WRITE_OPS, under(log_dirs[0]), error=errno.EROFS)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+        with pytest.raises(LogDirOfflineError, match="every log dir is offline"):
+            manager.create_topic("u", 1)
+    assert not manager.has_topic("u")
+
+
+def test_retention_delete_failure_takes_the_dir_offline(request: pytest.FixtureRequest, broker: Opener,
+                                                        log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:2], {"log.segment.bytes": "200", "log.retention.bytes": "200"})
+    manager.create_topic("t", 2)
+    acknowledged(manager, 0, 8)
+    acknowledged(manager, 1, 8)
+    with faults(request, FaultRule(frozenset({FileOp.RENAME}), f"{log_dirs[0]}/*.log", error=errno.EIO)):
+        plans = manager.retention_task()
+    assert [d.path for d in manager.offline_log_dirs()] == [log_dirs[0]]
+    assert "retention of t-0" == manager.offline_log_dirs()[0].operation
+    assert manager.log(tp("t", 1)).log_start_offset > 0 and len(plans) == 1  # t-0 failed, t-1 went on
+
+
+def test_deleting_a_topic_while_its_dir_is_offline_finishes_when_the_dir_is_back(
+        request: pytest.FixtureRequest, broker: Opener, two) -> None:
+    manager, bad, good = two
+    acknowledged(manager, 0, 1)
+    with faults(request, FaultRule(WRITE_OPS, under(bad), error=errno.EIO)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+        manager.delete_topic("t")
+    assert (bad / "t-0").is_dir()
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [bad]
+    assert not (bad / "t-0").exists() and manager.logs() == []
+    assert [p.name for p in bad.iterdir() if p.name.startswith("t-0.")]  # renamed -delete, removed later
+
+
+def test_shutdown_with_an_offline_dir_leaves_it_unclean_and_nothing_acknowledged_is_lost(
+        request: pytest.FixtureRequest, broker: Opener, two, log_dirs: list[Path]) -> None:
+    manager, bad, good = two
+    before = acknowledged(manager, 0, 3)
+    with faults(request, FaultRule(frozenset({FileOp.FSYNC}), under(bad), error=errno.EIO)):
+        with pytest.raises(StorageError):
+            manager.log(tp("t", 0)).flush()  # a direct caller: reported through the manager
+        assert manager.report_storage_error(tp("t", 0), "flush", RuntimeError("not a disk fault")) is False
+        with pytest.raises(StorageError) as failed:
+            manager.log(tp("t", 0)).flush()
+        assert manager.report_storage_error(tp("t", 0), "flush", failed.value) is True
+        manager.shutdown()
+    assert not has_clean_shutdown(bad) and has_clean_shutdown(good)
+    reopened = broker.open(log_dirs[:2])
+    assert read_offsets(reopened.log(tp("t", 0))) == before
+
+
+def test_cleaner_enospc_on_its_scratch_files_quarantines_the_partition_only(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1], {"log.cleaner.enable": "true", "log.cleaner.threads": "0",
+                                         "log.segment.bytes": "300"})
+    manager.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    for _ in range(10):
+        manager.append(tp("c", 0), batch(2))
+    assert manager.cleaner is not None
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), "*.cleaned", error=errno.ENOSPC)) as stats:
+        result = manager.cleaner.clean_now(tp("c", 0), force=True)
+        assert stats.fired >= 1
+    assert result is not None and result.error is not None
+    assert manager.offline_log_dirs() == []
+    assert not list(manager.log(tp("c", 0)).dir.glob("*.cleaned"))
+    assert manager.append(tp("c", 0), batch()).first_offset == 20
+
+
+def test_cleaner_fault_in_the_swap_takes_the_dir_offline_and_recovery_keeps_every_key(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1], {"log.cleaner.enable": "true", "log.cleaner.threads": "0",
+                                         "log.segment.bytes": "300"})
+    manager.create_topic("c", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+    for _ in range(10):
+        manager.append(tp("c", 0), batch(2))
+    assert manager.cleaner is not None
+    with faults(request, FaultRule(frozenset({FileOp.RENAME}), "*.swap", error=errno.EIO)) as stats:
+        manager.cleaner.clean_now(tp("c", 0), force=True)
+        assert stats.fired == 1
+    [offline] = manager.offline_log_dirs()
+    assert offline.operation == "cleaning of c-0"
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[0]]
+    lg = manager.log(tp("c", 0))
+    assert lg.log_end_offset == 20 and read_offsets(lg)[-2:] == [18, 19]  # the newest value of each key
+    assert verify_paths([lg.dir]).ok
+
+
+def test_probe_backoff_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        ProbeBackoff(initial_ms=0)
+    assert ProbeBackoff(100, 250).after(200) == 250
