@@ -43,7 +43,7 @@ from tidelog.records import read_batch_at
 from tidelog.records.legacy import LegacyBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log, segment_config
 from tidelog.storage.segment import LogSegment, SegmentConfig
@@ -341,7 +341,7 @@ def create_cleaned_segment(dir: Path, base_offset: int, config: SegmentConfig, c
     """A new segment at ``base_offset`` in ``dir`` whose files end in ``.cleaned`` (stale ones
     removed first)."""
     for name in (files.log_file, files.offset_index_file, files.time_index_file, files.transaction_index_file):
-        name(dir, base_offset, files.CLEANED_SUFFIX).unlink(missing_ok=True)
+        fileops.unlink(name(dir, base_offset, files.CLEANED_SUFFIX), missing_ok=True)
     return LogSegment.open(dir, base_offset, config, clock, file_suffix=files.CLEANED_SUFFIX)
 
 

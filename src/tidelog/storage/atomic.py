@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 from tidelog.errors import StorageError
+from tidelog.storage import fileops
 from tidelog.storage.files import temporary_write_path
 
 
@@ -41,7 +42,7 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
         _discard(tmp)
         raise
     try:
-        os.replace(tmp, path)
+        fileops.rename(tmp, path)
     except OSError as e:
         _discard(tmp)
         raise StorageError("cannot rename temporary file into place", path=path, operation="rename") from e
@@ -52,11 +53,11 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
 def fsync_dir(dir: Path) -> None:
     """Make the directory's entries (creations, renames, deletions) durable."""
     try:
-        fd = os.open(dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = fileops.open_dir(dir)
     except OSError as e:
         raise StorageError("cannot open directory for fsync", path=dir, operation="open") from e
     try:
-        os.fsync(fd)
+        fileops.fsync(fd, dir)
     except OSError as e:
         raise StorageError("cannot fsync directory", path=dir, operation="fsync") from e
     finally:
@@ -73,11 +74,13 @@ def read_file(path: Path, what: str) -> bytes:
 
 def _write_file(path: Path, data: bytes, *, sync: bool) -> None:
     try:
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
+        fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            fileops.write_fully(fd, data, path)
             if sync:
-                os.fsync(f.fileno())
+                fileops.fsync(fd, path)
+        finally:
+            os.close(fd)
     except OSError as e:
         raise StorageError("cannot write file", path=path, operation="write") from e
 
@@ -85,6 +88,6 @@ def _write_file(path: Path, data: bytes, *, sync: bool) -> None:
 def _discard(path: Path) -> None:
     """Best-effort removal of a scratch file after a failure; the original error matters more."""
     try:
-        path.unlink(missing_ok=True)
+        fileops.unlink(path, missing_ok=True)
     except OSError:
         pass

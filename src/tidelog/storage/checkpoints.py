@@ -53,6 +53,7 @@ from typing import Generic, TypeVar
 from tidelog.errors import CheckpointError, StorageError
 from tidelog.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from tidelog.storage.atomic import read_file, write_atomically
+from tidelog.storage import fileops
 from tidelog.topic_partition import TopicPartition
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
@@ -252,7 +253,7 @@ class CheckpointFile(Generic[T]):
 
 def _create_if_missing(path: Path) -> None:
     try:
-        path.touch(exist_ok=True)
+        fileops.touch(path)
     except OSError as e:
         raise StorageError("cannot create checkpoint file", path=path, operation="create") from e
 

@@ -24,6 +24,7 @@ from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
 from tidelog.records.scan import BATCH_COLUMNS, walk_batch_headers
+from tidelog.storage import fileops
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
 SCAN_CHUNK_BYTES = 1 << 20
@@ -70,9 +71,9 @@ class FileRecords:
         try:
             if file_already_exists:
                 return cls(path, path.stat().st_size)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = fileops.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             if preallocate and init_file_size > 0:
-                os.ftruncate(fd, init_file_size)
+                fileops.ftruncate(fd, init_file_size, path)
             return cls(path, 0, fd=fd)
         except OSError as e:
             raise StorageError(f"cannot open segment file: {e.strerror}", path=path) from e
@@ -101,7 +102,7 @@ class FileRecords:
     def _descriptor(self) -> int:
         if self._fd is None:
             try:
-                self._fd = os.open(self._path, os.O_RDWR)
+                self._fd = fileops.open(self._path, os.O_RDWR)
             except OSError as e:
                 raise StorageError(f"cannot open segment file: {e.strerror}", path=self._path) from e
         return self._fd
@@ -115,7 +116,7 @@ class FileRecords:
         written = 0
         try:
             while written < total:
-                n = os.pwritev(fd, _remaining(views, written)[:IOV_MAX], self._size + written)
+                n = fileops.pwritev(fd, _remaining(views, written)[:IOV_MAX], self._size + written, self._path)
                 if n == 0:  # would loop forever; the bytes written so far are cut by recovery
                     raise StorageError("append wrote nothing", path=self._path, position=self._size + written)
                 written += n
@@ -130,7 +131,7 @@ class FileRecords:
         if size <= 0:
             return b""
         try:
-            return os.pread(self._descriptor(), size, position)
+            return fileops.pread(self._descriptor(), size, position, self._path)
         except OSError as e:
             raise StorageError(f"read failed: {e.strerror}", path=self._path, position=position) from e
 
@@ -138,7 +139,7 @@ class FileRecords:
         if self._fd is None:
             return  # nothing written through this object since it was opened
         try:
-            os.fsync(self._fd)
+            fileops.fsync(self._fd, self._path)
         except OSError as e:
             raise StorageError(f"fsync failed: {e.strerror}", path=self._path) from e
 
@@ -150,7 +151,7 @@ class FileRecords:
             )
         removed = self._size - target_size
         try:
-            os.ftruncate(self._descriptor(), target_size)
+            fileops.ftruncate(self._descriptor(), target_size, self._path)
         except OSError as e:
             raise StorageError(f"truncate failed: {e.strerror}", path=self._path) from e
         self._size = target_size
@@ -160,7 +161,7 @@ class FileRecords:
         """Drop preallocated space past the data (on roll and close)."""
         try:
             if os.stat(self._path).st_size != self._size:
-                os.truncate(self._path, self._size)
+                fileops.truncate(self._path, self._size)
         except OSError as e:
             raise StorageError(f"trim failed: {e.strerror}", path=self._path) from e
 
@@ -171,7 +172,7 @@ class FileRecords:
 
     def rename_to(self, new_path: Path) -> None:
         try:
-            os.replace(self._path, new_path)
+            fileops.rename(self._path, new_path)
         except OSError as e:
             raise StorageError(f"rename to {new_path.name} failed: {e.strerror}", path=self._path) from e
         self._path = new_path
@@ -179,7 +180,7 @@ class FileRecords:
     def delete_if_exists(self) -> bool:
         self.close()
         try:
-            self._path.unlink()
+            fileops.unlink(self._path)
             return True
         except FileNotFoundError:
             return False
@@ -236,7 +237,7 @@ class FileRecords:
         parts: list[BatchHeaders] = []
         bad = None
         if size > 0:
-            with open(self._path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+            with open(self._path, "rb") as f, fileops.mmap(f.fileno(), size, writable=False, path=self._path) as mapped:
                 data = np.frombuffer(mapped, np.uint8, size)
                 bad = _walk_headers(data, mapped, parts)
                 del data  # the map cannot close while a view of it is exported

@@ -64,6 +64,7 @@ from tidelog.errors import (
     InvalidOffsetError,
     StorageError,
 )
+from tidelog.storage import fileops
 from tidelog.storage.index_file import IndexFile
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes default
@@ -137,16 +138,16 @@ class _MappedIndex(IndexFile):
     def _open_or_create(self) -> tuple[int, bool]:
         """A descriptor of the file and whether it was created (preallocated; writable index only)."""
         if not self._writable:
-            return os.open(self._path, os.O_RDONLY | os.O_CLOEXEC), False
+            return fileops.open(self._path, os.O_RDONLY | os.O_CLOEXEC), False
         try:
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = fileops.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileExistsError:
-            return os.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
+            return fileops.open(self._path, os.O_RDWR | os.O_CLOEXEC), False
         try:
-            os.ftruncate(fd, self._preallocated_size())
+            fileops.ftruncate(fd, self._preallocated_size(), self._path)
         except BaseException:
             os.close(fd)
-            self._path.unlink(missing_ok=True)
+            fileops.unlink(self._path, missing_ok=True)
             raise
         return fd, True
 
@@ -163,8 +164,7 @@ class _MappedIndex(IndexFile):
         """Map the whole file and close ``fd`` (the mapping keeps its own descriptor)."""
         try:
             self._length = os.fstat(fd).st_size
-            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-            self._mmap = mmap.mmap(fd, self._length, access=access) if self._length else None
+            self._mmap = fileops.mmap(fd, self._length, writable=self._writable, path=self._path) if self._length else None
             self._buffer = _EMPTY if self._mmap is None else self._mmap
         finally:
             os.close(fd)
@@ -248,10 +248,10 @@ class _MappedIndex(IndexFile):
 
     def _remap(self, length: int) -> None:
         try:
-            fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+            fd = fileops.open(self._path, os.O_RDWR | os.O_CLOEXEC)
             self._unmap()
             try:
-                os.ftruncate(fd, length)
+                fileops.ftruncate(fd, length, self._path)
             finally:
                 self._map(fd)
         except OSError as e:
@@ -275,7 +275,7 @@ class _MappedIndex(IndexFile):
         """``msync`` the mapping to disk."""
         self._require_open()
         if self._mmap is not None and self._writable:
-            self._mmap.flush()
+            fileops.msync(self._mmap, self._path)
 
     def close(self) -> None:
         """Trim the file to its entries (when writable), then unmap it. Idempotent."""
@@ -297,7 +297,7 @@ class _MappedIndex(IndexFile):
         and two preads (the loader checks every segment's indexes; maps are costly there).
         Returns the last entry's bytes (empty when there is none). FileNotFoundError when the
         file is missing; :class:`StorageError` when it cannot be read."""
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             length = os.fstat(fd).st_size
             entries = length // cls.ENTRY_SIZE
@@ -565,7 +565,7 @@ class TimeIndex(_MappedIndex):
         length is trusted, as when an index is opened. ``(-1, base_offset)`` when missing or empty;
         :class:`StorageError` when it cannot be read."""
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return TimestampOffset(NO_TIMESTAMP, base_offset)
         except OSError as e:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from pathlib import Path
+
+from tidelog.storage import fileops
 
 
 class IndexFile(ABC):
@@ -20,7 +21,7 @@ class IndexFile(ABC):
         """Release the file, then delete it; returns whether a file was deleted."""
         self._release()
         try:
-            self._path.unlink()
+            fileops.unlink(self._path)
         except FileNotFoundError:
             return False
         return True
@@ -29,7 +30,7 @@ class IndexFile(ABC):
         """Rename the file (also while mapped or open); a missing file only changes the recorded path."""
         new_path = Path(new_path)
         if self._path.exists():
-            os.replace(self._path, new_path)
+            fileops.rename(self._path, new_path)
         self._path = new_path
 
     def update_parent_dir(self, parent_dir: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tidelog.clock import Clock
 from tidelog.errors import CorruptIndexError, InvalidOffsetError
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.segment import LogSegment, SegmentConfig
 from tidelog.storage.segments import LogSegments
 
@@ -88,11 +88,11 @@ def complete_swaps_and_remove_temporary_files(params: LoadParams) -> None:
     for name in names:
         path = params.dir / name
         if name.endswith((files.DELETED_SUFFIX, files.CLEANED_SUFFIX)):
-            path.unlink(missing_ok=True)
+            fileops.unlink(path, missing_ok=True)
         elif name.endswith(files.SWAP_SUFFIX) and min_cleaned is not None:
             if files.offset_from_file_name(name) >= min_cleaned:
                 log.info("removing %s: swap of an incomplete split", path)
-                path.unlink(missing_ok=True)
+                fileops.unlink(path, missing_ok=True)
     _install_swap_segments(params)
 
 
@@ -104,7 +104,7 @@ def _install_swap_segments(params: LoadParams) -> None:
     # segment (its .log already renamed) leaves index swaps that belong in place (Kafka renames
     # all of them too).
     for path in list(params.dir.glob(f"*{files.SWAP_SUFFIX}")):
-        path.rename(path.with_name(files.strip_temporary_suffix(path.name)))
+        fileops.rename(path, path.with_name(files.strip_temporary_suffix(path.name)))
 
 
 def _remove_replaced_files(params: LoadParams, bases: list[int]) -> None:
@@ -115,7 +115,7 @@ def _remove_replaced_files(params: LoadParams, bases: list[int]) -> None:
             continue
         if low <= files.offset_from_file_name(path.name) < high:
             log.info("removing %s: replaced by a swap segment", path)
-            path.unlink()
+            fileops.unlink(path)
 
 
 def _swap_next_offset(params: LoadParams, base: int) -> int:
@@ -144,7 +144,7 @@ def load_segment_files(params: LoadParams, listing: list[str], recovered: set[in
         if _is_index_file(name):
             if files.log_file(params.dir, base).name not in names:
                 log.info("removing orphan index file %s", params.dir / name)
-                (params.dir / name).unlink(missing_ok=True)
+                fileops.unlink(params.dir / name, missing_ok=True)
         elif name.endswith(files.LOG_SUFFIX):
             segments.add(_open_segment(params, base, recovered))
     return segments

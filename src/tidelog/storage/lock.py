@@ -36,6 +36,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tidelog.errors import LogDirLockedError, StorageError
+from tidelog.storage import fileops
 
 LOCK_FILE = ".lock"
 
@@ -93,7 +94,7 @@ class LogDirLock:
             if _held.get(self._key) is self:
                 del _held[self._key]
         if os.getpid() == self._owner_pid:  # a forked child only closes its inherited copy
-            _forget_holder(fd)
+            _forget_holder(fd, self.path)
         os.close(fd)
 
     def __enter__(self) -> LogDirLock:
@@ -133,7 +134,7 @@ def _lock_fd(log_dir: Path) -> int:
     """Open ``.lock``, take flock then the record lock, record the holder; the fd, or raise."""
     path = lock_file(log_dir)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = fileops.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise StorageError("cannot open log dir lock file", path=path, operation="open") from e
     try:
@@ -186,15 +187,15 @@ def _record_lock_holder(fd: int) -> str | None:
 def _record_holder(fd: int, path: Path) -> None:
     text = f"pid={os.getpid()}\nhost={socket.gethostname()}\n".encode("utf-8")
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, text, 0)
+        fileops.ftruncate(fd, 0, path)
+        fileops.pwrite(fd, text, 0, path)
     except OSError as e:
         raise StorageError("cannot record lock holder", path=path, operation="write") from e
 
 
-def _forget_holder(fd: int) -> None:
+def _forget_holder(fd: int, path: Path) -> None:
     try:
-        os.ftruncate(fd, 0)
+        fileops.ftruncate(fd, 0, path)
     except OSError:
         pass  # a stale holder line is harmless: it is only read when locking fails
 

@@ -35,7 +35,7 @@ from tidelog.errors import (
 from tidelog.records import CompressionType
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
@@ -132,7 +132,7 @@ class Log:
         config = config or LogConfig.defaults()
         tp = topic_partition or files.parse_topic_partition_name(dir.name)
         try:
-            dir.mkdir(parents=True, exist_ok=True)
+            fileops.mkdir(dir, parents=True, exist_ok=True)
         except OSError as e:
             raise StorageError("cannot create partition dir", path=dir, operation="mkdir") from e
         epoch_cache = LeaderEpochCache(LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT_FILE))
@@ -415,7 +415,7 @@ class Log:
             path = name(self._dir, base)
             if path.exists():
                 log.warning("%s: removing stale file %s before roll", self.topic_partition, path)
-                path.unlink()
+                fileops.unlink(path)
 
     # --- read ---------------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from tidelog.errors import CheckpointError, ConfigError, InvalidUuidError, Stora
 from tidelog.records.varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from tidelog.storage.atomic import fsync_dir, read_file, write_atomically
 from tidelog.storage.checkpoints import parse_java_int, split_lines
+from tidelog.storage import fileops
 from tidelog.storage.files import META_PROPERTIES_FILE, meta_properties_file
 from tidelog.storage.properties import format_properties, parse_properties
 
@@ -164,7 +165,7 @@ class PartitionMetadataFile:
 
     def delete(self) -> None:
         try:
-            self.path.unlink(missing_ok=True)
+            fileops.unlink(self.path, missing_ok=True)
         except OSError as e:
             raise StorageError("cannot delete partition metadata", path=self.path, operation="delete") from e
 
@@ -320,7 +321,7 @@ def delete_clean_shutdown(log_dir: Path) -> None:
     """Remove the marker if present (start-up does this before loading logs, KAFKA-10471)."""
     path = clean_shutdown_file(log_dir)
     try:
-        path.unlink(missing_ok=True)
+        fileops.unlink(path, missing_ok=True)
     except OSError as e:
         raise StorageError("cannot delete clean shutdown marker", path=path, operation="delete") from e
     fsync_dir(log_dir)  # a crash while loading logs must not resurrect the marker

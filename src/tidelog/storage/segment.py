@@ -29,7 +29,7 @@ from tidelog.errors import (
     LogSegmentOffsetOverflowError,
 )
 from tidelog.records import FileBatch
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.file_records import BatchLocation, Chunks, FileRecords, chunks_size, set_file_mtime
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
@@ -534,7 +534,7 @@ class LogSegment:
                 # creates it under the segment's current suffix, not the old one.
                 index.rename_to(new_path)
             elif old_path.exists():
-                old_path.rename(new_path)
+                fileops.rename(old_path, new_path)
         self._suffix = new_suffix
 
     @property
@@ -567,7 +567,7 @@ class LogSegment:
         """Unlink every file of the segment (used for ``.deleted`` files after the delay)."""
         self.close_handlers()
         for path in self.all_files():
-            path.unlink(missing_ok=True)
+            fileops.unlink(path, missing_ok=True)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={str(self._dir)!r})"

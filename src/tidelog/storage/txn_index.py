@@ -37,6 +37,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tidelog.errors import CorruptIndexError, InvalidOffsetError
+from tidelog.storage import fileops
 from tidelog.storage.index_file import IndexFile
 
 ENTRY_SIZE = 34
@@ -142,7 +143,7 @@ class TransactionIndex(IndexFile):
                 "aborted transactions must be appended in increasing last offset",
                 path=self._path, last_offset=txn.last_offset, previous_last_offset=last,
             )
-        _write_fully(self._open_or_create(), txn.encode())
+        fileops.write_fully(self._open_or_create(), txn.encode(), self._path)
         self._last_offset = txn.last_offset
 
     def truncate_to(self, offset: int) -> None:
@@ -150,7 +151,7 @@ class TransactionIndex(IndexFile):
         last: int | None = None
         for position, txn in self._scan():
             if txn.last_offset >= offset:
-                os.ftruncate(self._open_or_create(), position)
+                fileops.ftruncate(self._open_or_create(), position, self._path)
                 break
             last = txn.last_offset
         self._last_offset, self._last_offset_known = last, True
@@ -159,7 +160,7 @@ class TransactionIndex(IndexFile):
         """Drop every entry (an existing file is truncated to 0 bytes)."""
         fd = self._open()
         if fd is not None:
-            os.ftruncate(fd, 0)
+            fileops.ftruncate(fd, 0, self._path)
         self._last_offset, self._last_offset_known = None, True
 
     # --- reading --------------------------------------------------------------------------
@@ -199,7 +200,7 @@ class TransactionIndex(IndexFile):
     def flush(self) -> None:
         """``fsync`` the file if it is open."""
         if self._fd is not None:
-            os.fsync(self._fd)
+            fileops.fsync(self._fd, self._path)
 
     def close(self) -> None:
         """Release the descriptor. Idempotent; a later call reopens the file."""
@@ -218,7 +219,7 @@ class TransactionIndex(IndexFile):
             if self._absent:  # most segments have no aborted transaction: one failed open, not one per search
                 return None
             try:
-                self._fd = os.open(self._path, _OPEN_FLAGS)
+                self._fd = fileops.open(self._path, _OPEN_FLAGS)
             except FileNotFoundError:
                 self._absent = True
                 return None
@@ -226,7 +227,7 @@ class TransactionIndex(IndexFile):
 
     def _open_or_create(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self._path, _OPEN_FLAGS | os.O_CREAT, 0o644)
+            self._fd = fileops.open(self._path, _OPEN_FLAGS | os.O_CREAT, 0o644)
             self._absent = False
         return self._fd
 
@@ -266,9 +267,3 @@ class TransactionIndex(IndexFile):
             for i, entry in enumerate(_ENTRY.iter_unpack(chunk[:whole])):
                 position = start + i * ENTRY_SIZE
                 yield position, _from_entry(entry, self._path, position)
-
-
-def _write_fully(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
