@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from tidelog.records import CompressionType
 
@@ -20,12 +20,16 @@ class AppendOrigin(Enum):
     REPLICATION = "replication"
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     """What an append wrote: offsets, timestamps, sizes (Kafka's ``LogAppendInfo``).
 
     ``first_offset``/``last_offset`` are -1 when nothing was appended. ``log_append_time`` is the
     broker time stamped into LogAppendTime batches, else -1.
+
+    A named tuple rather than a frozen dataclass because one is built per append: constructing a
+    10-field frozen dataclass costs about 1 us (one ``object.__setattr__`` per field), a sixth of
+    what a whole 1-record append may take; a tuple is built in one step (the leader's common path
+    uses ``_make``). Immutable and compared by value all the same.
     """
 
     first_offset: int

@@ -109,11 +109,27 @@ class FileRecords:
 
     def append(self, data: Chunks) -> int:
         """Write ``data`` (one buffer, or a tuple written with one gathered ``pwritev``) at the end
-        of the logical data; returns the bytes written."""
+        of the logical data; returns the bytes written. The bytes are in the OS (page cache) when
+        this returns: another process reading the file sees them, a killed process keeps them."""
+        if type(data) is not bytes:
+            chunks = data if isinstance(data, tuple) else (data,)
+            return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], 0)
+        # The common case (a produced batch with its patched header): one plain pwrite.
+        fd = self._fd if self._fd is not None else self._descriptor()
+        try:
+            written = os.pwrite(fd, data, self._size)
+        except OSError as e:
+            raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
+        if written != len(data):  # a short write: go on from there
+            return self._append_views([memoryview(data)], written)
+        self._size += written
+        return written
+
+    def _append_views(self, views: list[memoryview], written: int) -> int:
+        """Write ``views`` at the end, of which the first ``written`` bytes already are (loops over
+        short writes); the logical size then grows by all of them, which this returns."""
         fd = self._descriptor()
-        views = [memoryview(chunk).cast("B") for chunk in (data if isinstance(data, tuple) else (data,))]
         total = sum(len(view) for view in views)
-        written = 0
         try:
             while written < total:
                 n = fileops.pwritev(fd, _remaining(views, written)[:IOV_MAX], self._size + written, self._path)

@@ -104,6 +104,7 @@ class _MappedIndex(IndexFile):
     """
 
     ENTRY_SIZE: ClassVar[int]
+    _FREE_SLOTS_KEPT: ClassVar[int] = 0  # slots that must stay free for the index not to be full
     _ENTRY: ClassVar[struct.Struct]
     _OFFSET_COLUMN: ClassVar[tuple[_Unpack, int]]  # (unpack_from, byte within the entry) of relativeOffset
     _KIND: ClassVar[str]
@@ -131,6 +132,7 @@ class _MappedIndex(IndexFile):
         except OSError as e:
             raise StorageError(f"cannot open {self._KIND} file: {e.strerror}", path=self._path, operation="open") from e
         self._entries = 0 if created else self._length // self.ENTRY_SIZE
+        self._update_full()
         self._on_entries_changed()
 
     # --- opening and mapping ---------------------------------------------------------------
@@ -216,7 +218,12 @@ class _MappedIndex(IndexFile):
         return self._writable
 
     def is_full(self) -> bool:
-        return self._entries >= self.max_entries
+        """No slot left for :meth:`append` (kept current as entries and length change: a roll
+        check asks on every append)."""
+        return self._full
+
+    def _update_full(self) -> None:
+        self._full = self._entries >= self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether ``offset`` is representable as a relative offset of this index."""
@@ -254,6 +261,7 @@ class _MappedIndex(IndexFile):
                 fileops.ftruncate(fd, length, self._path)
             finally:
                 self._map(fd)
+                self._update_full()
         except OSError as e:
             raise StorageError(f"cannot resize {self._KIND} file to {length} bytes: {e.strerror}",
                                path=self._path, operation="resize") from e
@@ -374,6 +382,7 @@ class _MappedIndex(IndexFile):
         buffer = self._require_writable("append to")
         self._ENTRY.pack_into(buffer, self._entries * self.ENTRY_SIZE, *fields)
         self._entries += 1
+        self._update_full()
 
     def _put_entries(self, entries: np.ndarray) -> None:
         """Write packed entries (a structured array of this index's entry layout) into the next
@@ -383,6 +392,7 @@ class _MappedIndex(IndexFile):
         raw = entries.view(np.uint8).reshape(-1)
         np.frombuffer(buffer, np.uint8, count=len(raw), offset=start)[:] = raw
         self._entries += len(entries)
+        self._update_full()
 
     def _relative_offsets(self, offsets: np.ndarray) -> np.ndarray:
         """:meth:`_relative_offset` of a sorted column: checks its first and last values."""
@@ -401,6 +411,7 @@ class _MappedIndex(IndexFile):
     def _truncate_to_entries(self, entries: int) -> None:
         self._require_open()
         self._entries = entries
+        self._update_full()
         self._on_entries_changed()
 
     def _truncate_to_offset(self, offset: int) -> None:
@@ -543,6 +554,7 @@ class TimeIndex(_MappedIndex):
     """Sparse map from timestamp to offset for one segment (``<base>.timeindex``)."""
 
     ENTRY_SIZE = 12
+    _FREE_SLOTS_KEPT = 1  # for the final entry a roll or close appends with ``skip_full_check``
     _ENTRY = struct.Struct(">qi")
     _TIMESTAMP_COLUMN = (struct.Struct(">q").unpack_from, 0)
     _OFFSET_COLUMN = (struct.Struct(">i").unpack_from, 8)
@@ -581,9 +593,6 @@ class TimeIndex(_MappedIndex):
             os.close(fd)
         return cls.parse_entry(data, base_offset)
 
-    def is_full(self) -> bool:
-        """One slot stays free for the final entry a roll or close appends with ``skip_full_check``."""
-        return self._entries >= self.max_entries - 1
 
     @property
     def last_entry(self) -> TimestampOffset:

@@ -18,6 +18,7 @@ that was complete when taken.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from tidelog.errors import (
     UnexpectedAppendOffsetError,
 )
 from tidelog.records import CompressionType
+from tidelog.records.batch import LOG_OVERHEAD
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import fileops, files
@@ -42,10 +44,17 @@ from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpoc
 from tidelog.storage.config import LogConfig
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.loader import LoadParams, load_log
-from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
+from tidelog.storage.segment import LogSegment, RollLimits, RollParams, SegmentConfig
 from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
-from tidelog.storage.validator import ValidatedRecords, analyze_batches, assign_offsets, check_offsets_in_order
+from tidelog.storage.validator import (
+    LeaderRules,
+    ValidatedRecords,
+    analyze_batches,
+    assign_offsets,
+    check_offsets_in_order,
+    validate_produced_batch,
+)
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -57,6 +66,10 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 _LONG_MAX = 2**63 - 1
+_CLIENT = AppendOrigin.CLIENT
+_new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
+_PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
+_COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +114,7 @@ class Log:
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._hw_bound: _Bound | None = None  # the high watermark's position, kept until it moves
         self._closed = False
+        self._take_config(config)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -221,6 +235,12 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self._config = config
+            self._take_config(config)
+
+    def _take_config(self, config: LogConfig) -> None:
+        """What the leader's common append path reads of the config, taken once per config."""
+        self._leader_rules = LeaderRules.of(config)
+        self._roll_limits = RollLimits(config.segment_bytes, config.max_segment_ms)
 
     @property
     def lock(self) -> threading.RLock:
@@ -291,7 +311,49 @@ class Log:
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
-        """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append."""
+        """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append.
+
+        The common case, one v2 batch from a producer written as it came (see
+        :func:`~tidelog.storage.validator.validate_produced_batch`), takes a lean path: one
+        kernel call for validation, one ``pwrite``, integer bookkeeping. Everything else, and
+        every error, takes the general path (:meth:`_append_as_leader`); both write the same
+        bytes and return the same info. The bytes are in the OS when this returns.
+        """
+        # Written out on purpose: the produce hot path, where each call saved is ~3% of a
+        # 1-record append (issue 2 asks 200,000 a second). Any doubt falls to the general path.
+        rules = self._leader_rules
+        if origin is _CLIENT and rules is not None:
+            now = self._clock.milliseconds()
+            checked = validate_produced_batch(records, rules, now)
+            if checked is not None:
+                delta, max_timestamp, count, codec = checked
+                size = len(records)
+                with self._lock:
+                    segment = self._segments.last
+                    if rules is self._leader_rules and not self._closed and segment is not None:
+                        first = self._log_end_offset
+                        last = first + delta
+                        offset_of_max = last if max_timestamp > NO_TIMESTAMP else -1
+                        head = _PREFIX.pack(first, size - LOG_OVERHEAD, leader_epoch)  # fields outside the CRC
+                        data = head + records[16:] if size < _COPY_BELOW else (head, memoryview(records)[16:])
+                        if segment.append_if_no_roll(data, size, last, max_timestamp, offset_of_max,
+                                                     self._roll_limits, now):
+                            # What _append does after the write: epoch cache, log end, flush.messages.
+                            if leader_epoch >= 0:
+                                latest = self.leader_epoch_cache.latest_entry  # assign() changes nothing if:
+                                if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
+                                    self.leader_epoch_cache.assign(leader_epoch, first)
+                            self._log_end_offset = last + 1
+                            if last + 1 - self._recovery_point >= self._config.flush_messages:
+                                self.flush()
+                            return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,
+                                                              self._log_start_offset, count, size, codec, codec))
+        return self._append_as_leader(records, leader_epoch, origin)
+
+    def _append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin
+    ) -> LogAppendInfo:
+        """The general leader append: the validator's two steps, then :meth:`_append`."""
         analyzed = analyze_batches(records, origin=origin, max_message_bytes=self._config.max_message_bytes)
         if analyzed.valid_bytes == 0:
             return self._empty_append_info(analyzed.source_compression)

@@ -64,6 +64,14 @@ class RollParams:
 
 
 @dataclass(frozen=True, slots=True)
+class RollLimits:
+    """The roll rules' config values, taken once per config (see :meth:`LogSegment.append_if_no_roll`)."""
+
+    segment_bytes: int
+    max_segment_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryResult:
     """What recovering a segment found: bytes cut off, and where each run of batches with one
     leader epoch starts (``(epoch, base offset)``, v2 batches with an epoch only) — all that
@@ -99,7 +107,10 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
-        self._max_timestamp_and_offset: TimestampOffset | None = None
+        # The largest timestamp and the offset it was first reached at, as two ints (a value object
+        # per change would cost the append path); None: not known yet (read on demand).
+        self._max_timestamp: int | None = None
+        self._offset_of_max_timestamp = base_offset
         self._max_timestamp_in_index = False  # it was read from the time index: close need not append it
         self._deferred_index_size: int | None = None  # see defer_index_resize
 
@@ -174,9 +185,8 @@ class LogSegment:
         else:
             path = files.time_index_file(self._dir, self.base_offset, self._suffix)
             last = TimeIndex.check_file(path, self.base_offset)
-            if self._max_timestamp_and_offset is None:  # keep it: retention asks for it next
-                self._max_timestamp_and_offset = TimeIndex.parse_entry(last, self.base_offset)
-                self._max_timestamp_in_index = True
+            if self._max_timestamp is None:  # keep it: retention asks for it next
+                self._set_max_timestamp(TimeIndex.parse_entry(last, self.base_offset), in_index=True)
         if files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists():
             self.txn_index.sanity_check()
 
@@ -192,14 +202,21 @@ class LogSegment:
 
     @property
     def max_timestamp_and_offset_so_far(self) -> TimestampOffset:
-        if self._max_timestamp_and_offset is None:
+        if self._max_timestamp is None:
             if self._time_index is None:  # read one entry; do not map the index just for this
                 path = files.time_index_file(self._dir, self.base_offset, self._suffix)
-                self._max_timestamp_and_offset = TimeIndex.read_last_entry(path, self.base_offset)
+                self._set_max_timestamp(TimeIndex.read_last_entry(path, self.base_offset), in_index=True)
             else:
-                self._max_timestamp_and_offset = self.time_index.last_entry
-            self._max_timestamp_in_index = True
-        return self._max_timestamp_and_offset
+                self._set_max_timestamp(self.time_index.last_entry, in_index=True)
+        return TimestampOffset(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # set above
+
+    def _set_max_timestamp(self, entry: TimestampOffset | None, in_index: bool = False) -> None:
+        """Record the max timestamp and its offset (None: unknown, read again on demand)."""
+        if entry is None:
+            self._max_timestamp, self._offset_of_max_timestamp = None, self.base_offset
+        else:
+            self._max_timestamp, self._offset_of_max_timestamp = entry.timestamp, entry.offset
+        self._max_timestamp_in_index = in_index
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -247,7 +264,7 @@ class LogSegment:
         self._ensure_offset_in_range(largest_offset)
         self.log.append(records)
         if largest_timestamp > self.max_timestamp_so_far:
-            self._max_timestamp_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            self._max_timestamp, self._offset_of_max_timestamp = largest_timestamp, shallow_offset_of_max_timestamp
             self._max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self.offset_index.append(largest_offset, position)
@@ -255,6 +272,45 @@ class LogSegment:
             self.time_index.maybe_append(mts.timestamp, mts.offset)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
+
+    def append_if_no_roll(
+        self, records: Chunks, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
+        limits: RollLimits, now: int,
+    ) -> bool:
+        """:meth:`should_roll` then :meth:`append` for the leader's common path, in integer
+        comparisons: ``records`` (``size`` bytes) are written when the segment has every piece of
+        state loaded (index files open, first batch timestamp and max timestamp known) and no roll
+        rule fires; else nothing happens and False comes back (the caller takes the general path,
+        which loads that state or rolls). The outcome, files and state are those of the general
+        path. Needs the log lock.
+        """
+        position = self.log.size_in_bytes
+        if position > limits.segment_bytes - size or not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            return False
+        offset_index, time_index, max_so_far = self._offset_index, self._time_index, self._max_timestamp
+        if offset_index is None or time_index is None or max_so_far is None:
+            return False
+        if offset_index.is_full() or time_index.is_full():
+            return False
+        if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
+            first = self._rolling_based_timestamp
+            if first is None:
+                return False
+            waited = max_timestamp - first if first >= 0 else now - self._created_ms
+            if waited > limits.max_segment_ms - self.rolling_jitter_ms:
+                return False
+        else:
+            self._rolling_based_timestamp = max_timestamp
+        self.log.append(records)
+        if max_timestamp > max_so_far:
+            self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
+            self._max_timestamp_in_index = False
+        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+            offset_index.append(last_offset, position)
+            time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # known
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+        return True
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
@@ -376,7 +432,7 @@ class LogSegment:
             self.log.truncate_to(valid_bytes)
         self.rebuild_indexes()
         self.offset_index.trim_to_valid_size()
-        mts = self._max_timestamp_and_offset
+        mts = self.max_timestamp_and_offset_so_far  # set by rebuild_indexes
         self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
         self._recover_txn_index(end_offset)
@@ -402,8 +458,7 @@ class LogSegment:
         last_entry = int(positions[picks[-1]]) if len(picks) else 0
         end = int(positions[-1] + headers["size"][-1]) if len(positions) else 0
         max_ts = int(running[-1]) if len(running) else NO_TIMESTAMP
-        self._max_timestamp_and_offset = TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset)
-        self._max_timestamp_in_index = False
+        self._set_max_timestamp(TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset))
         self._bytes_since_last_index_entry = end - last_entry
 
     def _recover_txn_index(self, end_offset: int) -> None:
@@ -430,7 +485,7 @@ class LogSegment:
             self._created_ms = self._clock.milliseconds()
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
-        self._max_timestamp_and_offset = None
+        self._set_max_timestamp(None)
         if self.size > 0:
             self._reload_max_timestamp()
         return removed
@@ -472,8 +527,7 @@ class LogSegment:
         for _, batch in self.log.batches(start):
             if batch.max_timestamp > best.timestamp:
                 best = TimestampOffset(batch.max_timestamp, batch.last_offset)
-        self._max_timestamp_and_offset = best
-        self._max_timestamp_in_index = False
+        self._set_max_timestamp(best)
 
     # --- files --------------------------------------------------------------------------------
 
@@ -493,11 +547,10 @@ class LogSegment:
 
     def close(self) -> None:
         """Final time-index entry, trim, close. Index files are created if still lazy."""
-        mts = self._max_timestamp_and_offset
         # Known only if this process appended, recovered or looked it up; when it came from the
         # unopened time index itself there is nothing to append (and no reason to map it).
-        if mts is not None and not (self._max_timestamp_in_index and self._time_index is None):
-            self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
+        if self._max_timestamp is not None and not (self._max_timestamp_in_index and self._time_index is None):
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
         self.close_handlers()
         self.log.trim()
 

@@ -12,12 +12,25 @@ An append arrives as a buffer of record batches. Two steps, as in Kafka (kafka-s
    ``producer`` and not the batch's codec) or a legacy v0/v1 batch rebuilds batches.
 
 Any record error fails the whole append, naming the batch position and record indexes.
+
+**The common case in one pass.** Nearly every leader append is one v2 batch from a producer that
+can be written as it came, with only baseOffset and partitionLeaderEpoch replaced (both outside
+the CRC). :func:`validate_produced_batch` checks exactly what the two steps check for such a
+batch (an uncompressed ``bytes`` batch in one kernel call: header, CRC, every record; see
+``records/_scan_kernels.check_produced_batch``) and returns what the append needs, or None.
+None means "not the common case, or something is wrong": the caller then runs the two steps
+above, which raise the precise error (so errors are the general path's by construction, and the
+one-pass check never needs to describe one). Both paths' equivalence (bytes written, append
+info, errors) is checked by ``tests/storage/test_leader_fast_path.py`` on random valid and
+invalid batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from crc32c import crc32c
 
 from tidelog.errors import (
     CorruptRecordError,
@@ -37,8 +50,15 @@ from tidelog.records import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tidelog.records.batch import RECORD_BATCH_OVERHEAD
-from tidelog.records.scan import RecordsSummary, summarize_batch_records
+from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD
+from tidelog.records.scan import (
+    CRC_IN_KERNEL_BELOW,
+    PRODUCED_COMPRESSED,
+    PRODUCED_OK,
+    RecordsSummary,
+    produced_batch_checker,
+    summarize_batch_records,
+)
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin
 from tidelog.storage.config import LogConfig
 from tidelog.storage.file_records import chunks_size
@@ -388,12 +408,122 @@ def _level(config: LogConfig, codec: CompressionType) -> int | None:
     return None if level is None or level == -1 else level
 
 
+# --- the common case in one pass -------------------------------------------------------------
+
+_CODEC_MASK = 0x07
+_UNCOMPRESSED = CompressionType.NONE
+_LOG_APPEND_TIME_OR_CONTROL = 0x08 | 0x20  # attributes that need the general path
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRules:
+    """The topic config as :func:`validate_produced_batch` reads it, taken once per config."""
+
+    max_message_bytes: int
+    compact: bool
+    before_max_ms: int
+    after_max_ms: int
+    codecs: tuple[CompressionType | None, ...]  # by codec id 0-7: the codec, when its batches keep it
+
+    @classmethod
+    def of(cls, config: LogConfig) -> LeaderRules | None:
+        """None when no produced batch can be written as it came: LogAppendTime topics re-stamp
+        (and so copy) every batch."""
+        if config.message_timestamp_type == "LogAppendTime":
+            return None
+        target = None if config.compression_type == "producer" else CompressionType.from_name(config.compression_type)
+        codecs = tuple(codec if target is None or codec == target else None for codec in CompressionType)
+        return cls(config.max_message_bytes, config.compact, config.message_timestamp_before_max_ms,
+                   config.message_timestamp_after_max_ms, codecs + (None,) * (8 - len(codecs)))
+
+
+def validate_produced_batch(
+    records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
+) -> tuple[int, int, int, CompressionType] | None:
+    """``(lastOffsetDelta, maxTimestamp, recordsCount, codec)`` when ``records`` is exactly one
+    v2 batch from a producer without a producer id that :func:`analyze_batches` and
+    :func:`assign_offsets` accept as a leader's CLIENT append and would write as it is (offsets
+    and leader epoch patched, nothing re-stamped or re-encoded); else None, and the caller runs
+    those two, which raise or rebuild. ``now``: the broker time for the timestamp bounds.
+
+    An uncompressed ``bytes`` batch (the common case) is checked by one kernel call that reads
+    the header, the CRC (crc32c here above a few KiB) and every record: about 1 us for one
+    record. A compressed batch, or another buffer type, by :func:`_validate_in_python`.
+    """
+    if type(records) is bytes and rules.codecs[0] is not None:
+        size = len(records)
+        crc_checked = size >= CRC_IN_KERNEL_BELOW
+        if crc_checked and crc32c(memoryview(records)[21:]) != int.from_bytes(records[17:21], "big"):
+            return None
+        status, delta, max_timestamp, count = (_CHECK or _checker())(
+            records, size, crc_checked, rules.max_message_bytes, rules.compact, rules.before_max_ms,
+            rules.after_max_ms, now)
+        if status == PRODUCED_OK:
+            return delta, max_timestamp, count, _UNCOMPRESSED
+        if status != PRODUCED_COMPRESSED:
+            return None
+    return _validate_in_python(records, rules, now)
+
+
+def _validate_in_python(
+    records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
+) -> tuple[int, int, int, CompressionType] | None:
+    """:func:`validate_produced_batch` for any batch and buffer: the same rules as the kernel
+    (``_scan_kernels.check_produced_batch``), plus the inner offsets of compressed batches."""
+    size = len(records)
+    if size < RECORD_BATCH_OVERHEAD:
+        return None
+    header = HEADER.unpack_from(records)
+    base_offset, length, _, magic, crc, attributes, delta, _, max_timestamp, producer_id, _, _, count = header
+    if (magic != 2 or base_offset != 0 or length + 12 != size or size > rules.max_message_bytes
+            or attributes & _LOG_APPEND_TIME_OR_CONTROL or count <= 0 or delta + 1 != count
+            or producer_id >= 0):  # producer state (idempotence) is checked on the general path
+        return None
+    codec = rules.codecs[attributes & _CODEC_MASK]
+    if codec is None or crc32c(memoryview(records)[21:]) != crc:
+        return None
+    summary = _summary(records)
+    if summary is None:
+        return None
+    low, high, keyless, sequential = summary
+    if high != max_timestamp or (keyless and rules.compact) or (codec and not sequential):
+        return None
+    before, after = rules.before_max_ms, rules.after_max_ms
+    if low != _LONG_MAX and before < _LONG_MAX and now - low > before:
+        return None
+    if high >= 0 and after < _LONG_MAX and high - now > after:
+        return None
+    return delta, max_timestamp, count, codec
+
+
+_CHECK: Callable[..., tuple[int, int, int, int]] | None = None
+
+
+def _checker() -> Callable[..., tuple[int, int, int, int]]:
+    global _CHECK
+    _CHECK = produced_batch_checker()
+    return _CHECK
+
+
+def _summary(records: bytes | bytearray | memoryview) -> tuple[int, int, int, bool] | None:
+    """``(min timestamp, max timestamp, keyless, sequential)`` of the batch's records through
+    :func:`summarize_batch_records` (decompressing; any buffer type), or None when they do not
+    decode (the general path then raises what the failure was)."""
+    try:
+        summary = summarize_batch_records(RecordBatch(records))
+    except Exception:  # noqa: BLE001 - any failure is reported by the general path, which meets it too
+        return None
+    return summary.min_timestamp, summary.max_timestamp, summary.keyless, summary.sequential_offsets
+
+
 __all__ = [
     "AnalyzedBatches",
     "ValidatedRecords",
     "analyze_batches",
     "assign_offsets",
     "check_offsets_in_order",
+    "LeaderRules",
+    "validate_produced_batch",
     "CorruptRecordError",
     "RecordBatch",
 ]

@@ -1,0 +1,262 @@
+"""The leader's common append path against the general one (storage/validator.py's one-pass check,
+Log._append_produced, LogSegment.append_if_no_roll).
+
+The general path (validator's two steps + ``Log._append``) is the oracle: every append goes to
+two logs with the same config, clock and jitter draws, one through ``append_as_leader`` (fast path
+when it applies) and one through the general path only (``Log._append_as_leader``, a test seam).
+Random valid AND invalid inputs must give the same LogAppendInfo or the same error, the same log
+state, and byte-identical files (``.log``, ``.index``, ``.timeindex``, leader-epoch checkpoint).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from storage_helpers import T0, log_config
+
+from tidelog.errors import TidelogError
+from tidelog.records import BatchBuilder, CompressionType, TimestampType, write_crc
+from tidelog.storage import files
+from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
+from tidelog.storage.log import Log
+from tidelog.testing import FakeClock, FakeScheduler
+
+LONG_MAX = 2**63 - 1
+CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD]
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+@st.composite
+def configs(draw: st.DrawFn) -> dict[str, Any]:
+    """Topic configs that make every rule fire now and then: rolls by size, time and full index,
+    sparse index entries, compaction's key rule, timestamp bounds, codec changes, flushes."""
+    return {
+        "segment_bytes": draw(st.sampled_from([400, 1500, 6000, 1 << 30])),
+        "segment_ms": draw(st.sampled_from([50, 604800000])),
+        "segment_jitter_ms": draw(st.sampled_from([0, 30])),
+        "segment_index_bytes": draw(st.sampled_from([24, 64, 10485760])),
+        "index_interval_bytes": draw(st.sampled_from([0, 100, 4096])),
+        "cleanup_policy": draw(st.sampled_from(["delete", "compact"])),
+        "message_timestamp_type": draw(st.sampled_from(["CreateTime", "CreateTime", "LogAppendTime"])),
+        "message_timestamp_before_max_ms": draw(st.sampled_from([LONG_MAX, 1000])),
+        "message_timestamp_after_max_ms": draw(st.sampled_from([3600000, 1000])),
+        "compression_type": draw(st.sampled_from(["producer", "producer", "uncompressed", "lz4"])),
+        "max_message_bytes": draw(st.sampled_from([1048588, 700])),
+        "flush_messages": draw(st.sampled_from([LONG_MAX, 7])),
+    }
+
+
+_timestamps = st.sampled_from([T0, T0, T0 + 1, T0 - 5000, T0 + 5000, -1, 0])
+
+
+@st.composite
+def produced_batches(draw: st.DrawFn) -> bytearray:
+    """A v2 batch as a producer would send it, mostly the common case."""
+    count = draw(st.integers(1, 12))
+    producer_id = draw(st.sampled_from([-1, -1, -1, 7]))
+    stamp_type = draw(st.sampled_from([TimestampType.CREATE_TIME] * 5 + [TimestampType.LOG_APPEND_TIME]))
+    builder = BatchBuilder(
+        compression=draw(st.sampled_from(CODECS[:1] * 4 + CODECS)),
+        timestamp_type=stamp_type,
+        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=draw(st.sampled_from([0, -1])) if producer_id >= 0 else -1,
+        is_transactional=producer_id >= 0 and draw(st.booleans()),
+        is_control=draw(st.sampled_from([False] * 15 + [True])),
+        log_append_time=T0 + 3 if stamp_type is TimestampType.LOG_APPEND_TIME else None,
+    )
+    for i in range(count):
+        key = draw(st.sampled_from([b"k", b"key-%d" % i, None, b""]))
+        value = draw(st.one_of(st.none(), st.binary(max_size=60), st.binary(min_size=300, max_size=900)))
+        headers = draw(st.sampled_from([(), (), (("h", b"v"),), (("h", None), ("x", b""))]))
+        builder.append(i, draw(_timestamps), key, value, headers)
+    return bytearray(builder.build())
+
+
+@st.composite
+def appends(draw: st.DrawFn) -> tuple[Any, int, AppendOrigin]:
+    """``(records, leader epoch, origin)``: a produced batch, often spoiled in one way."""
+    data = draw(produced_batches())
+    damage = draw(st.sampled_from(["none"] * 6 + [
+        "flip", "flip_fixed_crc", "base_offset", "truncate", "trailing", "two_batches", "count",
+        "delta", "max_timestamp", "epoch_field", "empty"]))
+    if damage == "flip":  # a CRC mismatch (or a header that no longer parses)
+        i = draw(st.integers(0, len(data) - 1))
+        data[i] ^= 1 << draw(st.integers(0, 7))
+    elif damage == "flip_fixed_crc":  # records that do not parse, or break a rule, with a good CRC
+        i = draw(st.integers(21, len(data) - 1))
+        data[i] ^= 1 << draw(st.integers(0, 7))
+        write_crc(data)
+    elif damage == "base_offset":
+        data[7] = 5
+    elif damage == "truncate":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif damage == "trailing":
+        data += bytes(draw(st.integers(1, 30)))
+    elif damage == "two_batches":
+        data += draw(produced_batches())
+    elif damage in ("count", "delta", "max_timestamp"):
+        at, width = {"count": (57, 4), "delta": (23, 4), "max_timestamp": (35, 8)}[damage]
+        value = int.from_bytes(data[at:at + width], "big", signed=True) + draw(st.sampled_from([-1, 1]))
+        data[at:at + width] = value.to_bytes(width, "big", signed=True)
+        write_crc(data)
+    elif damage == "epoch_field":  # outside the CRC: the leader overwrites it anyway
+        data[12:16] = b"\x00\x00\x00\x09"
+    elif damage == "empty":
+        data = bytearray()
+    kind = draw(st.sampled_from([bytes, bytes, bytes, bytearray, memoryview]))
+    records = kind(bytes(data)) if kind is not memoryview else memoryview(bytes(data))
+    epoch = draw(st.sampled_from([0, 0, 1, 3, -1]))
+    origin = draw(st.sampled_from([AppendOrigin.CLIENT] * 8 + [AppendOrigin.COORDINATOR]))
+    return records, epoch, origin
+
+
+# --- the two logs -----------------------------------------------------------------------------
+
+def _outcome(call: Any, dir: Path) -> tuple[str, Any]:
+    try:
+        info = call()
+    except TidelogError as e:
+        return "error", (type(e).__name__, str(e).replace(str(dir), "<dir>"))
+    assert type(info) is LogAppendInfo
+    return "info", info
+
+
+def _state(log: Log) -> tuple[Any, ...]:
+    return (log.log_end_offset, log.log_start_offset, log.recovery_point, log.high_watermark,
+            [(s.base_offset, s.size, s.max_timestamp_and_offset_so_far) for s in log.segments],
+            [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries])
+
+
+def _files(dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(dir.iterdir()) if p.is_file()}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(config=configs(), steps=st.lists(st.tuples(appends(), st.sampled_from([0, 0, 0, 1, 20, 200])), min_size=1, max_size=25))
+def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
+    tmp_path_factory: pytest.TempPathFactory, config: dict[str, Any], steps: list[Any]
+) -> None:
+    root = tmp_path_factory.mktemp("paths")
+    clock = FakeClock()
+    scheduler = FakeScheduler(clock)
+    fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
+    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    for step, ((records, epoch, origin), advance_ms) in enumerate(steps):
+        random.seed(step)  # the same segment.jitter.ms draw on both sides, should either roll
+        got = _outcome(lambda: fast.append_as_leader(records, epoch, origin), fast_dir)
+        random.seed(step)
+        expected = _outcome(lambda: general._append_as_leader(records, epoch, origin), general_dir)
+        assert got == expected, f"step {step}"
+        assert _state(fast) == _state(general), f"step {step}"
+        clock.advance(advance_ms)
+    fast.close()
+    general.close()
+    assert _files(fast_dir) == _files(general_dir)
+
+
+# --- the fast path is taken, and only when it should be ----------------------------------------
+
+def _spy_general_path(log: Log) -> list[int]:
+    """Count calls of the general path (test seam: wraps a private method of one instance)."""
+    calls: list[int] = []
+    general = log._append_as_leader
+
+    def spy(*args: Any) -> LogAppendInfo:
+        calls.append(1)
+        return general(*args)
+
+    log._append_as_leader = spy  # type: ignore[method-assign]
+    return calls
+
+
+def _one_record(ts: int = T0, **builder: Any) -> bytes:
+    b = BatchBuilder(**builder)
+    b.append(0, ts, b"key", b"value")
+    return b.build()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_common_batches_take_the_fast_path_after_the_segments_first_append(make_log: Any, codec: int) -> None:
+    log = make_log()
+    calls = _spy_general_path(log)
+    for _ in range(5):
+        log.append_as_leader(_one_record(compression=codec))
+    assert len(calls) == 1  # the first append loads the segment's lazy state (index files, max timestamp)
+    assert log.log_end_offset == 5
+
+
+@pytest.mark.parametrize("builder,overrides", [
+    ({"producer_id": 3, "producer_epoch": 0, "base_sequence": 0}, {}),  # producer state: general path
+    ({"timestamp_type": TimestampType.LOG_APPEND_TIME, "log_append_time": T0}, {}),
+    ({}, {"message_timestamp_type": "LogAppendTime"}),
+    ({"compression": CompressionType.GZIP}, {"compression_type": "lz4"}),
+])
+def test_batches_that_need_a_rewrite_or_producer_state_take_the_general_path(
+    make_log: Any, builder: dict[str, Any], overrides: dict[str, Any]
+) -> None:
+    log = make_log(**overrides)
+    calls = _spy_general_path(log)
+    for _ in range(3):
+        log.append_as_leader(_one_record(**builder))
+    assert len(calls) == 3
+
+
+def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again(make_log: Any) -> None:
+    log = make_log(segment_bytes=3 * len(_one_record()))
+    calls = _spy_general_path(log)
+    for _ in range(7):
+        log.append_as_leader(_one_record())
+    assert [s.base_offset for s in log.segments] == [0, 3, 6]
+    # The first append, each rolling append, and the first append to a rolled segment (which
+    # opens that segment's lazy index files) take the general path: appends 0, 3, 4 and 6.
+    assert len(calls) == 4
+
+
+# --- durability: the bytes are in the OS when append_as_leader returns --------------------------
+
+_KILLED_AFTER_APPEND = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from tidelog.records import BatchBuilder
+    from tidelog.storage.log import Log
+    log = Log.open(Path(sys.argv[1]))
+    for i in range(int(sys.argv[2])):
+        b = BatchBuilder()
+        b.append(0, 1_700_000_000_000, b"k%d" % i, b"v%d" % i)
+        log.append_as_leader(b.build())
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no flush: only what the OS already holds
+""")
+
+
+def test_appended_bytes_survive_a_sigkill_right_after_append_returns(tmp_path: Path) -> None:
+    dir = tmp_path / "topic-0"
+    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_APPEND, str(dir), "40"],
+                          env={**os.environ}, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    reopened = Log.open(dir)  # unclean: recovery keeps every complete, valid batch
+    try:
+        assert reopened.log_end_offset == 40
+        assert files.log_file(dir, 0).stat().st_size == reopened.active_segment.size
+    finally:
+        reopened.close()
+
+
+def test_another_process_reads_the_batch_as_soon_as_append_returns(make_log: Any) -> None:
+    log = make_log()
+    for i in range(3):
+        info = log.append_as_leader(_one_record())
+        read = subprocess.run([sys.executable, "-c", "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())",
+                               str(files.log_file(log.dir, 0))], capture_output=True, timeout=60, check=True)
+        assert len(read.stdout) == log.active_segment.size
+        assert int.from_bytes(read.stdout[-len(_one_record()):][:8], "big") == info.first_offset == i
