@@ -117,7 +117,7 @@ class FileRecords:
         # The common case (a produced batch with its patched header): one plain pwrite.
         fd = self._fd if self._fd is not None else self._descriptor()
         try:
-            written = os.pwrite(fd, data, self._size)
+            written = fileops.pwrite(fd, data, self._size, self._path)
         except OSError as e:
             raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
         if written != len(data):  # a short write: go on from there
