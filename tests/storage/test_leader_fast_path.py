@@ -142,7 +142,7 @@ def _files(dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(dir.iterdir()) if p.is_file()}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(config=configs(), steps=st.lists(st.tuples(appends(), st.sampled_from([0, 0, 0, 1, 20, 200])), min_size=1, max_size=25))
 def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
     tmp_path_factory: pytest.TempPathFactory, config: dict[str, Any], steps: list[Any]
