@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,8 +98,10 @@ def faults_available() -> bool:
 
 class CrashRun:
     def __init__(self, seed: int, kills: int, work_dir: Path, minutes: float | None = None,
-                 resume_every: int = 0, fail_fast: bool = True, progress: bool = False) -> None:
+                 resume_every: int = 0, fail_fast: bool = True, progress: bool = False,
+                 _after_kill: Callable[[Path, int], None] | None = None) -> None:
         self.progress = progress
+        self._after_kill = _after_kill  # test seam: damage the data dir between kill and restart
         self.seed = seed
         self.kills = kills
         self.deadline = None if minutes is None else time.monotonic() + minutes * 60
@@ -156,6 +159,8 @@ class CrashRun:
         self.summary.kills += 1
         self.summary.fired_by[killer.fired_by] += 1
         found = self._exit_violations() + self._verify_sealed()
+        if self._after_kill is not None:
+            self._after_kill(self.data_dir, index)
         clients = self._restart(index)
         found += self.workload.violations + self._check_all(clients)
         self.workload.violations.clear()

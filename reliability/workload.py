@@ -2,7 +2,8 @@
 
 Topics (created once by :meth:`Workload.create_topics`):
 
-* ``durable``: ``flush.messages=1`` (every append fsynced before the acknowledgement);
+* ``durable``: ``flush.messages=1`` (every append fsynced before the acknowledgement) and
+  ``preallocate=true`` (a crash leaves zeros after the last batch);
 * ``paged``: the default flush policy (acknowledged once in the page cache);
 * ``retained``: small ``retention.bytes``; DeleteRecords and config changes move its log start;
 * ``compacted``: ``cleanup.policy=compact`` at any dirty ratio, 1 KiB segments, a small keyspace
@@ -29,7 +30,7 @@ from reliability.ledger import TP, Ledger, Read, Record, Violation
 
 PARTITIONS = 2
 TOPICS: dict[str, dict[str, str]] = {
-    "durable": {"flush.messages": "1"},
+    "durable": {"flush.messages": "1", "preallocate": "true"},
     "paged": {},
     "retained": {"retention.bytes": "8192"},
     "compacted": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "1024",

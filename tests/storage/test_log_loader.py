@@ -747,16 +747,22 @@ def open_log(dir: Path, config: LogConfig, clock: FakeClock, **kwargs: object) -
 
 @settings(max_examples=100, deadline=None)
 @example(plan=[(0, 1, 0, CompressionType.NONE)], interval=0, preallocate=True, cut=0.984375, garbage=b"",
-         index_garbage=b"", recovery_fraction=0.0)  # the zero padding rewrites the batch's own zero tail
+         index_garbage=b"", recovery_fraction=0.0, zero_tail=False,
+         index_zeros=None)  # the zero padding rewrites the batch's own zero tail
 @given(plan=PLAN, interval=st.sampled_from([0, 1, 200, 4096]), preallocate=st.booleans(),
        cut=st.floats(0, 1), garbage=st.binary(max_size=200), index_garbage=st.binary(max_size=40),
-       recovery_fraction=st.floats(0, 1))
+       recovery_fraction=st.floats(0, 1), zero_tail=st.booleans(), index_zeros=st.none() | st.floats(0, 1))
 def test_unclean_reopen_keeps_exactly_the_complete_batches_before_a_cut(
     plan: list[tuple[int, int, int, int]], interval: int, preallocate: bool, cut: float, garbage: bytes,
-    index_garbage: bytes, recovery_fraction: float,
+    index_garbage: bytes, recovery_fraction: float, zero_tail: bool, index_zeros: float | None,
 ) -> None:
     """Cut the active ``.log`` anywhere (and/or write garbage there, and/or garbage after its index):
-    an unclean reopen keeps exactly the batches wholly before the cut, never a partial one."""
+    an unclean reopen keeps exactly the batches wholly before the cut, never a partial one.
+
+    ``zero_tail``: the file keeps its size and the cut-off part reads as zeros, as a filesystem
+    with delayed allocation leaves a file whose size reached the disk but whose data did not.
+    ``index_zeros``: the offset and time index files are zeroed from that fraction of their
+    length on (their entries never reached the disk; a preallocated index is all zeros there)."""
     clock = FakeClock(T0)
     config = log_config(segment_bytes=1500, index_interval_bytes=interval, segment_index_bytes=4096,
                         preallocate=str(preallocate).lower())
@@ -773,9 +779,15 @@ def test_unclean_reopen_keeps_exactly_the_complete_batches_before_a_cut(
         position = int(cut * data_end)
         content = path.read_bytes()
         corrupted = content[:position] + garbage
-        if len(corrupted) < len(content) and preallocate:
-            corrupted += bytes(len(content) - len(corrupted))  # the zeros of the preallocated tail
+        if len(corrupted) < len(content) and (preallocate or zero_tail):
+            corrupted += bytes(len(content) - len(corrupted))  # a preallocated or delayed-allocation tail
         path.write_bytes(corrupted)
+        if index_zeros is not None:
+            for index in (index_path, files.time_index_file(dir, active_base)):
+                if index.exists():
+                    data = index.read_bytes()
+                    keep = int(index_zeros * len(data))
+                    index.write_bytes(data[:keep] + bytes(len(data) - keep))
         if index_garbage and index_path.exists():
             with open(index_path, "ab") as f:
                 f.write(index_garbage)
