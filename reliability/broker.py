@@ -3,6 +3,7 @@
 The broker is configured so that everything a crash can interrupt happens within seconds:
 small segments (many rolls), a cleaner that wakes every 100 ms and cleans at any dirty ratio,
 retention checked every 200 ms, ``.deleted`` files removed after 100 ms, no initial task delay,
+checkpoints at Kafka's default intervals (what a client was answered must not wait for them),
 and no topic auto-creation (a topic comes back only if tidelog brings it back). It listens on a
 free loopback port, learnt from the banner ``tidelog serve`` prints once it answers requests.
 stderr (``-v``: INFO logs) goes to ``serve.log`` next to the data dir and to :attr:`lines`,
@@ -33,8 +34,6 @@ BROKER_OVERRIDES: dict[str, str] = {
     "log.segment.delete.delay.ms": "100",
     "log.cleaner.backoff.ms": "100",
     "log.cleaner.dedupe.buffer.size": str(1 << 20),
-    "log.flush.offset.checkpoint.interval.ms": "500",
-    "log.flush.start.offset.checkpoint.interval.ms": "500",
     "log.segment.bytes": "4096",
     "log.index.interval.bytes": "256",
     "log.index.size.max.bytes": "4096",
@@ -128,6 +127,16 @@ class ServeProcess:
 
     def exit_code(self) -> int | None:
         return None if self._process is None else self._process.poll()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the running broker has used so far (from ``/proc``; 0 if unknown)."""
+        if self._process is None:
+            return 0.0
+        try:
+            fields = Path(f"/proc/{self._process.pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def tail(self, n: int = 30) -> str:
         return "\n".join(line for _, line in self.lines[-n:])

@@ -34,7 +34,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from reliability.broker import BrokerDied, ServeProcess
 from reliability.ledger import Ledger, Violation
-from reliability.triggers import Killer, KillPlan
+from reliability.triggers import KINDS, Killer, KillPlan
 from reliability.workload import PARTITIONS, BrokerGone, Clients, ReadIncomplete, Workload, read_partition
 from tidelog.storage import files
 from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
@@ -53,13 +53,15 @@ class Summary:
     fired_by: Counter[str] = field(default_factory=Counter)
     acknowledged: int = 0
     violations: list[Violation] = field(default_factory=list)
-    recovery_s: list[float] = field(default_factory=list)
+    recovery_s: list[float] = field(default_factory=list)  # restart -> Metadata answered, wall clock
+    recovery_cpu_s: list[float] = field(default_factory=list)  # the broker's CPU until then (load-independent)
     killed_in_recovery: int = 0
     resume_checks: int = 0
     client_errors: int = 0
     steps: int = 0
     verified_files: int = 0
     last_client_errors: list[str] = field(default_factory=list)
+    kinds_option: str = ""  # " --kinds a,b" when the run drew from some kinds only
     elapsed_s: float = 0.0
 
     def count(self, kind: str) -> int:
@@ -75,7 +77,8 @@ class Summary:
                 f" {self.killed_in_recovery} during recovery; {self.acknowledged} records acknowledged,"
                 f" {self.count('lost')} lost, {self.count('resurrected')} resurrected,"
                 f" {len(self.violations)} violation(s); max recovery {max(self.recovery_s, default=0):.2f} s"
-                f" (median {sorted(self.recovery_s)[len(self.recovery_s) // 2] if self.recovery_s else 0:.2f} s);"
+                f" (median {_median(self.recovery_s):.2f} s; CPU max {max(self.recovery_cpu_s, default=0):.2f} s,"
+                f" median {_median(self.recovery_cpu_s):.2f} s);"
                 f" {self.resume_checks} resume checks; {self.steps} client steps, {self.client_errors} client errors;"
                 f" {self.verified_files} files verified; {self.elapsed_s:.0f} s")
 
@@ -86,7 +89,8 @@ class CrashFailure(AssertionError):
         more = f"\n  ... and {len(violations) - 20} more" if len(violations) > 20 else ""
         super().__init__(
             f"seed {summary.seed}, kill {kill_index}: {len(violations)} violation(s)\n  {shown}{more}\n"
-            f"reproduce: python -m reliability.crash --seed {summary.seed} --kills {kill_index + 1}\n{summary.line()}")
+            f"reproduce: python -m reliability.crash --seed {summary.seed} --kills {kill_index + 1}{summary.kinds_option}\n"
+            f"{summary.line()}")
         self.summary = summary
         self.kill_index = kill_index
 
@@ -99,7 +103,8 @@ def faults_available() -> bool:
 class CrashRun:
     def __init__(self, seed: int, kills: int, work_dir: Path, minutes: float | None = None,
                  resume_every: int = 0, fail_fast: bool = True, progress: bool = False,
-                 _after_kill: Callable[[Path, int], None] | None = None) -> None:
+                 kinds: tuple[str, ...] = (), _after_kill: Callable[[Path, int], None] | None = None) -> None:
+        self.kinds = kinds
         self.progress = progress
         self._after_kill = _after_kill  # test seam: damage the data dir between kill and restart
         self.seed = seed
@@ -111,7 +116,7 @@ class CrashRun:
         self.broker = ServeProcess(self.data_dir)
         self.ledger = Ledger()
         self.workload = Workload(self.ledger, lambda: self.broker.running)
-        self.summary = Summary(seed, kills)
+        self.summary = Summary(seed, kills, kinds_option=f" --kinds {','.join(kinds)}" if kinds else "")
         self.faults = faults_available()
 
     def run(self) -> Summary:
@@ -140,12 +145,12 @@ class CrashRun:
     # --- one kill ----------------------------------------------------------------------------------
 
     def _plan(self, index: int) -> KillPlan:
-        return KillPlan.draw(random.Random(f"{self.seed}/{index}/plan"), index, self.faults and index > 0)
+        return KillPlan.draw(random.Random(f"{self.seed}/{index}/plan"), index, self.faults and index > 0, self.kinds)
 
     def _epoch(self, index: int, clients: Clients) -> Clients:
         plan = self._plan(index)
         self.summary.planned_kinds[plan.kind] += 1
-        killer = Killer(plan, self.broker, self.data_dir)
+        killer = Killer(plan, self.broker, self.data_dir, self.workload.events)
         killer.start()
         rng = random.Random(f"{self.seed}/{index}/workload")
         limit = time.monotonic() + EPOCH_LIMIT_S
@@ -169,7 +174,8 @@ class CrashRun:
         self._record(index, found)
         if self.progress:
             print(f"kill {index}: {plan.kind} fired by {killer.fired_by!r}; {self.workload.steps} steps,"
-                  f" {self.ledger.acknowledged_count} acknowledged, recovery {self.summary.recovery_s[-1]:.2f} s",
+                  f" {self.ledger.acknowledged_count} acknowledged, recovery {self.summary.recovery_s[-1]:.2f} s"
+                  f" ({self.summary.recovery_cpu_s[-1]:.2f} s CPU)",
                   file=sys.stderr)
         return clients
 
@@ -198,6 +204,7 @@ class CrashRun:
                 raise BrokerDied(f"tidelog serve exited after start:\n{self.broker.tail()}")
             time.sleep(0.01)
         self.summary.recovery_s.append(time.monotonic() - began)
+        self.summary.recovery_cpu_s.append(self.broker.cpu_seconds())
         return Clients.connect(self.broker.bootstrap)
 
     def _record(self, index: int, found: list[Violation]) -> None:
@@ -314,6 +321,10 @@ class CrashRun:
         self._record(self.summary.kills, found)
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
+
+
 def _last_segments(data_dir: Path) -> set[tuple[str, int]]:
     """(partition dir name, base offset) of each partition dir's last segment."""
     last = set()
@@ -326,14 +337,14 @@ def _last_segments(data_dir: Path) -> set[tuple[str, int]]:
 
 
 def run(seed: int, kills: int, minutes: float | None = None, work_dir: Path | None = None, resume_every: int = 0,
-        fail_fast: bool = True, progress: bool = False) -> Summary:
+        fail_fast: bool = True, progress: bool = False, kinds: tuple[str, ...] = ()) -> Summary:
     """One crash run in ``work_dir`` (a temporary dir, removed afterwards, when not given)."""
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
-        return CrashRun(seed, kills, work_dir, minutes, resume_every, fail_fast, progress).run()
+        return CrashRun(seed, kills, work_dir, minutes, resume_every, fail_fast, progress, kinds).run()
     tmp = Path(tempfile.mkdtemp(prefix="tidelog-crash-"))
     try:
-        summary = CrashRun(seed, kills, tmp, minutes, resume_every, fail_fast, progress).run()
+        summary = CrashRun(seed, kills, tmp, minutes, resume_every, fail_fast, progress, kinds).run()
     except BaseException:
         print(f"data dir kept for inspection: {tmp}", file=sys.stderr)
         raise
@@ -350,10 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the data dir and serve.log here")
     parser.add_argument("--keep-going", action="store_true", help="collect violations instead of stopping at the first kill with one")
     parser.add_argument("--progress", action="store_true", help="one line per kill on stderr")
+    parser.add_argument("--kinds", default="", help=f"comma-separated kill kinds to draw from ({', '.join(KINDS)}, fault)")
     args = parser.parse_args(argv)
     try:
         summary = run(args.seed, args.kills, args.minutes, args.work_dir, args.resume_every, not args.keep_going,
-                      args.progress)
+                      args.progress, tuple(k for k in args.kinds.split(",") if k))
     except CrashFailure as e:
         print(e, file=sys.stderr)
         return 1

@@ -10,6 +10,9 @@ Kinds of kill:
 * ``segment-delete``: at a ``.deleted`` file or a ``deleting segments`` / ``log start offset`` log
   line (retention, DeleteRecords, a cleaner swap's leftovers);
 * ``topic-delete``: at a ``-delete`` dir or a ``deleted topic`` log line;
+* ``after-delete-records``, ``after-topic-deleted``, ``after-config-altered``: within 0.6 s after
+  a client got the answer to DeleteRecords, DeleteTopics or AlterConfigs (what was promised must
+  hold before any periodic checkpoint runs);
 * ``fault``: an exact kill point inside the broker, armed through ``TIDELOG_FAULTS`` (only where
   ``tidelog.storage.fileops`` exists): the broker kills itself at the n-th matching file operation.
 
@@ -29,7 +32,8 @@ from pathlib import Path
 
 from reliability.broker import ServeProcess
 
-KINDS = ("random", "roll", "clean", "segment-delete", "topic-delete")
+KINDS = ("random", "roll", "clean", "segment-delete", "topic-delete", "after-delete-records", "after-topic-deleted",
+         "after-config-altered")
 FAULT_OPS = (  # (ops, path glob) of exact kill points: the broker's own writes, renames, fsyncs, unlinks
     (["rename"], "*.swap"), (["rename"], "*.cleaned"), (["rename"], "*.deleted"), (["rename"], "*-delete"),
     (["write"], "*.log"), (["fsync"], "*.log"), (["truncate"], "*.index"), (["rename"], "*checkpoint*"),
@@ -52,16 +56,19 @@ class KillPlan:
     fault: dict[str, object] | None = None
 
     @classmethod
-    def draw(cls, rng: random.Random, index: int, faults: bool) -> KillPlan:
-        kinds = KINDS + (("fault",) if faults else ())
-        kind = rng.choices(kinds, [3, 2, 2, 1.5, 1.5] + ([3] if faults else []))[0]
+    def draw(cls, rng: random.Random, index: int, faults: bool, only: tuple[str, ...] = ()) -> KillPlan:
+        """Kill ``index``'s plan; ``only`` restricts the kinds (a targeted run)."""
+        weights = dict(zip(KINDS, (3, 2, 2, 1.5, 1.5, 1, 1, 1)), **({"fault": 3} if faults else {}))
+        kinds = [k for k in weights if not only or k in only] or ["random"]
+        kind = rng.choices(kinds, [weights[k] for k in kinds])[0]
         fault = None
         if kind == "fault":
             ops, glob = rng.choice(FAULT_OPS)
             fault = {"ops": ops, "path_glob": glob, "kill": rng.choice(["before", "after"]),
                      "skip": rng.randrange(4), "times": 1}
+        jitter = rng.uniform(0, 0.6) if kind.startswith("after-") else rng.choice([0.0, 0.0, rng.uniform(0, 0.005)])
         return cls(index, kind, delay_s=rng.uniform(0.05, 1.5) if kind == "random" else rng.uniform(0.0, 0.4),
-                   window_s=rng.uniform(2.0, 4.0), jitter_s=rng.choice([0.0, 0.0, rng.uniform(0, 0.005)]), fault=fault)
+                   window_s=rng.uniform(2.0, 4.0), jitter_s=jitter, fault=fault)
 
     def fault_env(self) -> dict[str, str]:
         return {"TIDELOG_FAULTS": json.dumps([self.fault])} if self.fault else {}
@@ -74,6 +81,7 @@ class Killer:
     plan: KillPlan
     broker: ServeProcess
     data_dir: Path
+    client_events: list[str] = field(default_factory=list)  # the workload's answered operations
     fired_by: str = ""
     killed_at: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -102,17 +110,20 @@ class Killer:
         deadline = time.monotonic() + (plan.window_s if plan.kind != "fault" else plan.window_s * 3)
         baseline = _segment_names(self.data_dir)
         first_line = len(self.broker.lines)
+        first_event = len(self.client_events)
         while time.monotonic() < deadline:
             if not self.broker.running:
                 return "fault" if plan.kind == "fault" else "died"
-            if plan.kind != "fault" and self._event_seen(baseline, first_line):
+            if plan.kind != "fault" and self._event_seen(baseline, first_line, first_event):
                 time.sleep(plan.jitter_s)
                 return plan.kind
             time.sleep(0.001)
         return f"{plan.kind} (window passed)"
 
-    def _event_seen(self, baseline: dict[str, set[str]], first_line: int) -> bool:
+    def _event_seen(self, baseline: dict[str, set[str]], first_line: int, first_event: int) -> bool:
         kind = self.plan.kind
+        if kind.startswith("after-"):
+            return kind.removeprefix("after-") in self.client_events[first_event:]
         words = _LOG_EVENTS.get(kind, ())
         if words and any(w in line for _, line in self.broker.lines[first_line:] for w in words):
             return True

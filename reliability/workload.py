@@ -88,6 +88,7 @@ class Workload:
         self.sequence = 0
         self.client_errors = 0
         self.last_errors: list[str] = []
+        self.events: list[str] = []  # client operations answered: "delete-records", "topic-deleted", "config-altered"
         self.steps = 0
         self.violations: list[Violation] = []  # found by reads during the epochs
 
@@ -155,12 +156,14 @@ class Workload:
         result = self._guard(lambda: clients.admin.delete_records({TopicPartition(*tp): target}))
         low = _low_watermark(result, tp)
         self.ledger.start_at_least(tp, target if low is None else low)
+        self.events.append("delete-records")
 
     def change_retention(self, clients: Clients, rng: random.Random, tag: str) -> None:
         configs = {"retention.bytes": str(rng.choice([4096, 8192, 16384, -1])),
                    "retention.ms": str(rng.choice([1500, 5000, 600000, -1]))}
         resource = ConfigResource(ConfigResourceType.TOPIC, "retained", configs=configs)
         self._guard(lambda: clients.admin.alter_configs([resource]))
+        self.events.append("config-altered")
 
     def topic_cycle(self, clients: Clients, rng: random.Random, tag: str) -> None:
         """Create a topic, write to it, delete it: once DeleteTopics is answered it must never return."""
@@ -172,6 +175,7 @@ class Workload:
         self.ledger.deleting.add(name)
         self._guard(lambda: clients.admin.delete_topics([name]))
         self.ledger.topic_deleted(name)
+        self.events.append("topic-deleted")
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -242,7 +246,8 @@ def _weights(focus: str) -> dict[str, float]:
     weights = {"produce": 6.0, "overwrite": 4.0, "read": 1.5, "delete-records": 0.5, "retention-config": 0.3,
                "topic-cycle": 0.3}
     boost = {"roll": ("produce", 3), "clean": ("overwrite", 4), "segment-delete": ("retention-config", 6),
-             "topic-delete": ("topic-cycle", 20)}.get(focus)
+             "topic-delete": ("topic-cycle", 20), "after-topic-deleted": ("topic-cycle", 20),
+             "after-delete-records": ("delete-records", 20), "after-config-altered": ("retention-config", 20)}.get(focus)
     if boost:
         weights[boost[0]] *= boost[1]
     if focus == "segment-delete":
