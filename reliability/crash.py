@@ -118,9 +118,10 @@ class CrashRun:
         self.workload = Workload(self.ledger, lambda: self.broker.running)
         self.summary = Summary(seed, kills, kinds_option=f" --kinds {','.join(kinds)}" if kinds else "")
         self.faults = faults_available()
+        self.began = time.monotonic()
 
     def run(self) -> Summary:
-        began = time.monotonic()
+        self.began = time.monotonic()
         self.broker.start()
         try:
             clients = Clients.connect(self.broker.bootstrap)
@@ -135,12 +136,15 @@ class CrashRun:
         finally:
             if self.broker.running:
                 self.broker.kill()
-            self.summary.elapsed_s = time.monotonic() - began
-            self.summary.acknowledged = self.ledger.acknowledged_count
-            self.summary.client_errors = self.workload.client_errors
-            self.summary.steps = self.workload.steps
-            self.summary.last_client_errors = self.workload.last_errors
+            self._tally()
         return self.summary
+
+    def _tally(self) -> None:
+        self.summary.elapsed_s = time.monotonic() - self.began
+        self.summary.acknowledged = self.ledger.acknowledged_count
+        self.summary.client_errors = self.workload.client_errors
+        self.summary.steps = self.workload.steps
+        self.summary.last_client_errors = self.workload.last_errors
 
     # --- one kill ----------------------------------------------------------------------------------
 
@@ -210,6 +214,7 @@ class CrashRun:
     def _record(self, index: int, found: list[Violation]) -> None:
         self.summary.violations += found
         if found and self.fail_fast:
+            self._tally()
             raise CrashFailure(self.summary, index, found)
 
     # --- checks ------------------------------------------------------------------------------------
