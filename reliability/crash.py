@@ -18,6 +18,7 @@ names the seed and kill index and the command that replays up to it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import random
 import shutil
@@ -55,7 +56,7 @@ class Summary:
     violations: list[Violation] = field(default_factory=list)
     recovery_s: list[float] = field(default_factory=list)  # restart -> Metadata answered, wall clock
     recovery_cpu_s: list[float] = field(default_factory=list)  # the broker's CPU until then (load-independent)
-    killed_in_recovery: int = 0
+    killed_early: int = 0  # fault rules that fired during recovery or the checks after it
     resume_checks: int = 0
     client_errors: int = 0
     steps: int = 0
@@ -72,9 +73,9 @@ class Summary:
         return not self.violations
 
     def line(self) -> str:
-        return (f"crash seed={self.seed}: {self.kills} kill points survived"
-                f" ({', '.join(f'{k} {n}' for k, n in sorted(self.fired_by.items()))}),"
-                f" {self.killed_in_recovery} during recovery; {self.acknowledged} records acknowledged,"
+        return (f"crash seed={self.seed}: {self.kills + self.killed_early} kill points survived"
+                f" ({', '.join(f'{k} {n}' for k, n in sorted(self.fired_by.items()))},"
+                f" fault rules during recovery or the checks {self.killed_early}); {self.acknowledged} records acknowledged,"
                 f" {self.count('lost')} lost, {self.count('resurrected')} resurrected,"
                 f" {len(self.violations)} violation(s); max recovery {max(self.recovery_s, default=0):.2f} s"
                 f" (median {_median(self.recovery_s):.2f} s; CPU max {max(self.recovery_cpu_s, default=0):.2f} s,"
@@ -119,6 +120,7 @@ class CrashRun:
         self.summary = Summary(seed, kills, kinds_option=f" --kinds {','.join(kinds)}" if kinds else "")
         self.faults = faults_available()
         self.began = time.monotonic()
+        self._fault_spent = False
 
     def run(self) -> Summary:
         self.began = time.monotonic()
@@ -153,6 +155,9 @@ class CrashRun:
 
     def _epoch(self, index: int, clients: Clients) -> Clients:
         plan = self._plan(index)
+        if plan.kind == "fault" and self._fault_spent:  # it fired before the epoch: kill at random instead
+            plan = dataclasses.replace(plan, kind="random", fault=None)
+        self._fault_spent = False
         self.summary.planned_kinds[plan.kind] += 1
         killer = Killer(plan, self.broker, self.data_dir, self.workload.events)
         killer.start()
@@ -170,8 +175,8 @@ class CrashRun:
         found = self._exit_violations() + self._verify_sealed()
         if self._after_kill is not None:
             self._after_kill(self.data_dir, index)
-        clients = self._restart(index)
-        found += self.workload.violations + self._check_all(clients)
+        clients, checked = self._restart_and_check(index)
+        found += self.workload.violations + checked
         self.workload.violations.clear()
         if self.resume_every and (index + 1) % self.resume_every == 0:
             found += self._check_resume(clients)
@@ -189,27 +194,39 @@ class CrashRun:
             return []
         return [Violation("broker-died", None, None, f"exit code {code} before the kill:\n{self.broker.tail()}")]
 
-    def _restart(self, index: int) -> Clients:
-        """Start with the next plan's fault rule armed; a rule that fires during recovery is a kill
-        during recovery, and the broker starts again without it."""
+    def _restart_and_check(self, index: int) -> tuple[Clients, list[Violation]]:
+        """Restart with the next plan's fault rule armed, then read everything back. A rule that
+        fires before that is done is one more kill point (during recovery or the checks): the data
+        dir is verified and the broker restarted without the rule."""
         plan = self._plan(index + 1) if index + 1 < self.kills else None
+        env = plan.fault_env() if plan else {}
+        while True:
+            clients = None
+            try:
+                self._start_and_time(env)
+                clients = Clients.connect(self.broker.bootstrap)
+                return clients, self._check_all(clients)
+            except Exception:
+                if clients is not None:
+                    clients.close()
+                if not env or self.broker.running:
+                    raise
+                self.broker.kill()  # reap it
+                self.summary.killed_early += 1
+                self._fault_spent = True
+                self._record(index, self._exit_violations() + self._verify_sealed())
+                env = {}
+
+    def _start_and_time(self, env: dict[str, str]) -> None:
+        """Start the broker; record the time (and its CPU) from the start to Metadata answered."""
         began = time.monotonic()
-        try:
-            self.broker.start(plan.fault_env() if plan else None)
-        except BrokerDied:
-            if not (plan and plan.fault):
-                raise
-            self.summary.killed_in_recovery += 1
-            self._record(index, self._exit_violations() + self._verify_sealed())
-            began = time.monotonic()
-            self.broker.start()
+        self.broker.start(env)
         while not self.broker.answers_metadata():
             if not self.broker.running:
                 raise BrokerDied(f"tidelog serve exited after start:\n{self.broker.tail()}")
             time.sleep(0.01)
         self.summary.recovery_s.append(time.monotonic() - began)
         self.summary.recovery_cpu_s.append(self.broker.cpu_seconds())
-        return Clients.connect(self.broker.bootstrap)
 
     def _record(self, index: int, found: list[Violation]) -> None:
         self.summary.violations += found

@@ -64,8 +64,9 @@ class KillPlan:
         fault = None
         if kind == "fault":
             ops, glob = rng.choice(FAULT_OPS)
+            frequent = glob == "*.log"  # one write (and with flush.messages=1 one fsync) per produce
             fault = {"ops": ops, "path_glob": glob, "kill": rng.choice(["before", "after"]),
-                     "skip": rng.randrange(4), "times": 1}
+                     "skip": rng.randrange(40 if frequent else 4), "times": 1}
         jitter = rng.uniform(0, 0.6) if kind.startswith("after-") else rng.choice([0.0, 0.0, rng.uniform(0, 0.005)])
         return cls(index, kind, delay_s=rng.uniform(0.05, 1.5) if kind == "random" else rng.uniform(0.0, 0.4),
                    window_s=rng.uniform(2.0, 4.0), jitter_s=jitter, fault=fault)

@@ -15,18 +15,18 @@ import pytest
 
 from reliability.crash import CrashFailure, CrashRun, run
 
-SHORT_KILLS = 12
+SHORT_KILLS = 10
 SOAK_KILLS = int(os.environ.get("TIDELOG_CRASH_KILLS", "300"))
 
 
 def test_sigkill_under_load_loses_nothing_acknowledged_and_resurrects_nothing(tmp_path: Path) -> None:
-    summary = run(seed=14, kills=SHORT_KILLS, work_dir=tmp_path, resume_every=6)
+    summary = run(seed=14, kills=SHORT_KILLS, work_dir=tmp_path, resume_every=5)
     print(summary.line())
     assert summary.ok, summary.violations
     assert summary.kills == SHORT_KILLS
     assert summary.count("lost") == summary.count("resurrected") == 0
     assert summary.acknowledged > 200, "the workload barely ran: the kills proved little"
-    assert summary.resume_checks == 3  # after kills 6 and 12, and at the end
+    assert summary.resume_checks == 3  # after kills 5 and 10, and at the end
 
 
 def test_the_harness_reports_acknowledged_records_removed_behind_the_brokers_back(tmp_path: Path) -> None:
@@ -34,17 +34,17 @@ def test_the_harness_reports_acknowledged_records_removed_behind_the_brokers_bac
     is reported as lost acknowledged records, with the seed and kill index to replay it."""
 
     def empty_durable_partition(data_dir: Path, index: int) -> None:
-        if index == 1:
+        if index == 0:
             for segment in (data_dir / "durable-0").glob("*.log"):
                 segment.write_bytes(b"")
 
-    crash_run = CrashRun(seed=3, kills=3, work_dir=tmp_path, _after_kill=empty_durable_partition)
+    crash_run = CrashRun(seed=3, kills=2, work_dir=tmp_path, _after_kill=empty_durable_partition)
     with pytest.raises(CrashFailure) as failure:
         crash_run.run()
-    assert failure.value.kill_index == 1
+    assert failure.value.kill_index == 0
     assert crash_run.summary.count("lost") > 0
     assert all(v.tp == ("durable", 0) for v in crash_run.summary.violations if v.kind == "lost")
-    assert "--seed 3 --kills 2" in str(failure.value)
+    assert "--seed 3 --kills 1" in str(failure.value)
 
 
 @pytest.mark.soak

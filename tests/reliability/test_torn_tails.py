@@ -33,7 +33,7 @@ from tidelog.storage.verify import verify_log_file, verify_paths
 from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
 
-CASES = 24
+CASES = 16
 MODES = ("cut", "zeros", "garbage", "index-zeros")
 
 
