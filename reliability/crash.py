@@ -178,8 +178,6 @@ class CrashRun:
         clients, checked = self._restart_and_check(index)
         found += self.workload.violations + checked
         self.workload.violations.clear()
-        if self.resume_every and (index + 1) % self.resume_every == 0:
-            found += self._check_resume(clients)
         self._record(index, found)
         if self.progress:
             print(f"kill {index}: {plan.kind} fired by {killer.fired_by!r}; {self.workload.steps} steps,"
@@ -205,7 +203,10 @@ class CrashRun:
             try:
                 self._start_and_time(env)
                 clients = Clients.connect(self.broker.bootstrap)
-                return clients, self._check_all(clients)
+                found = self._check_all(clients)
+                if self.resume_every and (index + 1) % self.resume_every == 0:
+                    found += self._check_resume(clients)
+                return clients, found
             except Exception:
                 if clients is not None:
                     clients.close()
@@ -297,6 +298,8 @@ class CrashRun:
                     self.workload._send(clients, [(("retained", p), None, self.workload._value(("retained", p), 400))
                                                   for _ in range(10)])
         except BrokerGone:
+            if self.broker.exit_code() == -9:
+                raise  # a fault rule's kill point: the caller restarts
             return [Violation("resume", None, None, f"broker died:\n{self.broker.tail()}")]
         deadline = time.monotonic() + RESUME_BOUND_S
         cleaned = retained = False
