@@ -102,6 +102,9 @@ def faults_available() -> bool:
 
 
 class CrashRun:
+    """One seeded run over ``work_dir/data`` (see the module docstring); :meth:`run` returns the
+    :class:`Summary` or raises :class:`CrashFailure` at the first kill with a violation."""
+
     def __init__(self, seed: int, kills: int, work_dir: Path, minutes: float | None = None,
                  resume_every: int = 0, fail_fast: bool = True, progress: bool = False,
                  kinds: tuple[str, ...] = (), _after_kill: Callable[[Path, int], None] | None = None) -> None:
@@ -213,6 +216,7 @@ class CrashRun:
                 if not env or self.broker.running:
                     raise
                 self.broker.kill()  # reap it
+                self.ledger.sends_unknown()
                 self.summary.killed_early += 1
                 self._fault_spent = True
                 self._record(index, self._exit_violations() + self._verify_sealed())
