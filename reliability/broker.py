@@ -58,6 +58,7 @@ class ServeProcess:
     lines: list[tuple[float, str]] = field(default_factory=list)  # (monotonic time, stderr line)
     _process: subprocess.Popen[str] | None = None
     _reader: threading.Thread | None = None
+    _killing: bool = False
 
     @property
     def log_path(self) -> Path:
@@ -69,7 +70,9 @@ class ServeProcess:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        """False from the moment :meth:`kill` decides to kill (a client error racing the signal is
+        the kill's, not the broker's)."""
+        return self._process is not None and not self._killing and self._process.poll() is None
 
     def start(self, extra_env: dict[str, str] | None = None) -> None:
         """Spawn the broker and return once it listens (its banner names the port)."""
@@ -77,6 +80,7 @@ class ServeProcess:
         for key, value in {**BROKER_OVERRIDES, **self.overrides}.items():
             args += ["--override", f"{key}={value}"]
         env = {**os.environ, **self.env, **(extra_env or {})}
+        self._killing = False
         self._process = subprocess.Popen(args + ["serve"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          text=True, env=env)
         ready = threading.Event()
@@ -102,6 +106,7 @@ class ServeProcess:
     def kill(self) -> float:
         """SIGKILL; returns the monotonic time of the kill."""
         when = time.monotonic()
+        self._killing = True
         if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGKILL)
         self._join()
