@@ -30,6 +30,15 @@ bytes as well as the descriptor, and Kafka still ignores that checksum when read
 messages. :func:`decompress` with ``magic=0`` therefore recomputes the correct HC before decoding;
 :func:`compress` with ``magic=0`` writes the historical (broken) one, for tests of legacy reading.
 
+Decompression bombs: a few bytes of a compressed stream can claim gigabytes (a zstd RLE block
+turns 4 bytes into 128 KiB; a raw snappy block or an LZ4/zstd frame header declares its own
+content size). :func:`decompress` never produces more than ``max_size`` bytes, by default
+:data:`MAX_DECOMPRESSED_BYTES`: gzip and LZ4 stop inflating one byte past it, snappy checks each
+block's declared length before decoding it, and zstd is decoded only once the frame and block
+headers (RFC 8878: content size, block sizes, at most 128 KiB out of a compressed block) bound its
+output below it. Above the bound, :class:`CorruptRecordError` (``max_size`` in its context), and
+nothing of that size was allocated.
+
 Compressed bytes differ between libraries and versions (see the storage reference §1.7): treat them
 as opaque and compare decompressed records. Errors: an unknown codec id raises
 :class:`UnsupportedCompressionError`; data that does not decode raises :class:`CorruptRecordError`
@@ -103,6 +112,11 @@ _INT32 = struct.Struct(">i")
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_FLG_CONTENT_SIZE = 0x08
 
+# The most one compressed stream may decompress to: 2.5x the 100 MiB a client may send in one
+# request (socket.request.max.bytes' default), so any batch a client can produce uncompressed
+# also decompresses; a batch claiming more is refused before it is allocated (module doc).
+MAX_DECOMPRESSED_BYTES = 256 << 20
+
 
 # --- public entry points ---------------------------------------------------------------------
 
@@ -120,11 +134,12 @@ def compress(codec: int, data: Buffer, level: int | None = None, *, magic: int =
     return bytes(cramjam.zstd.compress(data, level=ZSTD_DEFAULT_LEVEL if level is None else level))
 
 
-def decompress(codec: int, data: Buffer, *, magic: int = 2) -> bytes:
-    """Decode one compressed stream of ``codec``; CorruptRecordError when it does not decode."""
+def decompress(codec: int, data: Buffer, *, magic: int = 2, max_size: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Decode one compressed stream of ``codec``; CorruptRecordError when it does not decode or
+    would decode to more than ``max_size`` bytes (which are then never allocated)."""
     codec = CompressionType.from_id(codec)
     try:
-        return _DECODERS[codec](data, magic)
+        return _DECODERS[codec](data, magic, max_size)
     except CorruptRecordError:
         raise
     except (zlib.error, cramjam.DecompressionError, RuntimeError, ValueError, struct.error) as err:
@@ -146,12 +161,15 @@ def _gzip_compress(data: Buffer, level: int) -> bytes:
 _JAVA_GZIP_XFL_OS = b"\x00\xff"
 
 
-def _gzip_decompress(data: Buffer, magic: int) -> bytes:
+def _gzip_decompress(data: Buffer, magic: int, limit: int) -> bytes:
     parts = []
+    total = 0
     rest: Buffer = data  # zlib reads any buffer; later members arrive as unused_data bytes
     while True:
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        parts.append(inflater.decompress(rest))
+        parts.append(inflater.decompress(rest, limit - total + 1))  # one byte past the limit, no more
+        total += len(parts[-1])
+        _check_size(CompressionType.GZIP, total, limit)
         if not inflater.eof:
             raise CorruptRecordError("gzip stream ends before its trailer")
         rest = inflater.unused_data
@@ -171,29 +189,37 @@ def _snappy_compress(data: Buffer) -> bytes:
     return b"".join(out)
 
 
-def _snappy_decompress(data: Buffer, magic: int) -> bytes:
+def _snappy_decompress(data: Buffer, magic: int, limit: int) -> bytes:
     view = memoryview(data)
     if bytes(view[:8]) != XERIAL_MAGIC or len(view) < len(XERIAL_HEADER):
-        return bytes(cramjam.snappy.decompress_raw(view))
-    parts = []
+        return _snappy_raw(view, limit)
+    parts: list[bytes] = []
     pos = len(XERIAL_HEADER)
+    total = 0
     while pos < len(view):
         if bytes(view[pos:pos + 8]) == XERIAL_MAGIC:
             pos += len(XERIAL_HEADER)
             continue
-        pos = _snappy_block(view, pos, parts)
+        pos = _snappy_block(view, pos, parts, limit - total)
+        total += len(parts[-1])
     return b"".join(parts)
 
 
-def _snappy_block(view: memoryview, pos: int, parts: list[bytes]) -> int:
+def _snappy_block(view: memoryview, pos: int, parts: list[bytes], room: int) -> int:
     if pos + 4 > len(view):
         raise CorruptRecordError("snappy stream ends inside a block length", position=pos)
     (length,) = _INT32.unpack_from(view, pos)
     end = pos + 4 + length
     if length < 0 or end > len(view):
         raise CorruptRecordError(f"snappy block length {length} runs past the stream", position=pos)
-    parts.append(bytes(cramjam.snappy.decompress_raw(view[pos + 4:end])))
+    parts.append(_snappy_raw(view[pos + 4:end], room))
     return end
+
+
+def _snappy_raw(block: memoryview, room: int) -> bytes:
+    """One raw snappy block, whose preamble declares its decoded length: checked before decoding."""
+    _check_size(CompressionType.SNAPPY, cramjam.snappy.decompress_raw_len(block), room)
+    return bytes(cramjam.snappy.decompress_raw(block))
 
 
 # --- lz4 -------------------------------------------------------------------------------------
@@ -212,10 +238,15 @@ def _lz4_compress(data: Buffer, level: int, magic: int) -> bytes:
     return frame
 
 
-def _lz4_decompress(data: Buffer, magic: int) -> bytes:
-    if magic == 0:
-        return lz4.frame.decompress(_with_header_checksum(bytes(data), broken=False))
-    return lz4.frame.decompress(data)
+def _lz4_decompress(data: Buffer, magic: int, limit: int) -> bytes:
+    """One LZ4 frame (bytes after its end mark are ignored, as Kafka's KafkaLZ4BlockInputStream does)."""
+    frame = _with_header_checksum(bytes(data), broken=False) if magic == 0 else data
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out = inflater.decompress(frame, max_length=limit + 1)  # one byte past the limit, no more
+    _check_size(CompressionType.LZ4, len(out), limit)
+    if not inflater.eof:
+        raise CorruptRecordError("LZ4 frame ends before its end mark")
+    return out
 
 
 def _with_header_checksum(frame: bytes, *, broken: bool) -> bytes:
@@ -265,12 +296,86 @@ def xxh32(data: bytes, seed: int = 0) -> int:
 
 # --- zstd / none -----------------------------------------------------------------------------
 
-def _zstd_decompress(data: Buffer, magic: int) -> bytes:
-    return bytes(cramjam.zstd.decompress(data))
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = 0x184D2A50  # magics 0x184D2A50..5F: a skippable frame, u32 LE size, then content
+_ZSTD_BLOCK_MAX = 128 << 10  # RFC 8878 Block_Maximum_Size: the most a compressed block decodes to
+_ZSTD_RLE, _ZSTD_COMPRESSED, _ZSTD_RESERVED = 1, 2, 3
 
 
-def _none_decompress(data: Buffer, magic: int) -> bytes:
+def _zstd_decompress(data: Buffer, magic: int, limit: int) -> bytes:
+    view = memoryview(data)
+    _check_size(CompressionType.ZSTD, _zstd_bound(view, limit), limit)
+    return bytes(cramjam.zstd.decompress(view))
+
+
+def _zstd_bound(view: memoryview, limit: int) -> int:
+    """An upper bound of what ``view``'s zstd frames decode to, read from frame and block headers
+    only (stops counting once above ``limit``). Where the bytes stop being zstd frames, counting
+    stops too: the decoder refuses that point without producing anything past it."""
+    pos = bound = 0
+    try:
+        while pos < len(view) and bound <= limit:
+            magic = _u32le(view, pos)
+            if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+                pos += 8 + _u32le(view, pos + 4)
+            elif magic == _ZSTD_MAGIC:
+                pos, frame_bound = _zstd_frame_bound(view, pos + 4, limit - bound)
+                bound += frame_bound
+            else:
+                break
+    except _NotZstd:
+        pass
+    return bound
+
+
+class _NotZstd(Exception):
+    """The bytes stop being a well-formed zstd frame here (the decoder will say why)."""
+
+
+def _zstd_frame_bound(view: memoryview, pos: int, room: int) -> tuple[int, int]:
+    """(position after the frame, bound of its content): the declared content size when present
+    (the decoder allocates that), else the sum over blocks (raw and RLE: their size; compressed:
+    128 KiB). Walks one 3-byte header per block; stops early once above ``room``."""
+    descriptor = _byte(view, pos)
+    size_field = (1 if descriptor & 0x20 else 0, 2, 4, 8)[descriptor >> 6]
+    pos += 1 + (0 if descriptor & 0x20 else 1) + (0, 1, 2, 4)[descriptor & 3] + size_field
+    declared = int.from_bytes(view[pos - size_field:pos], "little") + (256 if size_field == 2 else 0)
+    if size_field and declared > room:
+        return pos, declared
+    bound = 0
+    while bound <= room:
+        header = _byte(view, pos) | _byte(view, pos + 1) << 8 | _byte(view, pos + 2) << 16
+        kind, size = header >> 1 & 3, header >> 3
+        if kind == _ZSTD_RESERVED:
+            raise _NotZstd
+        bound += _ZSTD_BLOCK_MAX if kind == _ZSTD_COMPRESSED else size
+        pos += 3 + (1 if kind == _ZSTD_RLE else size)
+        if header & 1:  # Last_Block
+            return pos + (4 if descriptor & 0x04 else 0), bound
+    return pos, bound
+
+
+def _byte(view: memoryview, pos: int) -> int:
+    if pos >= len(view):
+        raise _NotZstd
+    return view[pos]
+
+
+def _u32le(view: memoryview, pos: int) -> int:
+    if pos + 4 > len(view):
+        raise _NotZstd
+    return int.from_bytes(view[pos:pos + 4], "little")
+
+
+def _none_decompress(data: Buffer, magic: int, limit: int) -> bytes:
+    _check_size(CompressionType.NONE, len(data), limit)
     return bytes(data)
+
+
+def _check_size(codec: CompressionType, size: int, limit: int) -> None:
+    if size > limit:
+        raise CorruptRecordError(f"{codec.kafka_name} data decompresses to more than {limit} bytes",
+                                 max_size=limit)
 
 
 _DECODERS = {
