@@ -194,7 +194,7 @@ def _scratch() -> Path:
 # --- checkpoints and small metadata files (storage/checkpoints.py, metadata.py, manager/topics.py) --
 
 def checkpoint_input(data: bytes) -> None:
-    """``data[0]`` picks the file kind (mod 6); the rest is its content."""
+    """``data[0]`` picks the file kind (mod 7); the rest is its content."""
     from tidelog.manager.topics import decode_registry
     from tidelog.storage.checkpoints import EPOCH_ENTRY_FORMAT, OFFSET_ENTRY_FORMAT, parse_checkpoint
     from tidelog.storage.metadata import MetaProperties, decode_clean_shutdown, decode_partition_metadata
@@ -202,7 +202,7 @@ def checkpoint_input(data: bytes) -> None:
 
     if not data:
         return
-    kind, content, path = data[0] % 6, data[1:], Path("fuzzed")
+    kind, content, path = data[0] % 7, data[1:], Path("fuzzed")
     if kind in (0, 1):
         parse_checkpoint(_text(content), OFFSET_ENTRY_FORMAT if kind == 0 else EPOCH_ENTRY_FORMAT, path)
     elif kind == 2:
@@ -211,8 +211,18 @@ def checkpoint_input(data: bytes) -> None:
         MetaProperties.from_properties(parse_properties(_text(content)), path)
     elif kind == 4:
         decode_clean_shutdown(content, path)
-    else:
+    elif kind == 5:
         decode_registry(content, path)
+    else:
+        _load_credentials(content)
+
+
+def _load_credentials(content: bytes) -> None:
+    from tidelog.server.security.credentials import load_credentials
+
+    path = _scratch() / "credentials.json"
+    path.write_bytes(content)
+    load_credentials(path)
 
 
 def _text(content: bytes) -> str:
@@ -235,7 +245,19 @@ def checkpoint_corpus() -> list[bytes]:
         b"\x05" + b'{"version": 0, "epoch": 3, "topics": {"orders": {"topic_id": "q9Qo-wkKRAKLDw_iWvRQZg", '
                   b'"partitions": 2, "configs": {"cleanup.policy": "compact"}, "assignments": {"0": "d"}}}, '
                   b'"deleted_topic_ids": []}',
+        b"\x06" + _credentials_sample(),
     ]
+
+
+def _credentials_sample() -> bytes:
+    from tidelog.server.security.credentials import credentials_path, load_credentials, save_credentials
+    from tidelog.server.security.credentials import new_user_credential
+
+    path = credentials_path(_scratch())
+    save_credentials(path, {"alice": {m: new_user_credential(m, "secret") for m in ("PLAIN", "SCRAM-SHA-256")}})
+    data = path.read_bytes()
+    assert load_credentials(path)
+    return data
 
 
 # --- server.properties and topic configs (storage/properties.py, config.py) ----------------------

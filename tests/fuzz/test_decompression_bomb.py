@@ -7,9 +7,9 @@ from __future__ import annotations
 import struct
 
 import cramjam
-import lz4.frame
 import pytest
 
+from bomb_samples import ZSTD_MAGIC, lz4_frame_claiming, zstd_rle_bomb
 from fuzz_strategies import peak_allocation
 from tidelog.errors import CorruptRecordError
 from tidelog.records import CompressionType, RecordBatch, build_batch, compress, decompress, write_crc
@@ -18,24 +18,6 @@ from tidelog.records.scan import get_kernels, scan_batches
 from tidelog.records.varint import encode_unsigned_varint
 
 MIB = 1 << 20
-ZSTD_MAGIC = struct.pack("<I", 0xFD2FB528)
-
-
-def zstd_rle_bomb(blocks: int) -> bytes:
-    """A zstd frame of ``blocks`` RLE blocks of 128 KiB each: 4 bytes of input per 128 KiB out."""
-    rle = struct.pack("<I", (128 << 10) << 3 | 1 << 1)[:3] + b"\x00"
-    last = struct.pack("<I", (128 << 10) << 3 | 1 << 1 | 1)[:3] + b"\x00"
-    return ZSTD_MAGIC + b"\x00\x58" + rle * (blocks - 1) + last  # no content size; window 128 MiB
-
-
-def lz4_frame_claiming(size: int) -> bytes:
-    """An LZ4 frame whose descriptor declares ``size`` bytes of content (the found crash: the
-    library allocated that much before decoding anything)."""
-    frame = bytearray(lz4.frame.compress(b"x" * 64, content_checksum=False, store_size=True))
-    frame[6:14] = struct.pack("<Q", size)  # FLG(4), BD(5), content size (6..13), HC(14)
-    return bytes(frame)
-
-
 BOMBS = {
     "gzip": (CompressionType.GZIP, lambda: compress(CompressionType.GZIP, bytes(64 * MIB))),
     "snappy-raw-claim": (CompressionType.SNAPPY, lambda: encode_unsigned_varint(0xFFFFFFFF) + b"\x00" * 8),

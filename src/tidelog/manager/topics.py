@@ -44,6 +44,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tidelog.errors import CheckpointError, InvalidTopicError, StorageError
+from tidelog.records.varint import INT32_MAX
 from tidelog.storage.atomic import read_file, write_atomically
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def decode_registry(data: bytes, path: Path) -> RegistryState:
     """Parse one registry file; :class:`CheckpointError` naming the file and what is wrong."""
     try:
         content = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise CheckpointError(f"topic registry is not JSON: {e}", path=path) from e
     if not isinstance(content, dict) or content.get("version") != REGISTRY_VERSION:
         raise CheckpointError(f"topic registry has an unknown version (expected {REGISTRY_VERSION})", path=path)
@@ -151,13 +152,17 @@ def decode_registry(data: bytes, path: Path) -> RegistryState:
 
 
 def _decode_topic(name: str, entry: object, path: Path) -> TopicRecord:
+    try:
+        validate_topic_name(name)  # a name is a path component: "../x" would leave the log dir
+    except InvalidTopicError as e:
+        raise CheckpointError(f"topic registry names an illegal topic: {e.message}", path=path, topic=name) from e
     if not isinstance(entry, dict):
         raise CheckpointError("topic entry is not an object", path=path, topic=name)
     topic_id, partitions, configs = entry.get("topic_id"), entry.get("partitions"), entry.get("configs", {})
     assignments = entry.get("assignments", {})
-    if (not isinstance(topic_id, str) or not isinstance(partitions, int) or partitions < 1
+    if (not isinstance(topic_id, str) or not isinstance(partitions, int) or not 1 <= partitions <= INT32_MAX
             or not isinstance(configs, dict) or not isinstance(assignments, dict)):
-        raise CheckpointError("topic entry needs a topic_id string, partitions >= 1, and configs and "
+        raise CheckpointError("topic entry needs a topic_id string, partitions in [1, 2^31-1], and configs and "
                               "assignments objects", path=path, topic=name)
     try:
         placed = {int(p): str(d) for p, d in assignments.items()}

@@ -239,14 +239,23 @@ def _lz4_compress(data: Buffer, level: int, magic: int) -> bytes:
 
 
 def _lz4_decompress(data: Buffer, magic: int, limit: int) -> bytes:
-    """One LZ4 frame (bytes after its end mark are ignored, as Kafka's KafkaLZ4BlockInputStream does)."""
-    frame = _with_header_checksum(bytes(data), broken=False) if magic == 0 else data
+    """One LZ4 frame (bytes after its end mark are ignored, as Kafka's KafkaLZ4BlockInputStream does).
+    Output comes in growing pieces (the library allocates each piece's ``max_length`` up front)."""
+    pending: Buffer = _with_header_checksum(bytes(data), broken=False) if magic == 0 else data
     inflater = lz4.frame.LZ4FrameDecompressor()
-    out = inflater.decompress(frame, max_length=limit + 1)  # one byte past the limit, no more
-    _check_size(CompressionType.LZ4, len(out), limit)
-    if not inflater.eof:
-        raise CorruptRecordError("LZ4 frame ends before its end mark")
-    return out
+    parts: list[bytes] = []
+    total, piece = 0, _LZ4_FIRST_PIECE
+    while True:
+        parts.append(inflater.decompress(pending, max_length=min(piece, limit + 1 - total)))
+        pending, total, piece = b"", total + len(parts[-1]), piece * 2
+        _check_size(CompressionType.LZ4, total, limit)
+        if inflater.eof:
+            return b"".join(parts)
+        if inflater.needs_input:
+            raise CorruptRecordError("LZ4 frame ends before its end mark")
+
+
+_LZ4_FIRST_PIECE = 256 << 10
 
 
 def _with_header_checksum(frame: bytes, *, broken: bool) -> bytes:

@@ -309,7 +309,7 @@ def decode_clean_shutdown(data: bytes, path: Path | None = None) -> int:
         return -1
     try:
         content = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise CheckpointError("clean shutdown marker is not JSON", path=path) from e
     epoch = content.get("brokerEpoch") if isinstance(content, dict) else None
     if not isinstance(epoch, int) or isinstance(epoch, bool) or not INT64_MIN <= epoch <= INT64_MAX:

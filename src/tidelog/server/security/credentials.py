@@ -109,7 +109,7 @@ def load_credentials(path: Path) -> Users:
         raise ConfigError(f"cannot read the credentials file: {e.strerror}", path=path) from e
     try:
         return _decode(json.loads(text))
-    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
         raise ConfigError(f"invalid credentials file: {type(e).__name__}: {e}", path=path) from e
 
 
