@@ -4,6 +4,7 @@ CreatePartitions grows a topic to ``count`` partitions, never shrinks it (INVALI
 Kafka's wording, from :meth:`LogManager.create_partitions`). Manual ``assignments`` must give one
 entry per new partition, each on this broker alone (INVALID_REPLICA_ASSIGNMENT otherwise); a
 topic named twice in one request fails with INVALID_REQUEST; ``validate_only`` changes nothing.
+New partitions count against the request's budget (:data:`~.topics.MAX_PARTITIONS_PER_REQUEST`).
 
 DeleteRecords moves a partition's log start offset (``-1`` = the high watermark) and answers the
 new low watermark. Kafka's answers: an unknown partition UNKNOWN_TOPIC_OR_PARTITION, an offset past
@@ -23,6 +24,7 @@ from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import InvalidReplicaAssignmentError, error_code, error_message
+from tidelog.server.topics import PartitionBudget
 from tidelog.topic_partition import TopicPartition
 
 Grown = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -40,22 +42,24 @@ def create_partitions(manager: LogManager, node_id: int, topics: list[Any], vali
     """One result per topic entry. Runs in the thread pool."""
     counts = Counter(t.name for t in topics)
     results = []
+    budget = PartitionBudget()
     for topic in topics:
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequestError(f"Create topics partitions request from client contains a duplicate "
                                           f"topic {topic.name}.")
-            _grow(manager, node_id, topic, validate_only)
+            _grow(manager, node_id, topic, validate_only, budget)
             results.append(Grown(name=topic.name, error_code=0, error_message=None))
         except Exception as e:  # noqa: BLE001 - every failure becomes this topic's error code
             results.append(Grown(name=topic.name, error_code=error_code(e), error_message=error_message(e)))
     return results
 
 
-def _grow(manager: LogManager, node_id: int, topic: Any, validate_only: bool) -> None:
+def _grow(manager: LogManager, node_id: int, topic: Any, validate_only: bool, budget: PartitionBudget) -> None:
     if not manager.has_topic(topic.name):
         raise UnknownTopicOrPartitionError(f"The topic '{topic.name}' does not exist.", topic=topic.name)
     current = len(manager.partitions(topic.name))
+    budget.spend(topic.count - current, topic.name)
     if topic.assignments is not None:
         if len(topic.assignments) != topic.count - current:
             raise InvalidReplicaAssignmentError(

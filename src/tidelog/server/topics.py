@@ -8,6 +8,11 @@ named twice in one request fails with INVALID_REQUEST. ``validate_only`` checks 
 creates nothing. From v5 the answer carries the partition count, replication factor and the
 topic's overrides (``configs`` with source TOPIC_CONFIG).
 
+One request creates at most :data:`MAX_PARTITIONS_PER_REQUEST` partitions (CreateTopics and
+CreatePartitions alike): a topic that would go past it fails with POLICY_VIOLATION, as Kafka's
+controller refuses an operation of more than ``MAX_RECORDS_PER_USER_OP`` records; a count of
+2^31-1 is answered at once instead of creating directories until the disk is full.
+
 DeleteTopics: by name, or by topic id from v6; unknown names get UNKNOWN_TOPIC_OR_PARTITION,
 unknown ids UNKNOWN_TOPIC_ID.
 """
@@ -19,7 +24,13 @@ from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
 
-from tidelog.errors import ConfigError, InvalidPartitionsError, InvalidRequestError, TopicExistsError
+from tidelog.errors import (
+    ConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    PolicyViolationError,
+    TopicExistsError,
+)
 from tidelog.manager import LogManager
 from tidelog.manager.topics import check_collision, validate_topic_name
 from tidelog.server.codec import Request
@@ -36,6 +47,21 @@ from tidelog.storage.metadata import topic_id_to_uuid
 Created = CreateTopicsResponse.CreatableTopicResult
 Deleted = DeleteTopicsResponse.DeletableTopicResult
 TOPIC_CONFIG_SOURCE = 1  # DescribeConfigs' DYNAMIC_TOPIC_CONFIG
+MAX_PARTITIONS_PER_REQUEST = 10_000  # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP
+
+
+class PartitionBudget:
+    """The partitions one request may still create (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_PARTITIONS_PER_REQUEST
+
+    def spend(self, partitions: int, topic: str) -> None:
+        """Take ``partitions`` (nothing when not positive) or raise PolicyViolationError."""
+        if partitions > self.left:
+            raise PolicyViolationError("Unable to perform excessively large batch operation.", topic=topic,
+                                       partitions=partitions, max_partitions_per_request=MAX_PARTITIONS_PER_REQUEST)
+        self.left -= max(partitions, 0)
 
 
 async def handle_create_topics(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
@@ -48,11 +74,13 @@ def create_topics(manager: LogManager, node_id: int, topics: list[Any], validate
     """One result per topic entry. Runs in the thread pool."""
     counts = Counter(t.name for t in topics)
     results = []
+    budget = PartitionBudget()
     for topic in topics:
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequestError(f"Create topics request from client contains a duplicate topic {topic.name}.")
             partitions = _partition_count(manager, node_id, topic)
+            budget.spend(partitions, topic.name)
             configs = {c.name: c.value for c in topic.configs}
             if None in configs.values():
                 raise ConfigError("Null value not supported for topic configs: "
