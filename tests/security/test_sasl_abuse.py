@@ -16,14 +16,13 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka.net.sasl.scram import ScramClient
 
 import server_samples as samples
-from abuse_helpers import Served, tidelog
+from abuse_helpers import Served, start_serve, tidelog
 from security_helpers import api_versions, authenticate, handshake
 from server_helpers import RawClient
 from tidelog.errors import TidelogError
@@ -39,13 +38,16 @@ EXPECTED_AT = {  # what each step of the exchange accepts; anything else closes 
 }
 
 
-@pytest.fixture
-def sasl_served(serve: Callable[..., Served], tmp_path: Path) -> Served:
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def sasl_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One SASL_PLAINTEXT ``tidelog serve`` for the module (user alice added by ``tidelog users add``)."""
+    data = tmp_path_factory.mktemp("sasl") / "data"
     added = tidelog("users", "add", "alice", "--password-stdin", data=data, input="alice-secret\n")
     assert added.returncode == 0, added.stderr
-    return serve(data, listeners="SASL_PLAINTEXT://127.0.0.1:0",
-                 **{"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"})
+    served = start_serve(data, listeners="SASL_PLAINTEXT://127.0.0.1:0",
+                         **{"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"})
+    yield served
+    served.stop()
 
 
 def _sample(api_key: int) -> tuple[Any, int]:
