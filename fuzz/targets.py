@@ -314,6 +314,32 @@ def kraft_corpus() -> list[bytes]:
     ]
 
 
+# --- __consumer_offsets records (server/groups/records.py), read back when the coordinator loads ----
+
+def groups_input(data: bytes) -> None:
+    """``data[0]`` picks a record key, an OffsetCommitValue or a GroupMetadataValue (mod 3)."""
+    from tidelog.server.groups.records import decode_group_metadata_value, decode_key, decode_offset_commit_value
+
+    if not data:
+        return
+    decoder = (decode_key, decode_offset_commit_value, decode_group_metadata_value)[data[0] % 3]
+    decoder(data[1:])
+
+
+@cache
+def groups_corpus() -> list[bytes]:
+    from tidelog.server.groups import records as r
+
+    member = r.MemberMetadata("m-1", None, "client", "/127.0.0.1", 30000, 10000, b"sub", b"assigned")
+    group = r.GroupMetadataValue("consumer", 3, "range", "m-1", 1_700_000_000_000, (member,))
+    return [
+        b"\x00" + r.encode_offset_commit_key("g", "orders", 3),
+        b"\x00" + r.encode_group_metadata_key("g"),
+        b"\x01" + r.encode_offset_commit_value(r.OffsetCommitValue(42, "meta", 1_700_000_000_000, 5)),
+        b"\x02" + r.encode_group_metadata_value(group),
+    ]
+
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("batch", batch_input, batch_corpus),
     Target("compression", compression_input, compression_corpus),
@@ -323,4 +349,5 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("checkpoint", checkpoint_input, checkpoint_corpus),
     Target("properties", properties_input, properties_corpus),
     Target("kraft", kraft_input, kraft_corpus),
+    Target("groups", groups_input, groups_corpus),
 )}

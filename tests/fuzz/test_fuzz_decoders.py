@@ -20,7 +20,7 @@ from fuzz.targets import TARGETS, Target
 from fuzz_strategies import fuzz_inputs, peak_allocation
 
 SHORT = {"batch": 300, "compression": 300, "scan": 200, "request": 600, "index": 200, "checkpoint": 300,
-         "properties": 200, "kraft": 300}
+         "properties": 200, "kraft": 300, "groups": 300}
 SOAK_EXAMPLES = 100_000
 HEAP_PER_INPUT_BYTE = 4096  # a zstd RLE block turns 4 bytes into 128 KiB: the worst legal ratio here
 HEAP_SLACK = 16 << 20
