@@ -60,6 +60,7 @@ MASK64 = 0xFFFFFFFFFFFFFFFF
 SIGN64 = 0x8000000000000000
 LOW31 = 0x7FFFFFFF
 LOW32 = 0xFFFFFFFF
+INDEX_MASK = (1 << 62) - 1  # see read_le
 C1 = 0x87C37B91114253D5
 C2 = 0x4CF5AD432745937F
 FMIX1 = 0xFF51AFD7ED558CCD
@@ -103,9 +104,10 @@ def fmix64(k):
 
 def read_le(buf, pos, size):
     """Little-endian unsigned integer of ``size`` (1..8) bytes at ``pos`` (caller checked bounds)."""
+    at = pos & INDEX_MASK
     value = 0
     for i in range(size - 1, -1, -1):
-        value = (value << 8) | buf[pos + i]
+        value = (value << 8) | buf[at + i]
     return value
 
 
@@ -179,7 +181,7 @@ def find_slot(table, slots, h1, h2):
     home = home_slot(h1, slots)
     s = home
     for d in range(slots):
-        at = SLOT_WORDS * s
+        at = (SLOT_WORDS * s) & INDEX_MASK
         if table[at + 2] == EMPTY:
             return -1
         stored = table[at]
@@ -204,7 +206,7 @@ def insert(table, slots, h1, h2, offset):
     d = 0
     placed = 0
     for _ in range(slots):
-        at = SLOT_WORDS * s
+        at = (SLOT_WORDS * s) & INDEX_MASK
         current = table[at + 2]
         if current == EMPTY:
             table[at] = h1
@@ -230,7 +232,7 @@ def insert(table, slots, h1, h2, offset):
 
 def offset_at(table, s):
     """The offset slot ``s`` maps to; -1 for ``s`` -1 (absent)."""
-    return table[SLOT_WORDS * s + 2] - 1 if s >= 0 else -1
+    return table[((SLOT_WORDS * s) & INDEX_MASK) + 2] - 1 if s >= 0 else -1
 
 
 def hash_key(buf, pos, length):
@@ -281,7 +283,7 @@ def touch_homes(table, slots, h1s, count, sink):
     cache). The loads' sum goes to ``sink[0]`` so that the compiler keeps them."""
     total = 0
     for i in range(count):
-        total += table[SLOT_WORDS * home_slot(h1s[i], slots) + 2]
+        total += table[((SLOT_WORDS * home_slot(h1s[i], slots)) & INDEX_MASK) + 2]
     sink[0] = total
 
 
