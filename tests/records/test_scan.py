@@ -32,11 +32,13 @@ from kafka.record.memory_records import MemoryRecords
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import RecordBatch
 from tidelog.records.varint import zigzag_bytes
+from tidelog.records import _scan_kernels as scan_kernels
 from tidelog.records.scan import (
     ACTIVE_IMPLEMENTATION,
     RecordsSummary,
     ScanKernels,
     ScanResult,
+    batch_crcs,
     gather_array,
     gather_keys,
     gather_values,
@@ -485,6 +487,46 @@ def test_verify_crc_names_the_corrupt_batch(twin: ScanKernels) -> None:
     with pytest.raises(CorruptRecordError, match="stored crc") as err:
         scan_batches(buf, verify_crc=True, kernels=twin)
     assert (err.value.position, err.value.offset) == (len(first), 5)
+
+
+def crc_ranges() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A random buffer and batch ranges of every size 21..120 (every tail length of the 8-byte
+    steps), at odd positions."""
+    data = np.random.default_rng(11).integers(0, 256, 10_000, dtype=np.uint8)
+    data.flags.writeable = False
+    size = np.arange(21, 121, dtype=np.int64)
+    position = (np.arange(len(size), dtype=np.int64) * 97 + 3) % (len(data) - 120)
+    return data, position, size
+
+
+def test_batch_crcs_match_the_crc32c_library(twin: ScanKernels) -> None:
+    data, position, size = crc_ranges()
+    expected = [crc32c.crc32c(data[p + 21:p + n].tobytes()) for p, n in zip(position, size)]
+
+    assert batch_crcs(data, position, size, kernels=twin).tolist() == expected
+
+
+def test_batch_crcs_kernel_source_interpreted_matches_the_library() -> None:
+    """The compiled twin runs _scan_kernels.batch_crcs with SSE4.2's crc32 in place of
+    crc32c_u8/u64; their interpreted definitions (the specification) give the library's CRCs."""
+    data, position, size = crc_ranges()
+    out = [0] * len(position)
+    scan_kernels.batch_crcs(memoryview(data), position.tolist(), size.tolist(), out)
+
+    assert out == [crc32c.crc32c(data[p + 21:p + n].tobytes()) for p, n in zip(position, size)]
+
+
+def test_batch_crcs_of_a_real_batch_is_its_stored_crc() -> None:
+    buf = kp_batch(sample_rows(5))
+
+    assert batch_crcs(buf, np.array([0]), np.array([len(buf)])).tolist() == [RecordBatch(buf).crc]
+
+
+@pytest.mark.parametrize("position, size", [(-1, 30), (0, 20), (9_990, 30)])
+def test_batch_crcs_reject_ranges_outside_the_buffer(position: int, size: int) -> None:
+    data, _, _ = crc_ranges()
+    with pytest.raises(ValueError, match="outside the buffer"):
+        batch_crcs(data, np.array([position]), np.array([size]))
 
 
 # --- corruption -----------------------------------------------------------------------------

@@ -111,6 +111,11 @@ NUMBA_INLINED = ("read_int", "read_varint", "add_overflows", "varint_error", "ch
                  "decode_record", "record_failure", "decode_records", "crc32c_of", "difference_exceeds")
 NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_batches", "summarize_records",
                   "check_produced_batch")
+# The CRC kernel is compiled separately, and only where the CPU has SSE4.2's crc32 instruction:
+# scan.py then replaces crc32c_u8 / crc32c_u64 by that instruction (numba intrinsics) and compiles
+# these two functions against them; elsewhere the interpreted functions below are the spec.
+NUMBA_CRC_INLINED = ("read_le64",)
+NUMBA_CRC_COMPILED = ("batch_crcs",)
 
 
 # --- primitives -----------------------------------------------------------------------------
@@ -495,3 +500,64 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
     if high >= 0 and after_max_ms < INT64_MAX and difference_exceeds(high, now, after_max_ms):
         return PRODUCED_OTHER, 0, 0, 0
     return PRODUCED_OK, delta, max_timestamp, count
+
+
+# --- CRC-32C of whole batches -----------------------------------------------------------------
+
+CRC_START = 21  # a v2 batch's CRC covers bytes [21, end of batch): from the attributes on
+INDEX_MASK = (1 << 62) - 1  # see read_le64
+
+
+def _crc32c_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ (_CASTAGNOLI if c & 1 else 0)
+        table.append(c)
+    return tuple(table)
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c_u8(crc, byte):
+    """One byte into a running CRC-32C (no pre/post inversion): what SSE4.2's ``crc32b`` does."""
+    return CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+
+
+def crc32c_u64(crc, word):
+    """Eight bytes (``word``'s, least significant first) into a running CRC-32C: ``crc32q``."""
+    for i in range(8):
+        crc = crc32c_u8(crc, (word >> (8 * i)) & 0xFF)
+    return crc
+
+
+def read_le64(buf, pos):
+    """The 8 bytes at ``pos`` as a little-endian integer (int64 bits compiled).
+
+    ``pos`` is masked to 62 bits (a no-op on real positions) so that the compiler knows every
+    index is non-negative: numba then drops its negative-index wraparound and LLVM merges the
+    eight byte loads into one.
+    """
+    at = pos & INDEX_MASK
+    value = 0
+    for i in range(7, -1, -1):
+        value = (value << 8) | buf[at + i]
+    return value
+
+
+def batch_crcs(buf, position, size, out):
+    """``out[j]`` = CRC-32C of ``buf[position[j] + 21:position[j] + size[j]]`` (each batch's
+    stored-CRC range; the caller checked the bounds), 8 bytes at a time."""
+    for j in range(len(position)):
+        pos = position[j] + CRC_START
+        end = position[j] + size[j]
+        crc = 0xFFFFFFFF
+        while pos + 8 <= end:
+            crc = crc32c_u64(crc, read_le64(buf, pos))
+            pos += 8
+        while pos < end:
+            crc = crc32c_u8(crc, buf[pos & INDEX_MASK])
+            pos += 1
+        out[j] = crc ^ 0xFFFFFFFF
