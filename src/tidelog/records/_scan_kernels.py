@@ -114,7 +114,7 @@ NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_ba
 # The CRC kernel is compiled separately, and only where the CPU has SSE4.2's crc32 instruction:
 # scan.py then replaces crc32c_u8 / crc32c_u64 by that instruction (numba intrinsics) and compiles
 # these two functions against them; elsewhere the interpreted functions below are the spec.
-NUMBA_CRC_INLINED = ("read_le64",)
+NUMBA_CRC_INLINED = ("read_le64", "crc_finish")
 NUMBA_CRC_COMPILED = ("batch_crcs",)
 
 
@@ -547,17 +547,49 @@ def read_le64(buf, pos):
     return value
 
 
+def crc_finish(buf, crc, pos, end):
+    """CRC-32C of ``buf[pos:end]`` continued from ``crc`` (already inverted), 8 bytes at a time,
+    then inverted: the stored value."""
+    while pos + 8 <= end:
+        crc = crc32c_u64(crc, read_le64(buf, pos))
+        pos += 8
+    while pos < end:
+        crc = crc32c_u8(crc, buf[pos & INDEX_MASK])
+        pos += 1
+    return crc ^ 0xFFFFFFFF
+
+
 def batch_crcs(buf, position, size, out):
     """``out[j]`` = CRC-32C of ``buf[position[j] + 21:position[j] + size[j]]`` (each batch's
-    stored-CRC range; the caller checked the bounds), 8 bytes at a time."""
-    for j in range(len(position)):
-        pos = position[j] + CRC_START
-        end = position[j] + size[j]
-        crc = 0xFFFFFFFF
-        while pos + 8 <= end:
-            crc = crc32c_u64(crc, read_le64(buf, pos))
-            pos += 8
-        while pos < end:
-            crc = crc32c_u8(crc, buf[pos & INDEX_MASK])
-            pos += 1
-        out[j] = crc ^ 0xFFFFFFFF
+    stored-CRC range; the caller checked the bounds).
+
+    Three batches at a time, interleaved over the words all three have: each crc32 step waits
+    on the previous one of its batch (3 cycles), so three independent chains run 3x faster than
+    one; the rest of each batch, and the last one or two batches, go alone.
+    """
+    n = len(position)
+    j = 0
+    while j + 3 <= n:
+        p0 = position[j] + CRC_START
+        p1 = position[j + 1] + CRC_START
+        p2 = position[j + 2] + CRC_START
+        e0 = position[j] + size[j]
+        e1 = position[j + 1] + size[j + 1]
+        e2 = position[j + 2] + size[j + 2]
+        c0 = 0xFFFFFFFF
+        c1 = 0xFFFFFFFF
+        c2 = 0xFFFFFFFF
+        for _ in range(min(e0 - p0, e1 - p1, e2 - p2) // 8):
+            c0 = crc32c_u64(c0, read_le64(buf, p0))
+            c1 = crc32c_u64(c1, read_le64(buf, p1))
+            c2 = crc32c_u64(c2, read_le64(buf, p2))
+            p0 += 8
+            p1 += 8
+            p2 += 8
+        out[j] = crc_finish(buf, c0, p0, e0)
+        out[j + 1] = crc_finish(buf, c1, p1, e1)
+        out[j + 2] = crc_finish(buf, c2, p2, e2)
+        j += 3
+    while j < n:
+        out[j] = crc_finish(buf, 0xFFFFFFFF, position[j] + CRC_START, position[j] + size[j])
+        j += 1
