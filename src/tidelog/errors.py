@@ -135,6 +135,26 @@ class PolicyViolationError(TidelogError):
     error_code = 44
 
 
+class OutOfOrderSequenceError(TidelogError):
+    """An idempotent batch whose first sequence does not follow the producer's last one, or a new
+    epoch not starting at sequence 0 (Kafka OUT_OF_ORDER_SEQUENCE_NUMBER). Context:
+    ``topic_partition``, ``producer_id``, ``offset``."""
+
+    error_code = 45
+
+
+class InvalidProducerEpochError(TidelogError):
+    """A batch whose producer epoch is older than the producer's last one: a fenced zombie
+    (Kafka INVALID_PRODUCER_EPOCH). Context: ``topic_partition``, ``producer_id``, ``offset``."""
+
+    error_code = 47
+
+
+class CorruptSnapshotError(TidelogError):
+    """A producer-state ``.snapshot`` file with a wrong version, length or CRC (Kafka's
+    ``CorruptSnapshotException``): it is deleted and an older snapshot or the log is used."""
+
+
 class CheckpointError(TidelogError):
     """A checkpoint or metadata file that does not parse (malformed line, wrong version or count)."""
 

@@ -245,7 +245,7 @@ class LogManager:
                 log_start_offset=log_dir.checkpointed_log_start_offsets.get(tp, 0),
                 recovery_point=log_dir.checkpointed_recovery_points.get(tp, 0),
                 had_clean_shutdown=log_dir.had_clean_shutdown, clock=self._clock, scheduler=self._scheduler,
-                topic_partition=tp, recovered_elsewhere=recovered_elsewhere,
+                topic_partition=tp, recovered_elsewhere=recovered_elsewhere, **self._producer_state_settings(),
             )
         except Exception as e:  # noqa: BLE001 - one bad partition never stops the others
             self._set_partition_aside(path, tp, describe_error(e))
@@ -1061,13 +1061,18 @@ class LogManager:
         tp = TopicPartition(record.name, partition)
         path = files.partition_dir(log_dir.path, tp)
         created = Log.open(path, self._config_for(record.name), had_clean_shutdown=True, clock=self._clock,
-                           scheduler=self._scheduler, topic_partition=tp)
+                           scheduler=self._scheduler, topic_partition=tp, **self._producer_state_settings())
         PartitionMetadataFile(path).write(record.topic_id)
         fsync_dir(log_dir.path)
         with self._lock:
             self._logs[tp] = created
             self._log_dir_of[tp] = log_dir
         return created
+
+    def _producer_state_settings(self) -> dict[str, int]:
+        """The broker's producer-id expiration settings, as :meth:`Log.open` takes them."""
+        return {"producer_id_expiration_ms": self.broker.producer_id_expiration_ms,
+                "producer_id_expiration_check_interval_ms": self.broker.producer_id_expiration_check_interval_ms}
 
     def _rename_for_deletion(self, path: Path, tp: TopicPartition) -> Path:
         target = path.parent / files.log_delete_dir_name(tp)

@@ -79,7 +79,7 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -95,6 +95,7 @@ INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 44, 60
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+INIT_PRODUCER_ID = 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,8 @@ class ApiSpec:
 # Version ranges: Kafka 4.0's, capped where a later version needs what this server lacks
 # (Produce v13 and Fetch v13+ name topics by id only; ListOffsets v11 adds -6, earliest pending
 # upload, of tiered storage; DescribeLogDirs v5 reports cordoned dirs, KIP-1066; OffsetCommit v10
-# and OffsetFetch v10 name topics by id only, KIP-848, Kafka 4.1). SaslHandshake and SaslAuthenticate
+# and OffsetFetch v10 name topics by id only, KIP-848, Kafka 4.1; InitProducerId v6 is KIP-939's
+# two-phase commit, Kafka 4.1). SaslHandshake and SaslAuthenticate
 # are advertised on every listener, as Kafka does; outside a SASL exchange they answer
 # ILLEGAL_SASL_STATE (tidelog.server.security.sasl).
 SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
@@ -141,6 +143,7 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(DELETE_GROUPS, 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
     ApiSpec(SASL_HANDSHAKE, 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
     ApiSpec(SASL_AUTHENTICATE, 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
+    ApiSpec(INIT_PRODUCER_ID, 0, 5, InitProducerIdRequest, InitProducerIdResponse),
 )}
 
 _HEAD = struct.Struct(">hhi")

@@ -49,6 +49,9 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
@@ -93,6 +96,12 @@ class InvalidReplicaAssignmentError(TidelogError):
     INVALID_REPLICA_ASSIGNMENT)."""
 
     error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+class InvalidTxnStateError(TidelogError):
+    """A transactional batch: this broker serves no transactions (Kafka INVALID_TXN_STATE)."""
+
+    error_code = ErrorCode.INVALID_TXN_STATE
 
 
 class CoordinatorNotAvailableError(TidelogError):

@@ -24,6 +24,7 @@ from tidelog.server.groups.apis import (
     handle_offset_fetch,
     handle_sync_group,
 )
+from tidelog.server.init_producer_id import handle_init_producer_id
 from tidelog.server.list_offsets import handle_list_offsets
 from tidelog.server.metadata import handle_metadata
 from tidelog.server.partitions import handle_create_partitions, handle_delete_records
@@ -59,6 +60,7 @@ HANDLERS: dict[int, Handler] = {
     codec.DELETE_GROUPS: handle_delete_groups,
     codec.SASL_HANDSHAKE: handle_sasl_handshake,
     codec.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    codec.INIT_PRODUCER_ID: handle_init_producer_id,
 }
 
 

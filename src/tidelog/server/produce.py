@@ -8,7 +8,13 @@ Per-partition errors, as Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_RECORD (no
 magic-2 batch; a record rule broken, with the failing records' indexes from v8), CORRUPT_MESSAGE
 (size or CRC), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS
 (acks -1 with ``min.insync.replicas`` above 1: the ISR is this broker alone); INVALID_REQUIRED_ACKS
-for acks outside {-1, 0, 1}. Transactional produce is not served (no InitProducerId yet).
+for acks outside {-1, 0, 1}.
+
+Idempotent producers (producer ids from InitProducerId, :mod:`.init_producer_id`) are checked by
+the log's producer state: a retried batch gets NONE and its original base offset (nothing is
+written twice), an older epoch INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
+Transactions are not served: a request with a transactional id gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a transactional batch INVALID_TXN_STATE.
 """
 
 from __future__ import annotations
@@ -23,12 +29,23 @@ from tidelog.errors import InvalidRecordError
 from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
-from tidelog.server.errors import ErrorCode, NotEnoughReplicasError, error_code, error_message, record_errors
+from tidelog.server.errors import (
+    ErrorCode,
+    InvalidTxnStateError,
+    NotEnoughReplicasError,
+    error_code,
+    error_message,
+    record_errors,
+)
+from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
 from tidelog.topic_partition import TopicPartition
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
 _BATCH_LENGTH = struct.Struct(">q i i b")  # base offset, batch length, partition leader epoch, magic
+_ATTRIBUTES = struct.Struct(">h")  # at byte 21 of a v2 batch
+_ATTRIBUTES_OFFSET = 21
+_TRANSACTIONAL_FLAG = 0x10
 _LOG_OVERHEAD = 12  # base offset + batch length
 
 
@@ -61,7 +78,7 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
     if body.acks not in (-1, 0, 1):
         outcome = _refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS)
     elif body.transactional_id is not None:
-        outcome = _refuse_all(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        outcome = _refuse_all(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED)
     else:
         outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
     if outcome.appended:
@@ -127,12 +144,15 @@ def check_one_v2_batch(records: bytes | None, tp: TopicPartition) -> None:
     if _LOG_OVERHEAD + length != len(records):  # trailing bytes, or a batch cut short
         raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
                                  topic_partition=str(tp))
+    if len(records) > _ATTRIBUTES_OFFSET + 1 and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _TRANSACTIONAL_FLAG:
+        raise InvalidTxnStateError(TRANSACTIONS_REFUSED, topic_partition=str(tp))
 
 
-def _refuse_all(body: Any, code: ErrorCode) -> ProduceOutcome:
+def _refuse_all(body: Any, code: ErrorCode, message: str | None = None) -> ProduceOutcome:
     outcome = ProduceOutcome()
     for topic in body.topic_data:
-        outcome.topics.setdefault(topic.name, []).extend(PartitionResult(p.index, code) for p in topic.partition_data)
+        outcome.topics.setdefault(topic.name, []).extend(PartitionResult(p.index, code, message=message)
+                                                         for p in topic.partition_data)
     return outcome
 
 

@@ -546,6 +546,8 @@ _BROKER_KEYS = (
          "Largest request size prefix accepted; a larger one closes the connection."),
     _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
          "Inactivity after which a producer id expires; until then the cleaner keeps its last batch."),
+    _key("producer.id.expiration.check.interval.ms", _INT, 600000, at_least(1),
+         "Period of each log's check for expired producer ids."),
     # tidelog-only keys (Kafka has none of these; a Kafka broker ignores them with a warning)
     _key("tidelog.cleaner.engine", _STR, "in-process", OneOf(CLEANER_ENGINES),
          "tidelog only: where the log cleaner dedupes and rewrites: in-process (this process's cleaner "
@@ -678,6 +680,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second = _Setting[float]("log.cleaner.io.max.bytes.per.second")
     log_cleaner_backoff_ms = _Setting[int]("log.cleaner.backoff.ms")
     producer_id_expiration_ms = _Setting[int]("producer.id.expiration.ms")
+    producer_id_expiration_check_interval_ms = _Setting[int]("producer.id.expiration.check.interval.ms")
     tidelog_cleaner_engine = _Setting[str]("tidelog.cleaner.engine")
     tidelog_cleaner_spark_master = _Setting[str]("tidelog.cleaner.spark.master")
 

@@ -44,6 +44,15 @@ from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpoc
 from tidelog.storage.config import LogConfig
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.loader import LoadParams, load_log
+from tidelog.storage.producer_snapshot import fsync_snapshot
+from tidelog.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+    producer_batch,
+    rebuild_producer_state,
+)
 from tidelog.storage.segment import LogSegment, RollLimits, RollParams, SegmentConfig
 from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
@@ -97,6 +106,8 @@ class Log:
         topic_partition: TopicPartition,
         leader_epoch_cache: LeaderEpochCache,
         had_clean_shutdown: bool = True,
+        producer_state: ProducerStateManager | None = None,
+        producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     ) -> None:
         self._dir = dir
         self._config = config
@@ -115,6 +126,8 @@ class Log:
         self._hw_bound: _Bound | None = None  # the high watermark's position, kept until it moves
         self._closed = False
         self._take_config(config)
+        self.producer_state = producer_state or ProducerStateManager(dir, topic_partition)
+        self._producer_state_expiry(producer_id_expiration_check_interval_ms)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -132,6 +145,8 @@ class Log:
         scheduler: Scheduler | None = None,
         topic_partition: TopicPartition | None = None,
         recovered_elsewhere: bool = False,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     ) -> Log:
         """Open (creating if needed) the partition dir ``dir`` and load it (see :mod:`.loader`).
 
@@ -141,7 +156,9 @@ class Log:
         as it leads, so nothing that was written becomes unreadable after a restart.
         ``recovered_elsewhere`` (with ``had_clean_shutdown=False``): another process has just
         recovered these files (parallel recovery); recovery is skipped, the recovery point stays
-        at the checkpoint.
+        at the checkpoint. Producer state is loaded from the latest ``.snapshot`` and the batches
+        after it (:func:`~tidelog.storage.producer_state.rebuild_producer_state`); producers expire
+        after ``producer_id_expiration_ms``, checked every ``producer_id_expiration_check_interval_ms``.
         """
         config = config or LogConfig.defaults()
         tp = topic_partition or files.parse_topic_partition_name(dir.name)
@@ -159,12 +176,17 @@ class Log:
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)
         epoch_cache.truncate_from_start(loaded.log_start_offset)
+        producer_state = ProducerStateManager(dir, tp, producer_id_expiration_ms=producer_id_expiration_ms)
+        producer_state.remove_stray_snapshots(s.base_offset for s in loaded.segments)
+        rebuild_producer_state(producer_state, loaded.segments.snapshot(), loaded.log_start_offset,
+                               loaded.next_offset, clock.milliseconds())
         return cls(
             dir, config, loaded.segments,
             log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
             next_offset=loaded.next_offset, high_watermark=high_watermark, clock=clock,
             scheduler=scheduler or shared_scheduler(), topic_partition=tp,
             leader_epoch_cache=epoch_cache, had_clean_shutdown=loaded.had_clean_shutdown,
+            producer_state=producer_state, producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
         )
 
     # --- offsets and properties ---------------------------------------------------------------
@@ -286,6 +308,7 @@ class Log:
             log.info("%s: log start offset %d -> %d (%s)", self.topic_partition, self._log_start_offset, new_offset, reason)
             self._log_start_offset = new_offset
             self.leader_epoch_cache.truncate_from_start(new_offset)
+            self.producer_state.on_log_start_offset_incremented(new_offset)
             return True
 
     def delete_records(self, offset: int) -> int:
@@ -359,11 +382,18 @@ class Log:
             return self._empty_append_info(analyzed.source_compression)
         with self._lock:
             self._ensure_open()
+            # Producer state step 1: epoch, sequence and duplicate checks (nothing changes yet).
+            producer_batches = self.producer_state.check_leader_append(analyzed.batches, self._log_end_offset, origin)
+            if isinstance(producer_batches, BatchMetadata):
+                return self._duplicate_append_info(producer_batches, analyzed.source_compression)
             validated = assign_offsets(
                 analyzed, next_offset=self._log_end_offset, config=self._config, now=self._clock.milliseconds(),
                 origin=origin, leader_epoch=leader_epoch, topic_partition=str(self.topic_partition),
             )
             self._append(validated, epochs=[(leader_epoch, validated.first_offset)])
+            # Producer state step 2: record the written batches at their assigned offsets.
+            if producer_batches:
+                self._update_producer_state(producer_batches, validated.first_offset, validated.log_append_time)
             return self._append_info(validated, analyzed.source_compression)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
@@ -389,6 +419,9 @@ class Log:
             )
             epochs = [(b.partition_leader_epoch, b.base_offset) for _, b in analyzed.batches if b.magic >= 2]
             self._append(validated, epochs=epochs)
+            for _, batch in analyzed.batches:  # producer state, unchecked (Kafka's REPLICATION origin)
+                if batch.producer_id >= 0:
+                    self.producer_state.update(producer_batch(batch))
             return self._append_info(validated, analyzed.source_compression)
 
     def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]]) -> None:
@@ -404,6 +437,7 @@ class Log:
             if epoch >= 0:
                 self.leader_epoch_cache.assign(epoch, start)
         self._log_end_offset = validated.last_offset + 1
+        self.producer_state.update_map_end_offset(self._log_end_offset)
         if self._log_end_offset - self._recovery_point >= self._config.flush_messages:
             self.flush()
 
@@ -415,6 +449,20 @@ class Log:
             record_count=validated.record_count, valid_bytes=validated.size,
             source_compression=source, target_compression=validated.target_compression,
         )
+
+    def _update_producer_state(self, batches: list, first_offset: int, log_append_time: int) -> None:
+        """Leader appends: each producer batch at the offsets the validator gave it (contiguous
+        from ``first_offset``), stamped with the broker time for LogAppendTime."""
+        for batch in batches:
+            stamp = log_append_time if log_append_time != NO_TIMESTAMP else None
+            self.producer_state.update(producer_batch(batch, first_offset, stamp), AppendOrigin.CLIENT)
+            first_offset += batch.last_offset_delta + 1
+
+    def _duplicate_append_info(self, duplicate: BatchMetadata, codec: CompressionType) -> LogAppendInfo:
+        """Kafka's answer to a retried batch: its original offsets, and the cached batch's
+        timestamp as the log append time; nothing was written."""
+        return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
+                             duplicate.timestamp, self._log_start_offset, 0, 0, codec, codec)
 
     def _empty_append_info(self, codec: CompressionType) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, self._log_start_offset, 0, 0, codec, codec)
@@ -459,8 +507,16 @@ class Log:
                 active.on_become_inactive_segment()
             segment = self._new_segment(new_base)
             self._segments.add(segment)
-            self._scheduler.schedule_once(f"flush-{self.topic_partition}", lambda: self.flush_upto(new_base))
+            # Kafka's rule: a producer snapshot at the new segment's base offset, fsynced with the flush.
+            self.producer_state.update_map_end_offset(new_base)
+            snapshot = self.producer_state.take_snapshot(sync=False)
+            self._scheduler.schedule_once(f"flush-{self.topic_partition}", lambda: self._flush_after_roll(new_base, snapshot))
             return segment
+
+    def _flush_after_roll(self, new_base: int, snapshot: Path | None) -> None:
+        if snapshot is not None:
+            fsync_snapshot(snapshot)
+        self.flush_upto(new_base)
 
     def _recreate_empty_active(self, active: LogSegment, new_base: int) -> None:
         if active.base_offset != new_base or active.size > 0:
@@ -629,6 +685,8 @@ class Log:
             later = [s for s in self._segments.snapshot() if s.base_offset > target_offset]
             self.delete_segments(later, "truncation")
             self.active_segment.truncate_to(target_offset)
+            rebuild_producer_state(self.producer_state, self._segments.snapshot(), min(self._log_start_offset, target_offset),
+                                   target_offset, self._clock.milliseconds())
             self._log_end_offset = target_offset
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
@@ -641,6 +699,7 @@ class Log:
         """Delete every segment and start empty at ``new_offset`` (all offsets become ``new_offset``)."""
         with self._lock:
             self.delete_segments(self._segments.snapshot(), "full truncation")
+            self.producer_state.truncate_fully_and_start_at(new_offset)
             self._segments.add(self._new_segment(new_offset))
             self._log_start_offset = self._log_end_offset = new_offset
             self._recovery_point = self._high_watermark = new_offset
@@ -732,7 +791,8 @@ class Log:
             for segment in old_live:
                 if segment.base_offset not in new_bases:  # else the new segment took its map entry
                     self._segments.remove(segment.base_offset)
-            self._retire(old_live, f"replaced by {sorted(new_bases)}")
+            self._retire(old_live, f"replaced by {sorted(new_bases)}",
+                         snapshots_of=[s for s in old_live if s.base_offset not in new_bases])
             for segment in new_sorted:
                 segment.change_file_suffixes(files.SWAP_SUFFIX, "")
             fsync_dir(self._dir)
@@ -744,18 +804,22 @@ class Log:
             self._hw_bound = None  # it may point into a segment going away
             for segment in segments:
                 self._segments.remove(segment.base_offset)
-            self._retire(segments, reason)
+            self._retire(segments, reason, snapshots_of=segments)
 
-    def _retire(self, segments: Sequence[LogSegment], reason: str) -> None:
+    def _retire(self, segments: Sequence[LogSegment], reason: str, snapshots_of: Sequence[LogSegment] = ()) -> None:
         """Rename segments already out of the map ``.deleted`` and unlink them after
-        ``file.delete.delay.ms`` in the background (a large unlink blocks for a long time)."""
+        ``file.delete.delay.ms`` in the background (a large unlink blocks for a long time); the
+        producer snapshots at the base offsets of ``snapshots_of`` go the same way (Kafka's
+        ``deleteProducerSnapshots``)."""
         for segment in segments:
             segment.change_file_suffixes("", files.DELETED_SUFFIX)
-        if segments:
+        snapshots = [p for p in (self.producer_state.mark_snapshot_for_deletion(s.base_offset) for s in snapshots_of) if p]
+        if segments or snapshots:
             doomed = list(segments)
             log.info("%s: deleting segments %s (%s)", self.topic_partition, [s.base_offset for s in doomed], reason)
             self._scheduler.schedule_once(
-                f"delete-segments-{self.topic_partition}", lambda: _delete_files(doomed), self._config.file_delete_delay_ms
+                f"delete-segments-{self.topic_partition}", lambda: _delete_files(doomed, snapshots),
+                self._config.file_delete_delay_ms,
             )
 
     # --- closing ------------------------------------------------------------------------------
@@ -766,9 +830,25 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            # Kafka's close: a snapshot at the log end, so the next open replays nothing.
+            self.producer_state.update_map_end_offset(self._log_end_offset)
+            self.producer_state.take_snapshot()
             for segment in self._segments.snapshot():
                 segment.close()
             self.leader_epoch_cache.flush()
+
+    # --- producer id expiration ---------------------------------------------------------------
+
+    def _producer_state_expiry(self, interval_ms: int) -> None:
+        """Every ``interval_ms``, forget producers idle for ``producer.id.expiration.ms`` (Kafka's
+        PeriodicProducerExpirationCheck). One task at a time, rescheduled until the log closes."""
+        def check() -> None:
+            with self._lock:
+                if self._closed:
+                    return
+                self.producer_state.remove_expired_producers(self._clock.milliseconds())
+            self._scheduler.schedule_once(f"producer-expiration-{self.topic_partition}", check, interval_ms)
+        self._scheduler.schedule_once(f"producer-expiration-{self.topic_partition}", check, interval_ms)
 
     def __repr__(self) -> str:
         return (f"Log({self.topic_partition}, start={self._log_start_offset}, hw={self._high_watermark}, "
@@ -791,7 +871,9 @@ def _assign_epochs(cache: LeaderEpochCache, epoch_starts: list[tuple[int, int]])
             cache.assign(epoch, start_offset)
 
 
-def _delete_files(segments: list[LogSegment]) -> None:
+def _delete_files(segments: list[LogSegment], snapshots: Sequence[Path] = ()) -> None:
     for segment in segments:
         segment.delete_files()
+    for path in snapshots:
+        path.unlink(missing_ok=True)
 

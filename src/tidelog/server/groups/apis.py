@@ -2,7 +2,7 @@
 
 FindCoordinator (v0-v6; batched keys from v4): this broker coordinates every group (creating
 ``__consumer_offsets`` on the first ask, as Kafka does); TRANSACTION keys get
-COORDINATOR_NOT_AVAILABLE (no transaction coordinator), SHARE keys INVALID_REQUEST.
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transactions: see init_producer_id), SHARE keys INVALID_REQUEST.
 JoinGroup (v2-v9) and SyncGroup (v0-v5) wait on the event loop for the rebalance (a future
 resolved by the coordinator's callback). Heartbeat (v0-v4), LeaveGroup (v0-v5; batched members
 from v3). OffsetCommit (v2-v9): topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION,
@@ -39,6 +39,7 @@ from tidelog.server.errors import ErrorCode
 from tidelog.server.groups.messages import CommitRequest, JoinRequest, SyncRequest
 from tidelog.server.groups.records import OFFSETS_TOPIC, OffsetCommitValue
 from tidelog.server.groups.service import group_service
+from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,7 +85,8 @@ async def handle_find_coordinator(ctx: ApiContext, conn: ConnectionInfo, request
             log.warning("cannot create %s: %s", OFFSETS_TOPIC, e)
             error, message = E.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}"
     elif key_type == TRANSACTION_KEY_TYPE:
-        error, message = E.COORDINATOR_NOT_AVAILABLE, "tidelog runs no transaction coordinator"
+        # Fatal in every client, so a transactional producer fails at once (see init_producer_id).
+        error, message = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
     else:
         error, message = E.INVALID_REQUEST, f"Unsupported key type {key_type}"
     found = error is E.NONE
