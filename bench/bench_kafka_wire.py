@@ -37,7 +37,7 @@ PF_POOL_BATCHES = 16  # distinct pre-encoded batches, sent over and over (the br
 PF_IN_FLIGHT = 8  # lean produce requests in flight on one connection
 PF_FETCH_BYTES = MIB  # fetch max bytes and partition max bytes, both clients
 PRODUCE_VERSION, FETCH_VERSION = 9, 12  # served by both brokers; Fetch v12 still names topics
-PRODUCER_SETTINGS = {"acks": 1, "enable_idempotence": False, "linger_ms": 5, "batch_size": 256 * 1024,
+PRODUCER_SETTINGS = {"acks": 1, "linger_ms": 5, "batch_size": 256 * 1024,
                      "max_request_size": PF_FETCH_BYTES}
 CONSUMER_SETTINGS = {"group_id": None, "enable_auto_commit": False, "auto_offset_reset": "earliest",
                      "fetch_max_bytes": PF_FETCH_BYTES, "max_partition_fetch_bytes": PF_FETCH_BYTES,

@@ -22,7 +22,7 @@ CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 
 
 def producer(broker: Broker, **config: object) -> KafkaProducer:
-    return KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, linger_ms=0, **config)
+    return KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, **config)
 
 
 def consumer(broker: Broker, **config: object) -> KafkaConsumer:

@@ -38,7 +38,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 async def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int, **config: Any) -> list[int]:
     """Send ``values`` round-robin over ``partitions``; the offsets the broker gave them (-1 with acks=0)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, **config)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **config)
     await producer.start()
     try:
         sent = [await producer.send(topic, value, key=b"key-%d" % i, partition=i % partitions)

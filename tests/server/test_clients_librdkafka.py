@@ -4,8 +4,8 @@ second member makes the group rebalance; committed offsets survive a broker rest
 admin client's topic, partition and config calls. What the client reads equals what tidelog
 reads from the log itself.
 
-librdkafka's ``enable.idempotence`` is false by default and it sends InitProducerId only when it
-is on, so these producers never ask for a producer id. Real clients use real time: short
+librdkafka's ``enable.idempotence`` is false by default, so these producers run without
+producer ids (test_idempotent_producers covers librdkafka with idempotence). Real clients use real time: short
 session timeouts and ``group.initial.rebalance.delay.ms=0``; waits return as soon as their
 condition holds."""
 
@@ -37,7 +37,7 @@ GROUP_PROPS = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.parti
 
 
 def _producer(bootstrap: str, **config: object) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "linger.ms": 0, **config})
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **config})
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int, **config: object) -> list[Message]:

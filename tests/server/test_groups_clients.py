@@ -36,7 +36,7 @@ def _consumer(bootstrap: str, group: str, topic: str, **config: object) -> Kafka
 
 
 def _produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, linger_ms=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     for i in range(start, start + count):
         producer.send(topic, b"v%d" % i, partition=i % partitions)
     producer.flush()

@@ -28,10 +28,12 @@ def test_kafka_console_tools_produce_and_consume(broker: Broker) -> None:
     bootstrap = ["--bootstrap-server", broker.bootstrap]
     assert "Created topic jt." in _run("org.apache.kafka.tools.TopicCommand", *bootstrap, "--create", "--topic", "jt",
                                        "--partitions", "1")
-    _run("org.apache.kafka.tools.ConsoleProducer", *bootstrap, "--topic", "jt",
-         "--command-property", "enable.idempotence=false", "--command-property", "compression.type=zstd",
+    # the console producer's defaults: an idempotent producer (acks=all, InitProducerId first)
+    _run("org.apache.kafka.tools.ConsoleProducer", *bootstrap, "--topic", "jt", "--command-property", "compression.type=zstd",
          "--reader-property", "parse.key=true", stdin="a\t1\nb\t2\nc\t3\n")
-    assert broker.manager.log(TopicPartition("jt", 0)).high_watermark == 3
+    log = broker.manager.log(TopicPartition("jt", 0))
+    assert log.high_watermark == 3
+    assert [e.last_seq for e in log.producer_state.active_producers.values()] == [2]
     out = _run("org.apache.kafka.tools.consumer.ConsoleConsumer", *bootstrap, "--topic", "jt", "--partition", "0",
                "--offset", "earliest", "--max-messages", "3", "--formatter-property", "print.key=true")
     assert out.splitlines() == ["a\t1", "b\t2", "c\t3"]

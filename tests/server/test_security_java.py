@@ -51,7 +51,7 @@ def test_console_producer_with_scram_and_consumer_with_plain_over_tls(broker: Se
     scram = _client_config(tmp_path, "SCRAM-SHA-256", "org.apache.kafka.common.security.scram.ScramLoginModule",
                            "alice-secret")
     produced = _run("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", broker.bootstrap, "--topic", "jt",
-                    "--command-config", scram, "--command-property", "enable.idempotence=false", stdin="a\nb\n")
+                    "--command-config", scram, stdin="a\nb\n")
     assert produced.returncode == 0, produced.stderr[-3000:]
     assert broker.manager.log(TopicPartition("jt", 0)).high_watermark == 2
     plain = _client_config(tmp_path, "PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule",

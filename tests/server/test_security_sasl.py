@@ -54,8 +54,7 @@ def _sasl(mechanism: str, user: str = "alice", password: str = "alice-secret") -
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_kafka_python_produces_and_consumes_after_authenticating(broker: SecureBroker, mechanism: str) -> None:
     broker.manager.create_topic("t", 1)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, enable_idempotence=False,
-                             **_sasl(mechanism))
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, **_sasl(mechanism))
     offsets = [producer.send("t", value=b"v%d" % i).get(TIMEOUT_S).offset for i in range(3)]
     producer.close()
     assert offsets == [0, 1, 2]

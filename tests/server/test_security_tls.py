@@ -43,7 +43,7 @@ def tls_broker(tmp_path: Path, pki: Pki) -> Iterator[Callable[..., SecureBroker]
 
 def _round_trip(broker: SecureBroker, **config: object) -> list[bytes]:
     broker.manager.create_topic("t", 1)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, enable_idempotence=False, **config)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, **config)
     assert [producer.send("t", value=b"v%d" % i).get(TIMEOUT_S).offset for i in range(3)] == [0, 1, 2]
     producer.close()
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, auto_offset_reset="earliest",

@@ -30,7 +30,7 @@ def test_serve_listens_until_sigterm(tmp_path: Path) -> None:
         match = re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", banner)
         assert match, banner
         bootstrap = f"127.0.0.1:{match.group(1)}"
-        producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks=1)
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
         offsets = [producer.send("events", b"event-%d" % i).get(TIMEOUT_S).offset for i in range(3)]
         producer.close()
         assert offsets == [0, 1, 2]

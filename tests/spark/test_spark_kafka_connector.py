@@ -54,10 +54,9 @@ def test_spark_kafka_connector_reads_and_writes_through_tidelog_serve(spark: Any
     assert sorted(map(tuple, through_broker.collect())) == sorted(map(tuple, direct.collect()))
     assert through_broker.count() == 100
 
-    # the connector's producer: idempotence off (tidelog serves no InitProducerId yet)
+    # the connector's producer with its defaults: idempotent (InitProducerId, acks=all)
     (spark.createDataFrame([(f"w{i}", f"written-{i}") for i in range(20)], "key string, value string")
-     .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", "k")
-     .option("kafka.enable.idempotence", "false").save())
+     .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", "k").save())
     values = {bytes(r.value) for r in spark.read.format("tidelog").option("path", str(data)).option("subscribe", "k")
               .load().collect()}
     assert {b"written-%d" % i for i in range(20)} <= values and len(values) == 120
