@@ -28,6 +28,10 @@ the same lines, with the differences noted) and what the parser makes of it::
     timestamp: <t> offset: <o>            (in a .timeindex)         DumpedTimeIndexEntry
     version: .. producerId: .. firstOffset: .. lastOffset: ..       DumpedAbortedTxn (.txnindex)
       lastStableOffset: ..
+    producerId: .. producerEpoch: .. coordinatorEpoch: ..          DumpedProducerEntry (.snapshot)
+      currentTxnFirstOffset: OptionalLong[<n>]|OptionalLong.empty
+      lastTimestamp: .. [firstSequence: .. lastSequence: ..
+      lastOffset: .. offsetDelta: .. timestamp: ..]                  (the last batch, when there is one)
     <path> is empty.                                                DumpedFile.empty (.index with no entry)
     <path> passed sanity check.                                     DumpedFile.passed_sanity_check
 
@@ -47,7 +51,7 @@ Every stdout line the parser does not recognise lands in :attr:`ParsedDump.unpar
 can assert that it understood everything Kafka said. Keys and payloads are the text Kafka's
 ``StringDecoder`` made of the bytes (UTF-8); a record's key is cut from the line by its
 ``keySize`` in UTF-8 bytes, so keys and payloads may contain spaces or " payload: ". Lines of
-``--skip-record-metadata``, producer snapshots and KRaft snapshots are not parsed (``unparsed``).
+``--skip-record-metadata`` and KRaft snapshots are not parsed (``unparsed``).
 """
 
 from __future__ import annotations
@@ -189,6 +193,22 @@ class DumpedAbortedTxn:
 
 
 @dataclass(frozen=True, slots=True)
+class DumpedProducerEntry:
+    """One producer of a ``.snapshot``; the batch fields are None when it has no data batch."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    last_timestamp: int
+    current_txn_first_offset: int | None = None
+    first_sequence: int | None = None
+    last_sequence: int | None = None
+    last_offset: int | None = None
+    offset_delta: int | None = None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DumpedFile:
     """Everything printed under one ``Dumping <path>`` line."""
 
@@ -199,6 +219,7 @@ class DumpedFile:
     index_entries: tuple[DumpedIndexEntry, ...] = ()
     time_index_entries: tuple[DumpedTimeIndexEntry, ...] = ()
     aborted_txns: tuple[DumpedAbortedTxn, ...] = ()
+    producer_entries: tuple[DumpedProducerEntry, ...] = ()
     empty: bool = False  # "<path> is empty." (an offset index without entries)
     passed_sanity_check: bool = False
 
@@ -288,6 +309,14 @@ _ABORTED_TXN = re.compile(
     rf"version: (?P<version>{_INT}) producerId: (?P<producer_id>{_INT}) firstOffset: (?P<first_offset>{_INT})"
     rf" lastOffset: (?P<last_offset>{_INT}) lastStableOffset: (?P<last_stable_offset>{_INT})")
 
+_PRODUCER_ENTRY = re.compile(
+    rf"producerId: (?P<producer_id>{_INT}) producerEpoch: (?P<producer_epoch>{_INT})"
+    rf" coordinatorEpoch: (?P<coordinator_epoch>{_INT})"
+    rf" currentTxnFirstOffset: OptionalLong(?:\[(?P<current_txn_first_offset>{_INT})\]|\.empty)"
+    rf" lastTimestamp: (?P<last_timestamp>{_INT}) ?"
+    rf"(?:firstSequence: (?P<first_sequence>{_INT}) lastSequence: (?P<last_sequence>{_INT})"
+    rf" lastOffset: (?P<last_offset>{_INT}) offsetDelta: (?P<offset_delta>{_INT}) timestamp: (?P<timestamp>{_INT}))?")
+
 _BOOL_FIELDS = {"is_valid", "is_transactional", "is_control", "legacy_valid"}
 _TEXT_FIELDS = {"timestamp_type", "compression", "end_txn_marker", "control_type"}
 
@@ -312,8 +341,9 @@ class _FileRows:
         self.index: list[DumpedIndexEntry] = []
         self.time_index: list[DumpedTimeIndexEntry] = []
         self.aborted: list[DumpedAbortedTxn] = []
+        self.producers: list[DumpedProducerEntry] = []
         self._readers: tuple[Callable[[str], bool], ...] = (
-            self._status, self._log_line, self._index_line, self._time_index_line, self._txn_line)
+            self._status, self._log_line, self._index_line, self._time_index_line, self._txn_line, self._snapshot_line)
 
     def take(self, line: str) -> bool:
         """Record ``line``; False when it is nothing this parser knows."""
@@ -363,10 +393,17 @@ class _FileRows:
             self.aborted.append(DumpedAbortedTxn(**_typed(entry)))  # type: ignore[arg-type]
         return entry is not None
 
+    def _snapshot_line(self, line: str) -> bool:
+        entry = _PRODUCER_ENTRY.fullmatch(line) if self.path.endswith(".snapshot") else None
+        if entry is not None:
+            self.producers.append(DumpedProducerEntry(**_typed(entry)))  # type: ignore[arg-type]
+        return entry is not None
+
     def freeze(self) -> DumpedFile:
         batches = tuple(replace(batch, records=tuple(records)) for batch, records in self.batches)
         return DumpedFile(self.path, batches=batches, index_entries=tuple(self.index),  # type: ignore[arg-type]
-                          time_index_entries=tuple(self.time_index), aborted_txns=tuple(self.aborted), **self.fields)
+                          time_index_entries=tuple(self.time_index), aborted_txns=tuple(self.aborted),
+                          producer_entries=tuple(self.producers), **self.fields)
 
 
 def _record(line: str) -> DumpedRecord | None:

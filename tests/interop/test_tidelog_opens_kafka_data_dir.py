@@ -24,7 +24,10 @@ On the copy, tidelog: ``verify`` passes on the unclean dir; the library (one unc
 recovery) and ``tidelog consume`` give every record as Kafka served it (offset, timestamp and
 its type, key, value, headers, the batch's leader epoch), the same log start offset, high
 watermark and last stable offset, and the same answers to ListOffsets by time; the aborted
-transaction comes from Kafka's ``.txnindex``. Then retention and cleaning continue, each on its
+transaction comes from Kafka's ``.txnindex``; every ``.snapshot`` Kafka wrote (at its rolls) decodes
+to the entries Kafka's DumpLogSegments prints, and the producer state tidelog loads (those
+snapshots plus the batches after them) has, per producer id, the epoch, last sequence, last data
+offset and coordinator epoch that Kafka's dump of the batches implies. Then retention and cleaning continue, each on its
 own copy: ``retention.bytes`` lowered through ``tidelog configs`` deletes exactly the next
 segment, ``retention.ms=1`` empties a log (rolling Kafka's active segment), ``tidelog clean run
 --force`` over new records leaves one record per key below the active segment and keeps Kafka's
@@ -55,7 +58,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
-from kafka_oracle import KafkaBroker
+from kafka_oracle import KAFKA_4, KafkaBroker
+from kafka_oracle.dump import DumpedBatch, dump_log_segments
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import files
@@ -63,6 +67,7 @@ from tidelog.storage.checkpoints import OffsetCheckpointFile
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import TimestampAndOffset
 from tidelog.storage.log import Log
+from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.testing import FakeClock, FakeScheduler, run_cli
 from tidelog.topic_partition import TopicPartition
@@ -418,6 +423,15 @@ class Opened:
     offsets: dict[str, tuple[int, int, int]]  # log start, high watermark, last stable offset
     by_time: dict[str, list[tuple[int, tuple[int, int, int | None] | None]]]
     aborted: list[AbortedTxn]
+    kafka_snapshots: dict[str, list[SnapshotEntry]]  # Kafka-written .snapshot files, as tidelog reads them
+    producers: dict[str, dict[int, ProducerView]]  # the producer state tidelog loaded
+
+
+ProducerView = tuple[int, int, int, int]  # epoch, last sequence, last data offset, coordinator epoch
+
+
+def kafka_snapshot_files(copy: Path) -> list[Path]:
+    return sorted(p for topic in TOPICS for p in pdir(copy, topic).glob(f"*{files.PRODUCER_SNAPSHOT_SUFFIX}"))
 
 
 @pytest.fixture(scope="module")
@@ -425,6 +439,12 @@ def kafka_dir(served: tuple[Served, Path]) -> tuple[Served, Opened]:
     kafka, copy = served
     verify = run_tidelog(copy, "verify", str(copy))
     [horizon] = horizons(pdir(copy, COMPACTED))
+    kafka_snapshots = {}  # kept aside before tidelog loads the dir (its load may delete stray ones)
+    for path in kafka_snapshot_files(copy):
+        aside = copy.parent / "kafka-snapshots" / path.parent.name / path.name
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, aside)
+        kafka_snapshots[str(aside)] = read_snapshot(aside)
     with opened(copy) as manager:
         logs = {topic: manager.log(TopicPartition(topic, 0)) for topic in TOPICS}
         records = {topic: data_records(log) for topic, log in logs.items()}
@@ -433,7 +453,9 @@ def kafka_dir(served: tuple[Served, Path]) -> tuple[Served, Opened]:
         by_time = {topic: [(ts, by_time_answer(log.fetch_offset_by_timestamp(ts))) for ts, _ in kafka.topics[topic].by_time]
                    for topic, log in logs.items()}
         aborted = logs[TXN].collect_aborted_transactions(0, logs[TXN].log_end_offset)
-    return kafka, Opened(copy, verify, horizon, records, epochs, offsets, by_time, aborted)
+        producers = {topic: {pid: (e.producer_epoch, e.last_seq, e.last_data_offset, e.coordinator_epoch)
+                             for pid, e in log.producer_state.active_producers.items()} for topic, log in logs.items()}
+    return kafka, Opened(copy, verify, horizon, records, epochs, offsets, by_time, aborted, kafka_snapshots, producers)
 
 
 def by_time_answer(found: TimestampAndOffset | None) -> tuple[int, int, int | None] | None:
@@ -502,6 +524,45 @@ def test_the_aborted_transaction_comes_from_kafkas_txn_index(kafka_dir: KafkaDir
     assert aborted_offsets and txn.first_offset == min(aborted_offsets)
     assert txn.last_offset == max(aborted_offsets) + 1, "the ABORT marker follows the aborted records"
     assert [r for r in read if not txn.first_offset <= r[0] <= txn.last_offset] == kafka.committed.records
+
+
+def producers_from_kafkas_dump(dumped: list[DumpedBatch]) -> dict[int, ProducerView]:
+    """Per producer id, what its batches in Kafka's dump say the state must be: the last batch's
+    epoch; last sequence and last offset of its last data batch at that epoch (-1 when none);
+    the coordinator epoch of its last transaction marker (-1 when none)."""
+    found: dict[int, list[int]] = {}
+    for b in dumped:
+        if b.producer_id is None or b.producer_id < 0:
+            continue
+        view = found.setdefault(b.producer_id, [-1, -1, -1, -1])
+        if b.producer_epoch != view[0]:
+            view[:3] = [b.producer_epoch, -1, -1]  # type: ignore[list-item]
+        if b.is_control:
+            view[3] = next((r.coordinator_epoch for r in b.records if r.coordinator_epoch is not None), view[3])
+        else:
+            view[1:3] = [b.last_sequence, b.last_offset]  # type: ignore[list-item]
+    return {pid: (v[0], v[1], v[2], v[3]) for pid, v in found.items()}
+
+
+def test_producer_state_is_what_kafkas_snapshots_and_batches_say(kafka_dir: KafkaDir) -> None:
+    """Kafka's own DumpLogSegments decodes the ``.snapshot`` files Kafka wrote and the batches of
+    every log: tidelog read the same snapshot entries and loaded the state the batches imply."""
+    _, view = kafka_dir
+    snapshots = [Path(p) for p in view.kafka_snapshots]
+    assert snapshots, "Kafka rolled segments, so it wrote producer snapshots"
+    logs = {topic: sorted(pdir(view.copy, topic).glob("*.log")) for topic in TOPICS}
+    dumped = dump_log_segments(KAFKA_4, [*snapshots, *(p for ps in logs.values() for p in ps)],
+                               "--deep-iteration").check().parsed()
+    for path, entries in view.kafka_snapshots.items():
+        expected = [(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.last_timestamp, e.last_sequence,
+                     e.last_offset, e.offset_delta) for e in dumped.file(path).producer_entries]
+        assert sorted((e.producer_id, e.producer_epoch, e.coordinator_epoch, e.timestamp,
+                       e.last_sequence if e.last_offset >= 0 else None, e.last_offset if e.last_offset >= 0 else None,
+                       e.offset_delta if e.last_offset >= 0 else None) for e in entries) == sorted(expected), path
+    for topic, paths in logs.items():
+        batches = [b for path in paths for b in dumped.file(path).batches]
+        assert view.producers[topic] == producers_from_kafkas_dump(batches), topic
+    assert view.producers[CODECS] and view.producers[TXN], "idempotent and transactional producers were loaded"
 
 
 def test_kafkas_delete_horizon_is_its_cleaning_time_plus_delete_retention(kafka_dir: KafkaDir) -> None:
