@@ -32,7 +32,7 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -227,6 +227,8 @@ def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = G
         return SaslHandshakeRequest(mechanism="PLAIN")
     if api_key == codec.SASL_AUTHENTICATE:
         return SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret")
+    if api_key == codec.INIT_PRODUCER_ID:
+        return InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
     raise ValueError(f"no sample for API key {api_key}")
 
 
