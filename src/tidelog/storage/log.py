@@ -33,7 +33,7 @@ from tidelog.errors import (
     TidelogError,
     UnexpectedAppendOffsetError,
 )
-from tidelog.records import CompressionType
+from tidelog.records import CompressionType, FileBatch
 from tidelog.records.batch import LOG_OVERHEAD
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
@@ -450,7 +450,7 @@ class Log:
             source_compression=source, target_compression=validated.target_compression,
         )
 
-    def _update_producer_state(self, batches: list, first_offset: int, log_append_time: int) -> None:
+    def _update_producer_state(self, batches: list[FileBatch], first_offset: int, log_append_time: int) -> None:
         """Leader appends: each producer batch at the offsets the validator gave it (contiguous
         from ``first_offset``), stamped with the broker time for LogAppendTime."""
         for batch in batches:

@@ -247,6 +247,8 @@ class ProducerStateManager:
         case, one attribute read per batch), or the cached :class:`BatchMetadata` of the batch
         this one duplicates (client appends only). Raises :class:`InvalidProducerEpochError`,
         :class:`OutOfOrderSequenceError`. Changes nothing: :meth:`update` does, after the write."""
+        if len(batches) == 1 and batches[0][1].producer_id < 0:
+            return []  # the common case: one batch without a producer id
         found = [batch for _, batch in batches if batch.producer_id >= 0]
         if not found or origin is AppendOrigin.REPLICATION:
             return found
