@@ -19,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from kafka import KafkaProducer
+from kafka.errors import TransactionalIdAuthorizationFailedError
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from test_clients import log_records
 
@@ -84,6 +85,12 @@ def test_transactional_producers_are_refused_at_once(broker: Broker) -> None:
         Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"}).init_transactions(TIMEOUT_S)
     assert time.monotonic() - start < TIMEOUT_S / 2
     assert refused.value.args[0].fatal() and "does not support transactions" in refused.value.args[0].str()
+    start = time.monotonic()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx2", max_block_ms=15000)
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        producer.init_transactions()
+    assert time.monotonic() - start < TIMEOUT_S / 2
+    producer.close(0)
 
 
 def test_producer_ids_are_unique_across_restarts(tmp_path: Path,
