@@ -875,5 +875,5 @@ def _delete_files(segments: list[LogSegment], snapshots: Sequence[Path] = ()) ->
     for segment in segments:
         segment.delete_files()
     for path in snapshots:
-        path.unlink(missing_ok=True)
+        fileops.unlink(path, missing_ok=True)
 

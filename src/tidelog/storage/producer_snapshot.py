@@ -37,6 +37,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from tidelog.errors import CorruptSnapshotError, StorageError
+from tidelog.storage import fileops
 
 SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, crc, entry count
@@ -100,13 +101,11 @@ def write_snapshot(path: Path, entries: list[SnapshotEntry], sync: bool) -> None
     fails its CRC at load and is discarded), fsynced when ``sync``."""
     data = encode_snapshot(entries)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fileops.write_fully(fd, data, path)
             if sync:
-                os.fsync(fd)
+                fileops.fsync(fd, path)
         finally:
             os.close(fd)
     except OSError as e:
@@ -117,11 +116,11 @@ def fsync_snapshot(path: Path) -> None:
     """fsync a snapshot written with ``sync=False`` (after a roll); a snapshot deleted meanwhile
     is skipped."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     try:
-        os.fsync(fd)
+        fileops.fsync(fd, path)
     except OSError as e:
         raise StorageError("cannot fsync producer snapshot", path=path, operation="fsync") from e
     finally:

@@ -46,7 +46,7 @@ from tidelog.errors import CorruptSnapshotError, InvalidProducerEpochError, OutO
 from tidelog.records import FileBatch
 from tidelog.records.batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, increment_sequence, read_batch_at
 from tidelog.records.control import EndTransactionMarker
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot, write_snapshot
 from tidelog.storage.segment import LogSegment
@@ -358,7 +358,7 @@ class ProducerStateManager:
     def _delete_snapshot(self, offset: int) -> None:
         path = self._snapshots.pop(offset, None)
         if path is not None:
-            path.unlink(missing_ok=True)
+            fileops.unlink(path, missing_ok=True)
 
     def mark_snapshot_for_deletion(self, offset: int) -> Path | None:
         """Forget the snapshot at ``offset`` and rename it ``.deleted`` (unlinked later by the
@@ -368,7 +368,7 @@ class ProducerStateManager:
             return None
         doomed = path.with_name(path.name + files.DELETED_SUFFIX)
         try:
-            path.rename(doomed)
+            fileops.rename(path, doomed)
         except FileNotFoundError:
             return None
         return doomed
@@ -466,19 +466,22 @@ def replay_segment(state: ProducerStateManager, segment: LogSegment, start: int,
         if pid >= 0 and last >= start and base < end]
     if not rows:
         return
-    with open(segment.log.path, "rb") as f:
-        fd = f.fileno()
+    path = segment.log.path
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
         for i in rows:
             position, size = int(headers["position"][i]), int(headers["size"][i])
             if int(headers["attributes"][i]) & _CONTROL_FLAG:
-                batch = read_batch_at(os.pread(fd, size, position), 0)
+                batch = read_batch_at(fileops.pread(fd, size, position, path), 0)
                 if batch is not None:
                     state.update(producer_batch(batch))
                 continue
-            base_seq = _BATCH_HEAD.unpack(os.pread(fd, _BATCH_HEAD.size, position))[_BASE_SEQUENCE_INDEX]
+            base_seq = _BATCH_HEAD.unpack(fileops.pread(fd, _BATCH_HEAD.size, position, path))[_BASE_SEQUENCE_INDEX]
             base, last = int(headers["base_offset"][i]), int(headers["last_offset"][i])
             attributes = int(headers["attributes"][i])
             last_seq = NO_SEQUENCE if base_seq == NO_SEQUENCE else increment_sequence(base_seq, last - base)
             state.update(ProducerBatch(
                 int(headers["producer_id"][i]), int(headers["producer_epoch"][i]), base_seq, last_seq,
                 base, last, int(headers["max_timestamp"][i]), bool(attributes & 0x10), False, -1))
+    finally:
+        os.close(fd)
