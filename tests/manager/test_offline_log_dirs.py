@@ -146,7 +146,8 @@ def test_eio_on_fsync_in_the_flusher_takes_the_dir_offline_and_the_task_survives
         assert manager.log(tp("t", 1)).recovery_point > 0  # the healthy dir was flushed
         assert tp("t", 1) in recovery_points(log_dirs[1])
         broker.clock.advance(30_000)
-        assert broker.scheduler.pending() == 6  # every periodic task still scheduled
+        # every periodic task still scheduled: the manager's 6, and each log's producer-id expiration check
+        assert broker.scheduler.pending() == 6 + 2
 
 
 def test_checkpoint_write_failure_takes_the_dir_offline(request: pytest.FixtureRequest, two) -> None:

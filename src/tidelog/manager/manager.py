@@ -579,7 +579,7 @@ class LogManager:
                 doomed = self._logs.pop(tp, None)
                 self._log_dir_of.pop(tp, None)
                 if doomed is not None:
-                    doomed.close()
+                    doomed.close(producer_snapshot=False)
                     self._delete_partition_dir(doomed.dir, tp)
             for path, aside in list(self._set_aside.items()):  # broken copies go too, or they would come back
                 if aside.topic_partition is not None and aside.topic_partition.topic == name:
@@ -881,7 +881,7 @@ class LogManager:
         log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
         for tp, lg in doomed:
             try:
-                lg.close()
+                lg.close(producer_snapshot=False)
             except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that it is out
                 log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
 

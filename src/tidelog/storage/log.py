@@ -824,15 +824,18 @@ class Log:
 
     # --- closing ------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Close every segment: final time-index entries, trimmed indexes and ``.log`` files."""
+    def close(self, producer_snapshot: bool = True) -> None:
+        """Close every segment: final time-index entries, trimmed indexes and ``.log`` files.
+        With ``producer_snapshot`` (Kafka's close), first a producer snapshot at the log end, so
+        the next open replays nothing; without it (a log being deleted, or whose dir failed:
+        Kafka only closes its handles then), no new file is written for producer state."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            # Kafka's close: a snapshot at the log end, so the next open replays nothing.
-            self.producer_state.update_map_end_offset(self._log_end_offset)
-            self.producer_state.take_snapshot()
+            if producer_snapshot:
+                self.producer_state.update_map_end_offset(self._log_end_offset)
+                self.producer_state.take_snapshot()
             for segment in self._segments.snapshot():
                 segment.close()
             self.leader_epoch_cache.flush()
