@@ -833,12 +833,14 @@ class Log:
             if self._closed:
                 return
             self._closed = True
-            if producer_snapshot:
-                self.producer_state.update_map_end_offset(self._log_end_offset)
-                self.producer_state.take_snapshot()
-            for segment in self._segments.snapshot():
-                segment.close()
-            self.leader_epoch_cache.flush()
+            try:
+                if producer_snapshot:
+                    self.producer_state.update_map_end_offset(self._log_end_offset)
+                    self.producer_state.take_snapshot()
+            finally:  # a failing snapshot write (a failing disk) still closes the segments
+                for segment in self._segments.snapshot():
+                    segment.close()
+                self.leader_epoch_cache.flush()
 
     # --- producer id expiration ---------------------------------------------------------------
 
