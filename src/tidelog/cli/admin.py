@@ -49,6 +49,9 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark} for p in partitions],
             "setAside": [{"path": str(a.path), "reason": a.reason} for a in info.set_aside],
+            "offline": None if info.offline is None else {
+                "operation": info.offline.operation, "error": info.offline.error, "errno": info.offline.errno_name,
+                "path": info.offline.failed_path, "sinceMs": info.offline.since_ms},
         })
     if as_json:
         echo_json(documents)
@@ -56,6 +59,9 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
     for document in documents:
         click.echo(f"Log dir {document['logDir']}: {format_bytes(document['size'])} in "
                    f"{len(document['partitions'])} partition(s)")
+        if (offline := document["offline"]) is not None:
+            click.echo(f"  OFFLINE since {offline['sinceMs']}: {offline['operation']} failed "
+                       f"[{offline['errno']}]: {offline['error']}")
         rows = [{**p, "size": format_bytes(p["size"])} for p in document["partitions"]]
         if rows:
             echo_table(rows, ("partition", "size", "segments", "logStartOffset", "logEndOffset", "highWatermark"))

@@ -704,7 +704,7 @@ class LogManager:
     # --- background work, each runnable on demand ---------------------------------------------
 
     def startup(self) -> None:
-        """Schedule the periodic tasks (what ``tidelog serve`` runs)."""
+        """Schedule the periodic tasks (what ``tidelog serve`` runs), and the probe of offline log dirs."""
         b = self.broker
         delay = b.log_initial_task_delay_ms
         with self._lock:
@@ -721,10 +721,13 @@ class LogManager:
                  b.log_flush_start_offset_checkpoint_interval_ms),
                 ("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
                  b.replica_high_watermark_checkpoint_interval_ms),
-                ("tidelog-log-dir-probe", self.probe_offline_dirs, self._failures.backoff.initial_ms),
             )
             for name, task, period in tasks:
                 self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
+            # not held back by log.initial.task.delay.ms: a dir may fail (and recover) at once
+            probe_every = self._failures.backoff.initial_ms
+            self._scheduler.schedule_periodic("tidelog-log-dir-probe", self._while_open(self.probe_offline_dirs),
+                                              probe_every, probe_every)
             if self.cleaner is not None:
                 self.cleaner.startup()
 

@@ -9,7 +9,9 @@ every cluster operation.
 
 DescribeLogDirs: every log dir with the size of each partition it holds (all partitions, or the
 requested ones), the offset lag (always 0: there are no future replicas being moved between dirs)
-and, from v4, the file system's total and usable bytes.
+and, from v4, the file system's total and usable bytes. An offline log dir (a disk fault:
+:mod:`tidelog.manager.log_dir_failure`) answers KAFKA_STORAGE_ERROR with no topics and no sizes,
+as Kafka's ``ReplicaManager.describeLogDirs``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kafka.protocol.admin import DescribeClusterResponse, DescribeLogDirsRespons
 from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
+from tidelog.server.errors import ErrorCode
 
 BROKERS_ENDPOINT = 1
 MISMATCHED_ENDPOINT_TYPE = 114
@@ -65,6 +68,10 @@ def describe_log_dirs(manager: LogManager, wanted: set[tuple[str, int]] | None) 
     """One result per log dir. Runs in the thread pool."""
     results = []
     for info in manager.log_dirs():
+        if info.offline is not None:
+            results.append(LogDirResult(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=str(info.path), topics=[],
+                                        total_bytes=-1, usable_bytes=-1, is_cordoned=False))
+            continue
         by_topic: dict[str, list[Any]] = {}
         for part in info.partitions:
             tp = part.topic_partition

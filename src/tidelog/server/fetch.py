@@ -112,10 +112,12 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
 
 def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, limit: int,
               min_one: bool) -> PartitionRead:
+    tp = TopicPartition(spec.topic, spec.partition)
     try:
-        log = manager.log(TopicPartition(spec.topic, spec.partition))
+        log = manager.log(tp)
         info = log.read(spec.fetch_offset, limit, isolation, min_one_message=min_one)  # limit 0: range check only
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
+        manager.report_storage_error(tp, "fetch", e)  # a disk fault takes its log dir offline
         return PartitionRead(spec, error_code(e))
     # Offsets taken after the read, as Kafka's: the records never pass the high watermark reported.
     stable = log.last_stable_offset

@@ -42,9 +42,11 @@ def _one(manager: LogManager, topic: str, partition: int, timestamp: int, isolat
          version: int) -> Any:
     if version < MIN_VERSION_OF.get(timestamp, 0) or timestamp < -5:
         return PartitionResponse(partition_index=partition, error_code=ErrorCode.UNSUPPORTED_VERSION)
+    tp = TopicPartition(topic, partition)
     try:
-        found = manager.log(TopicPartition(topic, partition)).fetch_offset_by_timestamp(timestamp, isolation)
+        found = manager.log(tp).fetch_offset_by_timestamp(timestamp, isolation)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
+        manager.report_storage_error(tp, "list offsets", e)  # a disk fault takes its log dir offline
         return PartitionResponse(partition_index=partition, error_code=error_code(e))
     if found is None:
         return PartitionResponse(partition_index=partition, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)

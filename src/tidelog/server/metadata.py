@@ -2,8 +2,9 @@
 tidelog's appends stamp). Topics come from the LogManager; an unknown topic is created with
 ``num.partitions`` partitions when ``auto.create.topics.enable`` and the request allow it (the
 create is synchronous, so the answer already lists its partitions, where Kafka answers
-LEADER_NOT_AVAILABLE until its controller catches up). A partition set aside at start-up has no
-leader: LEADER_NOT_AVAILABLE, its replica listed offline.
+LEADER_NOT_AVAILABLE until its controller catches up). A partition set aside at start-up, or in a
+log dir that is offline, has no leader: LEADER_NOT_AVAILABLE, leader -1, its replica listed
+offline (Kafka's KRaft metadata cache for a partition whose only replica's dir failed).
 """
 
 from __future__ import annotations

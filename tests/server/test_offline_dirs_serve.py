@@ -1,0 +1,188 @@
+"""A disk fault under ``tidelog serve`` takes one log dir offline: its partitions answer
+KAFKA_STORAGE_ERROR (produce) and LEADER_NOT_AVAILABLE (metadata), DescribeLogDirs reports the dir
+with KAFKA_STORAGE_ERROR, the other dir keeps accepting; when the fault clears the dir's probe
+passes, it reopens and every acknowledged record is there.
+
+The in-process test injects faults with ``fileops.inject``; the subprocess test starts a real
+``tidelog serve`` with ``TIDELOG_FAULTS`` (the seam installs it at import) and two log dirs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaStorageError
+from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceResponse
+from server_helpers import TIMEOUT_S, Broker, RawClient, start_broker
+
+import server_samples as samples
+
+from tidelog.manager import LogManager
+from tidelog.manager.log_dir_failure import PROBE_FILE
+from tidelog.server.errors import ErrorCode
+from tidelog.storage import fileops
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.fileops import FaultRule, FileOp
+from tidelog.topic_partition import TopicPartition as TidelogTp
+
+FIRED: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fault_figures() -> Iterator[None]:
+    yield
+    target = os.environ.get("TIDELOG_FAULT_FIGURES")
+    if target:
+        with open(target, "a") as out:
+            out.write(json.dumps({"module": __name__, "faults_fired": sum(FIRED.values()), "tests": FIRED}) + "\n")
+
+
+def _create_topic(dirs: list[Path], name: str = "t") -> None:
+    """Topic ``name`` with partition 0 in ``dirs[0]`` and 1 in ``dirs[1]``, then a clean shutdown."""
+    broker = BrokerConfig.from_properties({"log.dirs": ",".join(map(str, dirs))})
+    with LogManager.open(broker, dirs) as manager:
+        manager.create_topic(name, 2)
+        assert manager.log(TidelogTp(name, 0)).dir.parent == dirs[0]
+
+
+def _produce(client: RawClient, partition: int, value: bytes, topic: str = "t") -> tuple[int, int]:
+    """(error code, base offset) of a one-record acks=-1 Produce v9."""
+    request = samples.produce(topic, partition, samples.record_batch(value), acks=-1)
+    part = client.call(request, ProduceResponse, 9).responses[0].partition_responses[0]
+    return part.error_code, part.base_offset
+
+
+def _metadata(client: RawClient, topic: str = "t") -> dict[int, tuple[int, int, list[int]]]:
+    """partition -> (error code, leader, offline replicas), Metadata v12."""
+    [found] = client.call(samples.metadata(topic), MetadataResponse, 12).topics
+    return {p.partition_index: (p.error_code, p.leader_id, list(p.offline_replicas)) for p in found.partitions}
+
+
+def _log_dirs(client: RawClient) -> dict[str, tuple[int, list[str]]]:
+    """log dir -> (error code, topics), DescribeLogDirs v4."""
+    response = client.call(DescribeLogDirsRequest(topics=None), DescribeLogDirsResponse, 4)
+    return {d.log_dir: (d.error_code, [t.name for t in d.topics]) for d in response.results}
+
+
+def _fetch_errors(client: RawClient) -> dict[int, int]:
+    """partition -> error code of a Fetch v12 of both partitions of ``t``."""
+    codes = {}
+    for partition in (0, 1):
+        [topic] = client.call(samples.fetch("t", partition=partition), FetchResponse, 12).responses
+        codes[partition] = topic.partitions[0].error_code
+    return codes
+
+
+def test_offline_dir_answers_storage_errors_while_the_other_dir_serves(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _create_topic(dirs)
+    manager, thread = start_broker(dirs[0], **{"log.dirs": ",".join(map(str, dirs))})
+    broker = Broker(manager, thread.server, thread.server.bound[0].port)
+    client = broker.connect()
+    try:
+        assert _produce(client, 0, b"before") == (0, 0)
+        with fileops.inject(FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/*", error=errno.EIO)) as stats:
+            assert _produce(client, 0, b"refused")[0] == ErrorCode.KAFKA_STORAGE_ERROR
+            assert _produce(client, 1, b"other dir") == (0, 0)
+            assert _metadata(client) == {0: (ErrorCode.LEADER_NOT_AVAILABLE, -1, [1]), 1: (0, 1, [])}
+            assert _log_dirs(client) == {str(dirs[0]): (ErrorCode.KAFKA_STORAGE_ERROR, []), str(dirs[1]): (0, ["t"])}
+            FIRED["in_process"] = stats.fired
+        [offline] = manager.offline_log_dirs()
+        assert offline.errno == errno.EIO and offline.path == dirs[0]
+        assert _fetch_errors(client) == {0: ErrorCode.KAFKA_STORAGE_ERROR, 1: 0}
+    finally:
+        client.close()
+        thread.stop()
+        manager.shutdown()
+
+
+def _wait_for_line(process: subprocess.Popen[str], pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
+    """Read the server's stderr until a line matches ``pattern`` (waits on the pipe, never sleeps)."""
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([process.stderr], [], [], left)
+        if not ready:
+            break
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if found := re.search(pattern, line):
+            return found
+    raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen)}")
+
+
+def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _create_topic(dirs)
+    # the first append to dir a fails (a full disk), and so does the first probe; the second passes
+    rules = [FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/t-0/*", error=errno.ENOSPC, times=1),
+             FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/{PROBE_FILE}", error=errno.ENOSPC, times=1)]
+    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.initial.task.delay.ms=600000",
+         "serve"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = _wait_for_line(process, r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)").group(1)
+        bootstrap = f"127.0.0.1:{port}"
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, enable_idempotence=False)
+        acked = {0: [], 1: []}
+        for i in range(3):
+            acked[1].append(producer.send("t", b"b-%d" % i, partition=1).get(TIMEOUT_S).offset)
+        with pytest.raises(KafkaStorageError):
+            producer.send("t", b"a-refused", partition=0).get(TIMEOUT_S)
+        offline = _wait_for_line(process, r"log dir (\S+) is offline: append of t-0 failed \[ENOSPC\]")
+        assert offline.group(1) == str(dirs[0])
+        client = RawClient(socket.create_connection(("127.0.0.1", int(port)), timeout=TIMEOUT_S))
+        assert _log_dirs(client)[str(dirs[0])][0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert _metadata(client)[0] == (ErrorCode.LEADER_NOT_AVAILABLE, -1, [1])
+        for i in range(3, 6):  # the healthy dir keeps accepting meanwhile
+            acked[1].append(producer.send("t", b"b-%d" % i, partition=1).get(TIMEOUT_S).offset)
+        _wait_for_line(process, r"still offline, probe failed")
+        _wait_for_line(process, rf"{re.escape(str(dirs[0]))}: back online, 1 partition\(s\) reopened")
+        assert _log_dirs(client)[str(dirs[0])][0] == 0 and _metadata(client)[0] == (0, 1, [])
+        client.close()
+        producer.close()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
+        for i in range(4):
+            acked[0].append(producer.send("t", b"a-%d" % i, partition=0).get(TIMEOUT_S).offset)
+        producer.close()
+        assert acked == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3, 4, 5]}
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=int(TIMEOUT_S * 1000))
+        consumer.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+        got: dict[int, list[bytes]] = {0: [], 1: []}
+        for _ in range(10):
+            record = next(consumer)
+            got[record.partition].append(record.value)
+        consumer.close()
+        assert got == {0: [b"a-%d" % i for i in range(4)], 1: [b"b-%d" % i for i in range(6)]}
+        FIRED["serve_subprocess"] = 2  # the rules' times: one append, one probe
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with LogManager.open(BrokerConfig.from_properties({}), dirs) as manager:
+        assert manager.log(TidelogTp("t", 0)).log_end_offset == 4
+        assert manager.log(TidelogTp("t", 1)).log_end_offset == 6
