@@ -883,10 +883,7 @@ class LogManager:
                 self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point)
         log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
         for tp, lg in doomed:
-            try:
-                lg.close(producer_snapshot=False)
-            except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that it is out
-                log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
+            _close_failed_log(tp, lg)
 
     def probe_offline_dirs(self) -> list[Path]:
         """Probe each offline dir whose backoff has passed (a write, fsync and unlink of a probe
@@ -1118,6 +1115,22 @@ class _Progress:
         with self._lock:
             self._done += 1
             self._callback(self._done, self._total)
+
+
+def _close_failed_log(tp: TopicPartition, lg: Log) -> None:
+    """Close a log whose dir failed: ``Log.close`` first (it marks the log closed under its lock,
+    so no append can start after); if that fails on the disk, release each segment's files
+    without writing, so no descriptor or map is left behind. Errors are logged, never raised."""
+    try:
+        lg.close(producer_snapshot=False)
+        return
+    except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that the log is out
+        log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
+    for segment in lg.segments:
+        try:
+            segment.close_handlers()
+        except Exception:  # noqa: BLE001,S112 - best effort on a failing disk
+            continue
 
 
 def _log_start_entry(lg: Log) -> int | None:
