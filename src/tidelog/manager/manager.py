@@ -678,10 +678,18 @@ class LogManager:
         return info
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """Kafka's DeleteRecords (offset -1 = the high watermark); returns the new log start offset."""
+        """Kafka's DeleteRecords (offset -1 = the high watermark); returns the new log start offset.
+
+        A log start offset that moved is checkpointed before this returns (two fsyncs per log dir):
+        Kafka checkpoints it only periodically, so a crash soon after could bring the deleted
+        records back (found by the kill points of ``tests/reliability``)."""
         target = self.log(tp)
         with self._storage_op(tp, target, "delete records"):
-            return target.delete_records(offset)
+            before = target.log_start_offset
+            after = target.delete_records(offset)
+        if after != before:
+            self.checkpoint_log_start_offsets()
+        return after
 
     def set_aside(self) -> list[SetAside]:
         """Dirs that did not load, and why."""
