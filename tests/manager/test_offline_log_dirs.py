@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -283,3 +284,38 @@ def test_probe_backoff_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         ProbeBackoff(initial_ms=0)
     assert ProbeBackoff(100, 250).after(200) == 250
+
+
+def test_concurrent_appends_while_a_dir_fails_lose_nothing_acknowledged(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:2], {"log.segment.bytes": "400"})  # rolls under way too
+    manager.create_topic("t", 4)  # partitions 0 and 2 in the first dir, 1 and 3 in the second
+    acked: dict[int, list[int]] = {p: [] for p in range(4)}
+    refused: dict[int, int] = {p: 0 for p in range(4)}
+
+    def produce(partition: int) -> None:
+        for _ in range(40):
+            try:
+                acked[partition].append(manager.append(tp("t", partition), batch(2)).first_offset)
+            except StorageError:
+                refused[partition] += 1
+
+    rule = FaultRule(frozenset({FileOp.WRITE, FileOp.FSYNC, FileOp.RENAME}), under(log_dirs[0]),
+                     error=errno.ENOSPC, skip=25)
+    with faults(request, rule):
+        threads = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert [d.path for d in manager.offline_log_dirs()] == [log_dirs[0]]
+    assert refused[1] == refused[3] == 0 and len(acked[1]) == len(acked[3]) == 40
+    assert refused[0] + refused[2] > 0
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[0]]
+    for partition in range(4):
+        lg = manager.log(tp("t", partition))
+        offsets = read_offsets(lg)
+        assert offsets == list(range(lg.log_end_offset)), partition
+        assert acked[partition] == [2 * i for i in range(len(acked[partition]))]  # no gap, no duplicate
+        assert set(acked[partition]) <= set(offsets[::2]), partition  # every acknowledged batch is there
