@@ -39,6 +39,7 @@ from tidelog.server.errors import ErrorCode
 from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
+from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition as TidelogTp
 
 FIRED: dict[str, int] = {}
@@ -155,6 +156,17 @@ def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: P
         client = RawClient(socket.create_connection(("127.0.0.1", int(port)), timeout=TIMEOUT_S))
         assert _log_dirs(client)[str(dirs[0])][0] == ErrorCode.KAFKA_STORAGE_ERROR
         assert _metadata(client)[0] == (ErrorCode.LEADER_NOT_AVAILABLE, -1, [1])
+        code, out, err = run_cli(tmp_path / "unused", "log-dirs", "--json", "--bootstrap-server", bootstrap)
+        assert code == 0, err
+        shown = {d["logDir"]: d for d in json.loads(out)}
+        assert shown[str(dirs[0])]["offline"] == "KAFKA_STORAGE_ERROR" and shown[str(dirs[1])]["offline"] is None
+        assert [p["partition"] for p in shown[str(dirs[1])]["partitions"]] == ["t-1"]
+        code, out, err = run_cli(tmp_path / "unused", "topics", "describe", "t", "--json", "--bootstrap-server",
+                                 bootstrap)
+        assert code == 0, err
+        [described] = json.loads(out)
+        assert [p["partition"] for p in described["partitions"]] == [1]
+        assert [p["partition"] for p in described["offline"]] == [0]
         for i in range(3, 6):  # the healthy dir keeps accepting meanwhile
             acked[1].append(producer.send("t", b"b-%d" % i, partition=1).get(TIMEOUT_S).offset)
         _wait_for_line(process, r"still offline, probe failed")

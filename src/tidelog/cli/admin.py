@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from tidelog.cli.context import open_manager
@@ -34,9 +36,17 @@ def delete_records(ctx: click.Context, topic: str, partition: int, offset: int, 
 @click.command("log-dirs")
 @click.option("--topic", help="Only this topic's partitions.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@bootstrap_option
 @click.pass_context
-def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
-    """Sizes, segment counts and offsets of every partition, per log dir; set-aside dirs and why."""
+def log_dirs(ctx: click.Context, topic: str | None, as_json: bool, bootstrap_server: str | None) -> None:
+    """Sizes, segment counts and offsets of every partition, per log dir; set-aside dirs and why.
+    With --bootstrap-server: the broker's DescribeLogDirs (sizes only), offline dirs marked."""
+    if bootstrap_server is not None:
+        from tidelog.cli import remote_admin
+
+        check_remote_usage(ctx)
+        _show_log_dirs(remote_admin.describe_log_dirs(bootstrap_server, topic), as_json)
+        return
     with open_manager(ctx) as manager:
         infos = manager.log_dirs()
     documents = []
@@ -49,19 +59,21 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool) -> None:
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark} for p in partitions],
             "setAside": [{"path": str(a.path), "reason": a.reason} for a in info.set_aside],
-            "offline": None if info.offline is None else {
-                "operation": info.offline.operation, "error": info.offline.error, "errno": info.offline.errno_name,
-                "path": info.offline.failed_path, "sinceMs": info.offline.since_ms},
+            "offline": None if info.offline is None else info.offline.describe(),
         })
+    _show_log_dirs(documents, as_json)
+
+
+def _show_log_dirs(documents: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         echo_json(documents)
         return
     for document in documents:
+        if document["offline"] is not None:
+            click.echo(f"Log dir {document['logDir']}: OFFLINE ({document['offline']})")
+            continue
         click.echo(f"Log dir {document['logDir']}: {format_bytes(document['size'])} in "
                    f"{len(document['partitions'])} partition(s)")
-        if (offline := document["offline"]) is not None:
-            click.echo(f"  OFFLINE since {offline['sinceMs']}: {offline['operation']} failed "
-                       f"[{offline['errno']}]: {offline['error']}")
         rows = [{**p, "size": format_bytes(p["size"])} for p in document["partitions"]]
         if rows:
             echo_table(rows, ("partition", "size", "segments", "logStartOffset", "logEndOffset", "highWatermark"))

@@ -12,7 +12,9 @@ print the same way:
   null (an empty column);
 * configs: DescribeConfigs with synonyms (Kafka's DYNAMIC_TOPIC_CONFIG source is tidelog's
   TOPIC_CONFIG); IncrementalAlterConfigs (SET/DELETE), validated by the broker as a whole;
-* delete-records: DeleteRecords (offset -1: the high watermark), the new low watermark.
+* delete-records: DeleteRecords (offset -1: the high watermark), the new low watermark;
+* log-dirs: DescribeLogDirs, each log dir with its partitions' sizes; a dir the broker answers with
+  an error (KAFKA_STORAGE_ERROR: the dir is offline) has no partitions and the error's name.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kafka import OffsetSpec
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import AlterConfigOp, ConfigResource
 
-from tidelog.cli.remote import RemoteClient, broker_error, check, connect, kafka_errors_mapped
+from tidelog.cli.remote import RemoteClient, broker_error, check, connect, kafka_error_name, kafka_errors_mapped
 from tidelog.errors import UnknownTopicOrPartitionError
 from tidelog.storage.metadata import uuid_to_topic_id
 
@@ -205,3 +207,23 @@ def delete_records(bootstrap: str, topic: str, partition: int, offset: int) -> i
         with kafka_errors_mapped(topic_partition=name):
             result = client.admin.delete_records({tp: offset})
     return int(result[tp]["low_watermark"])
+
+
+# --- log dirs -------------------------------------------------------------------------------------
+
+def describe_log_dirs(bootstrap: str, topic: str | None) -> list[dict[str, Any]]:
+    """``log-dirs`` documents (as the local mode's, plus ``offline``: None, or the Kafka error name
+    the broker answered the dir with); segment counts and offsets are not in DescribeLogDirs."""
+    with connect(bootstrap) as client, kafka_errors_mapped():
+        per_broker = client.admin.describe_log_dirs([topic] if topic is not None else None)
+    documents = []
+    for broker in per_broker:
+        for log_dir in broker["log_dirs"]:
+            partitions = [{"partition": f"{t['name']}-{p['partition_index']}", "size": p["partition_size"],
+                           "segments": None, "logStartOffset": None, "logEndOffset": None, "highWatermark": None}
+                          for t in log_dir["topics"] for p in t["partitions"] if not p["is_future_key"]]
+            code = log_dir["error_code"]
+            documents.append({"logDir": log_dir["log_dir"], "size": sum(p["size"] for p in partitions),
+                              "partitions": partitions, "setAside": [],
+                              "offline": kafka_error_name(code) if code else None})
+    return documents
