@@ -319,3 +319,35 @@ def test_concurrent_appends_while_a_dir_fails_lose_nothing_acknowledged(
         assert offsets == list(range(lg.log_end_offset)), partition
         assert acked[partition] == [2 * i for i in range(len(acked[partition]))]  # no gap, no duplicate
         assert set(acked[partition]) <= set(offsets[::2]), partition  # every acknowledged batch is there
+
+
+def test_a_dir_that_fails_at_start_up_starts_offline_and_loads_once_its_probe_passes(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:2])
+    first.create_topic("t", 2)
+    before = {p: acknowledged(first, p, 3) for p in (0, 1)}
+    first.shutdown()
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), f"{log_dirs[1]}/.lock", error=errno.EIO, times=1)):
+        manager = broker.open(log_dirs[:2])
+    [offline] = manager.offline_log_dirs()
+    assert offline.path == log_dirs[1] and offline.operation == "opening the log dir" and offline.errno == errno.EIO
+    with pytest.raises(LogDirOfflineError):
+        manager.append(tp("t", 1), batch())
+    assert acknowledged(manager, 0, 1) == [3]  # the other dir serves
+    manager.create_topic("u", 1)  # placed in the dir that opened
+    assert manager.log(tp("u", 0)).dir.parent == log_dirs[0]
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[1]]
+    assert manager.offline_log_dirs() == [] and manager.set_aside() == []
+    assert read_offsets(manager.log(tp("t", 1))) == before[1]
+    assert manager.append(tp("t", 1), batch()).first_offset == 3
+    assert registry(log_dirs[1]) == registry(log_dirs[0])
+    manager.shutdown()
+    assert has_clean_shutdown(log_dirs[0]) and has_clean_shutdown(log_dirs[1])
+
+
+def test_start_up_fails_when_no_dir_can_be_opened(request: pytest.FixtureRequest, broker: Opener,
+                                                  log_dirs: list[Path]) -> None:
+    with faults(request, FaultRule(frozenset({FileOp.MKDIR}), "*/logs*", error=errno.EROFS)):
+        with pytest.raises(StorageError, match="cannot create log dir"):
+            broker.open(log_dirs[:2])

@@ -49,7 +49,8 @@ def serve(ctx: click.Context) -> None:
             except OSError as e:
                 raise click.ClickException(f"cannot listen: {e}") from e
             try:
-                dirs = ", ".join(str(d.path) for d in manager.log_dirs())
+                dirs = ", ".join(str(d.path) if d.offline is None else f"{d.path} (OFFLINE: {d.offline.describe()})"
+                                 for d in manager.log_dirs())
                 listening = ", ".join(f"{b.listener_name}://{b.host}:{b.port}" for b in bound)
                 click.echo(f"tidelog serving {len(manager.logs())} partition(s) of {len(manager.topics())} topic(s) "
                            f"in {dirs}; listening on {listening}; SIGTERM or Ctrl-C stops it", err=True)

@@ -19,6 +19,7 @@ refuses to start on a bad name; tidelog reports it and loads the rest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import uuid
@@ -68,14 +69,11 @@ class LogDir:
     ``checkpointed_*`` hold the checkpoint entries read at start-up (partitions set aside keep
     theirs through every later rewrite)."""
 
-    def __init__(self, path: Path, lock: LogDirLock, meta: MetaProperties | None) -> None:
+    def __init__(self, path: Path, lock: LogDirLock | None, meta: MetaProperties | None) -> None:
         self.path = path
         self._lock = lock
         self.meta = meta
         self.had_clean_shutdown = False
-        self.recovery_points = OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE)
-        self.log_start_offsets = OffsetCheckpointFile(path / LOG_START_OFFSET_CHECKPOINT_FILE)
-        self.high_watermarks = OffsetCheckpointFile(path / REPLICATION_OFFSET_CHECKPOINT_FILE)
         self.checkpointed_recovery_points: dict[TopicPartition, int] = {}
         self.checkpointed_log_start_offsets: dict[TopicPartition, int] = {}
         self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
@@ -96,6 +94,29 @@ class LogDir:
         except BaseException:
             lock.release()
             raise
+
+    # Checkpoint files are made on first use: an unopened dir may not even exist.
+    @functools.cached_property
+    def recovery_points(self) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.path / RECOVERY_POINT_CHECKPOINT_FILE)
+
+    @functools.cached_property
+    def log_start_offsets(self) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT_FILE)
+
+    @functools.cached_property
+    def high_watermarks(self) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT_FILE)
+
+    @classmethod
+    def unopened(cls, path: Path) -> LogDir:
+        """A log dir that could not be opened at start-up (a disk fault): not locked, nothing
+        read; the manager keeps it offline and opens it for real once its probe passes."""
+        return cls(path, None, None)
+
+    @property
+    def opened(self) -> bool:
+        return self._lock is not None
 
     @property
     def cluster_id(self) -> str | None:
@@ -164,7 +185,8 @@ class LogDir:
             write_clean_shutdown(self.path, broker_epoch)
 
     def release(self) -> None:
-        self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
 
     def __repr__(self) -> str:
         return f"LogDir({self.path})"

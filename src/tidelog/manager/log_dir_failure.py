@@ -186,6 +186,7 @@ def probe(log_dir: Path) -> None:
     """Write, fsync and remove :data:`PROBE_FILE` in ``log_dir`` (and fsync the dir); raises the
     ``OSError`` of the first step that fails. Leaves no probe file behind when it can remove it."""
     path = log_dir / PROBE_FILE
+    fileops.mkdir(log_dir, parents=True, exist_ok=True)  # a dir that could not even be created
     fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
     try:
         fileops.write_fully(fd, b"tidelog log dir probe\n", path)

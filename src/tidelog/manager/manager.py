@@ -46,6 +46,7 @@ from tidelog.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
+    LogDirLockedError,
     LogDirOfflineError,
     StorageError,
     TidelogError,
@@ -145,24 +146,20 @@ class LogManager:
         """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``). ``probe_backoff``: how
         often a dir that went offline is probed (:mod:`.log_dir_failure`).
 
+        A dir that fails on the disk while it is opened (an I/O error, a read-only lock file) starts
+        offline, as in Kafka, and is loaded once its probe passes, provided another dir opens.
         Raises :class:`LogDirLockedError` when another process owns one of them (no dir stays
-        locked then), :class:`StorageError` when one cannot be created or read.
+        locked then), :class:`StorageError` when none can be opened, or when one cannot be read
+        for another reason (dirs of different clusters, a malformed ``meta.properties``).
         """
         paths = [Path(p) for p in (log_dirs if log_dirs is not None else broker.log_dirs)]
-        dirs: list[LogDir] = []
-        try:
-            for path in paths:
-                dirs.append(LogDir.open(path))
-            cluster_id = _one_cluster_id(dirs)
-            for log_dir in dirs:
-                log_dir.begin_loading(cluster_id)
-        except BaseException:
-            for log_dir in dirs:
-                log_dir.release()
-            raise
+        dirs, failed = _open_dirs(paths)
         own = scheduler is None
         manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own,
                       probe_backoff)
+        for path, error in failed.items():
+            manager._failures.mark_offline(path, "opening the log dir", error)
+            log.error("%s; the other log dirs are loaded", manager._failures.get(path).describe())
         try:
             manager._load(on_progress)
         except BaseException:
@@ -171,24 +168,24 @@ class LogManager:
         return manager
 
     def _load(self, on_progress: ProgressCallback | None) -> None:
-        read = read_newest_registry([d.path for d in self._dirs])
+        read = read_newest_registry([d.path for d in self._online_dirs()])
         self._registry = read.state
         for path, reason in read.stale.items():
             log.info("topic registry copy in %s is rewritten (%s)", path, reason)
-        plans = {log_dir: self._loading_plan(log_dir) for log_dir in self._dirs}
+        plans = {log_dir: self._loading_plan(log_dir) for log_dir in self._online_dirs()}
         progress = _Progress(sum(len(plan) for plan in plans.values()), on_progress)
         loaded: dict[TopicPartition, list[Log]] = {}
         # Worker processes are forked here, before any loading thread exists: a fork while another
         # thread holds a lock (numba's compiler lock, logging's) would leave it locked in the child.
         recovered = {log_dir: self._recover_in_processes(log_dir, plan) for log_dir, plan in plans.items()}
-        with ThreadPoolExecutor(max_workers=max(1, len(self._dirs))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, len(plans))) as pool:
             for found in pool.map(lambda item: self._load_dir(item[0], item[1], progress, recovered[item[0]]),
                                   plans.items()):
                 for tp, lg in found:
                     loaded.setdefault(tp, []).append(lg)
         self._register_loaded(loaded)
         self._reconcile_registry(bool(read.stale))
-        for log_dir in self._dirs:
+        for log_dir in self._online_dirs():
             log_dir.loaded_completely = not any(
                 s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values()
             )
@@ -445,7 +442,8 @@ class LogManager:
             else:
                 placeholder = Path(f"<log dir {assigned}>") / files.partition_dir_name(tp)
                 self._set_aside[placeholder] = SetAside(
-                    placeholder, f"its log dir (directory.id {assigned}) is not among the log dirs opened", tp)
+                    placeholder, f"its log dir (directory.id {assigned}) is not among the log dirs opened, "
+                                 "or it is offline", tp)
         to_create.update(zip(unassigned, self._place(len(unassigned)).values()))
         if to_create:
             log.info("creating %d missing partition dir(s) of %s (an interrupted create)", len(to_create), record.name)
@@ -914,6 +912,9 @@ class LogManager:
     def _bring_online(self, log_dir: LogDir) -> None:
         """Reopen the offline logs of ``log_dir`` (all or none: a disk fault while reopening
         leaves the dir offline), then serve them again."""
+        if not log_dir.opened:
+            self._load_late(log_dir)
+            return
         write_registry([log_dir.path], self._registry)  # its copy may be stale
         with self._lock:
             offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
@@ -941,6 +942,45 @@ class LogManager:
             failure = self._failures.mark_online(log_dir.path)
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
         log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
+
+    def _load_late(self, unopened: LogDir) -> None:
+        """A dir that could not be opened at start-up: lock and load it as start-up does, then
+        reconcile it with the registry (its partitions, set aside as in a missing log dir, are
+        served from it again). A fault on the way leaves it offline, unlocked."""
+        log_dir = LogDir.open(unopened.path)
+        try:
+            log_dir.begin_loading(_one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
+            write_registry([log_dir.path], self._registry)
+            found = self._load_dir(log_dir, self._loading_plan(log_dir), _Progress(0, None), {})
+        except BaseException:
+            log_dir.release()
+            raise
+        with self._lock:
+            self._dirs[self._dirs.index(unopened)] = log_dir
+            self._take_late_logs(log_dir, found)
+            self._reconcile_registry(False)
+            log_dir.loaded_completely = not any(
+                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
+            failure = self._failures.mark_online(log_dir.path)
+        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
+        log.warning("%s: back online, loaded with %d partition(s)%s", log_dir.path, len(found), since)
+
+    def _take_late_logs(self, log_dir: LogDir, found: list[tuple[TopicPartition, Log]]) -> None:
+        """Register the logs of a dir loaded late; each replaces the placeholder that set its
+        partition aside, unless the partition lives in another dir meanwhile (then this copy is
+        set aside, as a partition found in two dirs at start-up is)."""
+        loaded = {tp for tp, _ in found}
+        for path, aside in list(self._set_aside.items()):
+            if aside.topic_partition in loaded and str(path).startswith("<log dir "):
+                del self._set_aside[path]
+        for tp, lg in found:
+            if tp in self._logs:
+                lg.close()
+                where = f"{self._logs[tp].dir}, {lg.dir}"
+                self._set_aside[lg.dir] = SetAside(lg.dir, f"partition {tp} found in several log dirs: {where}", tp)
+                continue
+            self._logs[tp] = lg
+            self._log_dir_of[tp] = log_dir
 
     def _reopen(self, tp: TopicPartition, offline: OfflineLog, recovery_points: Mapping[TopicPartition, int],
                 start_offsets: Mapping[TopicPartition, int]) -> Log | None:
@@ -1178,6 +1218,50 @@ def _remove_tree(path: Path) -> None:
 
 def _assignments(placement: Mapping[int, LogDir]) -> Mapping[int, str]:
     return MappingProxyType({p: d.directory_id for p, d in placement.items() if d.directory_id is not None})
+
+
+def _open_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseException]]:
+    """Lock and begin loading each of ``paths``, in order; one failing on the disk is kept as an
+    unopened :class:`LogDir` with its error (see :meth:`LogManager.open`). On any error raised,
+    no dir stays locked."""
+    dirs: list[LogDir] = []
+    failed: dict[Path, BaseException] = {}
+    try:
+        for path in paths:
+            dirs.append(_open_or_fail(path, lambda: LogDir.open(path), failed))
+        cluster_id = _one_cluster_id([d for d in dirs if d.opened])
+        for i, log_dir in enumerate(dirs):
+            if log_dir.opened:
+                dirs[i] = _open_or_fail(log_dir.path, lambda: _begin_loading(log_dir, cluster_id), failed)
+        if len(failed) == len(dirs) and failed:
+            raise next(iter(failed.values()))
+    except BaseException:
+        for log_dir in dirs:
+            log_dir.release()
+        raise
+    return dirs, failed
+
+
+def _begin_loading(log_dir: LogDir, cluster_id: str) -> LogDir:
+    try:
+        log_dir.begin_loading(cluster_id)
+    except BaseException:
+        log_dir.release()
+        raise
+    return log_dir
+
+
+def _open_or_fail(path: Path, opener: Callable[[], LogDir], failed: dict[Path, BaseException]) -> LogDir:
+    """``opener()``, or an unopened dir with the error noted in ``failed`` when it is a disk fault."""
+    try:
+        return opener()
+    except LogDirLockedError:
+        raise
+    except (StorageError, CheckpointError) as e:
+        if not log_dir_failure.is_storage_fault(e):
+            raise
+        failed[path] = e
+        return LogDir.unopened(path)
 
 
 def _one_cluster_id(dirs: Sequence[LogDir]) -> str:

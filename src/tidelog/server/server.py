@@ -115,6 +115,8 @@ class KafkaServer:
 
     def _identity(self) -> tuple[int, str | None]:
         for info in self._manager.log_dirs():
+            if info.offline is not None:
+                continue
             meta = read_meta_properties(info.path)
             if meta is not None:
                 return (meta.node_id if meta.node_id is not None else DEFAULT_NODE_ID), meta.cluster_id
