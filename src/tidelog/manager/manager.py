@@ -918,10 +918,6 @@ class LogManager:
         write_registry([log_dir.path], self._registry)  # its copy may be stale
         with self._lock:
             offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
-            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
-        for path, tp in deleted.items():
-            self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
-            self._offline_deleted.pop(path, None)
         recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
         start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
         reopened: dict[TopicPartition, Log] = {}
@@ -934,12 +930,21 @@ class LogManager:
                 lg.close()
             raise
         with self._lock:
-            for tp in offline:
-                self._offline_logs.pop(tp, None)
             for tp, lg in reopened.items():
-                self._logs[tp] = lg
-                self._log_dir_of[tp] = log_dir
+                if self._offline_logs.get(tp) is offline[tp]:
+                    self._logs[tp] = lg
+                    self._log_dir_of[tp] = log_dir
+                else:  # its topic was deleted while it reopened
+                    lg.close()
+            for tp, o in offline.items():
+                if self._offline_logs.get(tp) is o:
+                    del self._offline_logs[tp]
+            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
+            for path in deleted:
+                del self._offline_deleted[path]
             failure = self._failures.mark_online(log_dir.path)
+        for path, tp in deleted.items():  # topics deleted while the dir was offline
+            self._delete_partition_dir(path, tp)
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
         log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
 
