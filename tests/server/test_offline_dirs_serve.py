@@ -113,6 +113,25 @@ def test_offline_dir_answers_storage_errors_while_the_other_dir_serves(tmp_path:
         manager.shutdown()
 
 
+def test_a_read_fault_in_a_fetch_takes_the_dir_offline(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _create_topic(dirs)
+    manager, thread = start_broker(dirs[0], **{"log.dirs": ",".join(map(str, dirs))})
+    client = Broker(manager, thread.server, thread.server.bound[0].port).connect()
+    try:
+        assert _produce(client, 0, b"x") == (0, 0) and _produce(client, 1, b"y") == (0, 0)
+        with fileops.inject(FaultRule(frozenset({FileOp.READ}), f"{dirs[0]}/t-0/*.log", error=errno.EIO)) as stats:
+            assert _fetch_errors(client) == {0: ErrorCode.KAFKA_STORAGE_ERROR, 1: 0}
+            FIRED["read_fault"] = stats.fired
+        [offline] = manager.offline_log_dirs()
+        assert (offline.path, offline.operation, offline.errno) == (dirs[0], "fetch of t-0", errno.EIO)
+        assert _produce(client, 0, b"z")[0] == ErrorCode.KAFKA_STORAGE_ERROR
+    finally:
+        client.close()
+        thread.stop()
+        manager.shutdown()
+
+
 def _wait_for_line(process: subprocess.Popen[str], pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
     """Read the server's stderr until a line matches ``pattern`` (waits on the pipe, never sleeps)."""
     assert process.stderr is not None
