@@ -902,7 +902,7 @@ class LogManager:
             try:
                 log_dir_failure.probe(path)
                 self._bring_online(log_dir)
-            except (OSError, StorageError) as e:
+            except (OSError, TidelogError) as e:  # e.g. still failing, or locked by another process now
                 self._failures.probe_failed(path, e)
                 log.warning("%s: still offline, probe failed: %s", path, log_dir_failure.describe_fault(e))
             else:
