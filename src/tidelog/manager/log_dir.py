@@ -23,10 +23,12 @@ import functools
 import logging
 import os
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidelog.errors import CheckpointError, InvalidLogDirNameError, StorageError, TidelogError
+from tidelog.errors import CheckpointError, InvalidLogDirNameError, LogDirLockedError, StorageError, TidelogError
+from tidelog.manager.log_dir_failure import is_storage_fault
 from tidelog.storage import fileops, files
 from tidelog.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -199,3 +201,57 @@ def _new_uuid() -> str:
 def describe_error(error: BaseException) -> str:
     """One line for an error that set a partition or dir aside."""
     return str(error) if isinstance(error, TidelogError) else f"{type(error).__name__}: {error}"
+
+
+def open_log_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseException]]:
+    """Lock and begin loading each of ``paths``, in order; one failing on the disk is kept as an
+    unopened :class:`LogDir` with its error (see :meth:`LogManager.open`). On any error raised,
+    no dir stays locked."""
+    dirs: list[LogDir] = []
+    failed: dict[Path, BaseException] = {}
+    try:
+        for path in paths:
+            dirs.append(_open_or_fail(path, lambda: LogDir.open(path), failed))
+        cluster_id = one_cluster_id([d for d in dirs if d.opened])
+        for i, log_dir in enumerate(dirs):
+            if log_dir.opened:
+                dirs[i] = _open_or_fail(log_dir.path, lambda: _begin_loading(log_dir, cluster_id), failed)
+        if len(failed) == len(dirs) and failed:
+            raise next(iter(failed.values()))
+    except BaseException:
+        for log_dir in dirs:
+            log_dir.release()
+        raise
+    return dirs, failed
+
+
+def _begin_loading(log_dir: LogDir, cluster_id: str) -> LogDir:
+    try:
+        log_dir.begin_loading(cluster_id)
+    except BaseException:
+        log_dir.release()
+        raise
+    return log_dir
+
+
+def _open_or_fail(path: Path, opener: Callable[[], LogDir], failed: dict[Path, BaseException]) -> LogDir:
+    """``opener()``, or an unopened dir with the error noted in ``failed`` when it is a disk fault."""
+    try:
+        return opener()
+    except LogDirLockedError:
+        raise
+    except (StorageError, CheckpointError) as e:
+        if not is_storage_fault(e):
+            raise
+        failed[path] = e
+        return LogDir.unopened(path)
+
+
+def one_cluster_id(dirs: Sequence[LogDir]) -> str:
+    """The cluster id the dirs share (a new one for fresh dirs); :class:`StorageError` when they
+    belong to different clusters, as Kafka refuses to start then."""
+    ids = {d.cluster_id for d in dirs if d.cluster_id is not None}
+    if len(ids) > 1:
+        listing = ", ".join(f"{d.path} ({d.cluster_id})" for d in dirs if d.cluster_id is not None)
+        raise StorageError(f"log dirs belong to different clusters: {listing}")
+    return ids.pop() if ids else uuid_to_topic_id(uuid.uuid4())

@@ -19,6 +19,10 @@ Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
   ``flush.ms`` flusher, and the recovery-point, log-start-offset and high-watermark checkpoints, all
   after ``log.initial.task.delay.ms``. Each task is also a public method, run on demand by the CLI
   and tests.
+* **Disk faults** (:mod:`.offline_dirs`, :mod:`.log_dir_failure`): an I/O error of any storage
+  operation takes its log dir offline (its partitions answer KAFKA_STORAGE_ERROR), the other dirs
+  keep serving, and a probe brings the dir back, its logs reopened with recovery. A dir that fails
+  while it is opened starts offline.
 * **Clean shutdown** (:meth:`shutdown`): flush and close every log, write the checkpoints, then
   ``.kafka_cleanshutdown`` in every dir whose logs all loaded, then release the locks.
 
@@ -31,10 +35,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
 
@@ -46,7 +48,6 @@ from tidelog.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
-    LogDirLockedError,
     LogDirOfflineError,
     StorageError,
     TidelogError,
@@ -61,15 +62,9 @@ from tidelog.manager.kraft_metadata import (
     find_metadata_log,
     read_metadata_log,
 )
-from tidelog.manager import log_dir_failure
-from tidelog.manager.log_dir import LogDir, describe_error
-from tidelog.manager.log_dir_failure import (
-    FaultReportingCleaner,
-    LogDirFailureChannel,
-    OfflineLog,
-    OfflineLogDir,
-    ProbeBackoff,
-)
+from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
+from tidelog.manager.log_dir_failure import FaultReportingCleaner, LogDirFailureChannel, OfflineLog, ProbeBackoff
+from tidelog.manager.offline_dirs import OfflineDirs
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.topics import (
     RegistryState,
@@ -92,7 +87,6 @@ from tidelog.storage.metadata import (
     PartitionMetadata,
     PartitionMetadataFile,
     new_topic_id,
-    uuid_to_topic_id,
 )
 from tidelog.topic_partition import TopicPartition
 
@@ -102,7 +96,7 @@ ProgressCallback = Callable[[int, int], None]
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
-class LogManager:
+class LogManager(OfflineDirs):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -153,7 +147,7 @@ class LogManager:
         for another reason (dirs of different clusters, a malformed ``meta.properties``).
         """
         paths = [Path(p) for p in (log_dirs if log_dirs is not None else broker.log_dirs)]
-        dirs, failed = _open_dirs(paths)
+        dirs, failed = open_log_dirs(paths)
         own = scheduler is None
         manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own,
                       probe_backoff)
@@ -219,6 +213,10 @@ class LogManager:
                     loaded.append((tp, found))
             progress.advance()
         return loaded
+
+    def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
+        """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
+        return self._load_dir(log_dir, self._loading_plan(log_dir), _Progress(0, None), {})
 
     def _recover_in_processes(self, log_dir: LogDir, to_load: dict[TopicPartition, Path]) -> Mapping[TopicPartition, str | None]:
         workers = self.broker.num_recovery_threads_per_data_dir
@@ -737,9 +735,6 @@ class LogManager:
             if self.cleaner is not None:
                 self.cleaner.startup()
 
-    def _online_dirs(self) -> list[LogDir]:
-        return [d for d in self._dirs if not self._failures.is_offline(d.path)]
-
     def _while_open(self, task: Callable[[], object]) -> Callable[[], None]:
         """A periodic task that does nothing once the manager is shut down (a scheduler the
         caller passed in outlives the manager, and the dirs may have a new owner by then)."""
@@ -826,185 +821,6 @@ class LogManager:
                     failed.append((log_dir, e))
         for log_dir, error in failed:
             self._handle_dir_error(log_dir, f"checkpoint write of {file_of(log_dir).path.name}", error)
-
-    # --- log dir failures (see :mod:`.log_dir_failure`) ---------------------------------------
-
-    def offline_log_dirs(self) -> list[OfflineLogDir]:
-        """The log dirs offline now, each with the operation and error that took it offline."""
-        return self._failures.offline_dirs()
-
-    def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
-        """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
-        :class:`Log` directly, such as the server's reads); returns whether it is offline now."""
-        log_dir = self._log_dir_of.get(tp)
-        if log_dir is None:
-            return tp in self._offline_logs
-        return self._handle_dir_error(log_dir, f"{operation} of {tp}", error)
-
-    @contextmanager
-    def _storage_op(self, tp: TopicPartition, lg: Log, operation: str) -> Iterator[None]:
-        """Run a storage operation of ``lg``: a disk fault takes its dir offline and surfaces as
-        :class:`LogDirOfflineError` (KAFKA_STORAGE_ERROR), chained to the original error."""
-        try:
-            yield
-        except (StorageError, OSError) as e:
-            log_dir = self._log_dir_of.get(tp)
-            if log_dir is None or lg.dir.parent != log_dir.path or isinstance(e, LogDirOfflineError):
-                raise
-            if not self._handle_dir_error(log_dir, f"{operation} of {tp}", e):
-                raise
-            raise self._offline_error(tp, log_dir.path) from e
-
-    def _offline_error(self, tp: TopicPartition, path: Path) -> LogDirOfflineError:
-        failure = self._failures.get(path)
-        why = failure.describe() if failure is not None else f"log dir {path} is offline"
-        return LogDirOfflineError(f"partition {tp} is offline: {why}", topic_partition=str(tp))
-
-    def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
-        """A partition the cleaner quarantined: its dir goes offline unless only the cleaner's
-        scratch files failed."""
-        log_dir = self._log_dir_of.get(tp)
-        if log_dir is None or lg.dir.parent != log_dir.path or log_dir_failure.is_cleaner_scratch_fault(error):
-            return
-        self._handle_dir_error(log_dir, f"cleaning of {tp}", error)
-
-    def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException) -> bool:
-        """Take ``log_dir`` offline when ``error`` is a disk fault; whether it is offline now."""
-        if not log_dir_failure.is_storage_fault(error):
-            return self._failures.is_offline(log_dir.path)
-        self._take_offline(log_dir, operation, error)
-        return True
-
-    def _take_offline(self, log_dir: LogDir, operation: str, error: BaseException) -> None:
-        """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once, then
-        is closed (errors ignored: the disk is failing); its cleaning stops with it."""
-        with self._lock:
-            failure = self._failures.mark_offline(log_dir.path, operation, error)
-            if failure is None:
-                return
-            doomed = [(tp, lg) for tp, lg in self._logs.items() if self._log_dir_of.get(tp) is log_dir]
-            for tp, lg in doomed:
-                del self._logs[tp]
-                del self._log_dir_of[tp]
-                self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point)
-        log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
-        for tp, lg in doomed:
-            _close_failed_log(tp, lg)
-
-    def probe_offline_dirs(self) -> list[Path]:
-        """Probe each offline dir whose backoff has passed (a write, fsync and unlink of a probe
-        file); bring back those that pass: their logs reopen with recovery (no clean shutdown)
-        from the lower of their last recovery point and the checkpointed one. Returns the dirs
-        that are online again. The periodic probe task runs this."""
-        back = []
-        for path in self._failures.due_for_probe():
-            log_dir = next(d for d in self._dirs if d.path == path)
-            try:
-                log_dir_failure.probe(path)
-                self._bring_online(log_dir)
-            except (OSError, TidelogError) as e:  # e.g. still failing, or locked by another process now
-                self._failures.probe_failed(path, e)
-                log.warning("%s: still offline, probe failed: %s", path, log_dir_failure.describe_fault(e))
-            else:
-                back.append(path)
-        return back
-
-    def _bring_online(self, log_dir: LogDir) -> None:
-        """Reopen the offline logs of ``log_dir`` (all or none: a disk fault while reopening
-        leaves the dir offline), then serve them again."""
-        if not log_dir.opened:
-            self._load_late(log_dir)
-            return
-        write_registry([log_dir.path], self._registry)  # its copy may be stale
-        with self._lock:
-            offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
-        recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
-        start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
-        reopened: dict[TopicPartition, Log] = {}
-        try:
-            for tp, o in sorted(offline.items()):
-                if (found := self._reopen(tp, o, recovery_points, start_offsets)) is not None:
-                    reopened[tp] = found
-        except BaseException:
-            for lg in reopened.values():
-                lg.close()
-            raise
-        with self._lock:
-            for tp, lg in reopened.items():
-                if self._offline_logs.get(tp) is offline[tp]:
-                    self._logs[tp] = lg
-                    self._log_dir_of[tp] = log_dir
-                else:  # its topic was deleted while it reopened
-                    lg.close()
-            for tp, o in offline.items():
-                if self._offline_logs.get(tp) is o:
-                    del self._offline_logs[tp]
-            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
-            for path in deleted:
-                del self._offline_deleted[path]
-            failure = self._failures.mark_online(log_dir.path)
-        for path, tp in deleted.items():  # topics deleted while the dir was offline
-            self._delete_partition_dir(path, tp)
-        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
-        log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
-
-    def _load_late(self, unopened: LogDir) -> None:
-        """A dir that could not be opened at start-up: lock and load it as start-up does, then
-        reconcile it with the registry (its partitions, set aside as in a missing log dir, are
-        served from it again). A fault on the way leaves it offline, unlocked."""
-        log_dir = LogDir.open(unopened.path)
-        try:
-            log_dir.begin_loading(_one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
-            write_registry([log_dir.path], self._registry)
-            found = self._load_dir(log_dir, self._loading_plan(log_dir), _Progress(0, None), {})
-        except BaseException:
-            log_dir.release()
-            raise
-        with self._lock:
-            self._dirs[self._dirs.index(unopened)] = log_dir
-            self._take_late_logs(log_dir, found)
-            self._reconcile_registry(False)
-            log_dir.loaded_completely = not any(
-                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
-            failure = self._failures.mark_online(log_dir.path)
-        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
-        log.warning("%s: back online, loaded with %d partition(s)%s", log_dir.path, len(found), since)
-
-    def _take_late_logs(self, log_dir: LogDir, found: list[tuple[TopicPartition, Log]]) -> None:
-        """Register the logs of a dir loaded late; each replaces the placeholder that set its
-        partition aside, unless the partition lives in another dir meanwhile (then this copy is
-        set aside, as a partition found in two dirs at start-up is)."""
-        loaded = {tp for tp, _ in found}
-        for path, aside in list(self._set_aside.items()):
-            if aside.topic_partition in loaded and str(path).startswith("<log dir "):
-                del self._set_aside[path]
-        for tp, lg in found:
-            if tp in self._logs:
-                lg.close()
-                where = f"{self._logs[tp].dir}, {lg.dir}"
-                self._set_aside[lg.dir] = SetAside(lg.dir, f"partition {tp} found in several log dirs: {where}", tp)
-                continue
-            self._logs[tp] = lg
-            self._log_dir_of[tp] = log_dir
-
-    def _reopen(self, tp: TopicPartition, offline: OfflineLog, recovery_points: Mapping[TopicPartition, int],
-                start_offsets: Mapping[TopicPartition, int]) -> Log | None:
-        """One log of a dir coming back; None when it fails to load for a reason other than the
-        disk (it is set aside)."""
-        try:
-            return Log.open(
-                offline.path, self._config_for(tp.topic),
-                log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
-                recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)),
-                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp)
-        except (StorageError, OSError) as e:
-            if log_dir_failure.is_storage_fault(e):
-                raise
-            self._set_partition_aside(offline.path, tp, describe_error(e))
-            return None
-        except TidelogError as e:
-            self._set_partition_aside(offline.path, tp, describe_error(e))
-            return None
 
     # --- shutdown -----------------------------------------------------------------------------
 
@@ -1170,22 +986,6 @@ class _Progress:
             self._callback(self._done, self._total)
 
 
-def _close_failed_log(tp: TopicPartition, lg: Log) -> None:
-    """Close a log whose dir failed: ``Log.close`` first (it marks the log closed under its lock,
-    so no append can start after); if that fails on the disk, release each segment's files
-    without writing, so no descriptor or map is left behind. Errors are logged, never raised."""
-    try:
-        lg.close(producer_snapshot=False)
-        return
-    except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that the log is out
-        log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
-    for segment in lg.segments:
-        try:
-            segment.close_handlers()
-        except Exception:  # noqa: BLE001,S112 - best effort on a failing disk
-            continue
-
-
 def _log_start_entry(lg: Log) -> int | None:
     first = lg.segments[0].base_offset if lg.num_segments else lg.log_start_offset
     return lg.log_start_offset if lg.log_start_offset > first else None
@@ -1223,57 +1023,3 @@ def _remove_tree(path: Path) -> None:
 
 def _assignments(placement: Mapping[int, LogDir]) -> Mapping[int, str]:
     return MappingProxyType({p: d.directory_id for p, d in placement.items() if d.directory_id is not None})
-
-
-def _open_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseException]]:
-    """Lock and begin loading each of ``paths``, in order; one failing on the disk is kept as an
-    unopened :class:`LogDir` with its error (see :meth:`LogManager.open`). On any error raised,
-    no dir stays locked."""
-    dirs: list[LogDir] = []
-    failed: dict[Path, BaseException] = {}
-    try:
-        for path in paths:
-            dirs.append(_open_or_fail(path, lambda: LogDir.open(path), failed))
-        cluster_id = _one_cluster_id([d for d in dirs if d.opened])
-        for i, log_dir in enumerate(dirs):
-            if log_dir.opened:
-                dirs[i] = _open_or_fail(log_dir.path, lambda: _begin_loading(log_dir, cluster_id), failed)
-        if len(failed) == len(dirs) and failed:
-            raise next(iter(failed.values()))
-    except BaseException:
-        for log_dir in dirs:
-            log_dir.release()
-        raise
-    return dirs, failed
-
-
-def _begin_loading(log_dir: LogDir, cluster_id: str) -> LogDir:
-    try:
-        log_dir.begin_loading(cluster_id)
-    except BaseException:
-        log_dir.release()
-        raise
-    return log_dir
-
-
-def _open_or_fail(path: Path, opener: Callable[[], LogDir], failed: dict[Path, BaseException]) -> LogDir:
-    """``opener()``, or an unopened dir with the error noted in ``failed`` when it is a disk fault."""
-    try:
-        return opener()
-    except LogDirLockedError:
-        raise
-    except (StorageError, CheckpointError) as e:
-        if not log_dir_failure.is_storage_fault(e):
-            raise
-        failed[path] = e
-        return LogDir.unopened(path)
-
-
-def _one_cluster_id(dirs: Sequence[LogDir]) -> str:
-    """The cluster id the dirs share (a new one for fresh dirs); :class:`StorageError` when they
-    belong to different clusters, as Kafka refuses to start then."""
-    ids = {d.cluster_id for d in dirs if d.cluster_id is not None}
-    if len(ids) > 1:
-        listing = ", ".join(f"{d.path} ({d.cluster_id})" for d in dirs if d.cluster_id is not None)
-        raise StorageError(f"log dirs belong to different clusters: {listing}")
-    return ids.pop() if ids else uuid_to_topic_id(uuid.uuid4())

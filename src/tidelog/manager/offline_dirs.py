@@ -1,0 +1,254 @@
+"""The LogManager's side of log dir failures: taking a dir offline, answering for its
+partitions, probing it and bringing it back (:mod:`.log_dir_failure` has the rules, the failure
+channel and the probe itself; ``docs/faults.md`` the whole story).
+
+:class:`OfflineDirs` is a mixin of :class:`~tidelog.manager.manager.LogManager`, kept apart so the
+manager's module stays about topics, loading and background tasks. It works on the manager's
+partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
+``_reconcile_registry``, ``_config_for``, ``_delete_partition_dir``, ``_set_partition_aside``).
+
+Thread-safety: the partition map changes under the manager's lock; logs are closed and reopened
+outside it (a reopen runs recovery), and a topic deleted meanwhile is noticed when the reopened
+logs are registered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from tidelog.clock import Clock
+from tidelog.errors import LogDirOfflineError, StorageError, TidelogError
+from tidelog.manager.log_dir import LogDir, describe_error, one_cluster_id
+from tidelog.manager.log_dir_failure import (
+    LogDirFailureChannel,
+    OfflineLog,
+    OfflineLogDir,
+    describe_fault,
+    is_cleaner_scratch_fault,
+    is_storage_fault,
+    probe,
+)
+from tidelog.manager.reports import SetAside
+from tidelog.manager.topics import RegistryState, write_registry
+from tidelog.scheduler import Scheduler
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class OfflineDirs:
+    """Log dir failure handling of the LogManager (see the module doc)."""
+
+    # the LogManager's state this mixin works on
+    _dirs: list[LogDir]
+    _lock: threading.RLock
+    _clock: Clock
+    _scheduler: Scheduler
+    _logs: dict[TopicPartition, Log]
+    _log_dir_of: dict[TopicPartition, LogDir]
+    _set_aside: dict[Path, SetAside]
+    _registry: RegistryState
+    _failures: LogDirFailureChannel
+    _offline_logs: dict[TopicPartition, OfflineLog]
+    _offline_deleted: dict[Path, TopicPartition]  # deleted while their dir was offline
+
+    def offline_log_dirs(self) -> list[OfflineLogDir]:
+        """The log dirs offline now, each with the operation and error that took it offline."""
+        return self._failures.offline_dirs()
+
+    def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
+        """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
+        :class:`Log` directly, such as the server's reads); returns whether it is offline now."""
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None:
+            return tp in self._offline_logs
+        return self._handle_dir_error(log_dir, f"{operation} of {tp}", error)
+
+    @contextmanager
+    def _storage_op(self, tp: TopicPartition, lg: Log, operation: str) -> Iterator[None]:
+        """Run a storage operation of ``lg``: a disk fault takes its dir offline and surfaces as
+        :class:`LogDirOfflineError` (KAFKA_STORAGE_ERROR), chained to the original error."""
+        try:
+            yield
+        except (StorageError, OSError) as e:
+            log_dir = self._log_dir_of.get(tp)
+            if log_dir is None or lg.dir.parent != log_dir.path or isinstance(e, LogDirOfflineError):
+                raise
+            if not self._handle_dir_error(log_dir, f"{operation} of {tp}", e):
+                raise
+            raise self._offline_error(tp, log_dir.path) from e
+
+    def _offline_error(self, tp: TopicPartition, path: Path) -> LogDirOfflineError:
+        failure = self._failures.get(path)
+        why = failure.describe() if failure is not None else f"log dir {path} is offline"
+        return LogDirOfflineError(f"partition {tp} is offline: {why}", topic_partition=str(tp))
+
+    def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
+        """A partition the cleaner quarantined: its dir goes offline unless only the cleaner's
+        scratch files failed."""
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None or lg.dir.parent != log_dir.path or is_cleaner_scratch_fault(error):
+            return
+        self._handle_dir_error(log_dir, f"cleaning of {tp}", error)
+
+    def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException) -> bool:
+        """Take ``log_dir`` offline when ``error`` is a disk fault; whether it is offline now."""
+        if not is_storage_fault(error):
+            return self._failures.is_offline(log_dir.path)
+        self._take_offline(log_dir, operation, error)
+        return True
+
+    def _take_offline(self, log_dir: LogDir, operation: str, error: BaseException) -> None:
+        """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once, then
+        is closed (errors ignored: the disk is failing); its cleaning stops with it."""
+        with self._lock:
+            failure = self._failures.mark_offline(log_dir.path, operation, error)
+            if failure is None:
+                return
+            doomed = [(tp, lg) for tp, lg in self._logs.items() if self._log_dir_of.get(tp) is log_dir]
+            for tp, lg in doomed:
+                del self._logs[tp]
+                del self._log_dir_of[tp]
+                self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point)
+        log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
+        for tp, lg in doomed:
+            close_failed_log(tp, lg)
+
+    def probe_offline_dirs(self) -> list[Path]:
+        """Probe each offline dir whose backoff has passed (a write, fsync and unlink of a probe
+        file); bring back those that pass: their logs reopen with recovery (no clean shutdown)
+        from the lower of their last recovery point and the checkpointed one. Returns the dirs
+        that are online again. The periodic probe task runs this."""
+        back = []
+        for path in self._failures.due_for_probe():
+            log_dir = next(d for d in self._dirs if d.path == path)
+            try:
+                probe(path)
+                self._bring_online(log_dir)
+            except (OSError, TidelogError) as e:  # e.g. still failing, or locked by another process now
+                self._failures.probe_failed(path, e)
+                log.warning("%s: still offline, probe failed: %s", path, describe_fault(e))
+            else:
+                back.append(path)
+        return back
+
+    def _bring_online(self, log_dir: LogDir) -> None:
+        """Reopen the offline logs of ``log_dir`` (all or none: a disk fault while reopening
+        leaves the dir offline), then serve them again."""
+        if not log_dir.opened:
+            self._load_late(log_dir)
+            return
+        write_registry([log_dir.path], self._registry)  # its copy may be stale
+        with self._lock:
+            offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
+        recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
+        start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
+        reopened: dict[TopicPartition, Log] = {}
+        try:
+            for tp, o in sorted(offline.items()):
+                if (found := self._reopen(tp, o, recovery_points, start_offsets)) is not None:
+                    reopened[tp] = found
+        except BaseException:
+            for lg in reopened.values():
+                lg.close()
+            raise
+        with self._lock:
+            for tp, lg in reopened.items():
+                if self._offline_logs.get(tp) is offline[tp]:
+                    self._logs[tp] = lg
+                    self._log_dir_of[tp] = log_dir
+                else:  # its topic was deleted while it reopened
+                    lg.close()
+            for tp, o in offline.items():
+                if self._offline_logs.get(tp) is o:
+                    del self._offline_logs[tp]
+            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
+            for path in deleted:
+                del self._offline_deleted[path]
+            failure = self._failures.mark_online(log_dir.path)
+        for path, tp in deleted.items():  # topics deleted while the dir was offline
+            self._delete_partition_dir(path, tp)
+        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
+        log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
+
+    def _load_late(self, unopened: LogDir) -> None:
+        """A dir that could not be opened at start-up: lock and load it as start-up does, then
+        reconcile it with the registry (its partitions, set aside as in a missing log dir, are
+        served from it again). A fault on the way leaves it offline, unlocked."""
+        log_dir = LogDir.open(unopened.path)
+        try:
+            log_dir.begin_loading(one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
+            write_registry([log_dir.path], self._registry)
+            found = self._load_dir_late(log_dir)
+        except BaseException:
+            log_dir.release()
+            raise
+        with self._lock:
+            self._dirs[self._dirs.index(unopened)] = log_dir
+            self._take_late_logs(log_dir, found)
+            self._reconcile_registry(False)
+            log_dir.loaded_completely = not any(
+                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
+            failure = self._failures.mark_online(log_dir.path)
+        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
+        log.warning("%s: back online, loaded with %d partition(s)%s", log_dir.path, len(found), since)
+
+    def _take_late_logs(self, log_dir: LogDir, found: list[tuple[TopicPartition, Log]]) -> None:
+        """Register the logs of a dir loaded late; each replaces the placeholder that set its
+        partition aside, unless the partition lives in another dir meanwhile (then this copy is
+        set aside, as a partition found in two dirs at start-up is)."""
+        loaded = {tp for tp, _ in found}
+        for path, aside in list(self._set_aside.items()):
+            if aside.topic_partition in loaded and str(path).startswith("<log dir "):
+                del self._set_aside[path]
+        for tp, lg in found:
+            if tp in self._logs:
+                lg.close()
+                where = f"{self._logs[tp].dir}, {lg.dir}"
+                self._set_aside[lg.dir] = SetAside(lg.dir, f"partition {tp} found in several log dirs: {where}", tp)
+                continue
+            self._logs[tp] = lg
+            self._log_dir_of[tp] = log_dir
+
+    def _reopen(self, tp: TopicPartition, offline: OfflineLog, recovery_points: Mapping[TopicPartition, int],
+                start_offsets: Mapping[TopicPartition, int]) -> Log | None:
+        """One log of a dir coming back; None when it fails to load for a reason other than the
+        disk (it is set aside)."""
+        try:
+            return Log.open(
+                offline.path, self._config_for(tp.topic),
+                log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
+                recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)),
+                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp)
+        except (StorageError, OSError) as e:
+            if is_storage_fault(e):
+                raise
+            self._set_partition_aside(offline.path, tp, describe_error(e))
+            return None
+        except TidelogError as e:
+            self._set_partition_aside(offline.path, tp, describe_error(e))
+            return None
+
+    def _online_dirs(self) -> list[LogDir]:
+        return [d for d in self._dirs if not self._failures.is_offline(d.path)]
+
+
+def close_failed_log(tp: TopicPartition, lg: Log) -> None:
+    """Close a log whose dir failed: ``Log.close`` first (it marks the log closed under its lock,
+    so no append can start after); if that fails on the disk, release each segment's files
+    without writing, so no descriptor or map is left behind. Errors are logged, never raised."""
+    try:
+        lg.close(producer_snapshot=False)
+        return
+    except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that the log is out
+        log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
+    for segment in lg.segments:
+        try:
+            segment.close_handlers()
+        except Exception:  # noqa: BLE001,S112 - best effort on a failing disk
+            continue
