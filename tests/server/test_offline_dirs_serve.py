@@ -217,3 +217,28 @@ def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: P
     with LogManager.open(BrokerConfig.from_properties({}), dirs) as manager:
         assert manager.log(TidelogTp("t", 0)).log_end_offset == 4
         assert manager.log(TidelogTp("t", 1)).log_end_offset == 6
+
+
+def test_serve_starts_with_a_dir_that_fails_to_open_and_loads_it_when_its_probe_passes(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _create_topic(dirs)
+    rules = [FaultRule(frozenset({FileOp.WRITE}), f"{dirs[1]}/.lock", error=errno.EIO, times=1)]
+    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        banner = _wait_for_line(process, r"tidelog serving .* listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
+        assert f"{dirs[1]} (OFFLINE: log dir {dirs[1]} is offline: opening the log dir failed [EIO]" in banner.string
+        _wait_for_line(process, rf"{re.escape(str(dirs[1]))}: back online, loaded with 1 partition\(s\)")
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{banner.group(1)}", acks="all",
+                                 enable_idempotence=False)
+        assert producer.send("t", b"b", partition=1).get(TIMEOUT_S).offset == 0
+        producer.close()
+        FIRED["serve_start_up"] = 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
