@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
-from tidelog.storage import fileops
+from tidelog.storage import fileops, files
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.fileops import FaultRule
@@ -414,7 +414,19 @@ def check_kill_point(point: KillPoint, plan: Plan, root: Path) -> Outcome:
     finally:
         manager.shutdown()
     outcome.problems += [str(p) for p in verify_paths([root / "logs"]).problems]
+    outcome.problems += [f"left behind after the restart and one pass: {p.relative_to(root)}"
+                         for p in leftovers(root / "logs")]
     return outcome
+
+
+def leftovers(log_dir: Path) -> list[Path]:
+    """Segment scratch files and ``-delete`` dirs an interrupted operation leaves, still there once
+    a restart, a retention pass, a clean and ``file.delete.delay.ms`` have gone by (none may be).
+    Not the ``<file>.tmp`` of an atomic write killed before its rename: harmless by design (never
+    read; the next write of that file truncates it), as in Kafka."""
+    scratch = (files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.DELETED_SUFFIX)
+    return sorted(p for p in log_dir.rglob("*") if p.name.endswith(scratch) or
+                  (p.is_dir() and p.name.endswith(files.DELETE_DIR_SUFFIX)))
 
 
 def _position(lines: list[dict[str, Any]]) -> tuple[int, bool]:
@@ -428,12 +440,12 @@ def _position(lines: list[dict[str, Any]]) -> tuple[int, bool]:
 def _compare(outcome: Outcome, before: State, after: State, got: State, *, grouped: bool) -> None:
     for tp in sorted(set(before.get("parts", {})) | set(after.get("parts", {})) | set(got["parts"])):
         b, a, g = (s.get("parts", {}).get(tp) for s in (before, after, got))
-        _compare_partition(outcome, tp, b, a, g, grouped=grouped)
+        compare_partition(outcome, tp, b, a, g, grouped=grouped)
     for topic in sorted(set(got["topics"]) - set(before.get("topics", [])) - set(after.get("topics", []))):
         outcome.problems.append(f"topic {topic} exists in neither state")
 
 
-def _compare_partition(outcome: Outcome, tp: str, b: dict | None, a: dict | None, g: dict | None, *,
+def compare_partition(outcome: Outcome, tp: str, b: dict | None, a: dict | None, g: dict | None, *,
                        grouped: bool) -> None:
     if g is None:
         if b is not None and a is not None:

@@ -21,15 +21,19 @@ from kill_harness import (
     Outcome,
     Plan,
     Summary,
+    compare_partition,
     all_points,
     chosen_points,
     counting_run,
     run_points,
+    run_workload,
     sample_points,
     seed,
 )
 
-SAMPLE_PER_WORKLOAD = 40
+from tidelog.storage import fileops
+
+SAMPLE_PER_WORKLOAD = 60
 # Steps whose every kill point runs in make test: where a bug was found (docs/crash-consistency.md).
 FOCUS = {
     "retention": {"delete records", "checkpoints"},
@@ -73,13 +77,11 @@ def test_every_workload_reaches_the_operations_it_is_meant_to_kill(tmp_path: Pat
 def test_checker_counts_a_lost_and_a_resurrected_record(tmp_path: Path, kill_root: Callable[[], Path]) -> None:
     """The checks can fail: remove an acknowledged segment and plant a record below the log start
     offset between the kill and the reopen, and the outcome says so."""
-    from kill_harness import _compare_partition
-
     before = {"lso": 5, "leo": 9, "recs": {5: "a", 6: "b", 7: "c", 8: "d"}, "bases": [0]}
     after = {"lso": 5, "leo": 10, "recs": {5: "a", 6: "b", 7: "c", 8: "d", 9: "e"}, "bases": [0]}
     got = {"lso": 4, "leo": 9, "recs": {4: "z", 5: "a", 7: "c", 8: "d"}, "bases": [0]}
     outcome = Outcome(KillPoint("append", 0, "before"), 0, 0.0)
-    _compare_partition(outcome, "t-0", before, after, got, grouped=True)
+    compare_partition(outcome, "t-0", before, after, got, grouped=True)
     assert outcome.lost == 1 and outcome.resurrected == 1
     assert any("log start offset 4 outside [5, 5]" in p for p in outcome.problems)
     assert any("neither the group before nor after" in p for p in outcome.problems)
@@ -91,3 +93,33 @@ def test_rerun_variable_names_points() -> None:
     with pytest.raises(ValueError, match="before|after"):
         KillPoint.parse("clean:57:during")
     assert SEED_ENV == "TIDELOG_KILL_SEED"
+
+
+def test_durable_appends_fsync_their_segment_and_a_new_one_its_dir_before_returning(tmp_path: Path) -> None:
+    """What a kill point cannot see (a killed process keeps the page cache) but power loss would:
+    with ``flush.messages=1`` every append fsyncs the ``.log`` it wrote before it returns, and a
+    roll fsyncs the partition dir that got the new files; a page-cache topic fsyncs nothing."""
+    steps = trace_steps("append", tmp_path)
+    durable = [ops for name, ops in steps if name == "append dur"]
+    cached = [ops for name, ops in steps if name == "append pc"]
+    assert durable and cached
+    for ops in durable:
+        for i, (op, path) in enumerate(ops):
+            if op == "write" and path.endswith(".log"):
+                assert ("fsync", path) in ops[i + 1:], f"durable append wrote {path} and returned without fsync"
+            if op == "open" and path.endswith(".log"):  # a roll created the segment
+                assert ("fsync", str(Path(path).parent)) in ops[i + 1:], f"new segment {path}: dir not fsynced"
+    assert not [1 for ops in cached for op, path in ops if op == "fsync" and path.endswith(".log")]
+
+
+def trace_steps(workload: str, root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(step name, [(op, path)] of its disk-changing ops) for each step of one run of ``workload``."""
+    names = [name for name, _ in WORKLOADS[workload]()]
+    starts: list[int] = []
+    with fileops.inject(trace=True) as stats:
+        trace = stats.trace
+        assert trace is not None
+        run_workload(workload, root, lambda line: starts.append(len(trace)) if "begin" in line else None)
+    starts.append(len(trace))
+    return [(names[i], [(op.value, path) for op, path in trace[b:e] if op in fileops.WRITE_OPS])
+            for i, (b, e) in enumerate(zip(starts, starts[1:]))]
