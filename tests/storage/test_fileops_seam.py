@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "tidelog"
-SEAM_PACKAGES = ("storage", "cleaner")
+SEAM_PACKAGES = ("storage", "cleaner", "manager")
 ALLOWED = {SRC / "storage" / "fileops.py"}
 
 FORBIDDEN_MODULE_CALLS = {

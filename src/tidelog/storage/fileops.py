@@ -8,7 +8,7 @@ operation (issue 8). Storage therefore never calls ``os.write``, ``os.replace``,
 which does the operation and, only while a fault plan is installed, first asks the plan whether
 to fail it (``OSError`` with a chosen errno) or to ``SIGKILL`` the process before or after it.
 ``tests/storage/test_fileops_seam.py`` fails when a module of a seam package (``storage/``,
-``cleaner/``; ``SEAM_PACKAGES`` there) calls one of those directly, so the seam stays complete.
+``cleaner/``, ``manager/``) calls one of those directly, so the seam stays complete.
 
 Cost: with no plan installed every function is one module-global truth test plus the ``os``
 call. Installing a plan (even one with no rule: a *counting* plan) turns on matching and counting
