@@ -64,6 +64,7 @@ BROKER = {
     "log.cleaner.min.compaction.lag.ms": "0",
 }
 DELETE_DELAY_MS = 1000
+CHILD_TIMEOUT_S = 120
 
 
 # --- workloads -----------------------------------------------------------------------------------
@@ -368,6 +369,7 @@ def run_in_killed_child(point: KillPoint, root: Path) -> list[dict[str, Any]]:
         os.close(read_end)
         code = 3
         try:
+            signal.alarm(CHILD_TIMEOUT_S)  # a hung child dies of SIGALRM, which the parent reports
             fileops.clear()
             fileops.install([FaultRule(ops=fileops.WRITE_OPS, kill=point.when, skip=point.op, times=1)])
             run_workload(point.workload, root, lambda line: _send(write_end, line))
