@@ -7,8 +7,9 @@ operation (issue 8). Storage therefore never calls ``os.write``, ``os.replace``,
 ``Path.unlink``, ``shutil.rmtree`` ... itself: it calls the same-named function of this module,
 which does the operation and, only while a fault plan is installed, first asks the plan whether
 to fail it (``OSError`` with a chosen errno) or to ``SIGKILL`` the process before or after it.
-``tests/storage/test_fileops_seam.py`` fails when a module of a seam package (``storage/``,
-``cleaner/``, ``manager/``) calls one of those directly, so the seam stays complete.
+``tests/storage/test_fileops_seam.py`` (``storage/``, ``cleaner/``) and
+``tests/manager/test_manager_fileops_seam.py`` fail when a module calls one of those directly,
+so the seam stays complete.
 
 Cost: with no plan installed every function is one module-global truth test plus the ``os``
 call. Installing a plan (even one with no rule: a *counting* plan) turns on matching and counting
