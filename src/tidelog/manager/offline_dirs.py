@@ -5,7 +5,8 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 :class:`OfflineDirs` is a mixin of :class:`~tidelog.manager.manager.LogManager`, kept apart so the
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
-``_reconcile_registry``, ``_config_for``, ``_delete_partition_dir``, ``_set_partition_aside``).
+``_reconcile_registry``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
+``_set_partition_aside``).
 
 Thread-safety: the partition map changes under the manager's lock; logs are closed and reopened
 outside it (a reopen runs recovery), and a topic deleted meanwhile is noticed when the reopened
@@ -224,7 +225,8 @@ class OfflineDirs:
                 offline.path, self._config_for(tp.topic),
                 log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
                 recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)),
-                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp)
+                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp,
+                **self._producer_state_settings())
         except (StorageError, OSError) as e:
             if is_storage_fault(e):
                 raise
