@@ -87,22 +87,17 @@ async def handle_delete_records(ctx: ApiContext, conn: ConnectionInfo, request: 
 def delete_records(manager: LogManager, wanted: list[tuple[str, list[tuple[int, int]]]]) -> list[Any]:
     """One result per topic, one partition result per requested partition. Runs in the thread pool.
 
-    The new log start offsets are checkpointed before the answer: otherwise a crash before the
-    periodic checkpoint (``log.flush.start.offset.checkpoint.interval.ms``, 60 s) brings the
-    deleted records back (found by tests/reliability/test_crash_serve_promises.py).
+    :meth:`LogManager.delete_records` checkpoints a moved log start offset before it returns, so
+    an answered DeleteRecords survives a crash (tests/reliability/test_crash_serve_promises.py).
     """
     results = []
-    moved = False
     for topic, partitions in wanted:
         answers = []
         for partition, offset in partitions:
             try:
                 low_watermark = manager.delete_records(TopicPartition(topic, partition), offset)
                 answers.append(DeletedPartition(partition_index=partition, low_watermark=low_watermark, error_code=0))
-                moved = True
             except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
                 answers.append(DeletedPartition(partition_index=partition, low_watermark=-1, error_code=error_code(e)))
         results.append(Deleted(name=topic, partitions=answers))
-    if moved:
-        manager.checkpoint_log_start_offsets()
     return results
