@@ -37,7 +37,7 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """
     tmp = temporary_write_path(path)
     try:
-        _write_file(tmp, data, sync=sync)
+        write_file(tmp, data, sync=sync)
     except StorageError:
         _discard(tmp)
         raise
@@ -72,7 +72,10 @@ def read_file(path: Path, what: str) -> bytes:
         raise StorageError(f"cannot read {what}", path=path, operation="read") from e
 
 
-def _write_file(path: Path, data: bytes, *, sync: bool) -> None:
+def write_file(path: Path, data: bytes, *, sync: bool, what: str = "file") -> None:
+    """Create or replace ``path`` in place with ``data`` (mode 0644), fsynced when ``sync``;
+    :class:`StorageError` "cannot write <what>" naming ``path``. Not atomic: for files whose
+    readers detect a torn write themselves (a CRC); otherwise use :func:`write_atomically`."""
     try:
         fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
@@ -82,7 +85,7 @@ def _write_file(path: Path, data: bytes, *, sync: bool) -> None:
         finally:
             os.close(fd)
     except OSError as e:
-        raise StorageError("cannot write file", path=path, operation="write") from e
+        raise StorageError(f"cannot write {what}", path=path, operation="write") from e
 
 
 def _discard(path: Path) -> None:

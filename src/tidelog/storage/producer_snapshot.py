@@ -38,6 +38,7 @@ from crc32c import crc32c
 
 from tidelog.errors import CorruptSnapshotError, StorageError
 from tidelog.storage import fileops
+from tidelog.storage.atomic import read_file, write_file
 
 SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, crc, entry count
@@ -89,27 +90,13 @@ def decode_snapshot(data: bytes, path: Path | None = None) -> list[SnapshotEntry
 
 def read_snapshot(path: Path) -> list[SnapshotEntry]:
     """Read and decode the snapshot file at ``path`` (see :func:`decode_snapshot`)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise StorageError("cannot read producer snapshot", path=path, operation="read") from e
-    return decode_snapshot(data, path)
+    return decode_snapshot(read_file(path, "producer snapshot"), path)
 
 
 def write_snapshot(path: Path, entries: list[SnapshotEntry], sync: bool) -> None:
     """Write ``entries`` to ``path`` (created or replaced in place, as Kafka does: a torn file
     fails its CRC at load and is discarded), fsynced when ``sync``."""
-    data = encode_snapshot(entries)
-    try:
-        fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            fileops.write_fully(fd, data, path)
-            if sync:
-                fileops.fsync(fd, path)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise StorageError("cannot write producer snapshot", path=path, operation="write") from e
+    write_file(path, encode_snapshot(entries), sync=sync, what="producer snapshot")
 
 
 def fsync_snapshot(path: Path) -> None:
