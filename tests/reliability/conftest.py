@@ -9,12 +9,15 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kill_harness import Summary
+
+sys.path.append(str(Path(__file__).parent.parent / "manager"))  # kill_harness uses manager_helpers.crash
+from kill_harness import Summary  # noqa: E402 - needs the path above
 
 _SHM = Path("/dev/shm")
 

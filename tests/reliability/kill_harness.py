@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from manager_helpers import crash  # a killed process's stop, shared with the manager tests
+
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import fileops, files
@@ -204,23 +206,6 @@ def _failed_swap_then_restart(env: Env) -> None:
         except Exception:  # noqa: BLE001 - the cleaner may quarantine or raise; either way we crash
             pass
     _crash_and_reopen(env)
-
-
-def crash(manager: LogManager) -> None:
-    """Stop ``manager`` as a killed process would (release files, write nothing).
-
-    Test seam: reaches into private fields, as ``tests/manager/manager_helpers.crash`` does.
-    """
-    manager._closed = True
-    for _, lg in manager.logs():
-        lg._closed = True
-        for segment in lg._segments.snapshot():
-            segment.release_indexes()
-            segment.log.close()
-            if segment._txn_index is not None:
-                segment._txn_index.close()
-    for log_dir in manager._dirs:
-        log_dir.release()
 
 
 WORKLOADS: dict[str, Callable[[], list[Step]]] = {
