@@ -6,6 +6,7 @@ Fixtures live in ``conftest.py``; this module holds the plain functions test mod
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,3 +131,20 @@ def batches_of(data: bytes) -> list[FileBatch]:
 
 def segment_names(dir: Path, suffix: str = ".log") -> list[str]:
     return sorted(p.name for p in dir.iterdir() if p.name.endswith(suffix))
+
+
+def descriptors_under(root: Path) -> list[str]:
+    """The targets of this process's open descriptors on files below ``root`` ("... (deleted)"
+    for an unlinked file still open).
+
+    Only those below ``root``: the process-wide count also moves with other tests' leftover
+    threads, or numba loading its cache, under xdist."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed between listdir and readlink
+            continue
+        if target.startswith(str(root)):
+            held.append(target)
+    return sorted(held)

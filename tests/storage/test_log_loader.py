@@ -24,6 +24,7 @@ from storage_helpers import (
     batch,
     batches_of,
     crash,
+    descriptors_under,
     file_batches,
     log_batches,
     log_config,
@@ -840,22 +841,6 @@ def test_corruption_loop_recovery_keeps_exactly_the_valid_prefix(
         reopened.close()
 
 
-def _descriptors_under(root: Path) -> list[str]:
-    """This process's open descriptors on files below root.
-
-    Counting every descriptor of the process was flaky under xdist: another test's leftover
-    thread, or numba loading its cache, may open one between the two counts."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed between listdir and readlink
-            continue
-        if target.startswith(str(root)):
-            held.append(target)
-    return held
-
-
 @pytest.mark.parametrize("clean", [True, False])
 def test_opened_logs_hold_no_descriptors_until_used(tmp_path: Path, make_log: MakeLog, clean: bool) -> None:
     dirs = [tmp_path / f"many-{i}" for i in range(12)]
@@ -864,12 +849,12 @@ def test_opened_logs_hold_no_descriptors_until_used(tmp_path: Path, make_log: Ma
         for i in range(6):
             log.append_as_leader(batch(b"v%d" % i))
         log.close()
-    assert _descriptors_under(tmp_path) == []
+    assert descriptors_under(tmp_path) == []
     logs = [make_log(dir=dir, segment_bytes=200, had_clean_shutdown=clean, recovery_point=0) for dir in dirs]
-    assert _descriptors_under(tmp_path) == []  # 10,000 partitions would otherwise need 30,000 descriptors
+    assert descriptors_under(tmp_path) == []  # 10,000 partitions would otherwise need 30,000 descriptors
     info = logs[0].append_as_leader(batch(b"more"))
     logs[0].update_high_watermark(logs[0].log_end_offset)
     assert info.first_offset == 6 and read_all(logs[0])[-1].value == b"more"
     assert logs[0].active_segment.offset_index.length == logs[0].config.segment_index_bytes // 8 * 8
-    held = _descriptors_under(tmp_path)
+    held = descriptors_under(tmp_path)
     assert held and all(path.startswith(str(dirs[0])) for path in held)  # only the used log opened files

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from storage_helpers import T0, MakeLog, batch, read_all, segment_names, single
+from storage_helpers import T0, MakeLog, batch, descriptors_under, read_all, segment_names, single
 
 from tidelog.errors import OffsetOutOfRangeError
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
@@ -65,6 +67,30 @@ def test_truncation_deletes_later_segments_after_the_delay(make_log: MakeLog, cl
     assert [r.offset for r in read_all(log)] == [0, 1, 2, 3, 4]
     log.append_as_leader(batch(b"b"))
     assert [r.offset for r in read_all(log)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_closing_a_log_releases_segments_awaiting_their_delayed_unlink(
+    make_log: MakeLog, clock: FakeClock, tp_dir: Path
+) -> None:
+    """A log closed before ``file.delete.delay.ms`` passed (a shutdown, a failed dir reopened)
+    keeps no descriptor on its ``.deleted`` files; the next open removes them, and a delayed
+    unlink that still runs later does no harm."""
+    log = make_log(file_delete_delay_ms=1000)
+    for offset in range(9):
+        log.append_as_leader(batch(b"a"))
+        if offset % 3 == 2:
+            log.roll()
+    log.read(0, 1 << 20)  # reads open every segment's files
+    log.truncate_to(3)
+    open_before_close = descriptors_under(tp_dir)
+    assert any(path.endswith(".log.deleted") for path in open_before_close)  # a fetch may still read them
+    log.close()
+    assert descriptors_under(tp_dir) == []
+    reopened = make_log(file_delete_delay_ms=1000)
+    assert not list(tp_dir.glob("*.deleted"))
+    clock.advance(1000)  # the first log's delayed unlink: its files are gone already
+    assert [r.offset for r in read_all(reopened)] == [0, 1, 2]
+    assert all("(deleted)" not in path for path in descriptors_under(tp_dir))
 
 
 def test_truncation_clamps_recovery_point_and_high_watermark(make_log: MakeLog) -> None:

@@ -125,6 +125,9 @@ class Log:
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._hw_bound: _Bound | None = None  # the high watermark's position, kept until it moves
         self._closed = False
+        # Segments renamed .deleted whose delayed unlink has not run: their handles stay open
+        # meanwhile (a fetch may still be reading them, as in Kafka) and are released by close().
+        self._retired: list[LogSegment] = []
         self._take_config(config)
         self.producer_state = producer_state or ProducerStateManager(dir, topic_partition)
         self._producer_state_expiry(producer_id_expiration_check_interval_ms)
@@ -816,11 +819,19 @@ class Log:
         snapshots = [p for p in (self.producer_state.mark_snapshot_for_deletion(s.base_offset) for s in snapshots_of) if p]
         if segments or snapshots:
             doomed = list(segments)
+            self._retired.extend(doomed)
             log.info("%s: deleting segments %s (%s)", self.topic_partition, [s.base_offset for s in doomed], reason)
             self._scheduler.schedule_once(
-                f"delete-segments-{self.topic_partition}", lambda: _delete_files(doomed, snapshots),
+                f"delete-segments-{self.topic_partition}", lambda: self._delete_retired(doomed, snapshots),
                 self._config.file_delete_delay_ms,
             )
+
+    def _delete_retired(self, segments: list[LogSegment], snapshots: Sequence[Path]) -> None:
+        """The delayed unlink of :meth:`_retire`."""
+        with self._lock:
+            done = {id(segment) for segment in segments}
+            self._retired = [segment for segment in self._retired if id(segment) not in done]
+        _delete_files(segments, snapshots)
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -840,6 +851,13 @@ class Log:
             finally:  # a failing snapshot write (a failing disk) still closes the segments
                 for segment in self._segments.snapshot():
                     segment.close()
+                # Retired segments whose delayed unlink has not run (the scheduler may never run
+                # it now): release their descriptors and maps, or a process that closes and
+                # reopens logs (offline dirs, tools, tests) keeps them, and the disk space of
+                # files the next open unlinks, until it exits. Their .deleted files stay; the
+                # next open removes them (Kafka's loader does the same).
+                for segment in self._retired:
+                    segment.close_handlers()
                 self.leader_epoch_cache.flush()
 
     # --- producer id expiration ---------------------------------------------------------------
