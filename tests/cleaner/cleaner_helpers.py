@@ -82,6 +82,8 @@ def crash(log: Log) -> None:
         segment.log.close()
         if segment._txn_index is not None:
             segment._txn_index.close()
+    for segment in log._retired:  # renamed .deleted, their delayed unlink pending
+        segment.close_handlers()
 
 
 # --- LogCleanerManagerTest's writers (added for test_plan.py / test_cleaner_manager.py) ---------

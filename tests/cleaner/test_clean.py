@@ -30,7 +30,7 @@ from tidelog.records import CompressionType
 from tidelog.storage import files
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LogSegment
-from tidelog.testing import FakeClock
+from tidelog.testing import FakeClock, descriptors_under
 
 DAY = 86_400_000
 
@@ -430,6 +430,7 @@ def test_recovery_after_a_crash_at_each_rename(make_log: MakeLog, clock, monkeyp
         crashed = True
     monkeypatch.setattr(LogSegment, "change_file_suffixes", real)
     crash(log)
+    assert descriptors_under(log.dir) == []  # a failed swap leaves no handle unreachable from the log
     reopened = make_log(segment_bytes=600)
     records = sorted(all_records(reopened))
     # Each group swaps atomically: what is back is the original log with some groups cleaned.
@@ -467,6 +468,7 @@ def test_one_group_swap_is_all_or_nothing(make_log: MakeLog, clock, monkeypatch,
         clean(make_cleaner(clock), log)
     monkeypatch.setattr(LogSegment, "change_file_suffixes", real)
     crash(log)
+    assert descriptors_under(log.dir) == []
     reopened = make_log()
     assert sorted(all_records(reopened)) == (original if crash_at == 1 else cleaned_records)
 

@@ -6,7 +6,6 @@ Fixtures live in ``conftest.py``; this module holds the plain functions test mod
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,8 @@ def crash(log: Log) -> None:
         segment.log.close()
         if segment._txn_index is not None:
             segment._txn_index.close()
+    for segment in log._retired:  # renamed .deleted, their delayed unlink pending
+        segment.close_handlers()
 
 
 # --- batches --------------------------------------------------------------------------------
@@ -131,20 +132,3 @@ def batches_of(data: bytes) -> list[FileBatch]:
 
 def segment_names(dir: Path, suffix: str = ".log") -> list[str]:
     return sorted(p.name for p in dir.iterdir() if p.name.endswith(suffix))
-
-
-def descriptors_under(root: Path) -> list[str]:
-    """The targets of this process's open descriptors on files below ``root`` ("... (deleted)"
-    for an unlinked file still open).
-
-    Only those below ``root``: the process-wide count also moves with other tests' leftover
-    threads, or numba loading its cache, under xdist."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed between listdir and readlink
-            continue
-        if target.startswith(str(root)):
-            held.append(target)
-    return sorted(held)

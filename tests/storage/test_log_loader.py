@@ -24,7 +24,6 @@ from storage_helpers import (
     batch,
     batches_of,
     crash,
-    descriptors_under,
     file_batches,
     log_batches,
     log_config,
@@ -42,7 +41,7 @@ from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.index import OffsetIndex
 from tidelog.storage.log import Log, segment_config
 from tidelog.storage.segment import LogSegment
-from tidelog.testing import FakeClock, FakeScheduler
+from tidelog.testing import FakeClock, FakeScheduler, descriptors_under
 
 LOG_END = FetchIsolation.LOG_END
 

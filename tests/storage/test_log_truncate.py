@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from storage_helpers import T0, MakeLog, batch, descriptors_under, read_all, segment_names, single
+from storage_helpers import T0, MakeLog, batch, read_all, segment_names, single
 
 from tidelog.errors import OffsetOutOfRangeError
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
-from tidelog.testing import FakeClock
+from tidelog.testing import FakeClock, descriptors_under
 
 
 def test_truncate_to(make_log: MakeLog) -> None:

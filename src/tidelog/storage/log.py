@@ -788,17 +788,30 @@ class Log:
             old_live = [s for s in sorted(old_segments, key=lambda s: s.base_offset)
                         if self._segments.get(s.base_offset) is s]
             self._hw_bound = None  # it may point into a segment going away
-            for segment in reversed(new_sorted):
-                segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
-                self._segments.add(segment)
-            for segment in old_live:
-                if segment.base_offset not in new_bases:  # else the new segment took its map entry
-                    self._segments.remove(segment.base_offset)
-            self._retire(old_live, f"replaced by {sorted(new_bases)}",
-                         snapshots_of=[s for s in old_live if s.base_offset not in new_bases])
-            for segment in new_sorted:
-                segment.change_file_suffixes(files.SWAP_SUFFIX, "")
-            fsync_dir(self._dir)
+            try:
+                for segment in reversed(new_sorted):
+                    segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+                    self._segments.add(segment)
+                for segment in old_live:
+                    if segment.base_offset not in new_bases:  # else the new segment took its map entry
+                        self._segments.remove(segment.base_offset)
+                self._retire(old_live, f"replaced by {sorted(new_bases)}",
+                             snapshots_of=[s for s in old_live if s.base_offset not in new_bases])
+                for segment in new_sorted:
+                    segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+                fsync_dir(self._dir)
+            except BaseException:
+                self._release_unreachable([*new_sorted, *old_live])
+                raise
+
+    def _release_unreachable(self, segments: Sequence[LogSegment]) -> None:
+        """After a failed swap (its files are for the loader to complete or roll back at the next
+        open): close the handles of the segments neither in the map nor retired, which nothing
+        else would ever close."""
+        kept = {id(segment) for segment in (*self._segments.snapshot(), *self._retired)}
+        for segment in segments:
+            if id(segment) not in kept:
+                segment.close_handlers()
 
     def delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the log, rename their files ``.deleted`` and unlink them after
