@@ -112,6 +112,8 @@ class FileRecords:
         of the logical data; returns the bytes written. The bytes are in the OS (page cache) when
         this returns: another process reading the file sees them, a killed process keeps them."""
         if type(data) is not bytes:
+            if type(data) is tuple and len(data) <= IOV_MAX:
+                return self._append_chunks(data)
             chunks = data if isinstance(data, tuple) else (data,)
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], 0)
         # The common case (a produced batch with its patched header): one plain pwrite.
@@ -122,6 +124,22 @@ class FileRecords:
             raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
         if written != len(data):  # a short write: go on from there
             return self._append_views([memoryview(data)], written)
+        self._size += written
+        return written
+
+    def _append_chunks(self, chunks: tuple[Buffer, ...]) -> int:
+        """A large produced batch's path (its patched head and a view of the rest): one
+        ``pwritev`` of the chunks as they are; only a short write pays for byte views of them."""
+        total = 0
+        for chunk in chunks:
+            total += chunk.nbytes if type(chunk) is memoryview else len(chunk)
+        fd = self._fd if self._fd is not None else self._descriptor()
+        try:
+            written = fileops.pwritev(fd, chunks, self._size, self._path)
+        except OSError as e:
+            raise StorageError(f"append failed: {e.strerror}", path=self._path, position=self._size) from e
+        if written != total:  # a short write: go on from there
+            return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], written)
         self._size += written
         return written
 

@@ -494,6 +494,16 @@ class OffsetIndex(_MappedIndex):
         position outside [0, 2^31-1]), :class:`IndexOffsetOverflowError`, or
         :class:`IndexStateError` (read-only or closed), checked in that order.
         """
+        relative = offset - self._base_offset
+        if (0 <= relative <= _INT32_MAX and 0 <= position <= _INT32_MAX and (offset > self._last_offset or not self._entries)
+                and not self._full and self._writable and not self._closed):
+            # The common case, every check below passing, in one test: a large batch appends an
+            # entry each time, and this is most of its index cost.
+            self._ENTRY.pack_into(self._buffer, self._entries * 8, relative, position)
+            self._entries += 1
+            self._update_full()
+            self._last_offset = offset
+            return
         self._require_open()
         if self.is_full():
             raise IndexFullError("attempt to append to a full offset index", path=self._path, entries=self._entries)
@@ -617,6 +627,20 @@ class TimeIndex(_MappedIndex):
         :class:`InvalidOffsetError` when the offset or the timestamp goes back (or the timestamp
         is outside int64), :class:`IndexOffsetOverflowError`, :class:`IndexStateError`.
         """
+        # The two common cases, every check below passing, in one test each (a large batch asks
+        # this on every append): no newer timestamp, or a newer one landing.
+        last = self._last_entry
+        if offset >= last.offset and not self._closed and (skip_full_check or not self._full):
+            if timestamp == last.timestamp:
+                return
+            relative = offset - self._base_offset
+            if (last.timestamp < timestamp <= _INT64_MAX and 0 <= relative <= _INT32_MAX and self._writable
+                    and self._entries < self._length // 12):
+                self._ENTRY.pack_into(self._buffer, self._entries * 12, timestamp, relative)
+                self._entries += 1
+                self._update_full()
+                self._last_entry = TimestampOffset(timestamp, offset)
+                return
         self._require_open()
         if not skip_full_check and self.is_full():
             raise IndexFullError("attempt to append to a full time index", path=self._path, entries=self._entries)
