@@ -447,9 +447,10 @@ def short_varint(buf, pos):
 
 def plain_fields(buf, body, stop):
     """``(timestampDelta, keyLength or -1, True)`` of the record body ``[body, stop)``, at least
-    MIN_PLAIN_LENGTH bytes long, when it has the common shape: every varint 1 or 2 bytes, no
-    headers, fields ending exactly at ``stop``; else ``(0, 0, False)``. What it accepts,
-    decode_record accepts with the same values (each read stays below ``stop``)."""
+    MIN_PLAIN_LENGTH bytes long, when it has the common shape: varints of 1 or 2 bytes up to the
+    value, then no headers (or headers decode_record reads alike), fields ending exactly at
+    ``stop``; else ``(..., False)``. What it accepts, decode_record accepts with the same values
+    (each read stays below ``stop``)."""
     ts_delta, p = short_varint(buf, body + 1)  # body + 1: the attributes byte; then at most 6 bytes
     if p < 0:
         return 0, 0, False
@@ -470,9 +471,15 @@ def plain_fields(buf, body, stop):
         return 0, 0, False
     if value_len > 0:
         p += value_len
-    if p != stop - 1 or buf[p & INDEX_MASK] != 0:  # headersCount 0, the record's last byte
+    if p == stop - 1 and buf[p & INDEX_MASK] == 0:  # headersCount 0, the record's last byte
+        return ts_delta, key_len, True
+    if p >= stop:
         return 0, 0, False
-    return ts_delta, key_len, True
+    count, p = read_varint(buf, p, stop, VARINT)  # headers: as decode_record reads them
+    if p < 0 or count < 0:
+        return 0, 0, False
+    error, headers_end = skip_headers(buf, p, stop, count)
+    return ts_delta, key_len, error == OK and headers_end == stop
 
 
 MIN_PLAIN_LENGTH = 7  # attributes, timestampDelta and offsetDelta and keyLength of up to 2 bytes
