@@ -111,7 +111,7 @@ NUMBA_INLINED = ("read_int", "read_varint", "add_overflows", "varint_error", "ch
                  "decode_record", "record_failure", "decode_records", "crc32c_of", "difference_exceeds",
                  "read_le16", "short_varint", "plain_fields")
 NUMBA_COMPILED = ("read_varint_slow", "skip_headers", "walk_batches", "decode_batches", "summarize_records",
-                  "decode_record_apart", "walk_records", "check_produced_batch")
+                  "walk_records", "check_produced_batch")
 # The CRC kernel is compiled separately, and only where the CPU has SSE4.2's crc32 instruction:
 # scan.py then replaces crc32c_u8 / crc32c_u64 by that instruction (numba intrinsics) and compiles
 # these two functions against them; elsewhere the interpreted functions below are the spec.
@@ -416,12 +416,12 @@ def summarize_records(buf, pos, end, count, base_timestamp, log_append_time):
 
 # --- the produced batch's record walk ----------------------------------------------------------
 # check_produced_batch walks every record of a 1000-record batch: that walk is a fifth of a large
-# append. Produced records nearly all have one shape (varints of 1 or 2 bytes, no headers), and
+# append. Produced records nearly all have one shape (varints of 1 or 2 bytes up to the value), and
 # successive records often have the same length; walk_records reads that shape with few
 # instructions, and for a record whose first two bytes equal the previous decoded record's it
 # takes the known size instead of decoding the length again, so the next record's position does
-# not wait on this record's bytes (the CPU then overlaps several records). Any other record goes
-# to decode_record, any doubt about the result to summarize_records: both are the specification.
+# not wait on this record's bytes (the CPU then overlaps several records). A batch with any other
+# record, and any doubt about the result, goes to summarize_records: the specification.
 
 def read_le16(buf, pos):
     """The 2 bytes at ``pos`` as a little-endian integer (``pos`` masked as in read_le64; ``* 256``,
@@ -485,19 +485,11 @@ def plain_fields(buf, body, stop):
 MIN_PLAIN_LENGTH = 7  # attributes, timestampDelta and offsetDelta and keyLength of up to 2 bytes
 
 
-def decode_record_apart(buf, pos, end):
-    """decode_record compiled as a function of its own: walk_records' rare case stays out of its loop."""
-    return decode_record(buf, pos, end)
-
-
 def walk_records(buf, pos, end, count):
     """The ``count`` records in ``buf[pos:end]``, for check_produced_batch: ``(ok, smallest
-    timestampDelta, largest, keyless records)``. ``ok`` is True only when every record decodes and
-    they fill the area exactly (as summarize_records would find); False says nothing more, the
-    caller then asks summarize_records.
-
-    The inner loop takes plain records only and leaves at the first other one, which
-    decode_record takes (a call kept out of the inner loop, whose registers it would cost).
+    timestampDelta, largest, keyless records)``. ``ok`` is True only when every record has the
+    common shape (plain_fields) and they fill the area exactly; False says nothing more (another
+    shape, or an error): the caller then asks summarize_records, which decodes any record.
     """
     low = INT64_MAX
     high = INT64_MIN
@@ -505,44 +497,31 @@ def walk_records(buf, pos, end, count):
     seen = -1  # the first two bytes of the last record whose length was decoded (-1: none yet)
     seen_body = 0  # that record's length-field size, and its whole size
     seen_size = 0
-    i = 0
-    while i < count:
-        while i < count:
-            if pos + 1 >= end:
-                break
-            head = read_le16(buf, pos)
-            if head == seen:  # the same length field: its size, without waiting on this load
-                if seen_size > end - pos:
-                    break
-                body = pos + seen_body
-                stop = pos + seen_size
-            else:
-                length, body = short_varint(buf, pos)
-                if body < 0 or length < MIN_PLAIN_LENGTH or length > end - body:
-                    break
-                stop = body + length
-                seen = head
-                seen_body = body - pos
-                seen_size = stop - pos
-            ts_delta, key_len, plain = plain_fields(buf, body, stop)
-            if not plain:
-                break
-            low = min(low, ts_delta)
-            high = max(high, ts_delta)
-            if key_len < 0:
-                keyless += 1
-            pos = stop
-            i += 1
-        if i < count:
-            error, stop, ts_delta, _, _, key_len, _, _, _, _ = decode_record_apart(buf, pos, end)
-            if error != OK:
+    for _ in range(count):
+        if pos + 1 >= end:
+            return False, 0, 0, 0
+        head = read_le16(buf, pos)
+        if head == seen:  # the same length field: its size, without waiting on this load
+            if seen_size > end - pos:
                 return False, 0, 0, 0
-            low = min(low, ts_delta)
-            high = max(high, ts_delta)
-            if key_len < 0:
-                keyless += 1
-            pos = stop
-            i += 1
+            body = pos + seen_body
+            stop = pos + seen_size
+        else:
+            length, body = short_varint(buf, pos)
+            if body < 0 or length < MIN_PLAIN_LENGTH or length > end - body:
+                return False, 0, 0, 0
+            stop = body + length
+            seen = head
+            seen_body = body - pos
+            seen_size = stop - pos
+        ts_delta, key_len, plain = plain_fields(buf, body, stop)
+        if not plain:
+            return False, 0, 0, 0
+        low = min(low, ts_delta)
+        high = max(high, ts_delta)
+        if key_len < 0:
+            keyless += 1
+        pos = stop
     return pos == end, low, high, keyless
 
 
