@@ -1,17 +1,25 @@
-"""The leader's common append path against the general one (storage/validator.py's one-pass check,
-Log._append_produced, LogSegment.append_if_no_roll).
+"""The leader's common append paths against the general one: the compiled path (one kernel call
+checks and writes: ``_scan_kernels.append_produced_batch`` through LogSegment.append_produced and
+FileRecords.append_produced), and the Python path it leaves to a fault plan, the interpreted twin
+and bigger or compressed batches (storage/validator.py's one-pass check,
+LogSegment.append_if_no_roll).
 
 The general path (validator's two steps + ``Log._append``) is the oracle: every append goes to
 two logs with the same config, clock and jitter draws, one through ``append_as_leader`` (fast path
 when it applies) and one through the general path only (``Log._append_as_leader``, a test seam).
 Random valid AND invalid inputs must give the same LogAppendInfo or the same error, the same log
 state, and byte-identical files (``.log``, ``.index``, ``.timeindex``, leader-epoch checkpoint).
+The oracle test runs with no fault plan (the compiled path, where numba is), under a counting
+fault plan (the Python path), and in a process with the interpreted twin.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import random
+import struct
 import signal
 import subprocess
 import sys
@@ -24,9 +32,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_helpers import T0, log_config
 
-from tidelog.errors import TidelogError
+from tidelog.clock import SYSTEM_CLOCK
+from tidelog.errors import InvalidTimestampError, StorageError, TidelogError
 from tidelog.records import BatchBuilder, CompressionType, TimestampType, write_crc
-from tidelog.storage import files
+from tidelog.records.scan import ACTIVE_IMPLEMENTATION, PRODUCED_OK
+from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.log import Log
 from tidelog.testing import FakeClock, FakeScheduler
@@ -142,27 +152,42 @@ def _files(dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(dir.iterdir()) if p.is_file()}
 
 
+@pytest.mark.parametrize("fault_plan", [False, True], ids=["no-fault-plan", "counting-fault-plan"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(config=configs(), steps=st.lists(st.tuples(appends(), st.sampled_from([0, 0, 0, 1, 20, 200])), min_size=1, max_size=25))
 def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
-    tmp_path_factory: pytest.TempPathFactory, config: dict[str, Any], steps: list[Any]
+    tmp_path_factory: pytest.TempPathFactory, fault_plan: bool, config: dict[str, Any], steps: list[Any]
 ) -> None:
     root = tmp_path_factory.mktemp("paths")
     clock = FakeClock()
     scheduler = FakeScheduler(clock)
     fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
     fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
-    for step, ((records, epoch, origin), advance_ms) in enumerate(steps):
-        random.seed(step)  # the same segment.jitter.ms draw on both sides, should either roll
-        got = _outcome(lambda: fast.append_as_leader(records, epoch, origin), fast_dir)
-        random.seed(step)
-        expected = _outcome(lambda: general._append_as_leader(records, epoch, origin), general_dir)
-        assert got == expected, f"step {step}"
-        assert _state(fast) == _state(general), f"step {step}"
-        clock.advance(advance_ms)
+    # A counting plan (no rule) fails nothing, but with it installed every write must reach fileops.
+    with fileops.inject() if fault_plan else contextlib.nullcontext():
+        for step, ((records, epoch, origin), advance_ms) in enumerate(steps):
+            random.seed(step)  # the same segment.jitter.ms draw on both sides, should either roll
+            got = _outcome(lambda: fast.append_as_leader(records, epoch, origin), fast_dir)
+            random.seed(step)
+            expected = _outcome(lambda: general._append_as_leader(records, epoch, origin), general_dir)
+            assert got == expected, f"step {step}"
+            assert _state(fast) == _state(general), f"step {step}"
+            clock.advance(advance_ms)
     fast.close()
     general.close()
     assert _files(fast_dir) == _files(general_dir)
+
+
+@pytest.mark.skipif(os.environ.get("TIDELOG_PURE_PYTHON") == "1", reason="this is the interpreted run already")
+def test_the_oracle_holds_for_the_interpreted_twin() -> None:
+    """The same oracle test in a process where the scan kernels run interpreted (no compiled path)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "write_the_same_files or compiled_path_is_taken_only"],
+        env={**os.environ, "TIDELOG_PURE_PYTHON": "1"}, capture_output=True, text=True, timeout=900,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 # --- the fast path is taken, and only when it should be ----------------------------------------
@@ -180,9 +205,9 @@ def _spy_general_path(log: Log) -> list[int]:
     return calls
 
 
-def _one_record(ts: int = T0, **builder: Any) -> bytes:
+def _one_record(ts: int = T0, value_size: int = 5, **builder: Any) -> bytes:
     b = BatchBuilder(**builder)
-    b.append(0, ts, b"key", b"value")
+    b.append(0, ts, b"key", b"value"[:value_size] if value_size <= 5 else bytes(value_size))
     return b.build()
 
 
@@ -221,6 +246,119 @@ def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again
     # The first append, each rolling append, and the first append to a rolled segment (which
     # opens that segment's lazy index files) take the general path: appends 0, 3, 4 and 6.
     assert len(calls) == 4
+
+
+# --- the compiled path: taken when it should be; its writes fail as the Python path's do ---------
+
+def _spy_kernel(log: Log) -> list[int]:
+    """Count calls of the compiled check-and-write kernel (test seam: wraps one instance's)."""
+    calls: list[int] = []
+    kernel = log._write_produced
+    assert kernel is not None
+
+    def spy(*args: Any) -> tuple[int, int, int, int]:
+        calls.append(1)
+        return kernel(*args)
+
+    log._write_produced = spy
+    return calls
+
+
+def test_the_compiled_path_is_taken_only_without_a_fault_plan(make_log: Any) -> None:
+    log = make_log()
+    if ACTIVE_IMPLEMENTATION == "python":
+        assert log._write_produced is None  # the interpreted twin: the Python path only
+        return
+    kernel_calls, general_calls = _spy_kernel(log), _spy_general_path(log)
+    for _ in range(3):
+        log.append_as_leader(_one_record())
+    with fileops.inject() as stats:  # a counting plan: every write must go through fileops
+        log.append_as_leader(_one_record())
+    log.append_as_leader(_one_record(compression=CompressionType.GZIP))  # checked in Python
+    log.append_as_leader(_one_record(value_size=5000))  # above the kernel's write buffer
+    # The first append loads the segment's state (general path); then two compiled appends.
+    assert (len(kernel_calls), len(general_calls)) == (3, 1)
+    assert stats.ops[fileops.FileOp.WRITE] == 1
+    assert log.log_end_offset == 6
+
+
+def test_the_compiled_path_reads_the_system_clock_itself(tmp_path: Path) -> None:
+    import time
+
+    log = Log.open(tmp_path / "topic-0", log_config(message_timestamp_after_max_ms=60_000), clock=SYSTEM_CLOCK,
+                   scheduler=FakeScheduler(FakeClock()))
+    try:
+        now = time.time_ns() // 1_000_000
+        for _ in range(3):
+            assert log.append_as_leader(_one_record(ts=now)).max_timestamp == now
+        with pytest.raises(InvalidTimestampError):
+            log.append_as_leader(_one_record(ts=now + 3_600_000))
+        assert log.log_end_offset == 3
+    finally:
+        log.close()
+
+
+def _failing_append(log: Log, fault_plan: bool) -> StorageError:
+    """The StorageError of an append whose write fails (the segment's descriptor is read-only)."""
+    log.append_as_leader(_one_record())  # the segment's state is loaded: the next append is a common one
+    records = log.active_segment.log
+    os.close(records._descriptor())
+    records._fd = os.open(records.path, os.O_RDONLY)  # test seam: writes now fail with EBADF
+    with fileops.inject() if fault_plan else contextlib.nullcontext():
+        with pytest.raises(StorageError) as raised:
+            log.append_as_leader(_one_record())
+    assert log.log_end_offset == 1 and log.active_segment.size == len(_one_record())
+    return raised.value
+
+
+def test_a_failed_write_raises_what_the_python_path_raises(make_log: Any, tmp_path: Path) -> None:
+    compiled = _failing_append(make_log(), fault_plan=False)
+    python = _failing_append(make_log(dir=tmp_path / "python" / "topic-0"), fault_plan=True)
+    assert compiled.message == python.message == f"append failed: {os.strerror(errno.EBADF)}"
+    assert compiled.position == python.position == len(_one_record())
+    assert compiled.path is not None and compiled.path.name == python.path.name  # type: ignore[union-attr]
+    assert isinstance(compiled.__cause__, OSError) and compiled.__cause__.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("first_write", [10, 0, -errno.EINTR])
+def test_a_short_or_interrupted_compiled_write_is_continued(tmp_path: Path, first_write: int) -> None:
+    """FileRecords.append_produced after a kernel write that stopped early (here a stand-in kernel
+    that writes ``first_write`` bytes of the patched batch, or fails with EINTR): the rest is written."""
+    from tidelog.storage.file_records import FileRecords
+
+    records = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
+    batch = _one_record()
+    patched = struct.pack(">qii", 42, len(batch) - 12, 3) + batch[16:]
+
+    def short_kernel(data: bytes, now: int, max_delta: int, max_timestamp_limit: int, fd: int, position: int,
+                     base_offset: int, leader_epoch: int) -> tuple[int, int, int, int]:
+        if first_write > 0:
+            os.pwrite(fd, patched[:first_write], position)
+        return PRODUCED_OK, 0, T0, first_write
+
+    if first_write == 0:  # nothing written, and the retry through fileops writes nothing either
+        with fileops.inject(fileops.FaultRule(ops=frozenset({fileops.FileOp.WRITE}), error=errno.ENOSPC)):
+            with pytest.raises(StorageError, match="No space left"):
+                records.append_produced(short_kernel, batch, T0, 0, LONG_MAX, 42, 3)
+        return
+    assert records.append_produced(short_kernel, batch, T0, 0, LONG_MAX, 42, 3)[0] == PRODUCED_OK
+    assert records.size_in_bytes == len(batch)
+    assert records.read(0, 1 << 16) == patched
+
+
+def test_a_failed_compiled_write_names_the_path_and_position(tmp_path: Path) -> None:
+    from tidelog.storage.file_records import FileRecords
+
+    records = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
+
+    def failing_kernel(*args: Any) -> tuple[int, int, int, int]:
+        return PRODUCED_OK, 0, T0, -errno.ENOSPC
+
+    with pytest.raises(StorageError) as raised:
+        records.append_produced(failing_kernel, _one_record(), T0, 0, LONG_MAX, 0, 0)
+    assert raised.value.message == f"append failed: {os.strerror(errno.ENOSPC)}"
+    assert raised.value.path == records.path and raised.value.position == 0
+    assert records.size_in_bytes == 0
 
 
 # --- durability: the bytes are in the OS when append_as_leader returns --------------------------

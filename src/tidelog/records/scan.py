@@ -556,6 +556,47 @@ def produced_batch_checker() -> ProducedBatchCheck:
 
 _PRODUCED_BATCH_CHECK: ProducedBatchCheck | None = None
 
+# append(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, max_delta,
+#        max_timestamp_limit, fd, position, base_offset, leader_epoch)
+#   -> (status, lastOffsetDelta, maxTimestamp, written)
+ProducedBatchAppend = Callable[[int, bool, int, int, bytes, int, int, int, int, int, int, int],
+                               tuple[int, int, int, int]]
+PRODUCED_ROLL = k.PRODUCED_ROLL
+NOW_FROM_CLOCK = k.NOW_FROM_CLOCK
+
+
+def produced_batch_appender() -> ProducedBatchAppend | None:
+    """The compiled :func:`_scan_kernels.append_produced_batch` (check a produced batch below
+    CRC_IN_KERNEL_BELOW bytes, then write it with its offsets and leader epoch patched in, one
+    libc ``pwrite``, no GIL), entered like :func:`produced_batch_checker`; None for the
+    interpreted twin, or where the write cannot be compiled (off Linux): the caller then checks
+    and writes as it did before, in Python. The caller owns ``fd`` and every rule about files
+    (it must not use this while a fileops fault plan is installed). Resolved once, then cached.
+    """
+    global _PRODUCED_BATCH_APPEND, _APPEND_RESOLVED
+    if not _APPEND_RESOLVED:
+        _PRODUCED_BATCH_APPEND = _compile_appender() if _ACTIVE.name == "numba" else None
+        _APPEND_RESOLVED = True
+    return _PRODUCED_BATCH_APPEND
+
+
+_PRODUCED_BATCH_APPEND: ProducedBatchAppend | None = None
+_APPEND_RESOLVED = False
+
+
+def _compile_appender() -> ProducedBatchAppend | None:
+    from tidelog.records import _write_intrinsics
+
+    intrinsics = _write_intrinsics.libc_calls()
+    if intrinsics is None:
+        return None
+    namespace = twins.compile_functions({**vars(k), **intrinsics}, k.NUMBA_INLINED, k.NUMBA_APPEND_COMPILED,
+                                        k.NUMBA_OPTIONS)
+    kernel = _entry_point(namespace["append_produced_batch"],
+                          ("int64", "boolean", "int64", "int64", "bytes", "int64", "int64", "int64", "int64",
+                           "int64", "int64", "int64"))
+    return kernel  # type: ignore[no-any-return]
+
 
 def _entry_point(dispatcher: Any, type_names: tuple[str, ...]) -> Any:
     """The compiled entry point of ``dispatcher`` for arguments of ``type_names`` ("bytes" or a

@@ -11,10 +11,11 @@ The file descriptor is opened on first use, so opening a data dir of many partit
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
-from tidelog.records.scan import BATCH_COLUMNS, walk_batch_headers
+from tidelog.records.scan import BATCH_COLUMNS, PRODUCED_OK, walk_batch_headers
 from tidelog.storage import fileops
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
@@ -34,9 +35,15 @@ SEARCH_CHUNK_BYTES = 16 << 10
 _PREFIX = struct.Struct(">qiib")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + _LAST_OFFSET_DELTA.size  # 27 bytes
+# What the leader patches into a produced batch: baseOffset, batchLength, partitionLeaderEpoch.
+_PATCHED_PREFIX = struct.Struct(">qii")
 
 Buffer = bytes | bytearray | memoryview
 Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
+# The compiled leader append kernel with a topic's rules bound (see FileRecords.append_produced):
+# write(records, now, max_delta, max_timestamp_limit, fd, position, base_offset, leader_epoch)
+#   -> (status, lastOffsetDelta, maxTimestamp, written)
+ProducedWrite = Callable[[bytes, int, int, int, int, int, int, int], tuple[int, int, int, int]]
 
 
 def chunks_size(data: Chunks) -> int:
@@ -142,6 +149,37 @@ class FileRecords:
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], written)
         self._size += written
         return written
+
+    def append_produced(
+        self, write: ProducedWrite, records: bytes, now: int, max_delta: int, max_timestamp_limit: int,
+        base_offset: int, leader_epoch: int,
+    ) -> tuple[int, int, int, int]:
+        """The leader's common append through ``write`` (the compiled
+        ``_scan_kernels.append_produced_batch`` with the topic's rules bound): check ``records``
+        and, when it passes and no roll rule fires (``max_delta``, ``max_timestamp_limit``), write
+        it at the end with ``base_offset`` and ``leader_epoch`` patched in. Returns the kernel's
+        ``(status, lastOffsetDelta, maxTimestamp, written)``; only PRODUCED_OK wrote, and then all
+        of ``records``. Failures are :meth:`append`'s: a StorageError naming the path
+        and position, or a short write continued from where it stopped. Bypasses fileops: the
+        caller makes sure no fault plan is installed.
+        """
+        fd = self._fd if self._fd is not None else self._descriptor()
+        result = write(records, now, max_delta, max_timestamp_limit, fd, self._size, base_offset, leader_epoch)
+        written = result[3]
+        if written == len(records):
+            self._size += written
+        elif result[0] == PRODUCED_OK:
+            self._finish_produced(records, written, base_offset, leader_epoch)
+        return result
+
+    def _finish_produced(self, records: bytes, written: int, base_offset: int, leader_epoch: int) -> None:
+        """After the kernel's write of a patched batch stopped at ``written`` (its error, when
+        negative): what :meth:`append` does after ``os.pwrite`` did that."""
+        if written < 0 and written != -errno.EINTR:  # EINTR: os.pwritev below retries, as os.pwrite does
+            error = OSError(-written, os.strerror(-written))
+            raise StorageError(f"append failed: {error.strerror}", path=self._path, position=self._size) from error
+        patched = _PATCHED_PREFIX.pack(base_offset, len(records) - LOG_OVERHEAD, leader_epoch) + records[_PATCHED_PREFIX.size:]
+        self._append_views([memoryview(patched)], max(written, 0))
 
     def _append_views(self, views: list[memoryview], written: int) -> int:
         """Write ``views`` at the end, of which the first ``written`` bytes already are (loops over

@@ -31,13 +31,22 @@ from tidelog.errors import (
 from tidelog.records import FileBatch
 from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
-from tidelog.storage.file_records import BatchLocation, Chunks, FileRecords, chunks_size, set_file_mtime
+from tidelog.records.scan import NOW_FROM_CLOCK, PRODUCED_OK
+from tidelog.storage.file_records import (
+    BatchLocation,
+    Chunks,
+    FileRecords,
+    ProducedWrite,
+    chunks_size,
+    set_file_mtime,
+)
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
 from tidelog.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
 
 
@@ -311,6 +320,62 @@ class LogSegment:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
         return True
+
+    def append_produced(
+        self, write: ProducedWrite, records: bytes, first_offset: int, leader_epoch: int, limits: RollLimits,
+        now: int,
+    ) -> tuple[int, int, int, int] | None:
+        """:meth:`append_if_no_roll` for the compiled leader path: ``records`` (one produced
+        batch, unchecked) is checked, and written at ``first_offset`` with ``leader_epoch``, by one
+        call of ``write`` (see :meth:`FileRecords.append_produced`) unless a roll rule fires.
+
+        None when the segment's state is not all loaded or a rule that needs no look at the batch
+        rolls (nothing was checked); else the kernel's ``(status, lastOffsetDelta, maxTimestamp,
+        written)``, of which only PRODUCED_OK wrote (and updated the indexes as
+        :meth:`append` does). The rules that need the batch (offset range, segment.ms against its
+        maxTimestamp) go to the kernel as limits. ``now``: the broker time, or NOW_FROM_CLOCK when
+        the clock is the system clock (the kernel reads it). Needs the log lock.
+        """
+        position = self.log.size_in_bytes
+        size = len(records)
+        relative = first_offset - self.base_offset
+        if position > limits.segment_bytes - size or not 0 <= relative <= INT32_MAX:
+            return None
+        offset_index, time_index, max_so_far = self._offset_index, self._time_index, self._max_timestamp
+        if offset_index is None or time_index is None or max_so_far is None:
+            return None
+        if offset_index.is_full() or time_index.is_full():
+            return None
+        max_timestamp_limit = INT64_MAX
+        if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
+            first = self._rolling_based_timestamp
+            if first is None:
+                return None
+            allowed = limits.max_segment_ms - self.rolling_jitter_ms
+            if first >= 0:  # it rolls when maxTimestamp - first > allowed (first >= 0: no int64 underflow)
+                if first + allowed < INT64_MAX:
+                    max_timestamp_limit = first + allowed
+            elif (now if now != NOW_FROM_CLOCK else self._clock.milliseconds()) - self._created_ms > allowed:
+                return None
+        result = self.log.append_produced(write, records, now, INT32_MAX - relative, max_timestamp_limit,
+                                          first_offset, leader_epoch)
+        if result[0] != PRODUCED_OK:
+            return result
+        # What append() does after the write (written out: this is the produce hot path).
+        max_timestamp = result[2]
+        if not position:
+            self._rolling_based_timestamp = max_timestamp
+        if max_timestamp > max_so_far:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = first_offset + result[1] if max_timestamp > NO_TIMESTAMP else -1
+            self._max_timestamp_in_index = False
+        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+            offset_index.append(first_offset + result[1], position)
+            time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # known
+            self._bytes_since_last_index_entry = size
+        else:
+            self._bytes_since_last_index_entry += size
+        return result
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX

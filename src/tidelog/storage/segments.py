@@ -17,6 +17,12 @@ class LogSegments:
     def __init__(self) -> None:
         self._bases: list[int] = []
         self._by_base: dict[int, LogSegment] = {}
+        # The active segment (None when empty): a plain attribute, kept by every mutation below,
+        # because the leader's append path reads it on every append.
+        self.last: LogSegment | None = None
+
+    def _update_last(self) -> None:
+        self.last = self._by_base[self._bases[-1]] if self._bases else None
 
     def add(self, segment: LogSegment) -> LogSegment | None:
         """Insert or replace the segment at its base offset; returns the replaced one."""
@@ -25,15 +31,18 @@ class LogSegments:
         if previous is None:
             bisect.insort(self._bases, base)
         self._by_base[base] = segment
+        self._update_last()
         return previous
 
     def remove(self, base_offset: int) -> None:
         if self._by_base.pop(base_offset, None) is not None:
             del self._bases[bisect.bisect_left(self._bases, base_offset)]
+            self._update_last()
 
     def clear(self) -> None:
         self._bases.clear()
         self._by_base.clear()
+        self.last = None
 
     def get(self, base_offset: int) -> LogSegment | None:
         return self._by_base.get(base_offset)
@@ -56,10 +65,6 @@ class LogSegments:
     @property
     def first(self) -> LogSegment | None:
         return self._by_base[self._bases[0]] if self._bases else None
-
-    @property
-    def last(self) -> LogSegment | None:
-        return self._by_base[self._bases[-1]] if self._bases else None
 
     def floor(self, offset: int) -> LogSegment | None:
         """The segment with the largest base offset <= ``offset``."""

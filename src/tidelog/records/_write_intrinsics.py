@@ -1,0 +1,107 @@
+"""libc ``pwrite`` and ``clock_gettime`` as numba intrinsics, for the compiled leader append kernel only.
+
+Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_produced_batch`` is written against
+``pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch)``, whose
+interpreted definition there is the specification (``os.pwrite`` of the batch with its 16-byte
+head replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc, made by the
+kernel without the GIL and without a Python object on the way: the batch is copied into the
+kernel's stack frame (at most WRITE_BUFFER_BYTES) and its head patched there. Likewise
+``wall_clock_ms()``, the system clock in milliseconds, without a Python call.
+
+Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
+changes from process to process); the symbols named here are resolved when the cached code is
+loaded. Linux only (``__errno_location`` is how glibc and musl expose ``errno``; 64-bit ``timespec``);
+imported only once numba is.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tidelog.records._scan_kernels import PATCHED_PREFIX, WRITE_BUFFER_BYTES
+
+
+def libc_calls() -> dict[str, Any] | None:
+    """``{"pwrite_patched": ..., "wall_clock_ms": ...}`` as numba intrinsics; None off Linux, or
+    when this process has no ``pwrite``, ``__errno_location`` and ``clock_gettime`` to link to."""
+    from llvmlite import binding
+
+    if not sys.platform.startswith("linux") or sys.maxsize < 2**63 - 1:  # the struct layouts below are 64-bit
+        return None
+    if not all(binding.address_of_symbol(name) for name in ("pwrite", "__errno_location", "clock_gettime")):
+        return None
+    return {"pwrite_patched": _pwrite_patched_intrinsic(), "wall_clock_ms": _wall_clock_ms_intrinsic()}
+
+
+_CLOCK_REALTIME = 0  # <time.h> on Linux
+
+
+def _wall_clock_ms_intrinsic() -> Any:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    timespec = ir.LiteralStructType([i64, i64])  # struct timespec {time_t tv_sec; long tv_nsec;} (64-bit)
+
+    def wall_clock_ms(typingctx: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            now = cgutils.alloca_once(builder, timespec)
+            clock_gettime = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [i32, timespec.as_pointer()]), "clock_gettime")
+            builder.call(clock_gettime, [ir.Constant(i32, _CLOCK_REALTIME), now])  # cannot fail for this clock
+            zero, one = ir.Constant(i32, 0), ir.Constant(i32, 1)
+            seconds = builder.load(builder.gep(now, [zero, zero]))
+            nanoseconds = builder.load(builder.gep(now, [zero, one]))  # in [0, 1e9): a signed division is exact
+            return builder.add(builder.mul(seconds, ir.Constant(i64, 1000)),
+                               builder.sdiv(nanoseconds, ir.Constant(i64, 1_000_000)))
+        return types.int64(), codegen
+
+    return intrinsic(wall_clock_ms)
+
+
+def _pwrite_patched_intrinsic() -> Any:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    bytes_ptr = i8.as_pointer()
+
+    def pwrite_patched(typingctx: Any, fd: Any, buf: Any, size: Any, position: Any, base_offset: Any,
+                       batch_length: Any, leader_epoch: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            fd_arg, buf_arg, size_arg, position_arg, base_arg, length_arg, epoch_arg = args
+            module = builder.module
+            data = builder.bitcast(context.make_array(signature.args[1])(context, builder, buf_arg).data, bytes_ptr)
+
+            def field(byte: int, kind: Any) -> Any:
+                return builder.bitcast(builder.gep(copy, [ir.Constant(i64, byte)]), kind.as_pointer())
+
+            # The batch copied into this frame (alloca_once: in the entry block, so once per
+            # call), then its head overwritten, big-endian. The caller bounds size.
+            copy = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, WRITE_BUFFER_BYTES)), bytes_ptr)
+            builder.call(module.declare_intrinsic("llvm.memcpy", [bytes_ptr, bytes_ptr, i64]),
+                         [copy, data, size_arg, ir.Constant(i1, 0)])
+            bswap64 = module.declare_intrinsic("llvm.bswap", [i64])
+            bswap32 = module.declare_intrinsic("llvm.bswap", [i32])
+            builder.store(builder.call(bswap64, [base_arg]), field(0, i64))
+            builder.store(builder.call(bswap32, [builder.trunc(length_arg, i32)]), field(8, i32))
+            builder.store(builder.call(bswap32, [builder.trunc(epoch_arg, i32)]), field(12, i32))
+
+            pwrite = cgutils.get_or_insert_function(module, ir.FunctionType(i64, [i32, bytes_ptr, i64, i64]), "pwrite")
+            written = builder.call(pwrite, [builder.trunc(fd_arg, i32), copy, size_arg, position_arg])
+            errno_location = cgutils.get_or_insert_function(module, ir.FunctionType(i32.as_pointer(), []),
+                                                            "__errno_location")
+            # errno is read unconditionally (a thread-local load) and used only when the call failed.
+            errno = builder.sext(builder.load(builder.call(errno_location, [])), i64)
+            return builder.select(builder.icmp_signed("<", written, ir.Constant(i64, 0)), builder.neg(errno), written)
+
+        integers = (fd, size, position, base_offset, batch_length, leader_epoch)
+        if not (isinstance(buf, types.Bytes) and all(isinstance(a, types.Integer) for a in integers)):
+            return None
+        return types.int64(fd, buf, size, position, base_offset, batch_length, leader_epoch), codegen
+
+    assert PATCHED_PREFIX == 16  # the three fields stored above
+    return intrinsic(pwrite_patched)
