@@ -41,12 +41,12 @@ def _batch(*values: bytes | None, ts: int = NOW, **builder: Any) -> bytes:
     return b.build()
 
 
-def _append(kernel: Append, path: Path, data: bytes, *, now: int = NOW, max_delta: int = 2**31 - 1,
+def _append(kernel: Append, path: Path, data: bytes, *, now: int = NOW, relative_offset: int = 0,
             max_timestamp_limit: int = INT64_MAX, position: int = 0, base_offset: int = 7,
             leader_epoch: int = 3, rules: tuple[int, bool, int, int] = RULES) -> tuple[tuple[int, ...], bytes]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        result = kernel(*rules, data, now, max_delta, max_timestamp_limit, fd, position, base_offset, leader_epoch)
+        result = kernel(*rules, data, now, relative_offset, max_timestamp_limit, fd, position, base_offset, leader_epoch)
         return tuple(result), os.pread(fd, 1 << 16, 0)
     finally:
         os.close(fd)
@@ -59,7 +59,8 @@ def test_the_compiled_kernel_exists_where_numba_does() -> None:
 @pytest.mark.parametrize("kernel", _appenders())
 def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: Append, tmp_path: Path) -> None:
     data = _batch(b"a", b"bb", ts=NOW - 5)
-    result, written = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=-1)
+    result, written = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=-1,
+                              relative_offset=2**31 - 2)  # the last offset's is 2**31 - 1: still an int32
     assert result == (k.PRODUCED_OK, 1, NOW - 5, len(data))
     assert written[:10] == bytes(10)  # a hole: the write went to position 10
     assert written[10:] == struct.pack(">qii", 1 << 40, len(data) - 12, -1) + data[16:]
@@ -71,7 +72,7 @@ def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: 
     ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0)}, k.PRODUCED_OTHER),
     ({"data": _batch(b"v" * 5000)}, k.PRODUCED_OTHER),  # above WRITE_BUFFER_BYTES
     ({"leader_epoch": 2**31}, k.PRODUCED_OTHER),  # no int32
-    ({"max_delta": 1}, k.PRODUCED_ROLL),  # three records: lastOffsetDelta 2
+    ({"relative_offset": 2**31 - 2}, k.PRODUCED_ROLL),  # three records: the last at 2**31 + 0
     ({"max_timestamp_limit": NOW - 1}, k.PRODUCED_ROLL),
     ({"now": NOW - 3600001}, k.PRODUCED_OTHER),  # a timestamp too far ahead of the broker time
     ({"now": k.NOW_FROM_CLOCK}, k.PRODUCED_OTHER),  # the real clock is years after NOW: too far behind
@@ -99,7 +100,7 @@ def test_a_failed_write_returns_minus_errno(kernel: Append, tmp_path: Path) -> N
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)
     try:
-        result = kernel(*RULES, _batch(b"v"), NOW, 2**31 - 1, INT64_MAX, fd, 0, 0, 0)
+        result = kernel(*RULES, _batch(b"v"), NOW, 0, INT64_MAX, fd, 0, 0, 0)
     finally:
         os.close(fd)
     assert result[0] == k.PRODUCED_OK and result[3] == -errno.EBADF

@@ -330,7 +330,7 @@ def test_a_short_or_interrupted_compiled_write_is_continued(tmp_path: Path, firs
     batch = _one_record()
     patched = struct.pack(">qii", 42, len(batch) - 12, 3) + batch[16:]
 
-    def short_kernel(data: bytes, now: int, max_delta: int, max_timestamp_limit: int, fd: int, position: int,
+    def short_kernel(data: bytes, now: int, relative_offset: int, max_timestamp_limit: int, fd: int, position: int,
                      base_offset: int, leader_epoch: int) -> tuple[int, int, int, int]:
         if first_write > 0:
             os.pwrite(fd, patched[:first_write], position)

@@ -1,7 +1,9 @@
 # mypy: disable-error-code="no-untyped-def"
 """Scan kernels: RecordBatch v2 headers and records decoded into flat columns, and the leader's
 one-pass check of a produced batch (``check_produced_batch``, with a CRC-32C of its own for small
-batches, whose crc32c library call costs more than computing it here).
+batches, whose crc32c library call costs more than computing it here), also as the one call that
+checks and writes it (``append_produced_batch``: its ``pwrite_patched`` and ``wall_clock_ms`` are
+specifications here, libc calls when compiled; the caller owns the file descriptor).
 
 Private to :mod:`tidelog.records.scan`, which is the only caller. Every function here is written
 in the subset of Python that numba compiles (ints, tuples, indexing, loops; no objects, no
@@ -123,8 +125,7 @@ NUMBA_CRC_COMPILED = ("batch_crcs",)
 # The leader's check-and-write kernel is compiled likewise, with pwrite_patched replaced by a
 # direct libc ``pwrite`` (_write_intrinsics; Linux only). It lives in this file, not next to its
 # intrinsic, so that numba's cache of it goes stale with the check it runs.
-NUMBA_APPEND_COMPILED = ("read_varint_slow", "skip_headers", "summarize_records", "check_produced_batch",
-                         "append_produced_batch")
+NUMBA_APPEND_COMPILED = ("append_produced_batch",)  # calls the compiled check_produced_batch
 
 
 # --- primitives -----------------------------------------------------------------------------
@@ -639,7 +640,7 @@ WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # append_produced_batch writes batches
 NOW_FROM_CLOCK = INT64_MIN  # append_produced_batch's ``now`` that means: read the wall clock here
 
 
-def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, max_delta,
+def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, relative_offset,
                           max_timestamp_limit, fd, position, base_offset, leader_epoch):
     """The leader's common append in one call: :func:`check_produced_batch` of the whole ``buf``
     (CRC included; the topic's rules come first, so that callers can bind them once), then,
@@ -648,14 +649,14 @@ def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_m
     replaced by ``base_offset``, its size - 12 and ``leader_epoch``. Batches of up to
     WRITE_BUFFER_BYTES only (larger: PRODUCED_OTHER).
 
-    The roll rules the batch's content decides come as limits: its lastOffsetDelta at most
-    ``max_delta`` (relative offsets stay int32), its maxTimestamp at most
-    ``max_timestamp_limit`` (segment.ms); the caller checked the others. Returns ``(status,
-    lastOffsetDelta, maxTimestamp, written)`` (recordsCount is lastOffsetDelta + 1, checked):
-    PRODUCED_OK with the bytes written (fewer than the batch on a short write, ``-errno`` when the
-    write failed); PRODUCED_ROLL, PRODUCED_OTHER or PRODUCED_COMPRESSED with nothing written.
-    (Each argument costs ~25 ns to pass, half a percent of a 1-record append: the kernel
-    takes none it can find itself.) ``now`` NOW_FROM_CLOCK: the
+    The roll rules the batch's content decides come as limits: ``relative_offset`` (of
+    ``base_offset`` in its segment, in [0, INT32_MAX]) plus its lastOffsetDelta at most
+    INT32_MAX, its maxTimestamp at most ``max_timestamp_limit`` (segment.ms); the caller checked
+    the others. Returns ``(status, lastOffsetDelta, maxTimestamp, written)`` (recordsCount is
+    lastOffsetDelta + 1, checked): PRODUCED_OK with the bytes written (fewer than the batch on a
+    short write, ``-errno`` when the write failed); PRODUCED_ROLL, PRODUCED_OTHER or
+    PRODUCED_COMPRESSED with nothing written. (Each argument costs ~25 ns to pass, half a percent
+    of a 1-record append: the kernel takes none it can find itself.) ``now`` NOW_FROM_CLOCK: the
     broker time is the system clock's, read here (a Python clock call costs a tenth of an append).
     """
     size = len(buf)
@@ -667,7 +668,7 @@ def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_m
         buf, size, False, max_message_bytes, compact, before_max_ms, after_max_ms, now)
     if status != PRODUCED_OK:
         return status, 0, 0, 0
-    if delta > max_delta or max_timestamp > max_timestamp_limit:
+    if delta > INT32_MAX - relative_offset or max_timestamp > max_timestamp_limit:
         return PRODUCED_ROLL, delta, max_timestamp, 0
     written = pwrite_patched(fd, buf, size, position, base_offset, size - LOG_OVERHEAD, leader_epoch)
     return PRODUCED_OK, delta, max_timestamp, written

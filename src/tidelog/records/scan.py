@@ -556,7 +556,7 @@ def produced_batch_checker() -> ProducedBatchCheck:
 
 _PRODUCED_BATCH_CHECK: ProducedBatchCheck | None = None
 
-# append(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, max_delta,
+# append(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, relative_offset,
 #        max_timestamp_limit, fd, position, base_offset, leader_epoch)
 #   -> (status, lastOffsetDelta, maxTimestamp, written)
 ProducedBatchAppend = Callable[[int, bool, int, int, bytes, int, int, int, int, int, int, int],
@@ -590,8 +590,9 @@ def _compile_appender() -> ProducedBatchAppend | None:
     intrinsics = _write_intrinsics.libc_calls()
     if intrinsics is None:
         return None
-    namespace = twins.compile_functions({**vars(k), **intrinsics}, k.NUMBA_INLINED, k.NUMBA_APPEND_COMPILED,
-                                        k.NUMBA_OPTIONS)
+    # The active twin's compiled check_produced_batch is the one called: nothing is compiled twice.
+    source = {**vars(k), **intrinsics, "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
+    namespace = twins.compile_functions(source, (), k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
     kernel = _entry_point(namespace["append_produced_batch"],
                           ("int64", "boolean", "int64", "int64", "bytes", "int64", "int64", "int64", "int64",
                            "int64", "int64", "int64"))

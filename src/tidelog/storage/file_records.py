@@ -41,7 +41,7 @@ _PATCHED_PREFIX = struct.Struct(">qii")
 Buffer = bytes | bytearray | memoryview
 Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
 # The compiled leader append kernel with a topic's rules bound (see FileRecords.append_produced):
-# write(records, now, max_delta, max_timestamp_limit, fd, position, base_offset, leader_epoch)
+# write(records, now, relative_offset, max_timestamp_limit, fd, position, base_offset, leader_epoch)
 #   -> (status, lastOffsetDelta, maxTimestamp, written)
 ProducedWrite = Callable[[bytes, int, int, int, int, int, int, int], tuple[int, int, int, int]]
 
@@ -151,20 +151,20 @@ class FileRecords:
         return written
 
     def append_produced(
-        self, write: ProducedWrite, records: bytes, now: int, max_delta: int, max_timestamp_limit: int,
+        self, write: ProducedWrite, records: bytes, now: int, relative_offset: int, max_timestamp_limit: int,
         base_offset: int, leader_epoch: int,
     ) -> tuple[int, int, int, int]:
         """The leader's common append through ``write`` (the compiled
         ``_scan_kernels.append_produced_batch`` with the topic's rules bound): check ``records``
-        and, when it passes and no roll rule fires (``max_delta``, ``max_timestamp_limit``), write
-        it at the end with ``base_offset`` and ``leader_epoch`` patched in. Returns the kernel's
+        and, when it passes and no roll rule fires (``relative_offset``, ``max_timestamp_limit``),
+        write it at the end with ``base_offset`` and ``leader_epoch`` patched in. Returns the kernel's
         ``(status, lastOffsetDelta, maxTimestamp, written)``; only PRODUCED_OK wrote, and then all
         of ``records``. Failures are :meth:`append`'s: a StorageError naming the path
         and position, or a short write continued from where it stopped. Bypasses fileops: the
         caller makes sure no fault plan is installed.
         """
         fd = self._fd if self._fd is not None else self._descriptor()
-        result = write(records, now, max_delta, max_timestamp_limit, fd, self._size, base_offset, leader_epoch)
+        result = write(records, now, relative_offset, max_timestamp_limit, fd, self._size, base_offset, leader_epoch)
         written = result[3]
         if written == len(records):
             self._size += written

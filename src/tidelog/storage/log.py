@@ -361,10 +361,13 @@ class Log:
         """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append.
 
         The common case, one v2 batch from a producer written as it came (see
-        :func:`~tidelog.storage.validator.validate_produced_batch`), takes a lean path: one
-        kernel call for validation, one ``pwrite``, integer bookkeeping. Everything else, and
-        every error, takes the general path (:meth:`_append_as_leader`); both write the same
-        bytes and return the same info. The bytes are in the OS when this returns.
+        :func:`~tidelog.storage.validator.validate_produced_batch`), takes a lean path: below
+        4 KiB and with no fileops fault plan installed, ONE compiled call checks the batch and
+        writes it (``_scan_kernels.append_produced_batch``, via :meth:`LogSegment.append_produced`);
+        otherwise (bigger or compressed batches, a fault plan, the interpreted twin) one kernel
+        call for validation and one ``pwrite`` through fileops. Then integer bookkeeping.
+        Everything else, and every error, takes the general path (:meth:`_append_as_leader`); all
+        write the same bytes and return the same info. The bytes are in the OS when this returns.
         """
         # Written out on purpose: the produce hot path, where each call saved is ~2% of a
         # 1-record append (issue 2 asks 200,000 a second). Any doubt falls to the general path.
@@ -414,23 +417,17 @@ class Log:
                         data = head + records[16:] if size < _COPY_BELOW else (head, memoryview(records)[16:])
                         if segment.append_if_no_roll(data, size, last, max_timestamp, offset_of_max,
                                                      self._roll_limits, now):
-                            return self._appended(first, last, max_timestamp, count, size, leader_epoch, codec)
+                            # What _append does after the write: epoch cache, log end, flush.messages.
+                            if leader_epoch >= 0:
+                                latest = self.leader_epoch_cache.latest_entry  # assign() changes nothing if:
+                                if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
+                                    self.leader_epoch_cache.assign(leader_epoch, first)
+                            self._log_end_offset = last + 1
+                            if last + 1 - self._recovery_point >= self._config.flush_messages:
+                                self.flush()
+                            return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,
+                                                              self._log_start_offset, count, size, codec, codec))
         return self._append_as_leader(records, leader_epoch, origin)
-
-    def _appended(
-        self, first: int, last: int, max_timestamp: int, count: int, size: int, leader_epoch: int, codec: CompressionType
-    ) -> LogAppendInfo:
-        """What :meth:`_append` does after the common path wrote a produced batch at ``first``:
-        epoch cache, log end, flush.messages; then the append info. Needs the lock."""
-        if leader_epoch >= 0:
-            latest = self.leader_epoch_cache.latest_entry  # assign() changes nothing if:
-            if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
-                self.leader_epoch_cache.assign(leader_epoch, first)
-        self._log_end_offset = last + 1
-        if last + 1 - self._recovery_point >= self._config.flush_messages:
-            self.flush()
-        return _new_tuple(LogAppendInfo, (first, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1,
-                                          NO_TIMESTAMP, self._log_start_offset, count, size, codec, codec))
 
     def _append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin

@@ -29,9 +29,9 @@ from tidelog.errors import (
     LogSegmentOffsetOverflowError,
 )
 from tidelog.records import FileBatch
+from tidelog.records.scan import NOW_FROM_CLOCK, PRODUCED_OK
 from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
-from tidelog.records.scan import NOW_FROM_CLOCK, PRODUCED_OK
 from tidelog.storage.file_records import (
     BatchLocation,
     Chunks,
@@ -357,8 +357,7 @@ class LogSegment:
                     max_timestamp_limit = first + allowed
             elif (now if now != NOW_FROM_CLOCK else self._clock.milliseconds()) - self._created_ms > allowed:
                 return None
-        result = self.log.append_produced(write, records, now, INT32_MAX - relative, max_timestamp_limit,
-                                          first_offset, leader_epoch)
+        result = self.log.append_produced(write, records, now, relative, max_timestamp_limit, first_offset, leader_epoch)
         if result[0] != PRODUCED_OK:
             return result
         # What append() does after the write (written out: this is the produce hot path).
