@@ -24,7 +24,7 @@ import numpy as np
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
-from tidelog.records.scan import BATCH_COLUMNS, PRODUCED_OK, walk_batch_headers
+from tidelog.records.scan import BATCH_COLUMNS, PRODUCED_OK, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
@@ -317,6 +317,34 @@ class FileRecords:
             raise CorruptRecordError("invalid batch header", path=self._path, position=bad)
         return {name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, dtype)
                 for name, dtype in BATCH_COLUMNS}
+
+    def valid_v2_headers(self) -> BatchHeaders:
+        """The header columns of the leading run of v2 batches that recovery's batch-by-batch
+        check accepts as far as the batch goes (complete, size and magic right, CRC matching),
+        plus ``leader_epoch``: one header walk and one CRC pass over the mapped file. The run
+        ends before the first batch that fails, or where the walk stops (partial tail, a legacy
+        entry, a header that cannot be a batch, an int64 offset overflow); the caller checks the
+        rest one by one from the run's end. Reads through the map, so only for a caller that
+        has checked ``fileops.active()`` is False when it must match the read path's faults."""
+        size = self._size
+        columns: BatchHeaders = {name: np.zeros(0, dtype) for name, dtype in BATCH_COLUMNS}
+        epochs = np.zeros(0, np.int32)
+        if size > 0:
+            with open(self._path, "rb") as f, fileops.mmap(f.fileno(), size, writable=False, path=self._path) as mapped:
+                data = np.frombuffer(mapped, np.uint8, size)
+                columns = walk_batch_headers(data).batches
+                positions = columns["position"]
+                if len(positions):
+                    # Stored CRC (bytes 17-20) and partitionLeaderEpoch (12-15), big-endian, gathered at once.
+                    stored = data[positions[:, None] + np.arange(17, 21)].view(">u4").ravel().astype(np.int64)
+                    epochs = data[positions[:, None] + np.arange(12, 16)].view(">i4").ravel().astype(np.int32)
+                    bad = np.flatnonzero(batch_crcs(data, positions, columns["size"]) != stored)
+                    if len(bad):
+                        columns = {name: column[:bad[0]] for name, column in columns.items()}
+                        epochs = epochs[:bad[0]]
+                del data  # the map cannot close while a view of it is exported
+        columns["leader_epoch"] = epochs
+        return columns
 
     def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.

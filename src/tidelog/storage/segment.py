@@ -16,7 +16,7 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from tidelog.records.scan import NOW_FROM_CLOCK, PRODUCED_OK
 from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.file_records import (
+    BatchHeaders,
     BatchLocation,
     Chunks,
     FileRecords,
@@ -475,26 +476,17 @@ class LogSegment:
         :meth:`rebuild_indexes`; the transaction index is kept up to the recovered end. Returns
         the bytes removed and the leader-epoch starts seen. Scans the whole segment.
         """
-        valid_bytes = 0
-        end_offset = self.base_offset
-        first_batch_max_ts: int | None = None
-        epoch_starts: list[tuple[int, int]] = []
-        try:
-            for position, batch in self.log.batches(0):
-                batch.ensure_valid(path=self.log.path, position=position)
-                self._ensure_offset_in_range(batch.last_offset)
-                valid_bytes += batch.size_in_bytes
-                end_offset = batch.last_offset + 1
-                if first_batch_max_ts is None:
-                    first_batch_max_ts = batch.max_timestamp
-                _note_epoch_start(epoch_starts, batch)
-        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as e:
-            log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, valid_bytes, e)
+        if fileops.active():  # a fault plan: every read goes through the seam
+            state, headers = self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
+        else:
+            state, headers = self._recover_batches_columnar()
+        valid_bytes, end_offset = state.valid_bytes, state.end_offset
+        first_batch_max_ts, epoch_starts = state.first_batch_max_ts, state.epoch_starts
         truncated = self.log.size_in_bytes - valid_bytes
         if truncated > 0:
             log.warning("truncating %s from %d to %d bytes", self.log.path, self.log.size_in_bytes, valid_bytes)
             self.log.truncate_to(valid_bytes)
-        self.rebuild_indexes()
+        self.rebuild_indexes(headers)
         self.offset_index.trim_to_valid_size()
         mts = self.max_timestamp_and_offset_so_far  # set by rebuild_indexes
         self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
@@ -503,12 +495,60 @@ class LogSegment:
         self._rolling_based_timestamp = first_batch_max_ts
         return RecoveryResult(truncated, epoch_starts)
 
-    def rebuild_indexes(self) -> None:
+    def _recover_batches_columnar(self) -> tuple[_RecoveryState, BatchHeaders | None]:
+        """:meth:`_recover_batches_one_by_one`'s result with columns for the leading run of valid
+        v2 batches (one header walk, one CRC pass, numpy for the offset range and the epoch
+        starts); the loop checks the rest from the first batch the run does not cover, so the
+        stop, its warning and any legacy entries are the loop's. Also the run's headers for
+        :meth:`rebuild_indexes` when they are the whole recovered ``.log``, else None."""
+        headers = self.log.valid_v2_headers()
+        last_offsets = headers["last_offset"]
+        # Kafka's relative offset range, 0 <= last - base <= INT32_MAX, without int64 wrap-around.
+        in_range = (last_offsets >= self.base_offset) & (last_offsets <= min(self.base_offset + INT32_MAX, INT64_MAX))
+        out = np.flatnonzero(~in_range)
+        if len(out):
+            headers = {name: column[:out[0]] for name, column in headers.items()}
+        state = _RecoveryState(self.base_offset)
+        count = len(headers["position"])
+        if count:
+            state.valid_bytes = int(headers["position"][-1] + headers["size"][-1])
+            state.end_offset = int(headers["last_offset"][-1]) + 1
+            state.first_batch_max_ts = int(headers["max_timestamp"][0])
+            # _note_epoch_start for every batch: v2 batches with an epoch, a new entry at each change.
+            with_epoch = np.flatnonzero(headers["leader_epoch"] >= 0)
+            epochs = headers["leader_epoch"][with_epoch]
+            starts = with_epoch[np.concatenate(([True], epochs[1:] != epochs[:-1]))] if len(with_epoch) else with_epoch
+            state.epoch_starts = list(zip(headers["leader_epoch"][starts].tolist(), headers["base_offset"][starts].tolist()))
+        covered = state.valid_bytes
+        if covered < self.log.size_in_bytes:
+            self._recover_batches_one_by_one(state)
+        return state, (headers if state.valid_bytes == covered else None)
+
+    def _recover_batches_one_by_one(self, state: _RecoveryState) -> _RecoveryState:
+        """Validate batch by batch from ``state.valid_bytes`` (0 for the whole segment), updating
+        ``state``, until the first invalid batch (logged) or the end: the specification of
+        :meth:`_recover_batches_columnar`, and the path for legacy entries and fault plans."""
+        try:
+            for position, batch in self.log.batches(state.valid_bytes):
+                batch.ensure_valid(path=self.log.path, position=position)
+                self._ensure_offset_in_range(batch.last_offset)
+                state.valid_bytes += batch.size_in_bytes
+                state.end_offset = batch.last_offset + 1
+                if state.first_batch_max_ts is None:
+                    state.first_batch_max_ts = batch.max_timestamp
+                _note_epoch_start(state.epoch_starts, batch)
+        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as e:
+            log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, state.valid_bytes, e)
+        return state
+
+    def rebuild_indexes(self, headers: BatchHeaders | None = None) -> None:
         """Re-create the offset and time indexes from the ``.log``'s batch headers, with the entries
         single-batch appends would have made (one per ``index.interval.bytes``): after recovery,
         and for the cleaner, whose multi-megabyte appends would get one entry each. The
-        transaction index is kept; nothing is validated (the caller validated or wrote the bytes)."""
-        headers = self.log.batch_headers()
+        transaction index is kept; nothing is validated (the caller validated or wrote the bytes).
+        ``headers``: the ``.log``'s batch headers when the caller has them (recovery)."""
+        if headers is None:
+            headers = self.log.batch_headers()
         self.offset_index.reset()
         self.time_index.reset()
         positions, last_offsets = headers["position"], headers["last_offset"]
@@ -688,6 +728,17 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={str(self._dir)!r})"
+
+
+@dataclass(slots=True)
+class _RecoveryState:
+    """Where recovery's batch checks have got to: the end of the last valid batch, the offset
+    after it, the first batch's max timestamp and the leader-epoch starts so far."""
+
+    end_offset: int
+    valid_bytes: int = 0
+    first_batch_max_ts: int | None = None
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _note_epoch_start(epoch_starts: list[tuple[int, int]], batch: FileBatch) -> None:
