@@ -474,7 +474,9 @@ class LogSegment:
         Stops at the first batch that fails its CRC or size check, or at a partial batch, and
         truncates the ``.log`` there. The offset and time indexes are rebuilt by
         :meth:`rebuild_indexes`; the transaction index is kept up to the recovered end. Returns
-        the bytes removed and the leader-epoch starts seen. Scans the whole segment.
+        the bytes removed and the leader-epoch starts seen. Scans the whole segment: columns
+        for the leading run of valid v2 batches, batch by batch from where that run ends (and
+        all of it under a fault plan, whose reads must go through the seam).
         """
         if fileops.active():  # a fault plan: every read goes through the seam
             state, headers = self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
