@@ -69,7 +69,9 @@ def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: 
 @pytest.mark.parametrize("kernel", _appenders())
 @pytest.mark.parametrize("case,expected_status", [
     ({"data": _batch(b"v", compression=CompressionType.GZIP)}, k.PRODUCED_COMPRESSED),
-    ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0)}, k.PRODUCED_OTHER),
+    ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0)}, k.PRODUCED_IDEMPOTENT),
+    ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)},
+     k.PRODUCED_OTHER),
     ({"data": _batch(b"v" * 5000)}, k.PRODUCED_OTHER),  # above WRITE_BUFFER_BYTES
     ({"leader_epoch": 2**31}, k.PRODUCED_OTHER),  # no int32
     ({"relative_offset": 2**31 - 2}, k.PRODUCED_ROLL),  # three records: the last at 2**31 + 0

@@ -35,6 +35,7 @@ from storage_helpers import T0, log_config
 from tidelog.clock import SYSTEM_CLOCK
 from tidelog.errors import InvalidTimestampError, StorageError, TidelogError
 from tidelog.records import BatchBuilder, CompressionType, TimestampType, write_crc
+from tidelog.records.batch import increment_sequence
 from tidelog.records.scan import ACTIVE_IMPLEMENTATION, PRODUCED_OK
 from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
@@ -74,14 +75,14 @@ _timestamps = st.sampled_from([T0, T0, T0 + 1, T0 - 5000, T0 + 5000, -1, 0])
 def produced_batches(draw: st.DrawFn) -> bytearray:
     """A v2 batch as a producer would send it, mostly the common case."""
     count = draw(st.integers(1, 12))
-    producer_id = draw(st.sampled_from([-1, -1, -1, 7]))
+    producer_id = draw(st.sampled_from([-1, -1, -1, 7, 7, 8]))
     stamp_type = draw(st.sampled_from([TimestampType.CREATE_TIME] * 5 + [TimestampType.LOG_APPEND_TIME]))
     builder = BatchBuilder(
         compression=draw(st.sampled_from(CODECS[:1] * 4 + CODECS)),
         timestamp_type=stamp_type,
-        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+        producer_id=producer_id, producer_epoch=draw(st.sampled_from([0, 0, 0, 1])) if producer_id >= 0 else -1,
         base_sequence=draw(st.sampled_from([0, -1])) if producer_id >= 0 else -1,
-        is_transactional=producer_id >= 0 and draw(st.booleans()),
+        is_transactional=producer_id >= 0 and draw(st.sampled_from([False, False, True])),
         is_control=draw(st.sampled_from([False] * 15 + [True])),
         log_append_time=T0 + 3 if stamp_type is TimestampType.LOG_APPEND_TIME else None,
     )
@@ -94,8 +95,9 @@ def produced_batches(draw: st.DrawFn) -> bytearray:
 
 
 @st.composite
-def appends(draw: st.DrawFn) -> tuple[Any, int, AppendOrigin]:
-    """``(records, leader epoch, origin)``: a produced batch, often spoiled in one way."""
+def appends(draw: st.DrawFn) -> tuple[Any, int, AppendOrigin, bool]:
+    """``(records, leader epoch, origin, resequence)``: a produced batch, often spoiled in one
+    way; ``resequence``: the test gives it the next sequence of its producer (see _resequenced)."""
     data = draw(produced_batches())
     damage = draw(st.sampled_from(["none"] * 6 + [
         "flip", "flip_fixed_crc", "base_offset", "truncate", "trailing", "two_batches", "count",
@@ -128,7 +130,24 @@ def appends(draw: st.DrawFn) -> tuple[Any, int, AppendOrigin]:
     records = kind(bytes(data)) if kind is not memoryview else memoryview(bytes(data))
     epoch = draw(st.sampled_from([0, 0, 1, 3, -1]))
     origin = draw(st.sampled_from([AppendOrigin.CLIENT] * 8 + [AppendOrigin.COORDINATOR]))
-    return records, epoch, origin
+    return records, epoch, origin, draw(st.sampled_from([True, True, True, False]))
+
+
+def _resequenced(records: Any, log: Log) -> Any:
+    """``records`` with the base sequence that continues its producer's in ``log`` (0 for a
+    producer ``log`` does not know) and a CRC to match, when it has a producer id: idempotent
+    batches then mostly continue their sequence, as a producer's do, and sometimes do not."""
+    data = bytearray(bytes(records))
+    if len(data) < 61 or data[43] & 0x80:
+        return records
+    entry = log.producer_state.last_entry(int.from_bytes(data[43:51], "big", signed=True))
+    following = 0 if entry is None or entry.last_seq < 0 else increment_sequence(entry.last_seq, 1)
+    data[53:57] = following.to_bytes(4, "big", signed=True)
+    try:
+        write_crc(data)
+    except TidelogError:  # a damaged batch whose size field does not fit the bytes: keep it as drawn
+        return records
+    return memoryview(bytes(data)) if isinstance(records, memoryview) else type(records)(data)
 
 
 # --- the two logs -----------------------------------------------------------------------------
@@ -143,9 +162,12 @@ def _outcome(call: Any, dir: Path) -> tuple[str, Any]:
 
 
 def _state(log: Log) -> tuple[Any, ...]:
+    producers = log.producer_state.active_producers
     return (log.log_end_offset, log.log_start_offset, log.recovery_point, log.high_watermark,
             [(s.base_offset, s.size, s.max_timestamp_and_offset_so_far) for s in log.segments],
-            [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries])
+            [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries],
+            sorted((p.producer_id, p.producer_epoch, list(p.batches), p.last_timestamp, p.current_txn_first_offset)
+                   for p in producers.values()))
 
 
 def _files(dir: Path) -> dict[str, bytes]:
@@ -165,7 +187,9 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
     fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
     # A counting plan (no rule) fails nothing, but with it installed every write must reach fileops.
     with fileops.inject() if fault_plan else contextlib.nullcontext():
-        for step, ((records, epoch, origin), advance_ms) in enumerate(steps):
+        for step, ((records, epoch, origin, resequence), advance_ms) in enumerate(steps):
+            if resequence:
+                records = _resequenced(records, general)
             random.seed(step)  # the same segment.jitter.ms draw on both sides, should either roll
             got = _outcome(lambda: fast.append_as_leader(records, epoch, origin), fast_dir)
             random.seed(step)
@@ -176,6 +200,55 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
     fast.close()
     general.close()
     assert _files(fast_dir) == _files(general_dir)
+
+
+@st.composite
+def idempotent_appends(draw: st.DrawFn) -> tuple[int, int, str, int, int]:
+    """``(producer id, producer epoch, sequence kind, records, leader epoch)``: what a few
+    idempotent producers send, mostly in sequence, sometimes a retry, a gap or a new epoch."""
+    return (draw(st.sampled_from([7, 8])), draw(st.sampled_from([0, 0, 0, 0, 1, 2])),
+            draw(st.sampled_from(["next"] * 6 + ["retry", "gap", "zero", "wrap"])), draw(st.integers(1, 4)),
+            draw(st.sampled_from([0, 0, 1])))
+
+
+def _idempotent_batch(log: Log, producer_id: int, epoch: int, kind: str, count: int, rng: random.Random) -> bytes:
+    entry = log.producer_state.last_entry(producer_id)
+    last = -1 if entry is None else entry.last_seq
+    base = {"next": 0 if last < 0 else increment_sequence(last, 1), "retry": max(last - count + 1, 0),
+            "gap": last + 2, "zero": 0, "wrap": 2**31 - 2}[kind]
+    b = BatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=base)
+    for i in range(count):
+        b.append(i, T0 + rng.randrange(3), b"key-%d" % rng.randrange(4), bytes(rng.randrange(0, 40)))
+    return b.build()
+
+
+@pytest.mark.parametrize("fault_plan", [False, True], ids=["no-fault-plan", "counting-fault-plan"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), steps=st.lists(idempotent_appends(), min_size=1, max_size=30))
+def test_idempotent_producers_get_the_same_answers_files_and_producer_state_on_both_paths(
+    tmp_path_factory: pytest.TempPathFactory, fault_plan: bool, config: dict[str, Any], steps: list[Any]
+) -> None:
+    """The oracle for batches with a producer id: in sequence (the fast path), retried
+    (duplicates: the original offsets), out of order, fenced, a new epoch, sequences wrapping."""
+    root = tmp_path_factory.mktemp("idempotent")
+    clock = FakeClock()
+    scheduler = FakeScheduler(clock)
+    fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
+    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    rng = random.Random(0)
+    with fileops.inject() if fault_plan else contextlib.nullcontext():
+        for step, (producer_id, epoch, kind, count, leader_epoch) in enumerate(steps):
+            records = _idempotent_batch(general, producer_id, epoch, kind, count, rng)
+            random.seed(step)
+            got = _outcome(lambda: fast.append_as_leader(records, leader_epoch), fast_dir)
+            random.seed(step)
+            expected = _outcome(lambda: general._append_as_leader(records, leader_epoch, AppendOrigin.CLIENT), general_dir)
+            assert got == expected, f"step {step}"
+            assert _state(fast) == _state(general), f"step {step}"
+            clock.advance(1)
+    fast.close()
+    general.close()
+    assert _files(fast_dir) == _files(general_dir)  # producer snapshots included
 
 
 @pytest.mark.skipif(os.environ.get("TIDELOG_PURE_PYTHON") == "1", reason="this is the interpreted run already")
@@ -222,7 +295,8 @@ def test_common_batches_take_the_fast_path_after_the_segments_first_append(make_
 
 
 @pytest.mark.parametrize("builder,overrides", [
-    ({"producer_id": 3, "producer_epoch": 0, "base_sequence": 0}, {}),  # producer state: general path
+    ({"producer_id": 3, "producer_epoch": 0, "base_sequence": 0, "is_transactional": True}, {}),
+    ({"producer_id": 3, "producer_epoch": 0, "base_sequence": 0, "compression": CompressionType.GZIP}, {}),
     ({"timestamp_type": TimestampType.LOG_APPEND_TIME, "log_append_time": T0}, {}),
     ({}, {"message_timestamp_type": "LogAppendTime"}),
     ({"compression": CompressionType.GZIP}, {"compression_type": "lz4"}),
@@ -235,6 +309,33 @@ def test_batches_that_need_a_rewrite_or_producer_state_take_the_general_path(
     for _ in range(3):
         log.append_as_leader(_one_record(**builder))
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("fault_plan", [False, True], ids=["compiled-check", "python-path"])
+def test_idempotent_batches_in_sequence_take_the_fast_path_and_the_rest_the_general(
+    make_log: Any, fault_plan: bool
+) -> None:
+    """Uncompressed batches with a producer id: written on the fast path while they continue
+    their producer's sequence; a retry (duplicate), a gap, a new epoch and an older epoch are
+    producer state's to answer, on the general path."""
+    log = make_log()
+    log.append_as_leader(_one_record())  # loads the segment's lazy state
+    calls = _spy_general_path(log)
+    with fileops.inject() if fault_plan else contextlib.nullcontext():
+        first = [log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=seq)) for seq in range(4)]
+        assert [info.first_offset for info in first] == [1, 2, 3, 4] and calls == []
+        retry = log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=2))
+        assert retry.first_offset == 3 and log.log_end_offset == 5 and len(calls) == 1  # the original offsets
+        with pytest.raises(TidelogError, match="sequence"):
+            log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=9))
+        log.append_as_leader(_one_record(producer_id=3, producer_epoch=1, base_sequence=0))  # a new epoch
+        with pytest.raises(TidelogError, match="[Ee]poch"):
+            log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=4))
+        assert len(calls) == 4
+        log.append_as_leader(_one_record(producer_id=3, producer_epoch=1, base_sequence=1))
+        assert len(calls) == 4
+    entry = log.producer_state.last_entry(3)
+    assert entry is not None and (entry.producer_epoch, entry.last_seq, entry.last_data_offset) == (1, 1, 6)
 
 
 def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again(make_log: Any) -> None:

@@ -539,6 +539,7 @@ def walk_records(buf, pos, end, count):
 PRODUCED_OTHER = 0  # not the common case, or a check failed: the caller's general path decides
 PRODUCED_OK = 1  # the common case, and every check passed
 PRODUCED_COMPRESSED = 2  # a compressed batch: the caller checks it (decompression is not done here)
+PRODUCED_IDEMPOTENT = 4  # every check passed, and the batch has a producer id: producer state decides
 CRC_IN_KERNEL_BELOW = 4096  # bytes: a larger batch's CRC is the caller's (hardware crc32c, ~20 GB/s)
 _CASTAGNOLI = 0x82F63B78  # CRC-32C polynomial, reflected
 
@@ -589,14 +590,16 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
                          after_max_ms, now):
     """The leader's check of ``buf[0:size]`` as an uncompressed produced batch (the rules are
     ``storage.validator.validate_produced_batch``'s, which calls this for ``bytes``): one v2
-    batch, base offset 0, at most ``max_message_bytes``, CreateTime, not control, no producer
-    id, recordsCount = lastOffsetDelta + 1 > 0, CRC (unless ``crc_checked``: the caller checks it),
+    batch, base offset 0, at most ``max_message_bytes``, CreateTime, neither control nor
+    transactional, recordsCount = lastOffsetDelta + 1 > 0, CRC (unless ``crc_checked``: the caller checks it),
     records that decode, maxTimestamp = the largest record timestamp, keys on ``compact`` topics,
     timestamps within ``before_max_ms``/``after_max_ms`` of ``now`` (INT64_MAX: unbounded).
 
     Returns ``(status, lastOffsetDelta, maxTimestamp, recordsCount)``: PRODUCED_OK when every
-    check passed; PRODUCED_COMPRESSED as soon as the codec says compressed; else PRODUCED_OTHER
-    (zeros), whatever failed: the caller's general path finds and reports it.
+    check passed, PRODUCED_IDEMPOTENT when they passed and the batch has a producer id (the
+    caller checks its sequence against producer state before writing); PRODUCED_COMPRESSED as
+    soon as the codec says compressed; else PRODUCED_OTHER (zeros), whatever failed: the
+    caller's general path finds and reports it.
     """
     if size < RECORD_BATCH_OVERHEAD or size > max_message_bytes or buf[16] != MAGIC_V2:
         return PRODUCED_OTHER, 0, 0, 0
@@ -607,8 +610,8 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
         return PRODUCED_COMPRESSED, 0, 0, 0
     delta = read_int(buf, 23, 4)
     count = read_int(buf, 57, 4)
-    if attributes & 0x28 or count <= 0 or delta + 1 != count or read_int(buf, 43, 8) >= 0:
-        return PRODUCED_OTHER, 0, 0, 0  # LogAppendTime or control flag, bad count, producer id
+    if attributes & 0x38 or count <= 0 or delta + 1 != count:
+        return PRODUCED_OTHER, 0, 0, 0  # LogAppendTime, transactional or control flag, bad count
     if not crc_checked and crc32c_of(buf, 21, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF):
         return PRODUCED_OTHER, 0, 0, 0
     max_timestamp = read_int(buf, 35, 8)
@@ -631,7 +634,7 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
         return PRODUCED_OTHER, 0, 0, 0
     if high >= 0 and after_max_ms < INT64_MAX and difference_exceeds(high, now, after_max_ms):
         return PRODUCED_OTHER, 0, 0, 0
-    return PRODUCED_OK, delta, max_timestamp, count
+    return PRODUCED_OK if read_int(buf, 43, 8) < 0 else PRODUCED_IDEMPOTENT, delta, max_timestamp, count
 
 
 PRODUCED_ROLL = 3  # append_produced_batch: every check passed, but a roll rule fires; nothing written
@@ -654,8 +657,8 @@ def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_m
     INT32_MAX, its maxTimestamp at most ``max_timestamp_limit`` (segment.ms); the caller checked
     the others. Returns ``(status, lastOffsetDelta, maxTimestamp, written)`` (recordsCount is
     lastOffsetDelta + 1, checked): PRODUCED_OK with the bytes written (fewer than the batch on a
-    short write, ``-errno`` when the write failed); PRODUCED_ROLL, PRODUCED_OTHER or
-    PRODUCED_COMPRESSED with nothing written. (Each argument costs ~25 ns to pass, half a percent
+    short write, ``-errno`` when the write failed); PRODUCED_ROLL, PRODUCED_OTHER,
+    PRODUCED_IDEMPOTENT or PRODUCED_COMPRESSED with nothing written. (Each argument costs ~25 ns to pass, half a percent
     of a 1-record append: the kernel takes none it can find itself.) ``now`` NOW_FROM_CLOCK: the
     broker time is the system clock's, read here (a Python clock call costs a tenth of an append).
     """

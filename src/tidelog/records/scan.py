@@ -530,6 +530,7 @@ def summarize_batch_records(batch: RecordBatch, position: int = 0, *, kernels: S
 ProducedBatchCheck = Callable[[bytes, int, bool, int, bool, int, int, int], tuple[int, int, int, int]]
 
 PRODUCED_OK, PRODUCED_OTHER, PRODUCED_COMPRESSED = k.PRODUCED_OK, k.PRODUCED_OTHER, k.PRODUCED_COMPRESSED
+PRODUCED_IDEMPOTENT = k.PRODUCED_IDEMPOTENT
 CRC_IN_KERNEL_BELOW = k.CRC_IN_KERNEL_BELOW
 
 
@@ -538,7 +539,7 @@ def produced_batch_checker() -> ProducedBatchCheck:
     check of a produced batch (``storage.validator``) calls it, on ``bytes`` only:
     ``check(buf, size, crc_checked, max_message_bytes, compact, before_max_ms, after_max_ms,
     now)`` returns ``(status, lastOffsetDelta, maxTimestamp, recordsCount)`` (PRODUCED_OK /
-    PRODUCED_OTHER / PRODUCED_COMPRESSED); nothing raises, a failed check is just not OK.
+    PRODUCED_IDEMPOTENT / PRODUCED_OTHER / PRODUCED_COMPRESSED); nothing raises, a failed check is just not OK.
 
     The compiled twin is entered through the entry point of its one specialisation (numba's
     ``overloads[signature].entry_point``: it unboxes the arguments as that signature says and

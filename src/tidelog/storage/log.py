@@ -35,11 +35,12 @@ from tidelog.errors import (
     UnexpectedAppendOffsetError,
 )
 from tidelog.records import CompressionType, FileBatch
-from tidelog.records.batch import LOG_OVERHEAD
+from tidelog.records.batch import LOG_OVERHEAD, increment_sequence
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     NOW_FROM_CLOCK,
     PRODUCED_COMPRESSED,
+    PRODUCED_IDEMPOTENT,
     PRODUCED_OK,
     produced_batch_appender,
 )
@@ -58,6 +59,7 @@ from tidelog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
+    ProducerBatch,
     ProducerStateManager,
     producer_batch,
     rebuild_producer_state,
@@ -89,6 +91,7 @@ _UNCOMPRESSED = CompressionType.NONE
 _faults_active = fileops.active
 _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
 _PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
@@ -365,7 +368,9 @@ class Log:
         4 KiB and with no fileops fault plan installed, ONE compiled call checks the batch and
         writes it (``_scan_kernels.append_produced_batch``, via :meth:`LogSegment.append_produced`);
         otherwise (bigger or compressed batches, a fault plan, the interpreted twin) one kernel
-        call for validation and one ``pwrite`` through fileops. Then integer bookkeeping.
+        call for validation and one ``pwrite`` through fileops. Then integer bookkeeping. An
+        idempotent batch (uncompressed, a producer id) takes the Python path, and only when
+        producer state has nothing to say about its sequence (``continues_in_sequence``).
         Everything else, and every error, takes the general path (:meth:`_append_as_leader`); all
         write the same bytes and return the same info. The bytes are in the OS when this returns.
         """
@@ -397,7 +402,7 @@ class Log:
                         return _new_tuple(LogAppendInfo, (
                             first, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1, NO_TIMESTAMP,
                             self._log_start_offset, delta + 1, len(records), _UNCOMPRESSED, _UNCOMPRESSED))
-            if result is None or result[0] != PRODUCED_COMPRESSED:
+            if result is None or (result[0] != PRODUCED_COMPRESSED and result[0] != PRODUCED_IDEMPOTENT):
                 return self._append_as_leader(records, leader_epoch, origin)  # a roll, or not the common case
         rules = self._leader_rules
         if origin is _CLIENT and rules is not None:
@@ -407,9 +412,13 @@ class Log:
             if checked is not None:
                 delta, max_timestamp, count, codec = checked
                 size = len(records)
+                # An idempotent batch (a producer id, the sign bit of its first byte clear): it is
+                # written here only when producer state has nothing to say about its sequence.
+                producer = None if records[43] & 0x80 else _PRODUCER_FIELDS.unpack_from(records, 43)
                 with self._lock:
                     segment = self._segments.last
-                    if rules is self._leader_rules and not self._closed and segment is not None:
+                    if (rules is self._leader_rules and not self._closed and segment is not None
+                            and (producer is None or self.producer_state.continues_in_sequence(*producer, delta))):
                         first = self._log_end_offset
                         last = first + delta
                         offset_of_max = last if max_timestamp > NO_TIMESTAMP else -1
@@ -423,6 +432,12 @@ class Log:
                                 if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
                                     self.leader_epoch_cache.assign(leader_epoch, first)
                             self._log_end_offset = last + 1
+                            if producer is not None:  # what _update_producer_state and _append do
+                                producer_id, producer_epoch, base_sequence = producer
+                                self.producer_state.update(ProducerBatch(
+                                    producer_id, producer_epoch, base_sequence, increment_sequence(base_sequence, delta),
+                                    first, last, max_timestamp), _CLIENT)
+                                self.producer_state.update_map_end_offset(last + 1)
                             if last + 1 - self._recovery_point >= self._config.flush_messages:
                                 self.flush()
                             return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,

@@ -265,6 +265,20 @@ class ProducerStateManager:
                 self._check_sequence(entry, batch.producer_epoch, batch.base_sequence, first_offset)
         return found
 
+    def continues_in_sequence(self, producer_id: int, epoch: int, base_sequence: int, offset_delta: int) -> bool:
+        """True when :meth:`check_leader_append` would let this client data batch through with
+        nothing to say: its producer is unknown (any sequence), or it has the producer's current
+        epoch and the next sequence and duplicates none of its cached batches. Anything else
+        (False) is for check_leader_append to answer: a duplicate, an epoch or sequence error, a
+        new epoch. The leader's common append path asks this before writing an idempotent batch."""
+        if base_sequence < 0:
+            return False
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return True
+        return (epoch == entry.producer_epoch != NO_PRODUCER_EPOCH and in_sequence(entry.last_seq, base_sequence)
+                and entry.find_duplicate(epoch, base_sequence, increment_sequence(base_sequence, offset_delta)) is None)
+
     def _check_epoch(self, entry: ProducerStateEntry, epoch: int, offset: int) -> None:
         if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(

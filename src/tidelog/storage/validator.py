@@ -54,6 +54,7 @@ from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     PRODUCED_COMPRESSED,
+    PRODUCED_IDEMPOTENT,
     PRODUCED_OK,
     RecordsSummary,
     produced_batch_checker,
@@ -441,10 +442,12 @@ def validate_produced_batch(
     records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
 ) -> tuple[int, int, int, CompressionType] | None:
     """``(lastOffsetDelta, maxTimestamp, recordsCount, codec)`` when ``records`` is exactly one
-    v2 batch from a producer without a producer id that :func:`analyze_batches` and
-    :func:`assign_offsets` accept as a leader's CLIENT append and would write as it is (offsets
-    and leader epoch patched, nothing re-stamped or re-encoded); else None, and the caller runs
-    those two, which raise or rebuild. ``now``: the broker time for the timestamp bounds.
+    v2 batch, not transactional, that :func:`analyze_batches` and :func:`assign_offsets` accept
+    as a leader's CLIENT append and would write as it is (offsets and leader epoch patched,
+    nothing re-stamped or re-encoded); else None, and the caller runs those two, which raise or
+    rebuild. ``now``: the broker time for the timestamp bounds. A batch with a producer id
+    (idempotent) passes only uncompressed and as ``bytes``; its sequence is the caller's to
+    check against producer state.
 
     An uncompressed ``bytes`` batch (the common case) is checked by one kernel call that reads
     the header, the CRC (crc32c here above a few KiB) and every record: about 1 us for one
@@ -459,7 +462,7 @@ def validate_produced_batch(
         status, delta, max_timestamp, count = (_CHECK or _checker())(
             records, size, crc_checked, rules.max_message_bytes, rules.compact, rules.before_max_ms,
             rules.after_max_ms, now)
-        if status == PRODUCED_OK:
+        if status == PRODUCED_OK or status == PRODUCED_IDEMPOTENT:
             if crc_checked and crc32c(memoryview(records)[21:]) != int.from_bytes(records[17:21], "big"):
                 return None
             return delta, max_timestamp, count, _UNCOMPRESSED
