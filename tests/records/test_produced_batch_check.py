@@ -76,7 +76,9 @@ def test_rules_of_the_topic_are_applied(twin: object) -> None:
     assert _check(twin, _batch(b"v", ts=INT64_MIN + 5), rules=(1048588, False, 1000, 3600000))[0] == k.PRODUCED_OTHER
     big = _batch(b"x" * 200)
     assert _check(twin, big, rules=(len(big) - 1, False, INT64_MAX, 3600000))[0] == k.PRODUCED_OTHER
-    assert _check(twin, _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0))[0] == k.PRODUCED_OTHER
+    assert _check(twin, _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0))[0] == k.PRODUCED_IDEMPOTENT
+    assert _check(twin, _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0,
+                               is_transactional=True))[0] == k.PRODUCED_OTHER
     assert _check(twin, _batch(b"v", compression=CompressionType.LZ4))[0] == k.PRODUCED_COMPRESSED
 
 

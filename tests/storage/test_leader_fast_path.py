@@ -215,7 +215,7 @@ def _idempotent_batch(log: Log, producer_id: int, epoch: int, kind: str, count: 
     entry = log.producer_state.last_entry(producer_id)
     last = -1 if entry is None else entry.last_seq
     base = {"next": 0 if last < 0 else increment_sequence(last, 1), "retry": max(last - count + 1, 0),
-            "gap": last + 2, "zero": 0, "wrap": 2**31 - 2}[kind]
+            "gap": increment_sequence(max(last, 0), 2), "zero": 0, "wrap": 2**31 - 2}[kind]
     b = BatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=base)
     for i in range(count):
         b.append(i, T0 + rng.randrange(3), b"key-%d" % rng.randrange(4), bytes(rng.randrange(0, 40)))
