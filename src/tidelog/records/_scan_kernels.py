@@ -704,17 +704,7 @@ CRC_START = 21  # a v2 batch's CRC covers bytes [21, end of batch): from the att
 INDEX_MASK = (1 << 62) - 1  # see read_le64
 
 
-def _crc32c_table():
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ (_CASTAGNOLI if c & 1 else 0)
-        table.append(c)
-    return tuple(table)
-
-
-CRC32C_TABLE = _crc32c_table()
+CRC32C_TABLE = tuple(int(c) for c in CRC32C_TABLES[0])  # the byte-at-a-time table (a tuple: numba global)
 
 
 def crc32c_u8(crc, byte):
