@@ -295,12 +295,7 @@ class LogSegment:
         path. Needs the log lock.
         """
         position = self.log.size_in_bytes
-        if position > limits.segment_bytes - size or not 0 <= last_offset - self.base_offset <= INT32_MAX:
-            return False
-        offset_index, time_index, max_so_far = self._offset_index, self._time_index, self._max_timestamp
-        if offset_index is None or time_index is None or max_so_far is None:
-            return False
-        if offset_index.is_full() or time_index.is_full():
+        if not self._ready_for_fast_append(position, size, last_offset - self.base_offset, limits):
             return False
         if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
             first = self._rolling_based_timestamp
@@ -309,18 +304,36 @@ class LogSegment:
             waited = max_timestamp - first if first >= 0 else now - self._created_ms
             if waited > limits.max_segment_ms - self.rolling_jitter_ms:
                 return False
-        else:
-            self._rolling_based_timestamp = max_timestamp
         self.log.append(records)
-        if max_timestamp > max_so_far:
+        self._note_fast_append(position, size, last_offset, max_timestamp, offset_of_max_timestamp)
+        return True
+
+    def _ready_for_fast_append(self, position: int, size: int, last_relative_offset: int, limits: RollLimits) -> bool:
+        """The roll rules that need no look at the batch's timestamps, for the two fast appends:
+        room for ``size`` bytes, the last offset relative to the base an int32, every piece of
+        state the fast appends use loaded (index files open, max timestamp known), no index full."""
+        if position > limits.segment_bytes - size or not 0 <= last_relative_offset <= INT32_MAX:
+            return False
+        offset_index, time_index = self._offset_index, self._time_index
+        return (offset_index is not None and time_index is not None and self._max_timestamp is not None
+                and not offset_index.is_full() and not time_index.is_full())
+
+    def _note_fast_append(
+        self, position: int, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
+    ) -> None:
+        """What :meth:`append` does after its write, for the two fast appends (whose state
+        :meth:`_ready_for_fast_append` found loaded): the rolling timestamp of a first batch, the
+        max timestamp so far, the sparse index entries."""
+        if not position:
+            self._rolling_based_timestamp = max_timestamp
+        if max_timestamp > self._max_timestamp:  # type: ignore[operator]  # loaded
             self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
             self._max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            offset_index.append(last_offset, position)
-            time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # known
+            self._offset_index.append(last_offset, position)  # type: ignore[union-attr]  # loaded
+            self._time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
-        return True
 
     def append_produced(
         self, write: ProducedWrite, records: bytes, first_offset: int, leader_epoch: int, limits: RollLimits,
@@ -340,12 +353,7 @@ class LogSegment:
         position = self.log.size_in_bytes
         size = len(records)
         relative = first_offset - self.base_offset
-        if position > limits.segment_bytes - size or not 0 <= relative <= INT32_MAX:
-            return None
-        offset_index, time_index, max_so_far = self._offset_index, self._time_index, self._max_timestamp
-        if offset_index is None or time_index is None or max_so_far is None:
-            return None
-        if offset_index.is_full() or time_index.is_full():
+        if not self._ready_for_fast_append(position, size, relative, limits):  # the kernel checks the last offset's
             return None
         max_timestamp_limit = INT64_MAX
         if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
@@ -361,20 +369,9 @@ class LogSegment:
         result = self.log.append_produced(write, records, now, relative, max_timestamp_limit, first_offset, leader_epoch)
         if result[0] != PRODUCED_OK:
             return result
-        # What append() does after the write (written out: this is the produce hot path).
-        max_timestamp = result[2]
-        if not position:
-            self._rolling_based_timestamp = max_timestamp
-        if max_timestamp > max_so_far:
-            self._max_timestamp = max_timestamp
-            self._offset_of_max_timestamp = first_offset + result[1] if max_timestamp > NO_TIMESTAMP else -1
-            self._max_timestamp_in_index = False
-        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            offset_index.append(first_offset + result[1], position)
-            time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # known
-            self._bytes_since_last_index_entry = size
-        else:
-            self._bytes_since_last_index_entry += size
+        last_offset, max_timestamp = first_offset + result[1], result[2]
+        self._note_fast_append(position, size, last_offset, max_timestamp,
+                               last_offset if max_timestamp > NO_TIMESTAMP else -1)
         return result
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
