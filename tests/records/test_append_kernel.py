@@ -1,6 +1,7 @@
 """The leader's check-and-write kernel (``_scan_kernels.append_produced_batch``): compiled (libc
 ``pwrite`` and ``clock_gettime`` as intrinsics, see records/_write_intrinsics.py) and interpreted
-(its specification: ``os.pwrite``, ``time.time_ns``) answer the same and write the same bytes."""
+(its specification: ``os.pwrite``, ``time.time_ns``) answer the same, write the same bytes and
+leave the same segment tail (the int64 slots of the segment's bookkeeping it keeps)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ INT64_MAX = 2**63 - 1
 NOW = 1_700_000_000_000
 RULES = (1048588, False, INT64_MAX, 3600000)  # max.message.bytes, compact, before, after
 
-Append = Callable[..., tuple[int, int, int, int]]
+Append = Callable[..., tuple[int, int, int, int, int]]
 
 
 def _appenders() -> list[Any]:
@@ -41,13 +43,31 @@ def _batch(*values: bytes | None, ts: int = NOW, **builder: Any) -> bytes:
     return b.build()
 
 
-def _append(kernel: Append, path: Path, data: bytes, *, now: int = NOW, relative_offset: int = 0,
-            max_timestamp_limit: int = INT64_MAX, position: int = 0, base_offset: int = 7,
-            leader_epoch: int = 3, rules: tuple[int, bool, int, int] = RULES) -> tuple[tuple[int, ...], bytes]:
+def _tail(fd: int, *, position: int = 10, relative_offset: int = 0, base_offset: int = 7,
+          max_timestamp_limit: int = INT64_MAX, rules: tuple[int, bool, int, int] = RULES, armed: int = 1,
+          segment_bytes: int = 1 << 30, max_timestamp: int = NOW - 100, bytes_since: int = 0,
+          index_interval: int = 4096) -> np.ndarray:
+    """A segment tail as LogSegment.arm_fast_append leaves it, for a segment based at
+    ``base_offset - relative_offset`` holding ``position`` bytes."""
+    tail = np.zeros(k.TAIL_SLOTS, dtype=np.int64)
+    tail[k.TAIL_ARMED], tail[k.TAIL_FD], tail[k.TAIL_SIZE] = armed, fd, position
+    tail[k.TAIL_BASE_OFFSET], tail[k.TAIL_SEGMENT_BYTES] = base_offset - relative_offset, segment_bytes
+    tail[k.TAIL_MAX_TIMESTAMP_LIMIT], tail[k.TAIL_MAX_TIMESTAMP] = max_timestamp_limit, max_timestamp
+    tail[k.TAIL_OFFSET_OF_MAX_TIMESTAMP], tail[k.TAIL_MAX_TIMESTAMP_IN_INDEX] = base_offset - 1, 1
+    tail[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY], tail[k.TAIL_INDEX_INTERVAL_BYTES] = bytes_since, index_interval
+    tail[k.TAIL_MAX_MESSAGE_BYTES], tail[k.TAIL_COMPACT], tail[k.TAIL_BEFORE_MAX_MS], tail[k.TAIL_AFTER_MAX_MS] = rules
+    return tail
+
+
+def _append(kernel: Append, path: Path, data: bytes, *, now: int = NOW, base_offset: int = 7, leader_epoch: int = 3,
+            **tail: Any) -> tuple[tuple[int, ...], bytes, tuple[int, ...]]:
+    """``(result, file bytes, tail after)`` of one kernel call on a new file."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        result = kernel(*rules, data, now, relative_offset, max_timestamp_limit, fd, position, base_offset, leader_epoch)
-        return tuple(result), os.pread(fd, 1 << 16, 0)
+        slots = _tail(fd, base_offset=base_offset, **tail)
+        result = kernel(data, slots, now, base_offset, leader_epoch)
+        slots[k.TAIL_FD] = 0  # the descriptor number differs from call to call
+        return tuple(int(x) for x in result), os.pread(fd, 1 << 16, 0), tuple(int(x) for x in slots)
     finally:
         os.close(fd)
 
@@ -59,11 +79,30 @@ def test_the_compiled_kernel_exists_where_numba_does() -> None:
 @pytest.mark.parametrize("kernel", _appenders())
 def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: Append, tmp_path: Path) -> None:
     data = _batch(b"a", b"bb", ts=NOW - 5)
-    result, written = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=-1,
-                              relative_offset=2**31 - 2)  # the last offset's is 2**31 - 1: still an int32
-    assert result == (k.PRODUCED_OK, 1, NOW - 5, len(data))
+    result, written, tail = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=-1,
+                                    relative_offset=2**31 - 2)  # the last offset's is 2**31 - 1: still an int32
+    assert result == (k.PRODUCED_OK, 1, NOW - 5, len(data), -1)
     assert written[:10] == bytes(10)  # a hole: the write went to position 10
     assert written[10:] == struct.pack(">qii", 1 << 40, len(data) - 12, -1) + data[16:]
+    # The segment's bookkeeping, as LogSegment.append keeps it: size, max timestamp and its offset
+    # (no longer from the index), bytes since the last index entry.
+    assert tail[k.TAIL_SIZE] == 10 + len(data)
+    assert (tail[k.TAIL_MAX_TIMESTAMP], tail[k.TAIL_OFFSET_OF_MAX_TIMESTAMP]) == (NOW - 5, (1 << 40) + 1)
+    assert tail[k.TAIL_MAX_TIMESTAMP_IN_INDEX] == 0
+    assert tail[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == len(data)
+
+
+@pytest.mark.parametrize("kernel", _appenders())
+def test_an_older_batch_keeps_the_max_timestamp_and_a_due_index_entry_is_reported(kernel: Append,
+                                                                                     tmp_path: Path) -> None:
+    data = _batch(b"a", ts=NOW - 500)  # older than the segment's max (NOW - 100)
+    result, _, tail = _append(kernel, tmp_path / "f", data, position=300, bytes_since=4097)
+    assert result == (k.PRODUCED_OK, 0, NOW - 500, len(data), 300)  # the entry is (offset 7, position 300)
+    assert (tail[k.TAIL_MAX_TIMESTAMP], tail[k.TAIL_OFFSET_OF_MAX_TIMESTAMP], tail[k.TAIL_MAX_TIMESTAMP_IN_INDEX]) \
+        == (NOW - 100, 6, 1)
+    assert tail[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == len(data)  # counted again from this batch
+    _, _, not_due = _append(kernel, tmp_path / "g", data, position=300, bytes_since=4096)  # not above the interval
+    assert not_due[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == 4096 + len(data)
 
 
 @pytest.mark.parametrize("kernel", _appenders())
@@ -75,16 +114,31 @@ def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: 
     ({"data": _batch(b"v" * 5000)}, k.PRODUCED_OTHER),  # above WRITE_BUFFER_BYTES
     ({"leader_epoch": 2**31}, k.PRODUCED_OTHER),  # no int32
     ({"relative_offset": 2**31 - 2}, k.PRODUCED_ROLL),  # three records: the last at 2**31 + 0
-    ({"max_timestamp_limit": NOW - 1}, k.PRODUCED_ROLL),
+    ({"relative_offset": -1}, k.PRODUCED_ROLL),  # below the segment's base offset
+    ({"max_timestamp_limit": NOW - 1}, k.PRODUCED_ROLL),  # segment.ms
+    ({"segment_bytes": 10 + len(_batch(b"a", b"b", b"c")) - 1}, k.PRODUCED_ROLL),  # segment.bytes: one byte short
+    ({"position": 0}, k.PRODUCED_ROLL),  # an empty segment: its first batch sets the time rule's base
+    ({"armed": 0}, k.PRODUCED_UNARMED),
     ({"now": NOW - 3600001}, k.PRODUCED_OTHER),  # a timestamp too far ahead of the broker time
     ({"now": k.NOW_FROM_CLOCK}, k.PRODUCED_OTHER),  # the real clock is years after NOW: too far behind
 ])
 def test_nothing_is_written_unless_the_batch_passes(kernel: Append, tmp_path: Path, case: dict[str, Any],
                                                     expected_status: int) -> None:
     arguments = {"data": _batch(b"a", b"b", b"c"), "rules": (1048588, False, 1000, 3600000)} | case
-    result, written = _append(kernel, tmp_path / "f", **arguments)
+    result, written, tail = _append(kernel, tmp_path / "f", **arguments)
     assert result[0] == expected_status
     assert result[3] == 0 and written == b""
+    untouched = dict(arguments)
+    untouched.pop("data"), untouched.pop("now", None), untouched.pop("leader_epoch", None)
+    expected_tail = _tail(0, base_offset=7, **untouched)
+    assert tail == tuple(int(x) for x in expected_tail)
+
+
+def test_the_segment_bytes_rule_lets_a_batch_that_fits_exactly(tmp_path: Path) -> None:
+    data = _batch(b"a", b"b", b"c")
+    for kernel in _appenders():
+        result, _, _ = _append(kernel.values[0], tmp_path / kernel.id, data, segment_bytes=10 + len(data))
+        assert result[0] == k.PRODUCED_OK
 
 
 @pytest.mark.parametrize("kernel", _appenders())
@@ -92,27 +146,32 @@ def test_the_system_clock_is_read_when_asked(kernel: Append, tmp_path: Path) -> 
     import time
 
     data = _batch(b"v", ts=time.time_ns() // 1_000_000)  # within a second of the kernel's clock
-    result, _ = _append(kernel, tmp_path / "f", data, now=k.NOW_FROM_CLOCK, rules=(1048588, False, 60_000, 60_000))
+    result, _, _ = _append(kernel, tmp_path / "f", data, now=k.NOW_FROM_CLOCK, rules=(1048588, False, 60_000, 60_000))
     assert result[0] == k.PRODUCED_OK
 
 
 @pytest.mark.parametrize("kernel", _appenders())
-def test_a_failed_write_returns_minus_errno(kernel: Append, tmp_path: Path) -> None:
+def test_a_failed_write_returns_minus_errno_and_leaves_the_tail(kernel: Append, tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)
     try:
-        result = kernel(*RULES, _batch(b"v"), NOW, 0, INT64_MAX, fd, 0, 0, 0)
+        tail = _tail(fd)
+        before = tail.copy()
+        result = kernel(_batch(b"v"), tail, NOW, 7, 0)
     finally:
         os.close(fd)
     assert result[0] == k.PRODUCED_OK and result[3] == -errno.EBADF
+    assert (tail == before).all()  # the caller finishes the write and the bookkeeping
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=6), st.integers(0, 10_000), st.integers(0, 255),
-       st.booleans(), st.integers(-5, 2**40), st.sampled_from([0, 5, -1, 2**31 - 1]))
+       st.booleans(), st.integers(-5, 2**40), st.sampled_from([0, 5, -1, 2**31 - 1]), st.integers(1, 5000),
+       st.integers(0, 5000))
 def test_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFactory, values: list[bytes], where: int,
-                                   xor: int, fix_crc: bool, base_offset: int, leader_epoch: int) -> None:
+                                   xor: int, fix_crc: bool, base_offset: int, leader_epoch: int, position: int,
+                                   bytes_since: int) -> None:
     data = bytearray(_batch(*values))
     at = where % len(data)
     data[at] ^= xor
@@ -120,5 +179,6 @@ def test_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFactory, val
         write_crc(data)
     root = tmp_path_factory.mktemp("twins")
     outcomes = {_append(kernel.values[0], root / kernel.id, bytes(data), base_offset=base_offset,
-                        leader_epoch=leader_epoch) for kernel in _appenders()}
+                        leader_epoch=leader_epoch, position=position, bytes_since=bytes_since)
+                for kernel in _appenders()}
     assert len(outcomes) == 1

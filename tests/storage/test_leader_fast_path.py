@@ -1,6 +1,7 @@
 """The leader's common append paths against the general one: the compiled path (one kernel call
-checks and writes: ``_scan_kernels.append_produced_batch`` through LogSegment.append_produced and
-FileRecords.append_produced), and the Python path it leaves to a fault plan, the interpreted twin
+checks and writes and keeps the active segment's bookkeeping in its tail:
+``_scan_kernels.append_produced_batch`` on a tail armed by LogSegment.arm_fast_append, the rest in
+LogSegment.finish_fast_append), and the Python path it leaves to a fault plan, the interpreted twin
 and bigger or compressed batches (storage/validator.py's one-pass check,
 LogSegment.append_if_no_roll).
 
@@ -36,7 +37,7 @@ from tidelog.clock import SYSTEM_CLOCK
 from tidelog.errors import InvalidTimestampError, StorageError, TidelogError
 from tidelog.records import BatchBuilder, CompressionType, TimestampType, write_crc
 from tidelog.records.batch import increment_sequence
-from tidelog.records.scan import ACTIVE_IMPLEMENTATION, PRODUCED_OK
+from tidelog.records.scan import ACTIVE_IMPLEMENTATION, PRODUCED_COMPRESSED, PRODUCED_OK, PRODUCED_UNARMED
 from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.log import Log
@@ -203,6 +204,69 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
 
 
 @st.composite
+def common_appends(draw: st.DrawFn) -> tuple[bytes, int]:
+    """``(records, leader epoch)``: what most producers send, the batches the compiled path
+    writes: small, uncompressed, CreateTime near the broker's time, no producer id; now and then
+    one that a check refuses (a CRC mismatch, a wrong maxTimestamp, a keyless record)."""
+    b = BatchBuilder()
+    for i in range(draw(st.integers(1, 3))):
+        b.append(i, T0 + draw(st.sampled_from([0, 0, 1, 2, -3, 40, 300])),
+                 draw(st.sampled_from([b"k", b"k", b"key-%d" % i, None])), bytes(draw(st.sampled_from([5, 5, 60, 400]))))
+    data = bytearray(b.build())
+    damage = draw(st.sampled_from(["none"] * 10 + ["flip", "max_timestamp"]))
+    if damage == "flip":
+        data[draw(st.integers(16, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+    elif damage == "max_timestamp":
+        data[35:43] = (int.from_bytes(data[35:43], "big") + 1).to_bytes(8, "big")
+        write_crc(data)
+    return bytes(data), draw(st.sampled_from([0, 0, 0, 0, 1, 3]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), steps=st.lists(st.tuples(common_appends(), st.sampled_from([0, 0, 0, 1, 20, 200])),
+                                        min_size=1, max_size=40))
+def test_common_batches_on_the_compiled_path_write_what_the_general_path_writes(
+    tmp_path_factory: pytest.TempPathFactory, config: dict[str, Any], steps: list[Any]
+) -> None:
+    """The oracle for the compiled path itself: mostly batches it writes (the oracle above draws
+    mostly batches it leaves to Python), on configs that roll by size and time, fill indexes, add
+    index entries at every append or rarely, refuse timestamps and keyless records, flush."""
+    root = tmp_path_factory.mktemp("common")
+    clock = FakeClock()
+    scheduler = FakeScheduler(clock)
+    fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
+    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    for step, ((records, epoch), advance_ms) in enumerate(steps):
+        random.seed(step)
+        got = _outcome(lambda: fast.append_as_leader(records, epoch), fast_dir)
+        random.seed(step)
+        expected = _outcome(lambda: general._append_as_leader(records, epoch, AppendOrigin.CLIENT), general_dir)
+        assert got == expected, f"step {step}"
+        assert _state(fast) == _state(general), f"step {step}"
+        clock.advance(advance_ms)
+    fast.close()
+    general.close()
+    assert _files(fast_dir) == _files(general_dir)
+
+
+def test_the_common_batch_oracle_mostly_takes_the_compiled_path(tmp_path: Path) -> None:
+    """The oracle above is only worth its examples if they reach the compiled path: on a plain
+    config, a run of common batches is written by the kernel, index entries included."""
+    log = Log.open(tmp_path / "topic-0", log_config(index_interval_bytes=100), clock=FakeClock(),
+                   scheduler=FakeScheduler(FakeClock()))
+    try:
+        if log._append_produced is None:
+            pytest.skip("the interpreted twin has no compiled path")
+        calls = _spy_kernel(log)
+        for i in range(40):
+            log.append_as_leader(_one_record(ts=T0 + i))
+        assert calls.count(PRODUCED_OK) == 39  # all but the segment's first (the second arms the tail, then writes)
+        assert log.active_segment.offset_index.entries >= 10
+    finally:
+        log.close()
+
+
+@st.composite
 def idempotent_appends(draw: st.DrawFn) -> tuple[int, int, str, int, int]:
     """``(producer id, producer epoch, sequence kind, records, leader epoch)``: what a few
     idempotent producers send, mostly in sequence, sometimes a retry, a gap or a new epoch."""
@@ -352,23 +416,24 @@ def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again
 # --- the compiled path: taken when it should be; its writes fail as the Python path's do ---------
 
 def _spy_kernel(log: Log) -> list[int]:
-    """Count calls of the compiled check-and-write kernel (test seam: wraps one instance's)."""
+    """The statuses of the compiled check-and-write kernel's calls (test seam: wraps one instance's)."""
     calls: list[int] = []
-    kernel = log._write_produced
+    kernel = log._append_produced
     assert kernel is not None
 
-    def spy(*args: Any) -> tuple[int, int, int, int]:
-        calls.append(1)
-        return kernel(*args)
+    def spy(*args: Any) -> tuple[int, int, int, int, int]:
+        result = kernel(*args)
+        calls.append(result[0])
+        return result
 
-    log._write_produced = spy
+    log._append_produced = spy
     return calls
 
 
 def test_the_compiled_path_is_taken_only_without_a_fault_plan(make_log: Any) -> None:
     log = make_log()
     if ACTIVE_IMPLEMENTATION == "python":
-        assert log._write_produced is None  # the interpreted twin: the Python path only
+        assert log._append_produced is None  # the interpreted twin: the Python path only
         return
     kernel_calls, general_calls = _spy_kernel(log), _spy_general_path(log)
     for _ in range(3):
@@ -377,8 +442,11 @@ def test_the_compiled_path_is_taken_only_without_a_fault_plan(make_log: Any) -> 
         log.append_as_leader(_one_record())
     log.append_as_leader(_one_record(compression=CompressionType.GZIP))  # checked in Python
     log.append_as_leader(_one_record(value_size=5000))  # above the kernel's write buffer
-    # The first append loads the segment's state (general path); then two compiled appends.
-    assert (len(kernel_calls), len(general_calls)) == (3, 1)
+    # The first append finds the tail unarmed, and an empty segment cannot be armed: it loads the
+    # segment's state (general path). The second arms the tail; then two compiled appends; the
+    # kernel leaves the compressed batch to Python and never sees the one above its write buffer.
+    assert kernel_calls == [PRODUCED_UNARMED, PRODUCED_UNARMED, PRODUCED_OK, PRODUCED_OK, PRODUCED_COMPRESSED]
+    assert len(general_calls) == 1
     assert stats.ops[fileops.FileOp.WRITE] == 1
     assert log.log_end_offset == 6
 
@@ -405,6 +473,7 @@ def _failing_append(log: Log, fault_plan: bool) -> StorageError:
     records = log.active_segment.log
     os.close(records._descriptor())
     records._fd = os.open(records.path, os.O_RDONLY)  # test seam: writes now fail with EBADF
+    log.active_segment.disarm()  # (a new descriptor: the tail is armed again with it)
     with fileops.inject() if fault_plan else contextlib.nullcontext():
         with pytest.raises(StorageError) as raised:
             log.append_as_leader(_one_record())
@@ -423,26 +492,21 @@ def test_a_failed_write_raises_what_the_python_path_raises(make_log: Any, tmp_pa
 
 @pytest.mark.parametrize("first_write", [10, 0, -errno.EINTR])
 def test_a_short_or_interrupted_compiled_write_is_continued(tmp_path: Path, first_write: int) -> None:
-    """FileRecords.append_produced after a kernel write that stopped early (here a stand-in kernel
-    that writes ``first_write`` bytes of the patched batch, or fails with EINTR): the rest is written."""
+    """FileRecords.finish_produced after a kernel write that stopped early (here ``first_write``
+    bytes of the patched batch were written, or the write failed with EINTR): the rest is written."""
     from tidelog.storage.file_records import FileRecords
 
     records = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
     batch = _one_record()
     patched = struct.pack(">qii", 42, len(batch) - 12, 3) + batch[16:]
-
-    def short_kernel(data: bytes, now: int, relative_offset: int, max_timestamp_limit: int, fd: int, position: int,
-                     base_offset: int, leader_epoch: int) -> tuple[int, int, int, int]:
-        if first_write > 0:
-            os.pwrite(fd, patched[:first_write], position)
-        return PRODUCED_OK, 0, T0, first_write
-
+    if first_write > 0:
+        os.pwrite(records.descriptor(), patched[:first_write], 0)
     if first_write == 0:  # nothing written, and the retry through fileops writes nothing either
         with fileops.inject(fileops.FaultRule(ops=frozenset({fileops.FileOp.WRITE}), error=errno.ENOSPC)):
             with pytest.raises(StorageError, match="No space left"):
-                records.append_produced(short_kernel, batch, T0, 0, LONG_MAX, 42, 3)
+                records.finish_produced(batch, first_write, 42, 3)
         return
-    assert records.append_produced(short_kernel, batch, T0, 0, LONG_MAX, 42, 3)[0] == PRODUCED_OK
+    records.finish_produced(batch, first_write, 42, 3)
     assert records.size_in_bytes == len(batch)
     assert records.read(0, 1 << 16) == patched
 
@@ -451,15 +515,38 @@ def test_a_failed_compiled_write_names_the_path_and_position(tmp_path: Path) -> 
     from tidelog.storage.file_records import FileRecords
 
     records = FileRecords.open(tmp_path / "00000000000000000000.log", file_already_exists=False)
-
-    def failing_kernel(*args: Any) -> tuple[int, int, int, int]:
-        return PRODUCED_OK, 0, T0, -errno.ENOSPC
-
     with pytest.raises(StorageError) as raised:
-        records.append_produced(failing_kernel, _one_record(), T0, 0, LONG_MAX, 0, 0)
+        records.finish_produced(_one_record(), -errno.ENOSPC, 0, 0)
     assert raised.value.message == f"append failed: {os.strerror(errno.ENOSPC)}"
     assert raised.value.path == records.path and raised.value.position == 0
     assert records.size_in_bytes == 0
+
+
+def test_a_short_compiled_write_ends_with_the_files_and_state_of_the_general_path(make_log: Any,
+                                                                                  tmp_path: Path) -> None:
+    """A kernel write that stopped early leaves the tail untouched: LogSegment.finish_fast_append
+    finishes the write and does the bookkeeping (index entries included), as the general path would."""
+    compiled, general = make_log(index_interval_bytes=100), make_log(dir=tmp_path / "general" / "topic-0",
+                                                                     index_interval_bytes=100)
+    if compiled._append_produced is None:
+        pytest.skip("the interpreted twin has no compiled path")
+    kernel = compiled._append_produced
+
+    def short_kernel(data: bytes, tail: Any, now: int, base_offset: int, leader_epoch: int) -> Any:
+        before = tail.copy()
+        result = kernel(data, tail, now, base_offset, leader_epoch)
+        if result[0] != PRODUCED_OK:
+            return result
+        tail[:] = before  # as if the write had stopped after 7 bytes: the kernel then updates nothing
+        return result[0], result[1], result[2], 7, -1
+
+    compiled._append_produced = short_kernel
+    for i in range(12):
+        batch = _one_record(ts=T0 + i)
+        assert compiled.append_as_leader(batch, leader_epoch=2) == general._append_as_leader(batch, 2, AppendOrigin.CLIENT)
+    compiled.close(), general.close()
+    for name in ("00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex"):
+        assert (compiled.dir / name).read_bytes() == (general.dir / name).read_bytes(), name
 
 
 # --- durability: the bytes are in the OS when append_as_leader returns --------------------------

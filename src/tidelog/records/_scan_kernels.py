@@ -638,43 +638,87 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
 
 
 PRODUCED_ROLL = 3  # append_produced_batch: every check passed, but a roll rule fires; nothing written
+PRODUCED_UNARMED = 5  # append_produced_batch: the segment's tail is not armed (see TAIL_ARMED); nothing checked
 PATCHED_PREFIX = 16  # bytes: baseOffset, batchLength, partitionLeaderEpoch (outside the CRC)
 WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # append_produced_batch writes batches up to this size
 NOW_FROM_CLOCK = INT64_MIN  # append_produced_batch's ``now`` that means: read the wall clock here
 
+# The tail of a segment: int64 slots of one array (a FileRecords' ``tail``) that the storage layer's
+# Python reads and writes as its own attributes (the file's size, the segment's max timestamp...),
+# and that append_produced_batch reads and updates in the same call that writes, so that a
+# 1-record append costs one compiled call and almost no Python bookkeeping.
+TAIL_ARMED = 0  # 1 while the slots below hold what an append needs, and no roll rule they do not say fires
+TAIL_FD = 1  # the .log's descriptor
+TAIL_SIZE = 2  # bytes in the .log (FileRecords' size)
+TAIL_BASE_OFFSET = 3  # the segment's base offset
+TAIL_SEGMENT_BYTES = 4  # segment.bytes
+TAIL_MAX_TIMESTAMP_LIMIT = 5  # segment.ms: a batch whose maxTimestamp is above this rolls the segment
+TAIL_MAX_TIMESTAMP = 6  # the segment's max timestamp so far (TAIL_UNKNOWN: not loaded)
+TAIL_OFFSET_OF_MAX_TIMESTAMP = 7  # its offset
+TAIL_MAX_TIMESTAMP_IN_INDEX = 8  # 1 when it was read from the time index
+TAIL_BYTES_SINCE_LAST_INDEX_ENTRY = 9
+TAIL_INDEX_INTERVAL_BYTES = 10  # index.interval.bytes
+TAIL_MAX_MESSAGE_BYTES = 11  # the topic's rules (see check_produced_batch) ...
+TAIL_COMPACT = 12
+TAIL_BEFORE_MAX_MS = 13
+TAIL_AFTER_MAX_MS = 14  # ... up to here
+TAIL_SLOTS = 16
+TAIL_UNKNOWN = INT64_MIN  # a slot's "None"
 
-def append_produced_batch(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, relative_offset,
-                          max_timestamp_limit, fd, position, base_offset, leader_epoch):
+
+def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     """The leader's common append in one call: :func:`check_produced_batch` of the whole ``buf``
-    (CRC included; the topic's rules come first, so that callers can bind them once), then,
-    when it passes and no roll rule fires, ONE write of the batch at ``position`` of ``fd`` with
-    its first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch, all outside the CRC)
-    replaced by ``base_offset``, its size - 12 and ``leader_epoch``. Batches of up to
-    WRITE_BUFFER_BYTES only (larger: PRODUCED_OTHER).
+    against the topic's rules in ``tail``, then, when it passes and no roll rule fires, ONE write
+    of the batch at the end of the segment's ``.log`` (``tail``'s fd and size) with its first 16
+    bytes (baseOffset, batchLength, partitionLeaderEpoch, all outside the CRC) replaced by
+    ``base_offset``, its size - 12 and ``leader_epoch``, and the segment's bookkeeping in ``tail``
+    (size, max timestamp, bytes since the last index entry) as LogSegment.append does it. Batches of
+    up to WRITE_BUFFER_BYTES only (larger: PRODUCED_OTHER).
 
-    The roll rules the batch's content decides come as limits: ``relative_offset`` (of
-    ``base_offset`` in its segment, in [0, INT32_MAX]) plus its lastOffsetDelta at most
-    INT32_MAX, its maxTimestamp at most ``max_timestamp_limit`` (segment.ms); the caller checked
-    the others. Returns ``(status, lastOffsetDelta, maxTimestamp, written)`` (recordsCount is
-    lastOffsetDelta + 1, checked): PRODUCED_OK with the bytes written (fewer than the batch on a
-    short write, ``-errno`` when the write failed); PRODUCED_ROLL, PRODUCED_OTHER,
-    PRODUCED_IDEMPOTENT or PRODUCED_COMPRESSED with nothing written. (Each argument costs ~25 ns to pass, half a percent
-    of a 1-record append: the kernel takes none it can find itself.) ``now`` NOW_FROM_CLOCK: the
-    broker time is the system clock's, read here (a Python clock call costs a tenth of an append).
+    Only while ``tail`` is armed (TAIL_ARMED: the segment holds data, its indexes have room, its
+    state is loaded; else PRODUCED_UNARMED); the roll rules left are checked here: the batch fits
+    in segment.bytes, its offsets relative to the segment's base in an int32, its maxTimestamp at
+    most TAIL_MAX_TIMESTAMP_LIMIT (segment.ms). Returns ``(status, lastOffsetDelta, maxTimestamp,
+    written, indexPosition)``: PRODUCED_OK with the bytes written (``-errno`` when the write
+    failed); when they are not the whole batch ``tail`` is unchanged and the caller finishes the
+    write and the bookkeeping. ``indexPosition``: the batch's position when an index entry is due
+    for it (the caller appends it), else -1. PRODUCED_ROLL, PRODUCED_OTHER, PRODUCED_IDEMPOTENT,
+    PRODUCED_COMPRESSED, PRODUCED_UNARMED: nothing written. ``now`` NOW_FROM_CLOCK: the broker time
+    is the system clock's, read here (a Python clock call costs a tenth of an append). (Each
+    argument costs ~25 ns to pass: the kernel takes none it can find in ``tail``.)
     """
+    if tail[TAIL_ARMED] != 1:
+        return PRODUCED_UNARMED, 0, 0, 0, -1
     size = len(buf)
     if now == NOW_FROM_CLOCK:
         now = wall_clock_ms()
     if size > WRITE_BUFFER_BYTES or leader_epoch < INT32_MIN or leader_epoch > INT32_MAX:
-        return PRODUCED_OTHER, 0, 0, 0  # (an epoch that is no int32: the general path says so)
+        return PRODUCED_OTHER, 0, 0, 0, -1  # (an epoch that is no int32: the general path says so)
     status, delta, max_timestamp, _ = check_produced_batch(
-        buf, size, False, max_message_bytes, compact, before_max_ms, after_max_ms, now)
+        buf, size, False, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
+        tail[TAIL_AFTER_MAX_MS], now)
     if status != PRODUCED_OK:
-        return status, 0, 0, 0
-    if delta > INT32_MAX - relative_offset or max_timestamp > max_timestamp_limit:
-        return PRODUCED_ROLL, delta, max_timestamp, 0
-    written = pwrite_patched(fd, buf, size, position, base_offset, size - LOG_OVERHEAD, leader_epoch)
-    return PRODUCED_OK, delta, max_timestamp, written
+        return status, 0, 0, 0, -1
+    position = tail[TAIL_SIZE]
+    relative = base_offset - tail[TAIL_BASE_OFFSET]
+    if (position <= 0 or position > tail[TAIL_SEGMENT_BYTES] - size or relative < 0 or relative > INT32_MAX - delta
+            or max_timestamp > tail[TAIL_MAX_TIMESTAMP_LIMIT]):
+        return PRODUCED_ROLL, delta, max_timestamp, 0, -1
+    written = pwrite_patched(tail[TAIL_FD], buf, size, position, base_offset, size - LOG_OVERHEAD, leader_epoch)
+    if written != size:
+        return PRODUCED_OK, delta, max_timestamp, written, -1
+    tail[TAIL_SIZE] = position + size
+    if max_timestamp > tail[TAIL_MAX_TIMESTAMP]:
+        tail[TAIL_MAX_TIMESTAMP] = max_timestamp
+        tail[TAIL_OFFSET_OF_MAX_TIMESTAMP] = base_offset + delta if max_timestamp > -1 else -1
+        tail[TAIL_MAX_TIMESTAMP_IN_INDEX] = 0
+    index_position = -1
+    since = tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY]
+    if since > tail[TAIL_INDEX_INTERVAL_BYTES]:
+        index_position = position
+        since = 0
+    tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = since + size
+    return PRODUCED_OK, delta, max_timestamp, written, index_position
 
 
 def wall_clock_ms():

@@ -557,22 +557,31 @@ def produced_batch_checker() -> ProducedBatchCheck:
 
 _PRODUCED_BATCH_CHECK: ProducedBatchCheck | None = None
 
-# append(max_message_bytes, compact, before_max_ms, after_max_ms, buf, now, relative_offset,
-#        max_timestamp_limit, fd, position, base_offset, leader_epoch)
-#   -> (status, lastOffsetDelta, maxTimestamp, written)
-ProducedBatchAppend = Callable[[int, bool, int, int, bytes, int, int, int, int, int, int, int],
-                               tuple[int, int, int, int]]
+# append(buf, tail, now, base_offset, leader_epoch)
+#   -> (status, lastOffsetDelta, maxTimestamp, written, indexPosition); ``tail``: int64[TAIL_SLOTS]
+ProducedBatchAppend = Callable[[bytes, np.ndarray, int, int, int], tuple[int, int, int, int, int]]
 PRODUCED_ROLL = k.PRODUCED_ROLL
+PRODUCED_UNARMED = k.PRODUCED_UNARMED
+# A segment's tail (see _scan_kernels): its slots, for the storage layer that owns one per .log.
+(TAIL_ARMED, TAIL_FD, TAIL_SIZE, TAIL_BASE_OFFSET, TAIL_SEGMENT_BYTES, TAIL_MAX_TIMESTAMP_LIMIT, TAIL_MAX_TIMESTAMP,
+ TAIL_OFFSET_OF_MAX_TIMESTAMP, TAIL_MAX_TIMESTAMP_IN_INDEX, TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
+ TAIL_INDEX_INTERVAL_BYTES, TAIL_MAX_MESSAGE_BYTES, TAIL_COMPACT, TAIL_BEFORE_MAX_MS, TAIL_AFTER_MAX_MS,
+ TAIL_SLOTS, TAIL_UNKNOWN) = (
+    k.TAIL_ARMED, k.TAIL_FD, k.TAIL_SIZE, k.TAIL_BASE_OFFSET, k.TAIL_SEGMENT_BYTES, k.TAIL_MAX_TIMESTAMP_LIMIT,
+    k.TAIL_MAX_TIMESTAMP, k.TAIL_OFFSET_OF_MAX_TIMESTAMP, k.TAIL_MAX_TIMESTAMP_IN_INDEX,
+    k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY, k.TAIL_INDEX_INTERVAL_BYTES, k.TAIL_MAX_MESSAGE_BYTES, k.TAIL_COMPACT,
+    k.TAIL_BEFORE_MAX_MS, k.TAIL_AFTER_MAX_MS, k.TAIL_SLOTS, k.TAIL_UNKNOWN)
 NOW_FROM_CLOCK = k.NOW_FROM_CLOCK
 
 
 def produced_batch_appender() -> ProducedBatchAppend | None:
     """The compiled :func:`_scan_kernels.append_produced_batch` (check a produced batch below
-    CRC_IN_KERNEL_BELOW bytes, then write it with its offsets and leader epoch patched in, one
-    libc ``pwrite``, no GIL), entered like :func:`produced_batch_checker`; None for the
-    interpreted twin, or where the write cannot be compiled (off Linux): the caller then checks
-    and writes as it did before, in Python. The caller owns ``fd`` and every rule about files
-    (it must not use this while a fileops fault plan is installed). Resolved once, then cached.
+    CRC_IN_KERNEL_BELOW bytes, write it at the end of a segment's tail with its offsets and
+    leader epoch patched in, one libc ``pwrite``, no GIL, and keep the tail's bookkeeping), entered
+    like :func:`produced_batch_checker`; None for the interpreted twin, or where the write cannot
+    be compiled (off Linux): the caller then checks and writes as it did before, in Python. The
+    caller owns the tail's fd and every rule about files (it must not use this while a fileops
+    fault plan is installed). Resolved once, then cached.
     """
     global _PRODUCED_BATCH_APPEND, _APPEND_RESOLVED
     if not _APPEND_RESOLVED:
@@ -594,19 +603,18 @@ def _compile_appender() -> ProducedBatchAppend | None:
     # The active twin's compiled check_produced_batch is the one called: nothing is compiled twice.
     source = {**vars(k), **intrinsics, "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
     namespace = twins.compile_functions(source, (), k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
-    kernel = _entry_point(namespace["append_produced_batch"],
-                          ("int64", "boolean", "int64", "int64", "bytes", "int64", "int64", "int64", "int64",
-                           "int64", "int64", "int64"))
+    kernel = _entry_point(namespace["append_produced_batch"], ("bytes", "tail", "int64", "int64", "int64"))
     return kernel  # type: ignore[no-any-return]
 
 
 def _entry_point(dispatcher: Any, type_names: tuple[str, ...]) -> Any:
-    """The compiled entry point of ``dispatcher`` for arguments of ``type_names`` ("bytes" or a
-    numba scalar type name), compiled (or loaded from the cache) now; the dispatcher itself when
-    this numba does not expose it."""
+    """The compiled entry point of ``dispatcher`` for arguments of ``type_names`` ("bytes", "tail"
+    for a C-contiguous int64 array, or a numba scalar type name), compiled (or loaded from the
+    cache) now; the dispatcher itself when this numba does not expose it."""
     import numba
 
-    signature = tuple(numba.typeof(b"") if name == "bytes" else getattr(numba, name) for name in type_names)
+    special = {"bytes": numba.typeof(b""), "tail": numba.types.Array(numba.int64, 1, "C")}
+    signature = tuple(special[name] if name in special else getattr(numba, name) for name in type_names)
     try:
         dispatcher.compile(signature)
         return dispatcher.overloads[signature].entry_point

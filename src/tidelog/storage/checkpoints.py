@@ -326,6 +326,9 @@ class LeaderEpochCache:
     def __init__(self, checkpoint: LeaderEpochCheckpointFile | None = None) -> None:
         self._checkpoint = checkpoint
         self._entries: list[EpochEntry] = []
+        # The last entry, kept as a plain attribute by every change: the leader's append asks
+        # for it on each batch (a property read costs several times more).
+        self.latest: EpochEntry | None = None
         for entry in checkpoint.read() if checkpoint is not None else ():
             self._assign(entry)
         # The entries as loaded through the assign rules (not necessarily the file's lines), so
@@ -339,7 +342,7 @@ class LeaderEpochCache:
 
     @property
     def latest_entry(self) -> EpochEntry | None:
-        return self._entries[-1] if self._entries else None
+        return self.latest
 
     @property
     def latest_epoch(self) -> int | None:
@@ -381,6 +384,7 @@ class LeaderEpochCache:
         removed = self._entries[:cut]
         if removed:
             self._entries[:cut] = [EpochEntry(removed[-1].epoch, start_offset)]
+            self.latest = self._entries[-1]
         return removed
 
     def truncate_from_end(self, end_offset: int) -> list[EpochEntry]:
@@ -392,11 +396,13 @@ class LeaderEpochCache:
             keep -= 1
         removed = self._entries[keep:]
         del self._entries[keep:]
+        self.latest = self._entries[-1] if self._entries else None
         return removed
 
     def clear(self) -> None:
         """Forget every entry (memory only; :meth:`flush` to persist)."""
         self._entries.clear()
+        self.latest = None
 
     def flush(self) -> None:
         """Write the entries to the checkpoint file if they changed since it was last read or
@@ -408,7 +414,7 @@ class LeaderEpochCache:
     def _assign(self, entry: EpochEntry) -> bool:
         if entry.epoch < 0 or entry.start_offset < 0:
             raise ValueError(f"invalid leader epoch entry {entry}: epoch and start offset must be >= 0")
-        latest = self.latest_entry
+        latest = self.latest
         if latest is not None and latest.epoch == entry.epoch and entry.start_offset >= latest.start_offset:
             return False
         while self._entries and (
@@ -416,4 +422,5 @@ class LeaderEpochCache:
         ):
             self._entries.pop()
         self._entries.append(entry)
+        self.latest = entry
         return True

@@ -15,7 +15,7 @@ import errno
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import numpy as np
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
-from tidelog.records.scan import BATCH_COLUMNS, PRODUCED_OK, batch_crcs, walk_batch_headers
+from tidelog.records.scan import BATCH_COLUMNS, TAIL_ARMED, TAIL_SIZE, TAIL_SLOTS, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
@@ -40,10 +40,6 @@ _PATCHED_PREFIX = struct.Struct(">qii")
 
 Buffer = bytes | bytearray | memoryview
 Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
-# The compiled leader append kernel with a topic's rules bound (see FileRecords.append_produced):
-# write(records, now, relative_offset, max_timestamp_limit, fd, position, base_offset, leader_epoch)
-#   -> (status, lastOffsetDelta, maxTimestamp, written)
-ProducedWrite = Callable[[bytes, int, int, int, int, int, int, int], tuple[int, int, int, int]]
 
 
 def chunks_size(data: Chunks) -> int:
@@ -67,8 +63,21 @@ BatchHeaders = dict[str, np.ndarray]  # see FileRecords.batch_headers
 class FileRecords:
     def __init__(self, path: Path, size: int, *, fd: int | None = None) -> None:
         self._path = path
+        # The tail: int64 slots the compiled leader append reads and updates (records.scan's
+        # TAIL_*), this file's size among them, the segment's append bookkeeping the rest.
+        # ``tail_slots`` is how Python reads and writes them (ints, where the array gives numpy's).
+        self.tail = np.zeros(TAIL_SLOTS, dtype=np.int64)
+        self.tail_slots = memoryview(self.tail)
         self._size = size
         self._fd = fd
+
+    @property
+    def _size(self) -> int:
+        return self.tail_slots[TAIL_SIZE]  # type: ignore[no-any-return]
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self.tail_slots[TAIL_SIZE] = value
 
     @classmethod
     def open(
@@ -105,6 +114,10 @@ class FileRecords:
         set_file_mtime(self._path, ms)
 
     # --- I/O ----------------------------------------------------------------------------------
+
+    def descriptor(self) -> int:
+        """The open descriptor of the file (opened now if it was not)."""
+        return self._descriptor()
 
     def _descriptor(self) -> int:
         if self._fd is None:
@@ -150,31 +163,9 @@ class FileRecords:
         self._size += written
         return written
 
-    def append_produced(
-        self, write: ProducedWrite, records: bytes, now: int, relative_offset: int, max_timestamp_limit: int,
-        base_offset: int, leader_epoch: int,
-    ) -> tuple[int, int, int, int]:
-        """The leader's common append through ``write`` (the compiled
-        ``_scan_kernels.append_produced_batch`` with the topic's rules bound): check ``records``
-        and, when it passes and no roll rule fires (``relative_offset``, ``max_timestamp_limit``),
-        write it at the end with ``base_offset`` and ``leader_epoch`` patched in. Returns the kernel's
-        ``(status, lastOffsetDelta, maxTimestamp, written)``; only PRODUCED_OK wrote, and then all
-        of ``records``. Failures are :meth:`append`'s: a StorageError naming the path
-        and position, or a short write continued from where it stopped. Bypasses fileops: the
-        caller makes sure no fault plan is installed.
-        """
-        fd = self._fd if self._fd is not None else self._descriptor()
-        result = write(records, now, relative_offset, max_timestamp_limit, fd, self._size, base_offset, leader_epoch)
-        written = result[3]
-        if written == len(records):
-            self._size += written
-        elif result[0] == PRODUCED_OK:
-            self._finish_produced(records, written, base_offset, leader_epoch)
-        return result
-
-    def _finish_produced(self, records: bytes, written: int, base_offset: int, leader_epoch: int) -> None:
-        """After the kernel's write of a patched batch stopped at ``written`` (its error, when
-        negative): what :meth:`append` does after ``os.pwrite`` did that."""
+    def finish_produced(self, records: bytes, written: int, base_offset: int, leader_epoch: int) -> None:
+        """After the compiled append's write of a patched batch stopped at ``written`` (its error,
+        when negative): what :meth:`append` does after ``os.pwrite`` did that."""
         if written < 0 and written != -errno.EINTR:  # EINTR: os.pwritev below retries, as os.pwrite does
             error = OSError(-written, os.strerror(-written))
             raise StorageError(f"append failed: {error.strerror}", path=self._path, position=self._size) from error
@@ -238,6 +229,7 @@ class FileRecords:
             raise StorageError(f"trim failed: {e.strerror}", path=self._path) from e
 
     def close(self) -> None:
+        self.tail_slots[TAIL_ARMED] = 0  # the compiled append must never write to a closed descriptor
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

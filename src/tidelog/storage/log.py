@@ -17,7 +17,6 @@ that was complete when taken.
 
 from __future__ import annotations
 
-import functools
 import logging
 import struct
 import threading
@@ -42,6 +41,8 @@ from tidelog.records.scan import (
     PRODUCED_COMPRESSED,
     PRODUCED_IDEMPOTENT,
     PRODUCED_OK,
+    PRODUCED_UNARMED,
+    ProducedBatchAppend,
     produced_batch_appender,
 )
 from tidelog.records.varint import INT64_MAX
@@ -51,7 +52,6 @@ from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
 from tidelog.storage.config import LogConfig
-from tidelog.storage.file_records import ProducedWrite
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.loader import LoadParams, load_log
 from tidelog.storage.producer_snapshot import fsync_snapshot
@@ -282,14 +282,18 @@ class Log:
         rules = self._leader_rules = LeaderRules.of(config)
         self._flush_messages = config.flush_messages
         self._roll_limits = RollLimits(config.segment_bytes, config.max_segment_ms)
-        # The compiled check-and-write kernel with these rules bound (None: the interpreted twin,
-        # no kernel on this platform, or a topic whose uncompressed batches are not written as
-        # they came). A new object per config: an append that read the old one goes general.
+        # The compiled check-and-write kernel (None: the interpreted twin, no kernel on this
+        # platform, or a topic whose uncompressed batches are not written as they came), and the
+        # rules it finds in an armed tail: a segment armed with old limits or rules is disarmed.
         appender = produced_batch_appender()
-        self._write_produced: ProducedWrite | None = None
+        self._append_produced: ProducedBatchAppend | None = None
+        self._tail_rules = (0, False, 0, 0)
         if appender is not None and rules is not None and rules.codecs[_UNCOMPRESSED] is not None:
-            self._write_produced = functools.partial(appender, rules.max_message_bytes, rules.compact,
-                                                     rules.before_max_ms, rules.after_max_ms)
+            self._append_produced = appender
+            self._tail_rules = (rules.max_message_bytes, rules.compact, rules.before_max_ms, rules.after_max_ms)
+        active = self._segments.last
+        if active is not None:
+            active.disarm()
 
     @property
     def lock(self) -> threading.RLock:
@@ -376,24 +380,31 @@ class Log:
         """
         # Written out on purpose: the produce hot path, where each call saved is ~2% of a
         # 1-record append (issue 2 asks 200,000 a second). Any doubt falls to the general path.
-        write = self._write_produced
-        if (write is not None and origin is _CLIENT and type(records) is bytes and len(records) < CRC_IN_KERNEL_BELOW
+        append = self._append_produced
+        if (append is not None and origin is _CLIENT and type(records) is bytes and len(records) < CRC_IN_KERNEL_BELOW
                 and not _faults_active()):
-            # The compiled path: one kernel call checks the batch and writes it (no fault plan
-            # may miss that write: with one installed, the Python path below writes through fileops).
+            # The compiled path: one kernel call checks the batch, writes it and keeps the active
+            # segment's bookkeeping in its tail (no fault plan may miss that write: with one
+            # installed, the Python path below writes through fileops).
             now = NOW_FROM_CLOCK if self._system_clock else self._clock.milliseconds()
             with self._lock:
                 segment = self._segments.last
-                result = None
-                if write is self._write_produced and not self._closed and segment is not None:
+                status = PRODUCED_UNARMED
+                if self._append_produced is not None and not self._closed and segment is not None:
                     first = self._log_end_offset
-                    result = segment.append_produced(write, records, first, leader_epoch, self._roll_limits, now)
-                    if result is not None and result[0] == PRODUCED_OK:
-                        _, delta, max_timestamp, _ = result
+                    tail = segment.log.tail
+                    status, delta, max_timestamp, written, index_position = append(records, tail, now, first, leader_epoch)
+                    if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
+                        status, delta, max_timestamp, written, index_position = append(
+                            records, tail, now, first, leader_epoch)
+                    if status == PRODUCED_OK:
+                        if index_position >= 0 or written != len(records):  # an index entry due, a short write
+                            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, written,
+                                                       index_position)
                         # What _append does after the write: epoch cache, log end, flush.messages.
                         last = first + delta
                         if leader_epoch >= 0:
-                            latest = self.leader_epoch_cache.latest_entry  # assign() changes nothing if:
+                            latest = self.leader_epoch_cache.latest  # assign() changes nothing if:
                             if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
                                 self.leader_epoch_cache.assign(leader_epoch, first)
                         self._log_end_offset = last + 1
@@ -402,7 +413,7 @@ class Log:
                         return _new_tuple(LogAppendInfo, (
                             first, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1, NO_TIMESTAMP,
                             self._log_start_offset, delta + 1, len(records), _UNCOMPRESSED, _UNCOMPRESSED))
-            if result is None or (result[0] != PRODUCED_COMPRESSED and result[0] != PRODUCED_IDEMPOTENT):
+            if status != PRODUCED_COMPRESSED and status != PRODUCED_IDEMPOTENT and status != PRODUCED_UNARMED:
                 return self._append_as_leader(records, leader_epoch, origin)  # a roll, or not the common case
         rules = self._leader_rules
         if origin is _CLIENT and rules is not None:
@@ -428,7 +439,7 @@ class Log:
                                                      self._roll_limits, now):
                             # What _append does after the write: epoch cache, log end, flush.messages.
                             if leader_epoch >= 0:
-                                latest = self.leader_epoch_cache.latest_entry  # assign() changes nothing if:
+                                latest = self.leader_epoch_cache.latest  # assign() changes nothing if:
                                 if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
                                     self.leader_epoch_cache.assign(leader_epoch, first)
                             self._log_end_offset = last + 1

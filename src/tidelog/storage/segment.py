@@ -29,7 +29,23 @@ from tidelog.errors import (
     LogSegmentOffsetOverflowError,
 )
 from tidelog.records import FileBatch
-from tidelog.records.scan import NOW_FROM_CLOCK, PRODUCED_OK
+from tidelog.records.scan import (
+    TAIL_AFTER_MAX_MS,
+    TAIL_ARMED,
+    TAIL_BASE_OFFSET,
+    TAIL_BEFORE_MAX_MS,
+    TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
+    TAIL_COMPACT,
+    TAIL_FD,
+    TAIL_INDEX_INTERVAL_BYTES,
+    TAIL_MAX_MESSAGE_BYTES,
+    TAIL_MAX_TIMESTAMP,
+    TAIL_MAX_TIMESTAMP_IN_INDEX,
+    TAIL_MAX_TIMESTAMP_LIMIT,
+    TAIL_OFFSET_OF_MAX_TIMESTAMP,
+    TAIL_SEGMENT_BYTES,
+    TAIL_UNKNOWN,
+)
 from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.file_records import (
@@ -37,7 +53,6 @@ from tidelog.storage.file_records import (
     BatchLocation,
     Chunks,
     FileRecords,
-    ProducedWrite,
     chunks_size,
     set_file_mtime,
 )
@@ -114,12 +129,16 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
+        # The append bookkeeping below lives in the .log's tail (see the properties after open()),
+        # where the compiled leader append reads and updates it in the call that writes.
+        self._tail = log_file.tail_slots
+        self._tail[TAIL_ARMED] = 0
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
         # The largest timestamp and the offset it was first reached at, as two ints (a value object
         # per change would cost the append path); None: not known yet (read on demand).
-        self._max_timestamp: int | None = None
+        self._max_timestamp = None
         self._offset_of_max_timestamp = base_offset
         self._max_timestamp_in_index = False  # it was read from the time index: close need not append it
         self._deferred_index_size: int | None = None  # see defer_index_resize
@@ -149,6 +168,99 @@ class LogSegment:
         return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=rolling_jitter_ms, file_suffix=file_suffix)
 
     # --- indexes (lazy) -----------------------------------------------------------------------
+
+    # --- the append bookkeeping, kept in the .log's tail -----------------------------------------
+
+    @property
+    def _max_timestamp(self) -> int | None:
+        value: int = self._tail[TAIL_MAX_TIMESTAMP]
+        return None if value == TAIL_UNKNOWN else value
+
+    @_max_timestamp.setter
+    def _max_timestamp(self, value: int | None) -> None:
+        self._tail[TAIL_MAX_TIMESTAMP] = TAIL_UNKNOWN if value is None else value
+
+    @property
+    def _offset_of_max_timestamp(self) -> int:
+        return self._tail[TAIL_OFFSET_OF_MAX_TIMESTAMP]  # type: ignore[no-any-return]
+
+    @_offset_of_max_timestamp.setter
+    def _offset_of_max_timestamp(self, value: int) -> None:
+        self._tail[TAIL_OFFSET_OF_MAX_TIMESTAMP] = value
+
+    @property
+    def _max_timestamp_in_index(self) -> bool:
+        return self._tail[TAIL_MAX_TIMESTAMP_IN_INDEX] != 0
+
+    @_max_timestamp_in_index.setter
+    def _max_timestamp_in_index(self, value: bool) -> None:
+        self._tail[TAIL_MAX_TIMESTAMP_IN_INDEX] = int(value)
+
+    @property
+    def _bytes_since_last_index_entry(self) -> int:
+        return self._tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY]  # type: ignore[no-any-return]
+
+    @_bytes_since_last_index_entry.setter
+    def _bytes_since_last_index_entry(self, value: int) -> None:
+        self._tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = value
+
+    def disarm(self) -> None:
+        """No compiled append until :meth:`arm_fast_append` again: called first by every method
+        that changes this segment's state in a way the tail does not follow (truncation, a roll,
+        index files closed or resized, recovery...), so a stale arming can never write."""
+        self._tail[TAIL_ARMED] = 0
+
+    def arm_fast_append(self, limits: RollLimits, rules: tuple[int, bool, int, int]) -> bool:
+        """Arm the tail for the compiled leader append (``records.scan.produced_batch_appender``):
+        True when this segment holds data, has its index files open with room and its max
+        timestamp known, and its first batch has a timestamp (the segment.ms rule then becomes a
+        max-timestamp limit); the tail then carries ``limits``, the descriptor and the topic's
+        ``rules`` (max.message.bytes, compact, the two timestamp bounds). The caller (the log,
+        under its lock) arms its active segment only, and again after any change of limits or
+        rules: every method here that the tail does not follow disarms it first."""
+        offset_index, time_index, first = self._offset_index, self._time_index, self._rolling_based_timestamp
+        if (not self.log.size_in_bytes or offset_index is None or time_index is None or self._max_timestamp is None
+                or offset_index.is_full() or time_index.is_full() or first is None or first < 0 or self._suffix):
+            return False
+        tail = self._tail
+        tail[TAIL_FD] = self.log.descriptor()
+        tail[TAIL_BASE_OFFSET] = self.base_offset
+        tail[TAIL_SEGMENT_BYTES] = limits.segment_bytes
+        # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
+        tail[TAIL_MAX_TIMESTAMP_LIMIT] = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
+        tail[TAIL_INDEX_INTERVAL_BYTES] = self._config.index_interval_bytes
+        max_message_bytes, compact, before_max_ms, after_max_ms = rules
+        tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] = max_message_bytes, int(compact)
+        tail[TAIL_BEFORE_MAX_MS], tail[TAIL_AFTER_MAX_MS] = before_max_ms, after_max_ms
+        tail[TAIL_ARMED] = 1
+        return True
+
+    def finish_fast_append(
+        self, records: bytes, first_offset: int, leader_epoch: int, delta: int, max_timestamp: int, written: int,
+        index_position: int,
+    ) -> None:
+        """After the compiled append wrote ``records`` (PRODUCED_OK) and left something to Python:
+        a write that stopped at ``written`` (finished here as :meth:`FileRecords.append` would,
+        then the bookkeeping the kernel left undone), or an index entry due at ``index_position``."""
+        last_offset = first_offset + delta
+        size = len(records)
+        if written != size:
+            position = self.log.size_in_bytes
+            self.log.finish_produced(records, written, first_offset, leader_epoch)
+            self._note_fast_append(position, size, last_offset, max_timestamp,
+                                   last_offset if max_timestamp > NO_TIMESTAMP else -1)
+        elif index_position >= 0:
+            self._append_index_entry(last_offset, index_position)
+
+    def _append_index_entry(self, last_offset: int, position: int) -> None:
+        """The sparse index entries of the fast appends (state loaded): (last offset, position) and
+        the max timestamp so far; a full index disarms the tail (the next append rolls). The
+        caller counts the bytes since (the kernel did already)."""
+        offset_index, time_index = self._offset_index, self._time_index
+        offset_index.append(last_offset, position)  # type: ignore[union-attr]  # loaded
+        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
+        if offset_index.is_full() or time_index.is_full():  # type: ignore[union-attr]
+            self.disarm()
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -185,6 +297,7 @@ class LogSegment:
         check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
         misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
         """
+        self.disarm()
         # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
         if self._offset_index is not None:
             self._offset_index.sanity_check()
@@ -222,6 +335,7 @@ class LogSegment:
 
     def _set_max_timestamp(self, entry: TimestampOffset | None, in_index: bool = False) -> None:
         """Record the max timestamp and its offset (None: unknown, read again on demand)."""
+        self.disarm()
         if entry is None:
             self._max_timestamp, self._offset_of_max_timestamp = None, self.base_offset
         else:
@@ -265,6 +379,7 @@ class LogSegment:
         ``largest_offset`` is the last offset in ``records``; ``shallow_offset_of_max_timestamp`` the
         last offset of the first batch carrying ``largest_timestamp``. Needs the log lock.
         """
+        self.disarm()
         size = chunks_size(records)
         if size == 0:
             return
@@ -330,49 +445,9 @@ class LogSegment:
             self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
             self._max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            self._offset_index.append(last_offset, position)  # type: ignore[union-attr]  # loaded
-            self._time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
+            self._append_index_entry(last_offset, position)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
-
-    def append_produced(
-        self, write: ProducedWrite, records: bytes, first_offset: int, leader_epoch: int, limits: RollLimits,
-        now: int,
-    ) -> tuple[int, int, int, int] | None:
-        """:meth:`append_if_no_roll` for the compiled leader path: ``records`` (one produced
-        batch, unchecked) is checked, and written at ``first_offset`` with ``leader_epoch``, by one
-        call of ``write`` (see :meth:`FileRecords.append_produced`) unless a roll rule fires.
-
-        None when the segment's state is not all loaded or a rule that needs no look at the batch
-        rolls (nothing was checked); else the kernel's ``(status, lastOffsetDelta, maxTimestamp,
-        written)``, of which only PRODUCED_OK wrote (and updated the indexes as
-        :meth:`append` does). The rules that need the batch (offset range, segment.ms against its
-        maxTimestamp) go to the kernel as limits. ``now``: the broker time, or NOW_FROM_CLOCK when
-        the clock is the system clock (the kernel reads it). Needs the log lock.
-        """
-        position = self.log.size_in_bytes
-        size = len(records)
-        relative = first_offset - self.base_offset
-        if not self._ready_for_fast_append(position, size, relative, limits):  # the kernel checks the last offset's
-            return None
-        max_timestamp_limit = INT64_MAX
-        if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
-            first = self._rolling_based_timestamp
-            if first is None:
-                return None
-            allowed = limits.max_segment_ms - self.rolling_jitter_ms
-            if first >= 0:  # it rolls when maxTimestamp - first > allowed (first >= 0: no int64 underflow)
-                if first + allowed < INT64_MAX:
-                    max_timestamp_limit = first + allowed
-            elif (now if now != NOW_FROM_CLOCK else self._clock.milliseconds()) - self._created_ms > allowed:
-                return None
-        result = self.log.append_produced(write, records, now, relative, max_timestamp_limit, first_offset, leader_epoch)
-        if result[0] != PRODUCED_OK:
-            return result
-        last_offset, max_timestamp = first_offset + result[1], result[2]
-        self._note_fast_append(position, size, last_offset, max_timestamp,
-                               last_offset if max_timestamp > NO_TIMESTAMP else -1)
-        return result
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
@@ -410,6 +485,7 @@ class LogSegment:
 
     def on_become_inactive_segment(self) -> None:
         """On roll: the final time-index entry, then trim indexes and any preallocated ``.log`` tail."""
+        self.disarm()
         mts = self.max_timestamp_and_offset_so_far
         self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
@@ -475,6 +551,7 @@ class LogSegment:
         for the leading run of valid v2 batches, batch by batch from where that run ends (and
         all of it under a fault plan, whose reads must go through the seam).
         """
+        self.disarm()
         if fileops.active():  # a fault plan: every read goes through the seam
             state, headers = self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
         else:
@@ -546,6 +623,7 @@ class LogSegment:
         and for the cleaner, whose multi-megabyte appends would get one entry each. The
         transaction index is kept; nothing is validated (the caller validated or wrote the bytes).
         ``headers``: the ``.log``'s batch headers when the caller has them (recovery)."""
+        self.disarm()
         if headers is None:
             headers = self.log.batch_headers()
         self.offset_index.reset()
@@ -578,6 +656,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
+        self.disarm()
         location = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -598,6 +677,7 @@ class LogSegment:
         is never cut below its entries: with ``segment.index.bytes`` lowered since they were written,
         the segment is then full (the time index keeping its slot for the roll's final entry) and
         rolls on the next append, where a plain resize would fail the load."""
+        self.disarm()
         self._deferred_index_size = None
         self._resize_offset_index(size)
         self._resize_time_index(size)
@@ -616,6 +696,7 @@ class LogSegment:
         used, where an eager resize costs two maps and two descriptors per partition (Python's
         mmap keeps a duplicate descriptor) and hits the process's open-file limit.
         """
+        self.disarm()
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.trim_to_valid_size()  # a reopened index trusts its file length
@@ -650,6 +731,7 @@ class LogSegment:
 
     def close(self) -> None:
         """Final time-index entry, trim, close. Index files are created if still lazy."""
+        self.disarm()
         # Known only if this process appended, recovered or looked it up; when it came from the
         # unopened time index itself there is nothing to append (and no reason to map it).
         if self._max_timestamp is not None and not (self._max_timestamp_in_index and self._time_index is None):
@@ -659,6 +741,7 @@ class LogSegment:
 
     def close_handlers(self) -> None:
         """Release files without writing anything more (indexes trimmed by their own close)."""
+        self.disarm()
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.close()
@@ -674,6 +757,7 @@ class LogSegment:
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename every existing file of the segment, e.g. ``""`` → ``.deleted`` (lazy indexes stay lazy)."""
+        self.disarm()
         if old_suffix != self._suffix:
             raise ValueError(f"segment {self.base_offset} has suffix {self._suffix!r}, not {old_suffix!r}")
         self.log.rename_to(files.log_file(self._dir, self.base_offset, new_suffix))
@@ -714,6 +798,7 @@ class LogSegment:
         reading. Only for segments whose index files are trimmed (sealed, or just loaded): the
         length of a reopened index file is trusted.
         """
+        self.disarm()
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close_handler()
@@ -721,6 +806,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Unlink every file of the segment (used for ``.deleted`` files after the delay)."""
+        self.disarm()
         self.close_handlers()
         for path in self.all_files():
             fileops.unlink(path, missing_ok=True)
