@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,7 +419,7 @@ class Log:
         rules = self._leader_rules
         if origin is _CLIENT and rules is not None:
             # The Python path: the validator's one-pass check, then one write through fileops.
-            now = self._clock.milliseconds()
+            now = time.time_ns() // 1_000_000 if self._system_clock else self._clock.milliseconds()  # SystemClock's
             checked = validate_produced_batch(records, rules, now)
             if checked is not None:
                 delta, max_timestamp, count, codec = checked
@@ -449,7 +450,7 @@ class Log:
                                     producer_id, producer_epoch, base_sequence, increment_sequence(base_sequence, delta),
                                     first, last, max_timestamp), _CLIENT)
                                 self.producer_state.update_map_end_offset(last + 1)
-                            if last + 1 - self._recovery_point >= self._config.flush_messages:
+                            if last + 1 - self._recovery_point >= self._flush_messages:
                                 self.flush()
                             return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,
                                                               self._log_start_offset, count, size, codec, codec))

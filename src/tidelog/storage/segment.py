@@ -123,6 +123,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.log = log_file
         self._config = config
+        self._index_interval_bytes = config.index_interval_bytes  # read on every append
         self._clock = clock
         self.rolling_jitter_ms = rolling_jitter_ms
         self._suffix = file_suffix
@@ -228,7 +229,7 @@ class LogSegment:
         tail[TAIL_SEGMENT_BYTES] = limits.segment_bytes
         # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
         tail[TAIL_MAX_TIMESTAMP_LIMIT] = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
-        tail[TAIL_INDEX_INTERVAL_BYTES] = self._config.index_interval_bytes
+        tail[TAIL_INDEX_INTERVAL_BYTES] = self._index_interval_bytes
         max_message_bytes, compact, before_max_ms, after_max_ms = rules
         tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] = max_message_bytes, int(compact)
         tail[TAIL_BEFORE_MAX_MS], tail[TAIL_AFTER_MAX_MS] = before_max_ms, after_max_ms
@@ -419,7 +420,7 @@ class LogSegment:
             waited = max_timestamp - first if first >= 0 else now - self._created_ms
             if waited > limits.max_segment_ms - self.rolling_jitter_ms:
                 return False
-        self.log.append(records)
+        self.log.append(records, size)
         self._note_fast_append(position, size, last_offset, max_timestamp, offset_of_max_timestamp)
         return True
 
@@ -444,7 +445,7 @@ class LogSegment:
         if max_timestamp > self._max_timestamp:  # type: ignore[operator]  # loaded
             self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
             self._max_timestamp_in_index = False
-        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
+        if self._bytes_since_last_index_entry > self._index_interval_bytes:
             self._append_index_entry(last_offset, position)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
