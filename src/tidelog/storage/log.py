@@ -89,7 +89,7 @@ LATEST_TIERED_TIMESTAMP = -5
 _LONG_MAX = 2**63 - 1
 _CLIENT = AppendOrigin.CLIENT
 _UNCOMPRESSED = CompressionType.NONE
-_faults_active = fileops.active
+_FAULT_PLANS = fileops.PLANS  # non-empty while a fault plan is installed (fileops.active())
 _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
 _PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
@@ -370,8 +370,9 @@ class Log:
 
         The common case, one v2 batch from a producer written as it came (see
         :func:`~tidelog.storage.validator.validate_produced_batch`), takes a lean path: below
-        4 KiB and with no fileops fault plan installed, ONE compiled call checks the batch and
-        writes it (``_scan_kernels.append_produced_batch``, via :meth:`LogSegment.append_produced`);
+        4 KiB and with no fileops fault plan installed, ONE compiled call checks the batch, writes
+        it and keeps the active segment's bookkeeping in its tail (``_scan_kernels.append_produced_batch``,
+        on a tail :meth:`LogSegment.arm_fast_append` armed);
         otherwise (bigger or compressed batches, a fault plan, the interpreted twin) one kernel
         call for validation and one ``pwrite`` through fileops. Then integer bookkeeping. An
         idempotent batch (uncompressed, a producer id) takes the Python path, and only when
@@ -383,7 +384,7 @@ class Log:
         # 1-record append (issue 2 asks 200,000 a second). Any doubt falls to the general path.
         append = self._append_produced
         if (append is not None and origin is _CLIENT and type(records) is bytes and len(records) < CRC_IN_KERNEL_BELOW
-                and not _faults_active()):
+                and not _FAULT_PLANS):
             # The compiled path: one kernel call checks the batch, writes it and keeps the active
             # segment's bookkeeping in its tail (no fault plan may miss that write: with one
             # installed, the Python path below writes through fileops).
