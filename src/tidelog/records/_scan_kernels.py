@@ -126,6 +126,7 @@ NUMBA_CRC_COMPILED = ("batch_crcs",)
 # direct libc ``pwrite`` (_write_intrinsics; Linux only). It lives in this file, not next to its
 # intrinsic, so that numba's cache of it goes stale with the check it runs.
 NUMBA_APPEND_COMPILED = ("append_produced_batch",)  # calls the compiled check_produced_batch
+NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish")  # + crc32c_u8/u64 where SSE4.2 does not replace them
 
 
 # --- primitives -----------------------------------------------------------------------------
@@ -694,8 +695,13 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
         now = wall_clock_ms()
     if size > WRITE_BUFFER_BYTES or leader_epoch < INT32_MIN or leader_epoch > INT32_MAX:
         return PRODUCED_OTHER, 0, 0, 0, -1  # (an epoch that is no int32: the general path says so)
+    # The CRC here, 8 bytes a step (compiled: SSE4.2's crc32 where the CPU has it, ~20 ns for a
+    # 1-record batch against ~100 for check_produced_batch's table lookups). A mismatch on a
+    # compressed batch is then PRODUCED_OTHER, not COMPRESSED: the general path reports it.
+    if size < RECORD_BATCH_OVERHEAD or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF):
+        return PRODUCED_OTHER, 0, 0, 0, -1
     status, delta, max_timestamp, _ = check_produced_batch(
-        buf, size, False, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
+        buf, size, True, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
         tail[TAIL_AFTER_MAX_MS], now)
     if status != PRODUCED_OK:
         return status, 0, 0, 0, -1

@@ -600,9 +600,14 @@ def _compile_appender() -> ProducedBatchAppend | None:
     intrinsics = _write_intrinsics.libc_calls()
     if intrinsics is None:
         return None
+    from tidelog.records import _crc_intrinsics
+
     # The active twin's compiled check_produced_batch is the one called: nothing is compiled twice.
-    source = {**vars(k), **intrinsics, "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
-    namespace = twins.compile_functions(source, (), k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
+    # The batch's CRC: SSE4.2's crc32 where the CPU has it, else crc32c_u8/u64 compiled as they are.
+    crc = _crc_intrinsics.sse42_crc32c()
+    inlined = k.NUMBA_APPEND_INLINED + (("crc32c_u8", "crc32c_u64") if crc is None else ())
+    source = {**vars(k), **intrinsics, **(crc or {}), "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
+    namespace = twins.compile_functions(source, inlined, k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
     kernel = _entry_point(namespace["append_produced_batch"], ("bytes", "tail", "int64", "int64", "int64"))
     return kernel  # type: ignore[no-any-return]
 
