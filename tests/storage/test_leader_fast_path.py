@@ -171,6 +171,13 @@ def _state(log: Log) -> tuple[Any, ...]:
                    for p in producers.values()))
 
 
+def _open_seeded(dir: Path, config: dict[str, Any], clock: FakeClock, scheduler: FakeScheduler) -> Log:
+    """A log whose first segment draws the same segment.jitter.ms as the other side's (the draw
+    comes from ``random``: unseeded, the two logs could roll on time at different appends)."""
+    random.seed(-1)
+    return Log.open(dir, log_config(**config), clock=clock, scheduler=scheduler)
+
+
 def _files(dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(dir.iterdir()) if p.is_file()}
 
@@ -185,7 +192,7 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
     clock = FakeClock()
     scheduler = FakeScheduler(clock)
     fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
-    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    fast, general = (_open_seeded(d, config, clock, scheduler) for d in (fast_dir, general_dir))
     # A counting plan (no rule) fails nothing, but with it installed every write must reach fileops.
     with fileops.inject() if fault_plan else contextlib.nullcontext():
         for step, ((records, epoch, origin, resequence), advance_ms) in enumerate(steps):
@@ -235,7 +242,7 @@ def test_common_batches_on_the_compiled_path_write_what_the_general_path_writes(
     clock = FakeClock()
     scheduler = FakeScheduler(clock)
     fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
-    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    fast, general = (_open_seeded(d, config, clock, scheduler) for d in (fast_dir, general_dir))
     for step, ((records, epoch), advance_ms) in enumerate(steps):
         random.seed(step)
         got = _outcome(lambda: fast.append_as_leader(records, epoch), fast_dir)
@@ -298,7 +305,7 @@ def test_idempotent_producers_get_the_same_answers_files_and_producer_state_on_b
     clock = FakeClock()
     scheduler = FakeScheduler(clock)
     fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
-    fast, general = (Log.open(d, log_config(**config), clock=clock, scheduler=scheduler) for d in (fast_dir, general_dir))
+    fast, general = (_open_seeded(d, config, clock, scheduler) for d in (fast_dir, general_dir))
     rng = random.Random(0)
     with fileops.inject() if fault_plan else contextlib.nullcontext():
         for step, (producer_id, epoch, kind, count, leader_epoch) in enumerate(steps):
