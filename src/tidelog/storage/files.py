@@ -77,9 +77,14 @@ def offset_from_file_name(name: str) -> int:
     return int(prefix)
 
 
+def segment_file_name(base_offset: int, suffix: str, temporary_suffix: str = "") -> str:
+    """Name of one of a segment's files, e.g. ``segment_file_name(42, LOG_SUFFIX)``."""
+    return f"{filename_prefix_from_offset(base_offset)}{suffix}{temporary_suffix}"
+
+
 def segment_file(dir: Path, base_offset: int, suffix: str, temporary_suffix: str = "") -> Path:
     """Path of one of a segment's files, e.g. ``segment_file(d, 42, LOG_SUFFIX, SWAP_SUFFIX)``."""
-    return dir / f"{filename_prefix_from_offset(base_offset)}{suffix}{temporary_suffix}"
+    return dir / segment_file_name(base_offset, suffix, temporary_suffix)
 
 
 def log_file(dir: Path, base_offset: int, temporary_suffix: str = "") -> Path:

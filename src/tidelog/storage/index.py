@@ -302,7 +302,8 @@ class _MappedIndex(IndexFile):
     @classmethod
     def check_file(cls, path: Path, base_offset: int) -> bytes:
         """:meth:`sanity_check` of the index file at ``path`` without mapping it: one ``fstat``
-        and two preads (the loader checks every segment's indexes; maps are costly there).
+        and two preads, one for a single entry (the loader checks every segment's indexes; maps
+        are costly there).
         Returns the last entry's bytes (empty when there is none). FileNotFoundError when the
         file is missing; :class:`StorageError` when it cannot be read."""
         fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -310,7 +311,7 @@ class _MappedIndex(IndexFile):
             length = os.fstat(fd).st_size
             entries = length // cls.ENTRY_SIZE
             first = os.pread(fd, cls.ENTRY_SIZE, 0) if entries else b""
-            last = os.pread(fd, cls.ENTRY_SIZE, (entries - 1) * cls.ENTRY_SIZE) if entries else b""
+            last = os.pread(fd, cls.ENTRY_SIZE, (entries - 1) * cls.ENTRY_SIZE) if entries > 1 else first
         except OSError as e:
             raise StorageError(f"cannot read {cls._KIND} file: {e.strerror}", path=path, operation="read") from e
         finally:
@@ -460,6 +461,15 @@ class OffsetIndex(_MappedIndex):
     _KIND = "offset index"
 
     _last_offset: int
+
+    @classmethod
+    def parse_entry(cls, raw: bytes, base_offset: int) -> OffsetPosition:
+        """An entry from its 8 bytes; ``(base_offset, 0)`` for no bytes (an empty index), as
+        :meth:`lookup` answers then."""
+        if not raw:
+            return OffsetPosition(base_offset, 0)
+        relative, position = cls._ENTRY.unpack(raw)
+        return OffsetPosition(base_offset + relative, position)
 
     @property
     def last_offset(self) -> int:

@@ -142,11 +142,11 @@ def load_segment_files(params: LoadParams, listing: list[str], recovered: set[in
             continue
         base = files.offset_from_file_name(name)
         if _is_index_file(name):
-            if files.log_file(params.dir, base).name not in names:
+            if files.segment_file_name(base, files.LOG_SUFFIX) not in names:
                 log.info("removing orphan index file %s", params.dir / name)
                 fileops.unlink(params.dir / name, missing_ok=True)
         elif name.endswith(files.LOG_SUFFIX):
-            segments.add(_open_segment(params, base, recovered))
+            segments.add(_open_segment(params, base, recovered, names))
     return segments
 
 
@@ -154,13 +154,13 @@ def _is_index_file(name: str) -> bool:
     return name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX))
 
 
-def _open_segment(params: LoadParams, base: int, recovered: set[int]) -> LogSegment:
+def _open_segment(params: LoadParams, base: int, recovered: set[int], names: AbstractSet[str]) -> LogSegment:
     segment = LogSegment.open(
         params.dir, base, params.config, params.clock,
         file_already_exists=True, rolling_jitter_ms=params.draw_jitter(),
     )
     try:
-        segment.sanity_check()
+        segment.sanity_check(names)
     except (FileNotFoundError, CorruptIndexError) as e:
         log.warning("rebuilding indexes of %s: %s", segment.log.path, e)
         if _recover_segment(segment, params) == 0:

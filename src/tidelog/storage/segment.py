@@ -16,6 +16,7 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +144,9 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._max_timestamp_in_index = False  # it was read from the time index: close need not append it
         self._deferred_index_size: int | None = None  # see defer_index_resize
+        # The offset index's last entry as sanity_check read it from the unmapped file (b"": no
+        # entry), for read_next_offset; dropped when the index is mapped (every change maps it).
+        self._checked_offset_entry: bytes | None = None
 
     @classmethod
     def open(
@@ -266,6 +270,7 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
+            self._checked_offset_entry = None
             path = files.offset_index_file(self._dir, self.base_offset, self._suffix)
             self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size)
             if self._deferred_index_size is not None:
@@ -291,19 +296,22 @@ class LogSegment:
     def has_index_files(self) -> bool:
         return files.offset_index_file(self._dir, self.base_offset, self._suffix).exists()
 
-    def sanity_check(self) -> None:
+    def sanity_check(self, dir_names: Container[str] | None = None) -> None:
         """Check every index file without reading the ``.log`` (O(1) per index).
 
         Kafka checks only that the offset index exists and the transaction index is sane; a cheap
         check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
         misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
+        ``dir_names``: the dir's file names, when the caller has just listed it (the loader): whether
+        a transaction index exists is looked up there instead of with a ``stat``.
         """
         self.disarm()
         # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
         if self._offset_index is not None:
             self._offset_index.sanity_check()
         else:
-            OffsetIndex.check_file(files.offset_index_file(self._dir, self.base_offset, self._suffix), self.base_offset)
+            self._checked_offset_entry = OffsetIndex.check_file(
+                files.offset_index_file(self._dir, self.base_offset, self._suffix), self.base_offset)
         if self._time_index is not None:
             self._time_index.sanity_check()
         else:
@@ -311,7 +319,11 @@ class LogSegment:
             last = TimeIndex.check_file(path, self.base_offset)
             if self._max_timestamp is None:  # keep it: retention asks for it next
                 self._set_max_timestamp(TimeIndex.parse_entry(last, self.base_offset), in_index=True)
-        if files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists():
+        if dir_names is None:
+            has_txn_index = files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists()
+        else:
+            has_txn_index = files.segment_file_name(self.base_offset, files.TXN_INDEX_SUFFIX, self._suffix) in dir_names
+        if has_txn_index:
             self.txn_index.sanity_check()
 
     # --- sizes and timestamps -----------------------------------------------------------------
@@ -522,9 +534,14 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (scans from the last offset-index entry)."""
-        entry = self.offset_index.lookup(2**63 - 1)
+        checked, self._checked_offset_entry = self._checked_offset_entry, None
+        if checked is not None and self._offset_index is None:
+            # The entry sanity_check just read: a load after a clean stop maps no index for it.
+            position = OffsetIndex.parse_entry(checked, self.base_offset).position
+        else:
+            position = self.offset_index.lookup(2**63 - 1).position
         next_offset = self.base_offset
-        for location in self.log.batch_locations(entry.position):
+        for location in self.log.batch_locations(position):
             next_offset = location.last_offset + 1
         return next_offset
 
