@@ -360,9 +360,11 @@ class ProducerStateManager:
 
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
         """Delete snapshots that match no segment base offset, except the highest stray one when
-        it is above every segment base (the snapshot a clean shutdown wrote at the log end)."""
+        it is above every segment base (the snapshot a clean shutdown wrote at the log end).
+        Acts on the snapshots this manager knows: listed when it was made, plus those it wrote
+        (Kafka lists the dir again here because its loader runs after the manager is made and
+        may write snapshots; :meth:`Log.open` makes the manager after loading, just before this)."""
         bases = set(segment_base_offsets)
-        self._snapshots = self._list_snapshots()
         strays = [offset for offset in sorted(self._snapshots) if offset not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for offset in strays:
