@@ -450,7 +450,15 @@ def mkdir(path: PathLike, *, parents: bool = False, exist_ok: bool = False, mode
     """``Path.mkdir`` with the same ``parents``/``exist_ok`` meaning."""
     kill = _before(FileOp.MKDIR, path) if _plans else False
     try:
-        Path(path).mkdir(mode=mode, parents=parents, exist_ok=exist_ok)
+        try:  # Path.mkdir's rules, without a Path: opening a partition makes its existing dir
+            os.mkdir(path, mode)
+        except FileNotFoundError:
+            if not parents:
+                raise
+            Path(path).mkdir(mode=mode, parents=True, exist_ok=exist_ok)
+        except OSError:
+            if not exist_ok or not os.path.isdir(path):
+                raise
     finally:
         _after(kill)
 
