@@ -47,6 +47,9 @@ class LoadedLog:
     next_offset: int
     had_clean_shutdown: bool
     truncated_bytes: int
+    # The dir's file names as listed before loading: the snapshots among them are still there
+    # (loading creates and removes segment files only), for the producer state.
+    dir_names: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,7 @@ def load_log(params: LoadParams) -> LoadedLog:
     truncated = 0
     if not params.had_clean_shutdown and not params.recovered_elsewhere:
         truncated = recover_from(segments, params, recovered)
-    return _settle_offsets(segments, params, truncated)
+    return _settle_offsets(segments, params, truncated, names)
 
 
 # --- phase 1 -----------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ def _delete_segments_after(segments: LogSegments, segment: LogSegment) -> None:
 
 # --- phase 4 -----------------------------------------------------------------------------------
 
-def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int) -> LoadedLog:
+def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int, names: list[str]) -> LoadedLog:
     next_offset = _next_offset(segments)
     if segments and next_offset < params.log_start_offset_checkpoint:
         log.warning(
@@ -235,7 +238,7 @@ def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int) -
     first_base = segments.first.base_offset  # type: ignore[union-attr]
     return LoadedLog(
         segments, max(params.log_start_offset_checkpoint, first_base), recovery_point, next_offset,
-        params.had_clean_shutdown, truncated,
+        params.had_clean_shutdown, truncated, names,
     )
 
 

@@ -195,7 +195,8 @@ class Log:
         ))
         epoch_cache.truncate_from_end(loaded.next_offset)
         epoch_cache.truncate_from_start(loaded.log_start_offset)
-        producer_state = ProducerStateManager(dir, tp, producer_id_expiration_ms=producer_id_expiration_ms)
+        producer_state = ProducerStateManager(dir, tp, producer_id_expiration_ms=producer_id_expiration_ms,
+                                              dir_names=loaded.dir_names)
         producer_state.remove_stray_snapshots(s.base_offset for s in loaded.segments)
         rebuild_producer_state(producer_state, loaded.segments.snapshot(), loaded.log_start_offset,
                                loaded.next_offset, clock.milliseconds())

@@ -207,12 +207,15 @@ class ProducerStateManager:
     (the offset up to which the state is complete). Kafka's ``ProducerStateManager``."""
 
     def __init__(self, dir: Path, topic_partition: object, *,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 dir_names: Iterable[str] | None = None) -> None:
+        """``dir_names``: the dir's file names when the caller has just listed it (the loader;
+        nothing it does creates or removes snapshots), else the dir is listed here."""
         self._dir = dir
         self._tp = str(topic_partition)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
-        self._snapshots: dict[int, Path] = self._list_snapshots()
+        self._snapshots: dict[int, Path] = self._list_snapshots(dir_names)
         self._last_map_offset = 0
         self._last_snap_offset = 0
 
@@ -337,11 +340,12 @@ class ProducerStateManager:
 
     # --- snapshots ------------------------------------------------------------------------------
 
-    def _list_snapshots(self) -> dict[int, Path]:
-        try:
-            names = os.listdir(self._dir)
-        except FileNotFoundError:
-            return {}
+    def _list_snapshots(self, names: Iterable[str] | None = None) -> dict[int, Path]:
+        if names is None:
+            try:
+                names = os.listdir(self._dir)
+            except FileNotFoundError:
+                return {}
         return {files.offset_from_file_name(n): self._dir / n for n in names
                 if n.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and n[:1].isdigit()}
 
