@@ -383,7 +383,8 @@ class LeaderEpochCache:
             cut += 1
         removed = self._entries[:cut]
         if removed:
-            self._entries[:cut] = [EpochEntry(removed[-1].epoch, start_offset)]
+            last = removed[-1]  # kept as it is when it already starts there (the common case at load)
+            self._entries[:cut] = [last if last.start_offset == start_offset else EpochEntry(last.epoch, start_offset)]
             self.latest = self._entries[-1]
         return removed
 
