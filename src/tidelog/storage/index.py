@@ -300,12 +300,13 @@ class _MappedIndex(IndexFile):
         self.close_handler()
 
     @classmethod
-    def check_file(cls, path: Path, base_offset: int) -> bytes:
+    def check_file(cls, path: Path | str, base_offset: int) -> bytes:
         """:meth:`sanity_check` of the index file at ``path`` without mapping it: one ``fstat``
         and two preads, one for a single entry (the loader checks every segment's indexes; maps
         are costly there).
         Returns the last entry's bytes (empty when there is none). FileNotFoundError when the
-        file is missing; :class:`StorageError` when it cannot be read."""
+        file is missing; :class:`StorageError` when it cannot be read. ``path`` may be a string
+        (the loader's, to spare a Path per index); errors name it as a Path all the same."""
         fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             length = os.fstat(fd).st_size
@@ -313,7 +314,7 @@ class _MappedIndex(IndexFile):
             first = os.pread(fd, cls.ENTRY_SIZE, 0) if entries else b""
             last = os.pread(fd, cls.ENTRY_SIZE, (entries - 1) * cls.ENTRY_SIZE) if entries > 1 else first
         except OSError as e:
-            raise StorageError(f"cannot read {cls._KIND} file: {e.strerror}", path=path, operation="read") from e
+            raise StorageError(f"cannot read {cls._KIND} file: {e.strerror}", path=Path(path), operation="read") from e
         finally:
             os.close(fd)
         cls._check_entries(path, base_offset, length, entries, first, last)
@@ -330,11 +331,12 @@ class _MappedIndex(IndexFile):
         self._check_entries(self._path, self._base_offset, self._length, self._entries, first, last)
 
     @classmethod
-    def _check_entries(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes, last: bytes) -> None:
+    def _check_entries(cls, path: Path | str, base_offset: int, length: int, entries: int, first: bytes,
+                       last: bytes) -> None:
         if length % cls.ENTRY_SIZE != 0:
             raise CorruptIndexError(
                 f"{cls._KIND} file length is not a multiple of {cls.ENTRY_SIZE}",
-                path=path, length=length, entries=entries, base_offset=base_offset,
+                path=Path(path), length=length, entries=entries, base_offset=base_offset,
             )
         if not entries:
             return
@@ -343,7 +345,7 @@ class _MappedIndex(IndexFile):
         if relative < 0:
             raise CorruptIndexError(
                 f"corrupt {cls._KIND}: last offset is below the base offset",
-                path=path, entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
+                path=Path(path), entries=entries, last_offset=base_offset + relative, base_offset=base_offset,
                 length=length,
             )
 
@@ -353,7 +355,7 @@ class _MappedIndex(IndexFile):
         """The relative offset in a raw entry."""
 
     @classmethod
-    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
+    def _check_first_and_last(cls, path: Path | str, base_offset: int, length: int, entries: int, first: bytes,
                               last: bytes) -> None:
         """Raise :class:`CorruptIndexError` if the raw first and last entries contradict each other."""
 
@@ -713,14 +715,14 @@ class TimeIndex(_MappedIndex):
         self._truncate_to_offset(offset)
 
     @classmethod
-    def _check_first_and_last(cls, path: Path, base_offset: int, length: int, entries: int, first: bytes,
+    def _check_first_and_last(cls, path: Path | str, base_offset: int, length: int, entries: int, first: bytes,
                               last: bytes) -> None:
         first_timestamp, _ = cls._ENTRY.unpack(first)
         last_timestamp, _ = cls._ENTRY.unpack(last)
         if last_timestamp < first_timestamp:
             raise CorruptIndexError(
                 "corrupt time index: last timestamp is below the first timestamp",
-                path=path, entries=entries, last_timestamp=last_timestamp, first_timestamp=first_timestamp,
+                path=Path(path), entries=entries, last_timestamp=last_timestamp, first_timestamp=first_timestamp,
                 length=length,
             )
 

@@ -16,6 +16,7 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -307,16 +308,18 @@ class LogSegment:
         """
         self.disarm()
         # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
+        # Unmapped indexes are checked by path strings: a Path per index costs more than its check.
+        dir = os.fspath(self._dir)
         if self._offset_index is not None:
             self._offset_index.sanity_check()
         else:
-            self._checked_offset_entry = OffsetIndex.check_file(
-                files.offset_index_file(self._dir, self.base_offset, self._suffix), self.base_offset)
+            name = files.segment_file_name(self.base_offset, files.INDEX_SUFFIX, self._suffix)
+            self._checked_offset_entry = OffsetIndex.check_file(os.path.join(dir, name), self.base_offset)
         if self._time_index is not None:
             self._time_index.sanity_check()
         else:
-            path = files.time_index_file(self._dir, self.base_offset, self._suffix)
-            last = TimeIndex.check_file(path, self.base_offset)
+            name = files.segment_file_name(self.base_offset, files.TIME_INDEX_SUFFIX, self._suffix)
+            last = TimeIndex.check_file(os.path.join(dir, name), self.base_offset)
             if self._max_timestamp is None:  # keep it: retention asks for it next
                 self._set_max_timestamp(TimeIndex.parse_entry(last, self.base_offset), in_index=True)
         if dir_names is None:
