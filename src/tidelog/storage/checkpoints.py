@@ -109,7 +109,7 @@ def split_lines(text: str) -> list[str]:
     """Lines as Java's ``BufferedReader.readLine`` returns them (no terminators, no final empty line)."""
     if not text:
         return []
-    lines = _LINE_BREAK.split(text)
+    lines = text.split("\n") if "\r" not in text else _LINE_BREAK.split(text)  # the regex only when needed
     if lines[-1] == "":
         lines.pop()
     return lines
