@@ -25,7 +25,7 @@ INT64_MAX = 2**63 - 1
 NOW = 1_700_000_000_000
 RULES = (1048588, False, INT64_MAX, 3600000)  # max.message.bytes, compact, before, after
 
-Append = Callable[..., tuple[int, int, int, int, int]]
+Append = Callable[..., tuple[int, int, int]]
 
 
 def _appenders() -> list[Any]:
@@ -81,7 +81,7 @@ def test_a_common_batch_is_written_with_offset_length_and_epoch_patched(kernel: 
     data = _batch(b"a", b"bb", ts=NOW - 5)
     result, written, tail = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=-1,
                                     relative_offset=2**31 - 2)  # the last offset's is 2**31 - 1: still an int32
-    assert result == (k.PRODUCED_OK, 1, NOW - 5, len(data), -1)
+    assert result == (k.PRODUCED_OK, 1, NOW - 5)
     assert written[:10] == bytes(10)  # a hole: the write went to position 10
     assert written[10:] == struct.pack(">qii", 1 << 40, len(data) - 12, -1) + data[16:]
     # The segment's bookkeeping, as LogSegment.append keeps it: size, max timestamp and its offset
@@ -97,12 +97,13 @@ def test_an_older_batch_keeps_the_max_timestamp_and_a_due_index_entry_is_reporte
                                                                                      tmp_path: Path) -> None:
     data = _batch(b"a", ts=NOW - 500)  # older than the segment's max (NOW - 100)
     result, _, tail = _append(kernel, tmp_path / "f", data, position=300, bytes_since=4097)
-    assert result == (k.PRODUCED_OK, 0, NOW - 500, len(data), 300)  # the entry is (offset 7, position 300)
+    assert result == (k.PRODUCED_INDEX_DUE, 0, NOW - 500)  # the entry: (offset 7, position 300 = the new size - its own)
+    assert tail[k.TAIL_SIZE] - len(data) == 300
     assert (tail[k.TAIL_MAX_TIMESTAMP], tail[k.TAIL_OFFSET_OF_MAX_TIMESTAMP], tail[k.TAIL_MAX_TIMESTAMP_IN_INDEX]) \
         == (NOW - 100, 6, 1)
     assert tail[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == len(data)  # counted again from this batch
-    _, _, not_due = _append(kernel, tmp_path / "g", data, position=300, bytes_since=4096)  # not above the interval
-    assert not_due[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == 4096 + len(data)
+    result, _, not_due = _append(kernel, tmp_path / "g", data, position=300, bytes_since=4096)  # not above the interval
+    assert result[0] == k.PRODUCED_OK and not_due[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == 4096 + len(data)
 
 
 @pytest.mark.parametrize("kernel", _appenders())
@@ -127,7 +128,7 @@ def test_nothing_is_written_unless_the_batch_passes(kernel: Append, tmp_path: Pa
     arguments = {"data": _batch(b"a", b"b", b"c"), "rules": (1048588, False, 1000, 3600000)} | case
     result, written, tail = _append(kernel, tmp_path / "f", **arguments)
     assert result[0] == expected_status
-    assert result[3] == 0 and written == b""
+    assert written == b""
     untouched = dict(arguments)
     untouched.pop("data"), untouched.pop("now", None), untouched.pop("leader_epoch", None)
     expected_tail = _tail(0, base_offset=7, **untouched)
@@ -151,7 +152,7 @@ def test_the_system_clock_is_read_when_asked(kernel: Append, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("kernel", _appenders())
-def test_a_failed_write_returns_minus_errno_and_leaves_the_tail(kernel: Append, tmp_path: Path) -> None:
+def test_a_failed_write_says_minus_errno_and_leaves_the_rest_of_the_tail(kernel: Append, tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)
@@ -161,7 +162,8 @@ def test_a_failed_write_returns_minus_errno_and_leaves_the_tail(kernel: Append, 
         result = kernel(_batch(b"v"), tail, NOW, 7, 0)
     finally:
         os.close(fd)
-    assert result[0] == k.PRODUCED_OK and result[3] == -errno.EBADF
+    assert result[0] == k.PRODUCED_SHORT_WRITE and tail[k.TAIL_WRITTEN] == -errno.EBADF
+    tail[k.TAIL_WRITTEN] = 0
     assert (tail == before).all()  # the caller finishes the write and the bookkeeping
 
 

@@ -640,6 +640,8 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
 
 PRODUCED_ROLL = 3  # append_produced_batch: every check passed, but a roll rule fires; nothing written
 PRODUCED_UNARMED = 5  # append_produced_batch: the segment's tail is not armed (see TAIL_ARMED); nothing checked
+PRODUCED_INDEX_DUE = 6  # append_produced_batch: written, and a sparse index entry is due for the batch (caller's)
+PRODUCED_SHORT_WRITE = 7  # append_produced_batch: the write stopped at TAIL_WRITTEN bytes; the rest is the caller's
 PATCHED_PREFIX = 16  # bytes: baseOffset, batchLength, partitionLeaderEpoch (outside the CRC)
 WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # append_produced_batch writes batches up to this size
 NOW_FROM_CLOCK = INT64_MIN  # append_produced_batch's ``now`` that means: read the wall clock here
@@ -663,6 +665,7 @@ TAIL_MAX_MESSAGE_BYTES = 11  # the topic's rules (see check_produced_batch) ...
 TAIL_COMPACT = 12
 TAIL_BEFORE_MAX_MS = 13
 TAIL_AFTER_MAX_MS = 14  # ... up to here
+TAIL_WRITTEN = 15  # after PRODUCED_SHORT_WRITE: the bytes the write wrote, -errno when it failed
 TAIL_SLOTS = 16
 TAIL_UNKNOWN = INT64_MIN  # a slot's "None"
 
@@ -679,52 +682,54 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     Only while ``tail`` is armed (TAIL_ARMED: the segment holds data, its indexes have room, its
     state is loaded; else PRODUCED_UNARMED); the roll rules left are checked here: the batch fits
     in segment.bytes, its offsets relative to the segment's base in an int32, its maxTimestamp at
-    most TAIL_MAX_TIMESTAMP_LIMIT (segment.ms). Returns ``(status, lastOffsetDelta, maxTimestamp,
-    written, indexPosition)``: PRODUCED_OK with the bytes written (``-errno`` when the write
-    failed); when they are not the whole batch ``tail`` is unchanged and the caller finishes the
-    write and the bookkeeping. ``indexPosition``: the batch's position when an index entry is due
-    for it (the caller appends it), else -1. PRODUCED_ROLL, PRODUCED_OTHER, PRODUCED_IDEMPOTENT,
+    most TAIL_MAX_TIMESTAMP_LIMIT (segment.ms). Returns ``(status, lastOffsetDelta, maxTimestamp)``:
+    PRODUCED_OK, the batch written and the tail updated; PRODUCED_INDEX_DUE, the same, and a
+    sparse index entry is due for the batch (at its position: the new size less its own; the
+    caller appends it); PRODUCED_SHORT_WRITE, the write stopped at TAIL_WRITTEN bytes (``-errno``
+    when it failed), the tail otherwise unchanged: the caller finishes the write and the
+    bookkeeping. (One status, not more values: each boxed value costs the common case.)
+    PRODUCED_ROLL, PRODUCED_OTHER, PRODUCED_IDEMPOTENT,
     PRODUCED_COMPRESSED, PRODUCED_UNARMED: nothing written. ``now`` NOW_FROM_CLOCK: the broker time
     is the system clock's, read here (a Python clock call costs a tenth of an append). (Each
     argument costs ~25 ns to pass: the kernel takes none it can find in ``tail``.)
     """
     if tail[TAIL_ARMED] != 1:
-        return PRODUCED_UNARMED, 0, 0, 0, -1
+        return PRODUCED_UNARMED, 0, 0
     size = len(buf)
     if now == NOW_FROM_CLOCK:
         now = wall_clock_ms()
     if size > WRITE_BUFFER_BYTES or leader_epoch < INT32_MIN or leader_epoch > INT32_MAX:
-        return PRODUCED_OTHER, 0, 0, 0, -1  # (an epoch that is no int32: the general path says so)
+        return PRODUCED_OTHER, 0, 0  # (an epoch that is no int32: the general path says so)
     # The CRC here, 8 bytes a step (compiled: SSE4.2's crc32 where the CPU has it, ~20 ns for a
     # 1-record batch against ~100 for check_produced_batch's table lookups). A mismatch on a
     # compressed batch is then PRODUCED_OTHER, not COMPRESSED: the general path reports it.
     if size < RECORD_BATCH_OVERHEAD or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF):
-        return PRODUCED_OTHER, 0, 0, 0, -1
+        return PRODUCED_OTHER, 0, 0
     status, delta, max_timestamp, _ = check_produced_batch(
         buf, size, True, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
         tail[TAIL_AFTER_MAX_MS], now)
     if status != PRODUCED_OK:
-        return status, 0, 0, 0, -1
+        return status, 0, 0
     position = tail[TAIL_SIZE]
     relative = base_offset - tail[TAIL_BASE_OFFSET]
     if (position <= 0 or position > tail[TAIL_SEGMENT_BYTES] - size or relative < 0 or relative > INT32_MAX - delta
             or max_timestamp > tail[TAIL_MAX_TIMESTAMP_LIMIT]):
-        return PRODUCED_ROLL, delta, max_timestamp, 0, -1
+        return PRODUCED_ROLL, delta, max_timestamp
     written = pwrite_patched(tail[TAIL_FD], buf, size, position, base_offset, size - LOG_OVERHEAD, leader_epoch)
     if written != size:
-        return PRODUCED_OK, delta, max_timestamp, written, -1
+        tail[TAIL_WRITTEN] = written
+        return PRODUCED_SHORT_WRITE, delta, max_timestamp
     tail[TAIL_SIZE] = position + size
     if max_timestamp > tail[TAIL_MAX_TIMESTAMP]:
         tail[TAIL_MAX_TIMESTAMP] = max_timestamp
         tail[TAIL_OFFSET_OF_MAX_TIMESTAMP] = base_offset + delta if max_timestamp > -1 else -1
         tail[TAIL_MAX_TIMESTAMP_IN_INDEX] = 0
-    index_position = -1
     since = tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY]
     if since > tail[TAIL_INDEX_INTERVAL_BYTES]:
-        index_position = position
-        since = 0
+        tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = size
+        return PRODUCED_INDEX_DUE, delta, max_timestamp
     tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = since + size
-    return PRODUCED_OK, delta, max_timestamp, written, index_position
+    return PRODUCED_OK, delta, max_timestamp
 
 
 def wall_clock_ms():

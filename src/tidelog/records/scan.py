@@ -557,20 +557,21 @@ def produced_batch_checker() -> ProducedBatchCheck:
 
 _PRODUCED_BATCH_CHECK: ProducedBatchCheck | None = None
 
-# append(buf, tail, now, base_offset, leader_epoch)
-#   -> (status, lastOffsetDelta, maxTimestamp, written, indexPosition); ``tail``: int64[TAIL_SLOTS]
-ProducedBatchAppend = Callable[[bytes, np.ndarray, int, int, int], tuple[int, int, int, int, int]]
+# append(buf, tail, now, base_offset, leader_epoch) -> (status, lastOffsetDelta, maxTimestamp);
+# ``tail``: int64[TAIL_SLOTS]
+ProducedBatchAppend = Callable[[bytes, np.ndarray, int, int, int], tuple[int, int, int]]
 PRODUCED_ROLL = k.PRODUCED_ROLL
 PRODUCED_UNARMED = k.PRODUCED_UNARMED
+PRODUCED_INDEX_DUE, PRODUCED_SHORT_WRITE = k.PRODUCED_INDEX_DUE, k.PRODUCED_SHORT_WRITE
 # A segment's tail (see _scan_kernels): its slots, for the storage layer that owns one per .log.
 (TAIL_ARMED, TAIL_FD, TAIL_SIZE, TAIL_BASE_OFFSET, TAIL_SEGMENT_BYTES, TAIL_MAX_TIMESTAMP_LIMIT, TAIL_MAX_TIMESTAMP,
  TAIL_OFFSET_OF_MAX_TIMESTAMP, TAIL_MAX_TIMESTAMP_IN_INDEX, TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
  TAIL_INDEX_INTERVAL_BYTES, TAIL_MAX_MESSAGE_BYTES, TAIL_COMPACT, TAIL_BEFORE_MAX_MS, TAIL_AFTER_MAX_MS,
- TAIL_SLOTS, TAIL_UNKNOWN) = (
+ TAIL_WRITTEN, TAIL_SLOTS, TAIL_UNKNOWN) = (
     k.TAIL_ARMED, k.TAIL_FD, k.TAIL_SIZE, k.TAIL_BASE_OFFSET, k.TAIL_SEGMENT_BYTES, k.TAIL_MAX_TIMESTAMP_LIMIT,
     k.TAIL_MAX_TIMESTAMP, k.TAIL_OFFSET_OF_MAX_TIMESTAMP, k.TAIL_MAX_TIMESTAMP_IN_INDEX,
     k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY, k.TAIL_INDEX_INTERVAL_BYTES, k.TAIL_MAX_MESSAGE_BYTES, k.TAIL_COMPACT,
-    k.TAIL_BEFORE_MAX_MS, k.TAIL_AFTER_MAX_MS, k.TAIL_SLOTS, k.TAIL_UNKNOWN)
+    k.TAIL_BEFORE_MAX_MS, k.TAIL_AFTER_MAX_MS, k.TAIL_WRITTEN, k.TAIL_SLOTS, k.TAIL_UNKNOWN)
 NOW_FROM_CLOCK = k.NOW_FROM_CLOCK
 
 

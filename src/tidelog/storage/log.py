@@ -41,7 +41,9 @@ from tidelog.records.scan import (
     NOW_FROM_CLOCK,
     PRODUCED_COMPRESSED,
     PRODUCED_IDEMPOTENT,
+    PRODUCED_INDEX_DUE,
     PRODUCED_OK,
+    PRODUCED_SHORT_WRITE,
     PRODUCED_UNARMED,
     ProducedBatchAppend,
     produced_batch_appender,
@@ -397,15 +399,14 @@ class Log:
                 status = PRODUCED_UNARMED
                 if self._append_produced is not None and not self._closed and segment is not None:
                     first = self._log_end_offset
-                    tail = segment.log.tail
-                    status, delta, max_timestamp, written, index_position = append(records, tail, now, first, leader_epoch)
-                    if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
-                        status, delta, max_timestamp, written, index_position = append(
-                            records, tail, now, first, leader_epoch)
+                    status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
+                    if status != PRODUCED_OK:
+                        if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
+                            status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
+                        if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
+                            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)
+                            status = PRODUCED_OK
                     if status == PRODUCED_OK:
-                        if index_position >= 0 or written != len(records):  # an index entry due, a short write
-                            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, written,
-                                                       index_position)
                         # What _append does after the write: epoch cache, log end, flush.messages.
                         last = first + delta
                         if leader_epoch >= 0:

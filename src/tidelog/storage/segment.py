@@ -32,6 +32,7 @@ from tidelog.errors import (
 )
 from tidelog.records import FileBatch
 from tidelog.records.scan import (
+    PRODUCED_INDEX_DUE,
     TAIL_AFTER_MAX_MS,
     TAIL_ARMED,
     TAIL_BASE_OFFSET,
@@ -47,6 +48,7 @@ from tidelog.records.scan import (
     TAIL_OFFSET_OF_MAX_TIMESTAMP,
     TAIL_SEGMENT_BYTES,
     TAIL_UNKNOWN,
+    TAIL_WRITTEN,
 )
 from tidelog.storage import fileops, files
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
@@ -242,21 +244,21 @@ class LogSegment:
         return True
 
     def finish_fast_append(
-        self, records: bytes, first_offset: int, leader_epoch: int, delta: int, max_timestamp: int, written: int,
-        index_position: int,
+        self, records: bytes, first_offset: int, leader_epoch: int, delta: int, max_timestamp: int, status: int,
     ) -> None:
-        """After the compiled append wrote ``records`` (PRODUCED_OK) and left something to Python:
-        a write that stopped at ``written`` (finished here as :meth:`FileRecords.append` would,
-        then the bookkeeping the kernel left undone), or an index entry due at ``index_position``."""
+        """After the compiled append wrote ``records`` and left something to Python (``status``):
+        PRODUCED_INDEX_DUE, the sparse index entry for the batch; PRODUCED_SHORT_WRITE, the rest of
+        a write that stopped at TAIL_WRITTEN bytes (finished as :meth:`FileRecords.append` would),
+        then the bookkeeping the kernel left undone."""
         last_offset = first_offset + delta
         size = len(records)
-        if written != size:
-            position = self.log.size_in_bytes
-            self.log.finish_produced(records, written, first_offset, leader_epoch)
-            self._note_fast_append(position, size, last_offset, max_timestamp,
-                                   last_offset if max_timestamp > NO_TIMESTAMP else -1)
-        elif index_position >= 0:
-            self._append_index_entry(last_offset, index_position)
+        if status == PRODUCED_INDEX_DUE:
+            self._append_index_entry(last_offset, self.log.size_in_bytes - size)
+            return
+        position = self.log.size_in_bytes
+        self.log.finish_produced(records, self._tail[TAIL_WRITTEN], first_offset, leader_epoch)
+        self._note_fast_append(position, size, last_offset, max_timestamp,
+                               last_offset if max_timestamp > NO_TIMESTAMP else -1)
 
     def _append_index_entry(self, last_offset: int, position: int) -> None:
         """The sparse index entries of the fast appends (state loaded): (last offset, position) and
