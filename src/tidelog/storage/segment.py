@@ -175,8 +175,6 @@ class LogSegment:
         )
         return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=rolling_jitter_ms, file_suffix=file_suffix)
 
-    # --- indexes (lazy) -----------------------------------------------------------------------
-
     # --- the append bookkeeping, kept in the .log's tail -----------------------------------------
 
     @property
@@ -269,6 +267,8 @@ class LogSegment:
         time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
         if offset_index.is_full() or time_index.is_full():  # type: ignore[union-attr]
             self.disarm()
+
+    # --- indexes (lazy) -----------------------------------------------------------------------
 
     @property
     def offset_index(self) -> OffsetIndex:
