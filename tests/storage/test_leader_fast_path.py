@@ -186,6 +186,19 @@ def _open_seeded(dir: Path, config: dict[str, Any], clock: FakeClock, scheduler:
     return Log.open(dir, log_config(**config), clock=clock, scheduler=scheduler)
 
 
+def _append_to_both(step: int, fast: Log, general: Log, records: Any, leader_epoch: int,
+                    origin: AppendOrigin = AppendOrigin.CLIENT) -> None:
+    """``records`` appended to ``fast`` as a client's (the fast paths when they apply) and to
+    ``general`` through the general path only: the same answer or error, and the same state after.
+    The same segment.jitter.ms draw on both sides, should either roll."""
+    random.seed(step)
+    got = _outcome(lambda: fast.append_as_leader(records, leader_epoch, origin), fast.dir)
+    random.seed(step)
+    expected = _outcome(lambda: general._append_as_leader(records, leader_epoch, origin), general.dir)
+    assert got == expected, f"step {step}"
+    assert _state(fast) == _state(general), f"step {step}"
+
+
 def _files(dir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(dir.iterdir()) if p.is_file()}
 
@@ -206,12 +219,7 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
         for step, ((records, epoch, origin, resequence), advance_ms) in enumerate(steps):
             if resequence:
                 records = _resequenced(records, general)
-            random.seed(step)  # the same segment.jitter.ms draw on both sides, should either roll
-            got = _outcome(lambda: fast.append_as_leader(records, epoch, origin), fast_dir)
-            random.seed(step)
-            expected = _outcome(lambda: general._append_as_leader(records, epoch, origin), general_dir)
-            assert got == expected, f"step {step}"
-            assert _state(fast) == _state(general), f"step {step}"
+            _append_to_both(step, fast, general, records, epoch, origin)
             clock.advance(advance_ms)
     fast.close()
     general.close()
@@ -252,12 +260,7 @@ def test_common_batches_on_the_compiled_path_write_what_the_general_path_writes(
     fast_dir, general_dir = root / "fast" / "topic-0", root / "general" / "topic-0"
     fast, general = (_open_seeded(d, config, clock, scheduler) for d in (fast_dir, general_dir))
     for step, ((records, epoch), advance_ms) in enumerate(steps):
-        random.seed(step)
-        got = _outcome(lambda: fast.append_as_leader(records, epoch), fast_dir)
-        random.seed(step)
-        expected = _outcome(lambda: general._append_as_leader(records, epoch, AppendOrigin.CLIENT), general_dir)
-        assert got == expected, f"step {step}"
-        assert _state(fast) == _state(general), f"step {step}"
+        _append_to_both(step, fast, general, records, epoch)
         clock.advance(advance_ms)
     fast.close()
     general.close()
@@ -320,12 +323,7 @@ def test_idempotent_producers_get_the_same_answers_files_and_producer_state_on_b
     with fileops.inject() if fault_plan else contextlib.nullcontext():
         for step, (producer_id, epoch, kind, count, leader_epoch) in enumerate(steps):
             records = _idempotent_batch(general, producer_id, epoch, kind, count, rng)
-            random.seed(step)
-            got = _outcome(lambda: fast.append_as_leader(records, leader_epoch), fast_dir)
-            random.seed(step)
-            expected = _outcome(lambda: general._append_as_leader(records, leader_epoch, AppendOrigin.CLIENT), general_dir)
-            assert got == expected, f"step {step}"
-            assert _state(fast) == _state(general), f"step {step}"
+            _append_to_both(step, fast, general, records, leader_epoch)
             clock.advance(1)
     fast.close()
     general.close()
