@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,20 @@ class BatchLocation:
 BatchHeaders = dict[str, np.ndarray]  # see FileRecords.batch_headers
 
 
+class TailSlot:
+    """An int attribute kept in slot ``slot`` of its object's ``tail_slots`` (a FileRecords' tail,
+    or the segment's view of it), where the compiled leader append reads and updates it."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> int:
+        return obj.tail_slots[self.slot]  # type: ignore[no-any-return]
+
+    def __set__(self, obj: Any, value: int) -> None:
+        obj.tail_slots[self.slot] = value
+
+
 class FileRecords:
     def __init__(self, path: Path, size: int, *, fd: int | None = None) -> None:
         self._path = path
@@ -71,13 +86,7 @@ class FileRecords:
         self._size = size
         self._fd = fd
 
-    @property
-    def _size(self) -> int:
-        return self.tail_slots[TAIL_SIZE]  # type: ignore[no-any-return]
-
-    @_size.setter
-    def _size(self, value: int) -> None:
-        self.tail_slots[TAIL_SIZE] = value
+    _size = TailSlot(TAIL_SIZE)
 
     @classmethod
     def open(

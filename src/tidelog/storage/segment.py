@@ -57,6 +57,7 @@ from tidelog.storage.file_records import (
     BatchLocation,
     Chunks,
     FileRecords,
+    TailSlot,
     chunks_size,
     set_file_mtime,
 )
@@ -136,8 +137,8 @@ class LogSegment:
         self._txn_index: TransactionIndex | None = None
         # The append bookkeeping below lives in the .log's tail (see the properties after open()),
         # where the compiled leader append reads and updates it in the call that writes.
-        self._tail = log_file.tail_slots
-        self._tail[TAIL_ARMED] = 0
+        self.tail_slots = log_file.tail_slots
+        self.tail_slots[TAIL_ARMED] = 0
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
@@ -179,42 +180,29 @@ class LogSegment:
 
     @property
     def _max_timestamp(self) -> int | None:
-        value: int = self._tail[TAIL_MAX_TIMESTAMP]
+        value: int = self.tail_slots[TAIL_MAX_TIMESTAMP]
         return None if value == TAIL_UNKNOWN else value
 
     @_max_timestamp.setter
     def _max_timestamp(self, value: int | None) -> None:
-        self._tail[TAIL_MAX_TIMESTAMP] = TAIL_UNKNOWN if value is None else value
+        self.tail_slots[TAIL_MAX_TIMESTAMP] = TAIL_UNKNOWN if value is None else value
 
-    @property
-    def _offset_of_max_timestamp(self) -> int:
-        return self._tail[TAIL_OFFSET_OF_MAX_TIMESTAMP]  # type: ignore[no-any-return]
-
-    @_offset_of_max_timestamp.setter
-    def _offset_of_max_timestamp(self, value: int) -> None:
-        self._tail[TAIL_OFFSET_OF_MAX_TIMESTAMP] = value
+    _offset_of_max_timestamp = TailSlot(TAIL_OFFSET_OF_MAX_TIMESTAMP)
+    _bytes_since_last_index_entry = TailSlot(TAIL_BYTES_SINCE_LAST_INDEX_ENTRY)
 
     @property
     def _max_timestamp_in_index(self) -> bool:
-        return self._tail[TAIL_MAX_TIMESTAMP_IN_INDEX] != 0
+        return self.tail_slots[TAIL_MAX_TIMESTAMP_IN_INDEX] != 0
 
     @_max_timestamp_in_index.setter
     def _max_timestamp_in_index(self, value: bool) -> None:
-        self._tail[TAIL_MAX_TIMESTAMP_IN_INDEX] = int(value)
-
-    @property
-    def _bytes_since_last_index_entry(self) -> int:
-        return self._tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY]  # type: ignore[no-any-return]
-
-    @_bytes_since_last_index_entry.setter
-    def _bytes_since_last_index_entry(self, value: int) -> None:
-        self._tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = value
+        self.tail_slots[TAIL_MAX_TIMESTAMP_IN_INDEX] = int(value)
 
     def disarm(self) -> None:
         """No compiled append until :meth:`arm_fast_append` again: called first by every method
         that changes this segment's state in a way the tail does not follow (truncation, a roll,
         index files closed or resized, recovery...), so a stale arming can never write."""
-        self._tail[TAIL_ARMED] = 0
+        self.tail_slots[TAIL_ARMED] = 0
 
     def arm_fast_append(self, limits: RollLimits, rules: tuple[int, bool, int, int]) -> bool:
         """Arm the tail for the compiled leader append (``records.scan.produced_batch_appender``):
@@ -228,7 +216,7 @@ class LogSegment:
         if (not self.log.size_in_bytes or offset_index is None or time_index is None or self._max_timestamp is None
                 or offset_index.is_full() or time_index.is_full() or first is None or first < 0 or self._suffix):
             return False
-        tail = self._tail
+        tail = self.tail_slots
         tail[TAIL_FD] = self.log.descriptor()
         tail[TAIL_BASE_OFFSET] = self.base_offset
         tail[TAIL_SEGMENT_BYTES] = limits.segment_bytes
@@ -254,7 +242,7 @@ class LogSegment:
             self._append_index_entry(last_offset, self.log.size_in_bytes - size)
             return
         position = self.log.size_in_bytes
-        self.log.finish_produced(records, self._tail[TAIL_WRITTEN], first_offset, leader_epoch)
+        self.log.finish_produced(records, self.tail_slots[TAIL_WRITTEN], first_offset, leader_epoch)
         self._note_fast_append(position, size, last_offset, max_timestamp,
                                last_offset if max_timestamp > NO_TIMESTAMP else -1)
 
