@@ -136,14 +136,13 @@ class FileRecords:
                 raise StorageError(f"cannot open segment file: {e.strerror}", path=self._path) from e
         return self._fd
 
-    def append(self, data: Chunks, size: int = -1) -> int:
+    def append(self, data: Chunks) -> int:
         """Write ``data`` (one buffer, or a tuple written with one gathered ``pwritev``) at the end
         of the logical data; returns the bytes written. The bytes are in the OS (page cache) when
-        this returns: another process reading the file sees them, a killed process keeps them.
-        ``size``: the bytes in ``data`` when the caller knows them (-1: counted here)."""
+        this returns: another process reading the file sees them, a killed process keeps them."""
         if type(data) is not bytes:
             if type(data) is tuple and len(data) <= IOV_MAX:
-                return self._append_chunks(data, size)
+                return self._append_chunks(data)
             chunks = data if isinstance(data, tuple) else (data,)
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], 0)
         # The common case (a produced batch with its patched header): one plain pwrite.
@@ -157,14 +156,12 @@ class FileRecords:
         self._size += written
         return written
 
-    def _append_chunks(self, chunks: tuple[Buffer, ...], total: int) -> int:
+    def _append_chunks(self, chunks: tuple[Buffer, ...]) -> int:
         """A large produced batch's path (its patched head and a view of the rest): one
-        ``pwritev`` of the chunks (``total`` bytes, -1: count them) as they are; only a short
-        write pays for byte views of them."""
-        if total < 0:
-            total = 0
-            for chunk in chunks:
-                total += chunk.nbytes if type(chunk) is memoryview else len(chunk)
+        ``pwritev`` of the chunks as they are; only a short write pays for byte views of them."""
+        total = 0
+        for chunk in chunks:
+            total += chunk.nbytes if type(chunk) is memoryview else len(chunk)
         fd = self._fd if self._fd is not None else self._descriptor()
         try:
             written = fileops.pwritev(fd, chunks, self._size, self._path)

@@ -511,10 +511,9 @@ class OffsetIndex(_MappedIndex):
                 and not self._full and self._writable and not self._closed):
             # The common case, every check below passing, in one test: a large batch appends an
             # entry each time, and this is most of its index cost.
-            entries = self._entries
-            self._ENTRY.pack_into(self._buffer, entries * 8, relative, position)
-            self._entries = entries = entries + 1
-            self._full = entries >= self._length // 8 - self._FREE_SLOTS_KEPT  # _update_full, written out
+            self._ENTRY.pack_into(self._buffer, self._entries * 8, relative, position)
+            self._entries += 1
+            self._update_full()
             self._last_offset = offset
             return
         self._require_open()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,7 +425,7 @@ class Log:
         rules = self._leader_rules
         if origin is _CLIENT and rules is not None:
             # The Python path: the validator's one-pass check, then one write through fileops.
-            now = time.time_ns() // 1_000_000 if self._system_clock else self._clock.milliseconds()  # SystemClock's
+            now = self._clock.milliseconds()
             checked = validate_produced_batch(records, rules, now)
             if checked is not None:
                 delta, max_timestamp, count, codec = checked

@@ -128,7 +128,6 @@ class LogSegment:
         self.base_offset = base_offset
         self.log = log_file
         self._config = config
-        self._index_interval_bytes = config.index_interval_bytes  # read on every append
         self._clock = clock
         self.rolling_jitter_ms = rolling_jitter_ms
         self._suffix = file_suffix
@@ -137,8 +136,7 @@ class LogSegment:
         self._txn_index: TransactionIndex | None = None
         # The append bookkeeping below lives in the .log's tail (see the properties after open()),
         # where the compiled leader append reads and updates it in the call that writes.
-        self.tail_slots = log_file.tail_slots
-        self.tail_slots[TAIL_ARMED] = 0
+        self.tail_slots = log_file.tail_slots  # a new file's tail: zeros, not armed
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
@@ -212,9 +210,8 @@ class LogSegment:
         ``rules`` (max.message.bytes, compact, the two timestamp bounds). The caller (the log,
         under its lock) arms its active segment only, and again after any change of limits or
         rules: every method here that the tail does not follow disarms it first."""
-        offset_index, time_index, first = self._offset_index, self._time_index, self._rolling_based_timestamp
-        if (not self.log.size_in_bytes or offset_index is None or time_index is None or self._max_timestamp is None
-                or offset_index.is_full() or time_index.is_full() or first is None or first < 0 or self._suffix):
+        first = self._rolling_based_timestamp
+        if not self.log.size_in_bytes or first is None or first < 0 or self._suffix or not self._state_loaded_with_room():
             return False
         tail = self.tail_slots
         tail[TAIL_FD] = self.log.descriptor()
@@ -222,7 +219,7 @@ class LogSegment:
         tail[TAIL_SEGMENT_BYTES] = limits.segment_bytes
         # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
         tail[TAIL_MAX_TIMESTAMP_LIMIT] = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
-        tail[TAIL_INDEX_INTERVAL_BYTES] = self._index_interval_bytes
+        tail[TAIL_INDEX_INTERVAL_BYTES] = self._config.index_interval_bytes
         max_message_bytes, compact, before_max_ms, after_max_ms = rules
         tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] = max_message_bytes, int(compact)
         tail[TAIL_BEFORE_MAX_MS], tail[TAIL_AFTER_MAX_MS] = before_max_ms, after_max_ms
@@ -425,7 +422,7 @@ class LogSegment:
             waited = max_timestamp - first if first >= 0 else now - self._created_ms
             if waited > limits.max_segment_ms - self.rolling_jitter_ms:
                 return False
-        self.log.append(records, size)
+        self.log.append(records)
         self._note_fast_append(position, size, last_offset, max_timestamp, offset_of_max_timestamp)
         return True
 
@@ -433,8 +430,12 @@ class LogSegment:
         """The roll rules that need no look at the batch's timestamps, for the two fast appends:
         room for ``size`` bytes, the last offset relative to the base an int32, every piece of
         state the fast appends use loaded (index files open, max timestamp known), no index full."""
-        if position > limits.segment_bytes - size or not 0 <= last_relative_offset <= INT32_MAX:
-            return False
+        return (position <= limits.segment_bytes - size and 0 <= last_relative_offset <= INT32_MAX
+                and self._state_loaded_with_room())
+
+    def _state_loaded_with_room(self) -> bool:
+        """What both fast appends need of the segment: index files open and not full, the max
+        timestamp known (the general path loads them, or rolls)."""
         offset_index, time_index = self._offset_index, self._time_index
         return (offset_index is not None and time_index is not None and self._max_timestamp is not None
                 and not offset_index.is_full() and not time_index.is_full())
@@ -450,7 +451,7 @@ class LogSegment:
         if max_timestamp > self._max_timestamp:  # type: ignore[operator]  # loaded
             self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
             self._max_timestamp_in_index = False
-        if self._bytes_since_last_index_entry > self._index_interval_bytes:
+        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self._append_index_entry(last_offset, position)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
