@@ -1,7 +1,9 @@
-"""The leader's check-and-write kernel (``_scan_kernels.append_produced_batch``): compiled (libc
-``pwrite`` and ``clock_gettime`` as intrinsics, see records/_write_intrinsics.py) and interpreted
-(its specification: ``os.pwrite``, ``time.time_ns``) answer the same, write the same bytes and
-leave the same segment tail (the int64 slots of the segment's bookkeeping it keeps)."""
+"""The leader's check-and-write kernels (``_scan_kernels.append_produced_batch``, and
+``append_crc_checked_batch`` for the large batches whose CRC the caller checks): compiled (libc
+``pwrite``, ``pwritev`` and ``clock_gettime`` as intrinsics, see records/_write_intrinsics.py) and
+interpreted (their specification: ``os.pwrite``, ``os.pwritev``, ``time.time_ns``) answer the same,
+write the same bytes and leave the same segment tail (the int64 slots of the segment's bookkeeping
+they keep)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from tidelog.records import BatchBuilder, CompressionType, write_crc
 from tidelog.records import _scan_kernels as k
-from tidelog.records.scan import ACTIVE_IMPLEMENTATION, produced_batch_appender
+from tidelog.records.scan import ACTIVE_IMPLEMENTATION, crc_checked_batch_appender, produced_batch_appender
 
 INT64_MAX = 2**63 - 1
 NOW = 1_700_000_000_000
@@ -31,6 +33,14 @@ Append = Callable[..., tuple[int, int, int]]
 def _appenders() -> list[Any]:
     kernels: list[Any] = [pytest.param(k.append_produced_batch, id="python")]
     compiled = produced_batch_appender()
+    if compiled is not None:
+        kernels.append(pytest.param(compiled, id="numba"))
+    return kernels
+
+
+def _checked_appenders() -> list[Any]:
+    kernels: list[Any] = [pytest.param(k.append_crc_checked_batch, id="python")]
+    compiled = crc_checked_batch_appender()
     if compiled is not None:
         kernels.append(pytest.param(compiled, id="numba"))
     return kernels
@@ -67,7 +77,7 @@ def _append(kernel: Append, path: Path, data: bytes, *, now: int = NOW, base_off
         slots = _tail(fd, base_offset=base_offset, **tail)
         result = kernel(data, slots, now, base_offset, leader_epoch)
         slots[k.TAIL_FD] = 0  # the descriptor number differs from call to call
-        return tuple(int(x) for x in result), os.pread(fd, 1 << 16, 0), tuple(int(x) for x in slots)
+        return tuple(int(x) for x in result), os.pread(fd, 1 << 20, 0), tuple(int(x) for x in slots)
     finally:
         os.close(fd)
 
@@ -112,7 +122,7 @@ def test_an_older_batch_keeps_the_max_timestamp_and_a_due_index_entry_is_reporte
     ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0)}, k.PRODUCED_IDEMPOTENT),
     ({"data": _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)},
      k.PRODUCED_OTHER),
-    ({"data": _batch(b"v" * 5000)}, k.PRODUCED_OTHER),  # above WRITE_BUFFER_BYTES
+    ({"data": _batch(b"v" * 5000)}, k.PRODUCED_OTHER),  # CRC_IN_KERNEL_BELOW or more: append_crc_checked_batch's
     ({"leader_epoch": 2**31}, k.PRODUCED_OTHER),  # no int32
     ({"relative_offset": 2**31 - 2}, k.PRODUCED_ROLL),  # three records: the last at 2**31 + 0
     ({"relative_offset": -1}, k.PRODUCED_ROLL),  # below the segment's base offset
@@ -162,7 +172,7 @@ def test_a_failed_write_says_minus_errno_and_leaves_the_rest_of_the_tail(kernel:
         result = kernel(_batch(b"v"), tail, NOW, 7, 0)
     finally:
         os.close(fd)
-    assert result[0] == k.PRODUCED_SHORT_WRITE and tail[k.TAIL_WRITTEN] == -errno.EBADF
+    assert result == (k.PRODUCED_SHORT_WRITE, 0, NOW) and tail[k.TAIL_WRITTEN] == -errno.EBADF
     tail[k.TAIL_WRITTEN] = 0
     assert (tail == before).all()  # the caller finishes the write and the bookkeeping
 
@@ -183,4 +193,71 @@ def test_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFactory, val
     outcomes = {_append(kernel.values[0], root / kernel.id, bytes(data), base_offset=base_offset,
                         leader_epoch=leader_epoch, position=position, bytes_since=bytes_since)
                 for kernel in _appenders()}
+    assert len(outcomes) == 1
+
+
+# --- append_crc_checked_batch: the large batches (the caller checked the CRC) ---------------------
+
+def _large_batch(records: int = 40, ts: int = NOW, value_size: int = 300) -> bytes:
+    return _batch(*(bytes([i]) * value_size for i in range(records)), ts=ts)
+
+
+@pytest.mark.parametrize("kernel", _checked_appenders())
+@pytest.mark.parametrize("records", [40, 1])
+def test_a_batch_of_any_size_is_written_with_its_head_patched(kernel: Append, tmp_path: Path, records: int) -> None:
+    data = _large_batch(records, ts=NOW - 5)
+    assert (len(data) > k.WRITE_BUFFER_BYTES) == (records == 40)  # one gathered pwritev; one patched copy
+    result, written, tail = _append(kernel, tmp_path / "f", data, position=10, base_offset=1 << 40, leader_epoch=9,
+                                    bytes_since=5000)
+    assert result == (k.PRODUCED_INDEX_DUE, records - 1, NOW - 5)
+    assert written[10:] == struct.pack(">qii", 1 << 40, len(data) - 12, 9) + data[16:]
+    assert tail[k.TAIL_SIZE] == 10 + len(data)
+    assert (tail[k.TAIL_MAX_TIMESTAMP], tail[k.TAIL_OFFSET_OF_MAX_TIMESTAMP]) == (NOW - 5, (1 << 40) + records - 1)
+    assert tail[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] == len(data)
+
+
+@pytest.mark.parametrize("kernel", _checked_appenders())
+def test_the_checked_kernel_leaves_the_crc_to_its_caller_and_checks_the_rest(kernel: Append, tmp_path: Path) -> None:
+    data = bytearray(_large_batch())
+    data[17:21] = bytes(4)  # a wrong CRC: the caller's to find (the log runs crc32c before this kernel)
+    result, written, _ = _append(kernel, tmp_path / "f", bytes(data), position=10)
+    assert result[0] == k.PRODUCED_OK and len(written) == 10 + len(data)
+    data[35:43] = (NOW + 1).to_bytes(8, "big")  # maxTimestamp above the records': refused
+    write_crc(data)
+    result, written, _ = _append(kernel, tmp_path / "g", bytes(data), position=10)
+    assert result[0] == k.PRODUCED_OTHER and written == b""
+    result, written, _ = _append(kernel, tmp_path / "h", _large_batch(), position=10, segment_bytes=5000)
+    assert result[0] == k.PRODUCED_ROLL and written == b""
+
+
+@pytest.mark.parametrize("kernel", _checked_appenders())
+def test_a_failed_gathered_write_says_minus_errno_and_leaves_the_tail(kernel: Append, tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        tail = _tail(fd)
+        before = tail.copy()
+        result = kernel(_large_batch(), tail, NOW, 7, 0)
+    finally:
+        os.close(fd)
+    assert result == (k.PRODUCED_SHORT_WRITE, 39, NOW) and tail[k.TAIL_WRITTEN] == -errno.EBADF
+    tail[k.TAIL_WRITTEN] = 0
+    assert (tail == before).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 60), st.integers(0, 400), st.integers(0, 100_000), st.integers(0, 255), st.booleans(),
+       st.sampled_from([1 << 30, 6000, 300_000]))
+def test_checked_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFactory, records: int, value_size: int,
+                                           where: int, xor: int, fix_crc: bool, segment_bytes: int) -> None:
+    data = bytearray(_large_batch(records, value_size=value_size))
+    at = where % len(data)
+    data[at] ^= xor
+    if fix_crc and at >= 21:  # past the CRC: the records are what the kernel then finds wrong
+        write_crc(data)
+    root = tmp_path_factory.mktemp("checked")
+    outcomes = {_append(kernel.values[0], root / kernel.id, bytes(data), position=100, bytes_since=4000,
+                        segment_bytes=segment_bytes)
+                for kernel in _checked_appenders()}
     assert len(outcomes) == 1

@@ -229,10 +229,12 @@ def test_fast_and_general_paths_write_the_same_files_and_answer_the_same(
 @st.composite
 def common_appends(draw: st.DrawFn) -> tuple[bytes, int]:
     """``(records, leader epoch)``: what most producers send, the batches the compiled path
-    writes: small, uncompressed, CreateTime near the broker's time, no producer id; now and then
-    one that a check refuses (a CRC mismatch, a wrong maxTimestamp, a keyless record)."""
+    writes: uncompressed, CreateTime near the broker's time, no producer id, mostly small, now and
+    then of many records; now and then one that a check refuses (a CRC mismatch, a wrong
+    maxTimestamp, a keyless record)."""
     b = BatchBuilder()
-    for i in range(draw(st.integers(1, 3))):
+    large = draw(st.sampled_from([False] * 6 + [True]))  # 4 KiB or more: crc32c, then append_crc_checked_batch
+    for i in range(draw(st.integers(12, 30)) if large else draw(st.integers(1, 3))):
         b.append(i, T0 + draw(st.sampled_from([0, 0, 1, 2, -3, 40, 300])),
                  draw(st.sampled_from([b"k", b"k", b"key-%d" % i, None])), bytes(draw(st.sampled_from([5, 5, 60, 400]))))
     data = bytearray(b.build())
@@ -282,6 +284,30 @@ def test_the_common_batch_oracle_mostly_takes_the_compiled_path(tmp_path: Path) 
         # with an index entry due (a 1-record batch is ~70 bytes).
         assert calls.count(PRODUCED_OK) + calls.count(PRODUCED_INDEX_DUE) == 39
         assert calls.count(PRODUCED_INDEX_DUE) == log.active_segment.offset_index.entries >= 10
+    finally:
+        log.close()
+
+
+def test_large_batches_take_the_compiled_path_and_a_crc_mismatch_the_general_one(tmp_path: Path) -> None:
+    """A batch of CRC_IN_KERNEL_BELOW bytes or more: crc32c in the log, then the kernel that
+    skips the CRC writes it, index entry included; a CRC mismatch never reaches that kernel and
+    gets the general path's error, with nothing written."""
+    log = Log.open(tmp_path / "topic-0", log_config(), clock=FakeClock(), scheduler=FakeScheduler(FakeClock()))
+    try:
+        if log._append_produced is None:
+            pytest.skip("the interpreted twin has no compiled path")
+        large_calls, general_calls = _spy_kernel(log, large=True), _spy_general_path(log)
+        for i in range(5):
+            log.append_as_leader(_one_record(ts=T0 + i, value_size=6000))
+        assert large_calls == [PRODUCED_UNARMED, PRODUCED_UNARMED] + [PRODUCED_INDEX_DUE] * 4  # the first: general
+        assert len(general_calls) == 1 and log.active_segment.offset_index.entries == 4
+        damaged = bytearray(_one_record(ts=T0, value_size=6000))
+        damaged[-1] ^= 1
+        size = log.active_segment.size
+        with pytest.raises(TidelogError, match="stored crc"):
+            log.append_as_leader(bytes(damaged))
+        assert len(large_calls) == 6 and len(general_calls) == 2
+        assert log.active_segment.size == size and log.log_end_offset == 5
     finally:
         log.close()
 
@@ -430,10 +456,11 @@ def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again
 
 # --- the compiled path: taken when it should be; its writes fail as the Python path's do ---------
 
-def _spy_kernel(log: Log) -> list[int]:
-    """The statuses of the compiled check-and-write kernel's calls (test seam: wraps one instance's)."""
+def _spy_kernel(log: Log, large: bool = False) -> list[int]:
+    """The statuses of the compiled check-and-write kernel's calls (test seam: wraps one instance's;
+    ``large``: the one for batches whose CRC the log checked, append_crc_checked_batch)."""
     calls: list[int] = []
-    kernel = log._append_produced
+    kernel = log._append_crc_checked if large else log._append_produced
     assert kernel is not None
 
     def spy(*args: Any) -> tuple[int, int, int]:
@@ -441,7 +468,10 @@ def _spy_kernel(log: Log) -> list[int]:
         calls.append(result[0])
         return result
 
-    log._append_produced = spy
+    if large:
+        log._append_crc_checked = spy
+    else:
+        log._append_produced = spy
     return calls
 
 
@@ -450,20 +480,23 @@ def test_the_compiled_path_is_taken_only_without_a_fault_plan(make_log: Any) -> 
     if ACTIVE_IMPLEMENTATION == "python":
         assert log._append_produced is None  # the interpreted twin: the Python path only
         return
-    kernel_calls, general_calls = _spy_kernel(log), _spy_general_path(log)
+    kernel_calls, large_calls, general_calls = _spy_kernel(log), _spy_kernel(log, large=True), _spy_general_path(log)
     for _ in range(3):
         log.append_as_leader(_one_record())
     with fileops.inject() as stats:  # a counting plan: every write must go through fileops
         log.append_as_leader(_one_record())
+        log.append_as_leader(_one_record(value_size=5000))
     log.append_as_leader(_one_record(compression=CompressionType.GZIP))  # checked in Python
-    log.append_as_leader(_one_record(value_size=5000))  # above the kernel's write buffer
+    log.append_as_leader(_one_record(value_size=5000))  # its CRC by crc32c, then the other kernel
     # The first append finds the tail unarmed, and an empty segment cannot be armed: it loads the
     # segment's state (general path). The second arms the tail; then two compiled appends; the
-    # kernel leaves the compressed batch to Python and never sees the one above its write buffer.
+    # kernel leaves the compressed batch to Python. The large batch goes to the other kernel,
+    # which writes it (no index entry due: the bytes before it are below index.interval.bytes).
     assert kernel_calls == [PRODUCED_UNARMED, PRODUCED_UNARMED, PRODUCED_OK, PRODUCED_OK, PRODUCED_COMPRESSED]
+    assert large_calls == [PRODUCED_OK]
     assert len(general_calls) == 1
-    assert stats.ops[fileops.FileOp.WRITE] == 1
-    assert log.log_end_offset == 6
+    assert stats.ops[fileops.FileOp.WRITE] == 2
+    assert log.log_end_offset == 7
 
 
 def test_the_compiled_path_reads_the_system_clock_itself(tmp_path: Path) -> None:

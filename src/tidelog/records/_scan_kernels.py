@@ -125,7 +125,7 @@ NUMBA_CRC_COMPILED = ("batch_crcs",)
 # The leader's check-and-write kernel is compiled likewise, with pwrite_patched replaced by a
 # direct libc ``pwrite`` (_write_intrinsics; Linux only). It lives in this file, not next to its
 # intrinsic, so that numba's cache of it goes stale with the check it runs.
-NUMBA_APPEND_COMPILED = ("append_produced_batch",)  # calls the compiled check_produced_batch
+NUMBA_APPEND_COMPILED = ("append_to_tail", "append_produced_batch", "append_crc_checked_batch")  # + check_produced_batch
 NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish")  # + crc32c_u8/u64 where SSE4.2 does not replace them
 
 
@@ -643,7 +643,7 @@ PRODUCED_UNARMED = 5  # append_produced_batch: the segment's tail is not armed (
 PRODUCED_INDEX_DUE = 6  # append_produced_batch: written, and a sparse index entry is due for the batch (caller's)
 PRODUCED_SHORT_WRITE = 7  # append_produced_batch: the write stopped at TAIL_WRITTEN bytes; the rest is the caller's
 PATCHED_PREFIX = 16  # bytes: baseOffset, batchLength, partitionLeaderEpoch (outside the CRC)
-WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # append_produced_batch writes batches up to this size
+WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # pwrite_patched copies batches up to this size
 NOW_FROM_CLOCK = INT64_MIN  # append_produced_batch's ``now`` that means: read the wall clock here
 
 # The tail of a segment: int64 slots of one array (a FileRecords' ``tail``) that the storage layer's
@@ -672,12 +672,13 @@ TAIL_UNKNOWN = INT64_MIN  # a slot's "None"
 
 def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     """The leader's common append in one call: :func:`check_produced_batch` of the whole ``buf``
-    against the topic's rules in ``tail``, then, when it passes and no roll rule fires, ONE write
-    of the batch at the end of the segment's ``.log`` (``tail``'s fd and size) with its first 16
-    bytes (baseOffset, batchLength, partitionLeaderEpoch, all outside the CRC) replaced by
-    ``base_offset``, its size - 12 and ``leader_epoch``, and the segment's bookkeeping in ``tail``
-    (size, max timestamp, bytes since the last index entry) as LogSegment.append does it. Batches of
-    up to WRITE_BUFFER_BYTES only (larger: PRODUCED_OTHER).
+    (its CRC included) against the topic's rules in ``tail``, then, when it passes and no roll
+    rule fires, ONE write of the batch at the end of the segment's ``.log`` (``tail``'s fd and
+    size) with its first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch, all outside the
+    CRC) replaced by ``base_offset``, its size - 12 and ``leader_epoch``, and the segment's
+    bookkeeping in ``tail`` (size, max timestamp, bytes since the last index entry) as
+    LogSegment.append does it. Batches below CRC_IN_KERNEL_BELOW bytes only (larger:
+    PRODUCED_OTHER; their CRC is the caller's, then :func:`append_crc_checked_batch`).
 
     Only while ``tail`` is armed (TAIL_ARMED: the segment holds data, its indexes have room, its
     state is loaded; else PRODUCED_UNARMED); the roll rules left are checked here: the batch fits
@@ -687,7 +688,8 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     sparse index entry is due for the batch (at its position: the new size less its own; the
     caller appends it); PRODUCED_SHORT_WRITE, the write stopped at TAIL_WRITTEN bytes (``-errno``
     when it failed), the tail otherwise unchanged: the caller finishes the write and the
-    bookkeeping. (One status, not more values: each boxed value costs the common case.)
+    bookkeeping. (A status and these two values, not more: each boxed value costs the common
+    case; and not fewer: the two read back from tail slots cost as much as they are to box.)
     PRODUCED_ROLL, PRODUCED_OTHER, PRODUCED_IDEMPOTENT,
     PRODUCED_COMPRESSED, PRODUCED_UNARMED: nothing written. ``now`` NOW_FROM_CLOCK: the broker time
     is the system clock's, read here (a Python clock call costs a tenth of an append). (Each
@@ -696,15 +698,32 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     if tail[TAIL_ARMED] != 1:
         return PRODUCED_UNARMED, 0, 0
     size = len(buf)
-    if now == NOW_FROM_CLOCK:
-        now = wall_clock_ms()
-    if size > WRITE_BUFFER_BYTES or leader_epoch < INT32_MIN or leader_epoch > INT32_MAX:
-        return PRODUCED_OTHER, 0, 0  # (an epoch that is no int32: the general path says so)
     # The CRC here, 8 bytes a step (compiled: SSE4.2's crc32 where the CPU has it, ~20 ns for a
     # 1-record batch against ~100 for check_produced_batch's table lookups). A mismatch on a
     # compressed batch is then PRODUCED_OTHER, not COMPRESSED: the general path reports it.
-    if size < RECORD_BATCH_OVERHEAD or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF):
+    if (size < RECORD_BATCH_OVERHEAD or size >= CRC_IN_KERNEL_BELOW
+            or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF)):
         return PRODUCED_OTHER, 0, 0
+    return append_to_tail(buf, size, tail, now, base_offset, leader_epoch)
+
+
+def append_crc_checked_batch(buf, tail, now, base_offset, leader_epoch):
+    """:func:`append_produced_batch` for a batch of any size whose CRC the caller has checked
+    (the large ones: the crc32c library reads ~20 GB/s, the crc32 steps here ~12): the same
+    checks but the CRC, the same write (above WRITE_BUFFER_BYTES, one ``pwritev`` of the patched
+    head and the rest of ``buf`` in place), the same answers."""
+    if tail[TAIL_ARMED] != 1:
+        return PRODUCED_UNARMED, 0, 0
+    return append_to_tail(buf, len(buf), tail, now, base_offset, leader_epoch)
+
+
+def append_to_tail(buf, size, tail, now, base_offset, leader_epoch):
+    """The two appends' common part (the CRC checked or not asked for; ``tail`` armed): the
+    rules, the roll rules, the write, the bookkeeping (see :func:`append_produced_batch`)."""
+    if now == NOW_FROM_CLOCK:
+        now = wall_clock_ms()
+    if leader_epoch < INT32_MIN or leader_epoch > INT32_MAX:
+        return PRODUCED_OTHER, 0, 0  # (an epoch that is no int32: the general path says so)
     status, delta, max_timestamp, _ = check_produced_batch(
         buf, size, True, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
         tail[TAIL_AFTER_MAX_MS], now)
@@ -739,16 +758,19 @@ def wall_clock_ms():
 
 
 def pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch):
-    """Write ``buf[0:size]`` (at most WRITE_BUFFER_BYTES) at ``position`` of ``fd`` with its
-    first 16 bytes replaced by ``base_offset`` (int64), ``batch_length`` and ``leader_epoch``
-    (int32), big-endian, in one ``pwrite`` of a patched copy: the bytes written, or ``-errno``.
-    The specification; compiled, it is the libc call itself (_write_intrinsics), made without
-    the GIL. (A copy and ``pwrite``, not ``pwritev`` of head and rest: on ext4 the gathered
-    write of a small batch costs ~0.5 us more than the copy.)"""
+    """Write ``buf[0:size]`` at ``position`` of ``fd`` with its first 16 bytes replaced by
+    ``base_offset`` (int64), ``batch_length`` and ``leader_epoch`` (int32), big-endian: the bytes
+    written, or ``-errno``. Up to WRITE_BUFFER_BYTES, one ``pwrite`` of a patched copy (on ext4
+    the gathered write of a small batch costs ~0.5 us more than the copy); above, one ``pwritev``
+    of the patched head and the rest in place (a copy would cost more than the gathering). The
+    specification; compiled, they are the libc calls themselves (_write_intrinsics), made without
+    the GIL."""
     head = (base_offset.to_bytes(8, "big", signed=True) + batch_length.to_bytes(4, "big", signed=True)
             + leader_epoch.to_bytes(4, "big", signed=True))
     try:
-        return os.pwrite(fd, head + bytes(buf[PATCHED_PREFIX:size]), position)
+        if size <= WRITE_BUFFER_BYTES:
+            return os.pwrite(fd, head + bytes(buf[PATCHED_PREFIX:size]), position)
+        return os.pwritev(fd, [head, memoryview(buf)[PATCHED_PREFIX:size]], position)
     except OSError as e:
         return -e.errno
 

@@ -1,12 +1,13 @@
-"""libc ``pwrite`` and ``clock_gettime`` as numba intrinsics, for the compiled leader append kernel only.
+"""libc ``pwrite``, ``pwritev`` and ``clock_gettime`` as numba intrinsics, for the compiled leader append kernel only.
 
-Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_produced_batch`` is written against
+Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_to_tail`` is written against
 ``pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch)``, whose
-interpreted definition there is the specification (``os.pwrite`` of the batch with its 16-byte
-head replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc, made by the
-kernel without the GIL and without a Python object on the way: the batch is copied into the
-kernel's stack frame (at most WRITE_BUFFER_BYTES) and its head patched there. Likewise
-``wall_clock_ms()``, the system clock in milliseconds, without a Python call.
+interpreted definition there is the specification (the batch written with its 16-byte head
+replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc, made by the
+kernel without the GIL and without a Python object on the way: a batch of at most
+WRITE_BUFFER_BYTES is copied into the kernel's stack frame and its head patched there (one
+``pwrite``); a larger one is written by ``pwritev`` of a patched head in the frame and the rest
+in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call.
 
 Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
 changes from process to process); the symbols named here are resolved when the cached code is
@@ -24,12 +25,13 @@ from tidelog.records._scan_kernels import PATCHED_PREFIX, WRITE_BUFFER_BYTES
 
 def libc_calls() -> dict[str, Any] | None:
     """``{"pwrite_patched": ..., "wall_clock_ms": ...}`` as numba intrinsics; None off Linux, or
-    when this process has no ``pwrite``, ``__errno_location`` and ``clock_gettime`` to link to."""
+    when this process has no ``pwrite``, ``pwritev``, ``__errno_location`` and ``clock_gettime``
+    to link to."""
     from llvmlite import binding
 
     if not sys.platform.startswith("linux") or sys.maxsize < 2**63 - 1:  # the struct layouts below are 64-bit
         return None
-    if not all(binding.address_of_symbol(name) for name in ("pwrite", "__errno_location", "clock_gettime")):
+    if not all(binding.address_of_symbol(name) for name in ("pwrite", "pwritev", "__errno_location", "clock_gettime")):
         return None
     return {"pwrite_patched": _pwrite_patched_intrinsic(), "wall_clock_ms": _wall_clock_ms_intrinsic()}
 
@@ -68,6 +70,7 @@ def _pwrite_patched_intrinsic() -> Any:
 
     i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
     bytes_ptr = i8.as_pointer()
+    iovec = ir.LiteralStructType([bytes_ptr, i64])  # struct iovec {void *iov_base; size_t iov_len;} (64-bit)
 
     def pwrite_patched(typingctx: Any, fd: Any, buf: Any, size: Any, position: Any, base_offset: Any,
                        batch_length: Any, leader_epoch: Any) -> Any:
@@ -76,22 +79,45 @@ def _pwrite_patched_intrinsic() -> Any:
             module = builder.module
             data = builder.bitcast(context.make_array(signature.args[1])(context, builder, buf_arg).data, bytes_ptr)
 
-            def field(byte: int, kind: Any) -> Any:
-                return builder.bitcast(builder.gep(copy, [ir.Constant(i64, byte)]), kind.as_pointer())
+            def patch(head: Any) -> None:  # baseOffset, batchLength, partitionLeaderEpoch, big-endian
+                def field(byte: int, kind: Any) -> Any:
+                    return builder.bitcast(builder.gep(head, [ir.Constant(i64, byte)]), kind.as_pointer())
+                builder.store(builder.call(bswap64, [base_arg]), field(0, i64))
+                builder.store(builder.call(bswap32, [builder.trunc(length_arg, i32)]), field(8, i32))
+                builder.store(builder.call(bswap32, [builder.trunc(epoch_arg, i32)]), field(12, i32))
 
-            # The batch copied into this frame (alloca_once: in the entry block, so once per
-            # call), then its head overwritten, big-endian. The caller bounds size.
-            copy = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, WRITE_BUFFER_BYTES)), bytes_ptr)
-            builder.call(module.declare_intrinsic("llvm.memcpy", [bytes_ptr, bytes_ptr, i64]),
-                         [copy, data, size_arg, ir.Constant(i1, 0)])
             bswap64 = module.declare_intrinsic("llvm.bswap", [i64])
             bswap32 = module.declare_intrinsic("llvm.bswap", [i32])
-            builder.store(builder.call(bswap64, [base_arg]), field(0, i64))
-            builder.store(builder.call(bswap32, [builder.trunc(length_arg, i32)]), field(8, i32))
-            builder.store(builder.call(bswap32, [builder.trunc(epoch_arg, i32)]), field(12, i32))
+            fd32 = builder.trunc(fd_arg, i32)
+            # Frame memory (alloca_once: in the entry block, so once per call); the caller bounds size.
+            copy = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, WRITE_BUFFER_BYTES)), bytes_ptr)
+            head = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, PATCHED_PREFIX)), bytes_ptr)
+            iovecs = cgutils.alloca_once(builder, ir.ArrayType(iovec, 2))
+            result = cgutils.alloca_once(builder, i64)
+            small = builder.icmp_signed("<=", size_arg, ir.Constant(i64, WRITE_BUFFER_BYTES))
+            with builder.if_else(small) as (copied, gathered):
+                with copied:  # the batch copied into this frame, its head overwritten, one pwrite
+                    builder.call(module.declare_intrinsic("llvm.memcpy", [bytes_ptr, bytes_ptr, i64]),
+                                 [copy, data, size_arg, ir.Constant(i1, 0)])
+                    patch(copy)
+                    pwrite = cgutils.get_or_insert_function(
+                        module, ir.FunctionType(i64, [i32, bytes_ptr, i64, i64]), "pwrite")
+                    builder.store(builder.call(pwrite, [fd32, copy, size_arg, position_arg]), result)
+                with gathered:  # the patched head from this frame, the rest in place: one pwritev
+                    patch(head)
+                    prefix = ir.Constant(i64, PATCHED_PREFIX)
 
-            pwrite = cgutils.get_or_insert_function(module, ir.FunctionType(i64, [i32, bytes_ptr, i64, i64]), "pwrite")
-            written = builder.call(pwrite, [builder.trunc(fd_arg, i32), copy, size_arg, position_arg])
+                    def set_iovec(i: int, base: Any, length: Any) -> None:
+                        slot = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, i)])
+                        builder.store(base, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 0)]))
+                        builder.store(length, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 1)]))
+                    set_iovec(0, head, prefix)
+                    set_iovec(1, builder.gep(data, [prefix]), builder.sub(size_arg, prefix))
+                    pwritev = cgutils.get_or_insert_function(
+                        module, ir.FunctionType(i64, [i32, iovec.as_pointer(), i32, i64]), "pwritev")
+                    first = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, 0)])
+                    builder.store(builder.call(pwritev, [fd32, first, ir.Constant(i32, 2), position_arg]), result)
+            written = builder.load(result)
             errno_location = cgutils.get_or_insert_function(module, ir.FunctionType(i32.as_pointer(), []),
                                                             "__errno_location")
             # errno is read unconditionally (a thread-local load) and used only when the call failed.

@@ -584,23 +584,32 @@ def produced_batch_appender() -> ProducedBatchAppend | None:
     caller owns the tail's fd and every rule about files (it must not use this while a fileops
     fault plan is installed). Resolved once, then cached.
     """
-    global _PRODUCED_BATCH_APPEND, _APPEND_RESOLVED
-    if not _APPEND_RESOLVED:
-        _PRODUCED_BATCH_APPEND = _compile_appender() if _ACTIVE.name == "numba" else None
-        _APPEND_RESOLVED = True
-    return _PRODUCED_BATCH_APPEND
+    return _appenders()[0]
 
 
-_PRODUCED_BATCH_APPEND: ProducedBatchAppend | None = None
-_APPEND_RESOLVED = False
+def crc_checked_batch_appender() -> ProducedBatchAppend | None:
+    """The compiled :func:`_scan_kernels.append_crc_checked_batch`: :func:`produced_batch_appender`
+    for a batch of any size whose CRC the caller has checked (above WRITE_BUFFER_BYTES one
+    ``pwritev``); None where that one is None."""
+    return _appenders()[1]
 
 
-def _compile_appender() -> ProducedBatchAppend | None:
+def _appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppend | None]:
+    global _APPENDERS
+    if _APPENDERS is None:
+        _APPENDERS = _compile_appenders() if _ACTIVE.name == "numba" else (None, None)
+    return _APPENDERS
+
+
+_APPENDERS: tuple[ProducedBatchAppend | None, ProducedBatchAppend | None] | None = None
+
+
+def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppend | None]:
     from tidelog.records import _write_intrinsics
 
     intrinsics = _write_intrinsics.libc_calls()
     if intrinsics is None:
-        return None
+        return None, None
     from tidelog.records import _crc_intrinsics
 
     # The active twin's compiled check_produced_batch is the one called: nothing is compiled twice.
@@ -609,8 +618,9 @@ def _compile_appender() -> ProducedBatchAppend | None:
     inlined = k.NUMBA_APPEND_INLINED + (("crc32c_u8", "crc32c_u64") if crc is None else ())
     source = {**vars(k), **intrinsics, **(crc or {}), "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
     namespace = twins.compile_functions(source, inlined, k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
-    kernel = _entry_point(namespace["append_produced_batch"], ("bytes", "tail", "int64", "int64", "int64"))
-    return kernel  # type: ignore[no-any-return]
+    signature = ("bytes", "tail", "int64", "int64", "int64")
+    return (_entry_point(namespace["append_produced_batch"], signature),
+            _entry_point(namespace["append_crc_checked_batch"], signature))
 
 
 def _entry_point(dispatcher: Any, type_names: tuple[str, ...]) -> Any:
