@@ -9,6 +9,7 @@ asserts; the runner (:mod:`bench.run`) compares each figure with its issue-2 tar
 |-------------------|-------------------------------------------------------|---------------------------------------------|-----------------|
 | ``append_1000``   | MB/s of ``Log.append_as_leader`` of 1000-record batches | MB/s of ``os.write`` of the same bytes      | ratio >= 0.7    |
 | ``append_1``      | appends/s of 1-record batches                         | ``os.write``/s of the same small buffers    | >= 200,000 /s   |
+| ``append_1_idempotent`` | the same, each batch with a producer id and the next sequence | the same                         | none (informational) |
 | ``fetch_1m``      | MB/s of ``Log.read(random offset, 1 MiB)``, warm       | MB/s of ``os.pread(1 MiB)`` at random spots  | ratio >= 0.5    |
 | ``recovery``      | GB/s of ``Log.open`` after an unclean stop (index files present) | GB/s of a sequential read of the file, warm | >= 1 GB/s |
 | ``recovery_no_index`` | the same with the index files deleted (still one pass: a segment rebuilt whole is not validated again) | the same | >= 1 GB/s |
@@ -48,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tidelog.records import build_batch
+from tidelog.records import build_batch, write_crc
 from tidelog.scheduler import ThreadScheduler
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
@@ -364,6 +365,45 @@ def bench_append_1(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
                  "log_appends_per_s": log_rate, "raw_writes_per_s": raw})]
 
 
+# --- 2b. append of 1-record batches from an idempotent producer (informational) ------------------
+
+def bench_append_1_idempotent(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
+    """``append_1`` for what most clients send now (idempotence is on by default): every batch
+    has a producer id and the next sequence, so producer state is checked and updated per append.
+    Informational: issue 2's target is for ``append_1``."""
+    seconds = settings.pick(2.0, 0.2)
+    work = settings.work_dir
+    template = build_batches(1, 1, seed=7)[0]
+    _append_rate(work / f"append-{CALIBRATION_RUN}", sequenced_batches(template, 100), 100, scheduler)  # warm-up
+    log_count = _calibrate(lambda n: n / _append_rate(work / f"append-{CALIBRATION_RUN}",
+                                                      sequenced_batches(template, n), n, scheduler), seconds)
+    pool = sequenced_batches(template, log_count)  # one producer's sequences 0..n-1: each run is a new log
+    raw, log_rate = alternate(settings.repeats,
+                              lambda r: _raw_write_rate(work / f"raw-{r}.bin", pool, log_count),
+                              lambda r: _append_rate(work / f"append-{r}", pool, log_count, scheduler))
+    profile_call(settings, "append_1_idempotent",
+                 lambda p: _append_rate(work / f"append-{PROFILE_RUN}", pool, log_count, scheduler, p))
+    return [Row("append_1_idempotent", "append 1-record batches, idempotent producer", median(log_rate), "appends/s",
+                median(raw), "os.write of the same buffers", None,
+                {"appends": log_count, "batch_bytes": len(template), "log_appends_per_s": log_rate,
+                 "raw_writes_per_s": raw})]
+
+
+_PRODUCER_ID = 1000  # an idempotent producer's id, epoch 0 (producerId, producerEpoch, baseSequence at byte 43)
+
+
+def sequenced_batches(template: bytes, count: int) -> list[bytes]:
+    """``count`` copies of the producer batch ``template`` from one idempotent producer, with
+    baseSequence 0, 1, ... (their CRCs recomputed)."""
+    batches = []
+    for sequence in range(count):
+        batch = bytearray(template)
+        struct.pack_into(">qhi", batch, 43, _PRODUCER_ID, 0, sequence)
+        write_crc(batch)
+        batches.append(bytes(batch))
+    return batches
+
+
 def _calibrate(run: Callable[[int], float], seconds: float, first: int = 200) -> int:
     """A count that makes ``run(count)`` (which returns its seconds) take about ``seconds``."""
     elapsed = run(first)
@@ -633,6 +673,7 @@ Benchmark = Callable[[Settings, ThreadScheduler], list[Row]]
 BENCHMARKS: dict[str, tuple[str, Benchmark]] = {
     "append_1000": ("Log.append_as_leader of 1000-record batches vs os.write", bench_append_1000),
     "append_1": ("Log.append_as_leader of 1-record batches vs os.write", bench_append_1),
+    "append_1_idempotent": ("append_1 from an idempotent producer (informational)", bench_append_1_idempotent),
     "fetch_1m": ("Log.read of 1 MiB at random offsets vs os.pread (warm)", bench_fetch),
     "recovery": ("Log.open after an unclean stop vs a sequential read", bench_recovery),
     "open_partitions": ("Log.open of many small partitions vs listdir + stat", bench_open_partitions),

@@ -145,6 +145,25 @@ def test_nothing_is_written_unless_the_batch_passes(kernel: Append, tmp_path: Pa
     assert tail == tuple(int(x) for x in expected_tail)
 
 
+@pytest.mark.parametrize("kernel", _appenders() + _checked_appenders())
+def test_an_idempotent_batch_is_written_only_once_producer_state_let_it_through(kernel: Append,
+                                                                                 tmp_path: Path) -> None:
+    data = _batch(b"a", b"b", producer_id=5, producer_epoch=0, base_sequence=0)
+    result, written, tail = _append(kernel, tmp_path / "f", data, position=10)
+    assert result == (k.PRODUCED_IDEMPOTENT, 1, NOW) and written == b""  # its lastOffsetDelta: for producer state
+    assert tail == tuple(int(x) for x in _tail(0, base_offset=7, position=10))
+    fd = os.open(tmp_path / "g", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        slots = _tail(fd, position=10)
+        slots[k.TAIL_PRODUCER_CHECKED] = 1
+        assert tuple(kernel(data, slots, NOW, 7, 3)) == (k.PRODUCED_OK, 1, NOW)
+        assert os.pread(fd, 1 << 16, 10) == struct.pack(">qii", 7, len(data) - 12, 3) + data[16:]
+        transactional = _batch(b"v", producer_id=5, producer_epoch=0, base_sequence=2, is_transactional=True)
+        assert kernel(transactional, slots, NOW, 9, 3)[0] == k.PRODUCED_OTHER  # the slot lets idempotent ones only
+    finally:
+        os.close(fd)
+
+
 def test_the_segment_bytes_rule_lets_a_batch_that_fits_exactly(tmp_path: Path) -> None:
     data = _batch(b"a", b"b", b"c")
     for kernel in _appenders():

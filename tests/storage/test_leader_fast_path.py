@@ -40,10 +40,12 @@ from tidelog.records.batch import increment_sequence
 from tidelog.records.scan import (
     ACTIVE_IMPLEMENTATION,
     PRODUCED_COMPRESSED,
+    PRODUCED_IDEMPOTENT,
     PRODUCED_INDEX_DUE,
     PRODUCED_OK,
     PRODUCED_SHORT_WRITE,
     PRODUCED_UNARMED,
+    TAIL_PRODUCER_CHECKED,
     TAIL_WRITTEN,
 )
 from tidelog.storage import fileops, files
@@ -441,6 +443,25 @@ def test_idempotent_batches_in_sequence_take_the_fast_path_and_the_rest_the_gene
         assert len(calls) == 4
     entry = log.producer_state.last_entry(3)
     assert entry is not None and (entry.producer_epoch, entry.last_seq, entry.last_data_offset) == (1, 1, 6)
+
+
+def test_idempotent_batches_in_sequence_are_written_by_the_kernel(make_log: Any) -> None:
+    """Without a fault plan, an idempotent batch goes to the kernel twice: checked and not written
+    (PRODUCED_IDEMPOTENT), then, producer state having nothing to say, written (TAIL_PRODUCER_CHECKED
+    set for that one call). A retry never gets the second call."""
+    log = make_log()
+    if log._append_produced is None:
+        pytest.skip("the interpreted twin has no compiled path")
+    log.append_as_leader(_one_record())  # loads the segment's lazy state
+    calls, general_calls = _spy_kernel(log), _spy_general_path(log)
+    for seq in range(3):
+        log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=seq))
+    assert calls == [PRODUCED_UNARMED, PRODUCED_IDEMPOTENT, PRODUCED_OK] + [PRODUCED_IDEMPOTENT, PRODUCED_OK] * 2
+    assert general_calls == [] and log.active_segment.tail_slots[TAIL_PRODUCER_CHECKED] == 0
+    assert log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=1)).first_offset == 2
+    assert calls[-1] == PRODUCED_IDEMPOTENT and len(general_calls) == 1 and log.log_end_offset == 4
+    entry = log.producer_state.last_entry(3)
+    assert entry is not None and (entry.last_seq, entry.last_data_offset) == (2, 3)
 
 
 def test_a_roll_goes_through_the_general_path_then_the_new_segment_is_fast_again(make_log: Any) -> None:

@@ -666,7 +666,8 @@ TAIL_COMPACT = 12
 TAIL_BEFORE_MAX_MS = 13
 TAIL_AFTER_MAX_MS = 14  # ... up to here
 TAIL_WRITTEN = 15  # after PRODUCED_SHORT_WRITE: the bytes the write wrote, -errno when it failed
-TAIL_SLOTS = 16
+TAIL_PRODUCER_CHECKED = 16  # 1: producer state let this call's idempotent batch through (the caller resets it)
+TAIL_SLOTS = 17
 TAIL_UNKNOWN = INT64_MIN  # a slot's "None"
 
 
@@ -690,7 +691,9 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     when it failed), the tail otherwise unchanged: the caller finishes the write and the
     bookkeeping. (A status and these two values, not more: each boxed value costs the common
     case; and not fewer: the two read back from tail slots cost as much as they are to box.)
-    PRODUCED_ROLL, PRODUCED_OTHER, PRODUCED_IDEMPOTENT,
+    PRODUCED_IDEMPOTENT: every check passed but the batch has a producer id, and nothing is written
+    unless TAIL_PRODUCER_CHECKED is 1 (the caller asked producer state with the lastOffsetDelta
+    returned, then calls again with that slot set; it resets it). PRODUCED_ROLL, PRODUCED_OTHER,
     PRODUCED_COMPRESSED, PRODUCED_UNARMED: nothing written. ``now`` NOW_FROM_CLOCK: the broker time
     is the system clock's, read here (a Python clock call costs a tenth of an append). (Each
     argument costs ~25 ns to pass: the kernel takes none it can find in ``tail``.)
@@ -728,7 +731,10 @@ def append_to_tail(buf, size, tail, now, base_offset, leader_epoch):
         buf, size, True, tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] != 0, tail[TAIL_BEFORE_MAX_MS],
         tail[TAIL_AFTER_MAX_MS], now)
     if status != PRODUCED_OK:
-        return status, 0, 0
+        if status != PRODUCED_IDEMPOTENT:
+            return status, 0, 0
+        if tail[TAIL_PRODUCER_CHECKED] != 1:  # producer state has not seen it: the caller asks it
+            return PRODUCED_IDEMPOTENT, delta, max_timestamp
     position = tail[TAIL_SIZE]
     relative = base_offset - tail[TAIL_BASE_OFFSET]
     if (position <= 0 or position > tail[TAIL_SEGMENT_BYTES] - size or relative < 0 or relative > INT32_MAX - delta

@@ -323,6 +323,18 @@ class ProducerStateManager:
         if batch.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = batch.first_offset
 
+    def update_in_sequence(self, producer_id: int, epoch: int, last_sequence: int, first_offset: int,
+                           last_offset: int, max_timestamp: int) -> None:
+        """:meth:`update` of one written client data batch (neither transactional nor control)
+        that :meth:`continues_in_sequence` let through, then :meth:`update_map_end_offset` past it:
+        the leader's common append path, without building a :class:`ProducerBatch` (a frozen
+        dataclass: ~1.5 us of a ~10 us idempotent append)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        entry.add_batch(epoch, last_sequence, last_offset, last_offset - first_offset, max_timestamp)
+        self._last_map_offset = last_offset + 1
+
     def update_map_end_offset(self, offset: int) -> None:
         self._last_map_offset = offset
 
