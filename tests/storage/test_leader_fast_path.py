@@ -1,9 +1,10 @@
 """The leader's common append paths against the general one: the compiled path (one kernel call
 checks and writes and keeps the active segment's bookkeeping in its tail:
-``_scan_kernels.append_produced_batch`` on a tail armed by LogSegment.arm_fast_append, the rest in
-LogSegment.finish_fast_append), and the Python path it leaves to a fault plan, the interpreted twin
-and bigger or compressed batches (storage/validator.py's one-pass check,
-LogSegment.append_if_no_roll).
+``_scan_kernels.append_produced_batch``, or ``append_crc_checked_batch`` after the log's crc32c for
+large batches, on a tail armed by LogSegment.arm_fast_append, the rest in
+LogSegment.finish_fast_append; idempotent batches in sequence with a second call), and the Python
+path it leaves to a fault plan, the interpreted twin and compressed batches (storage/validator.py's
+one-pass check, LogSegment.append_if_no_roll).
 
 The general path (validator's two steps + ``Log._append``) is the oracle: every append goes to
 two logs with the same config, clock and jitter draws, one through ``append_as_leader`` (fast path

@@ -381,9 +381,9 @@ class Log:
         ``append_crc_checked_batch`` after crc32c here for a batch of 4 KiB or more, on a tail
         :meth:`LogSegment.arm_fast_append` armed); otherwise (compressed batches, a fault plan, the
         interpreted twin) one kernel call for validation and one ``pwrite`` through fileops. Then
-        integer bookkeeping. An
-        idempotent batch (uncompressed, a producer id) takes the Python path, and only when
-        producer state has nothing to say about its sequence (``continues_in_sequence``).
+        integer bookkeeping. An idempotent batch (uncompressed, a producer id) takes either lean
+        path only when producer state has nothing to say about its sequence
+        (``continues_in_sequence``; on the compiled path, asked between two calls of the kernel).
         Everything else, and every error, takes the general path (:meth:`_append_as_leader`); all
         write the same bytes and return the same info. The bytes are in the OS when this returns.
         """
