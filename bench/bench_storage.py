@@ -367,6 +367,9 @@ def bench_append_1(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
 
 # --- 2b. append of 1-record batches from an idempotent producer (informational) ------------------
 
+_PRODUCER_ID = 1000  # an idempotent producer's id, epoch 0 (producerId, producerEpoch, baseSequence at byte 43)
+
+
 def bench_append_1_idempotent(settings: Settings, scheduler: ThreadScheduler) -> list[Row]:
     """``append_1`` for what most clients send now (idempotence is on by default): every batch
     has a producer id and the next sequence, so producer state is checked and updated per append.
@@ -387,9 +390,6 @@ def bench_append_1_idempotent(settings: Settings, scheduler: ThreadScheduler) ->
                 median(raw), "os.write of the same buffers", None,
                 {"appends": log_count, "batch_bytes": len(template), "log_appends_per_s": log_rate,
                  "raw_writes_per_s": raw})]
-
-
-_PRODUCER_ID = 1000  # an idempotent producer's id, epoch 0 (producerId, producerEpoch, baseSequence at byte 43)
 
 
 def sequenced_batches(template: bytes, count: int) -> list[bytes]:
