@@ -21,7 +21,7 @@ import pytest
 from bench.bench_kafka import CHART_NAME, PRODUCE_FETCH_ROWS, SIDE_BY_SIDE_ROWS, kafka_missing
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_partitions", "scan",
+BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m", "recovery", "open_partitions", "scan",
                    "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json",
                    "offset_map", "clean_1gb", "clean_many_keys", "kafka_cleaner", "kafka_recovery",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
@@ -29,7 +29,7 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "fetch_1m", "recovery", "open_part
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections"}
-INFORMATIONAL_ROWS = {"recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
+INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
                       "clean_many_keys", "server_produce_latency", *SIDE_BY_SIDE_ROWS}
