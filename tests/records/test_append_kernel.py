@@ -30,20 +30,19 @@ RULES = (1048588, False, INT64_MAX, 3600000)  # max.message.bytes, compact, befo
 Append = Callable[..., tuple[int, int, int]]
 
 
-def _appenders() -> list[Any]:
-    kernels: list[Any] = [pytest.param(k.append_produced_batch, id="python")]
-    compiled = produced_batch_appender()
+def _twins(interpreted: Append, compiled: Append | None) -> list[Any]:
+    kernels: list[Any] = [pytest.param(interpreted, id="python")]
     if compiled is not None:
         kernels.append(pytest.param(compiled, id="numba"))
     return kernels
+
+
+def _appenders() -> list[Any]:
+    return _twins(k.append_produced_batch, produced_batch_appender())
 
 
 def _checked_appenders() -> list[Any]:
-    kernels: list[Any] = [pytest.param(k.append_crc_checked_batch, id="python")]
-    compiled = crc_checked_batch_appender()
-    if compiled is not None:
-        kernels.append(pytest.param(compiled, id="numba"))
-    return kernels
+    return _twins(k.append_crc_checked_batch, crc_checked_batch_appender())
 
 
 def _batch(*values: bytes | None, ts: int = NOW, **builder: Any) -> bytes:
@@ -51,6 +50,10 @@ def _batch(*values: bytes | None, ts: int = NOW, **builder: Any) -> bytes:
     for i, value in enumerate(values):
         b.append(i, ts, b"k", value)
     return b.build()
+
+
+def _large_batch(records: int = 40, ts: int = NOW, value_size: int = 300) -> bytes:
+    return _batch(*(bytes([i]) * value_size for i in range(records)), ts=ts)
 
 
 def _tail(fd: int, *, position: int = 10, relative_offset: int = 0, base_offset: int = 7,
@@ -180,18 +183,22 @@ def test_the_system_clock_is_read_when_asked(kernel: Append, tmp_path: Path) -> 
     assert result[0] == k.PRODUCED_OK
 
 
-@pytest.mark.parametrize("kernel", _appenders())
-def test_a_failed_write_says_minus_errno_and_leaves_the_rest_of_the_tail(kernel: Append, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kernel,data,delta", [
+    *(pytest.param(p.values[0], _batch(b"v"), 0, id=f"{p.id}-copied") for p in _appenders()),
+    *(pytest.param(p.values[0], _large_batch(), 39, id=f"{p.id}-gathered") for p in _checked_appenders()),
+])
+def test_a_failed_write_says_minus_errno_and_leaves_the_rest_of_the_tail(kernel: Append, data: bytes, delta: int,
+                                                                         tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)
     try:
         tail = _tail(fd)
         before = tail.copy()
-        result = kernel(_batch(b"v"), tail, NOW, 7, 0)
+        result = kernel(data, tail, NOW, 7, 0)
     finally:
         os.close(fd)
-    assert result == (k.PRODUCED_SHORT_WRITE, 0, NOW) and tail[k.TAIL_WRITTEN] == -errno.EBADF
+    assert result == (k.PRODUCED_SHORT_WRITE, delta, NOW) and tail[k.TAIL_WRITTEN] == -errno.EBADF
     tail[k.TAIL_WRITTEN] = 0
     assert (tail == before).all()  # the caller finishes the write and the bookkeeping
 
@@ -216,10 +223,6 @@ def test_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFactory, val
 
 
 # --- append_crc_checked_batch: the large batches (the caller checked the CRC) ---------------------
-
-def _large_batch(records: int = 40, ts: int = NOW, value_size: int = 300) -> bytes:
-    return _batch(*(bytes([i]) * value_size for i in range(records)), ts=ts)
-
 
 @pytest.mark.parametrize("kernel", _checked_appenders())
 @pytest.mark.parametrize("records", [40, 1])
@@ -247,22 +250,6 @@ def test_the_checked_kernel_leaves_the_crc_to_its_caller_and_checks_the_rest(ker
     assert result[0] == k.PRODUCED_OTHER and written == b""
     result, written, _ = _append(kernel, tmp_path / "h", _large_batch(), position=10, segment_bytes=5000)
     assert result[0] == k.PRODUCED_ROLL and written == b""
-
-
-@pytest.mark.parametrize("kernel", _checked_appenders())
-def test_a_failed_gathered_write_says_minus_errno_and_leaves_the_tail(kernel: Append, tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        tail = _tail(fd)
-        before = tail.copy()
-        result = kernel(_large_batch(), tail, NOW, 7, 0)
-    finally:
-        os.close(fd)
-    assert result == (k.PRODUCED_SHORT_WRITE, 39, NOW) and tail[k.TAIL_WRITTEN] == -errno.EBADF
-    tail[k.TAIL_WRITTEN] = 0
-    assert (tail == before).all()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
