@@ -205,6 +205,27 @@ def test_recovery_truncation_in_a_middle_segment_deletes_later_segments(make_log
     assert temp_files(reopened.dir) == []
 
 
+@pytest.mark.parametrize("index_interval_bytes", [1, 4096])
+def test_a_batch_whose_offsets_go_back_is_where_recovery_truncates(make_log: MakeLog,
+                                                                   index_interval_bytes: int) -> None:
+    """A damaged base offset (outside the CRC) that goes back but stays in the segment's range:
+    the batches before it are kept, whatever index.interval.bytes says. (Kafka keeps the batch
+    when no index entry is due, and empties the whole segment when one is.)"""
+    log = make_log(index_interval_bytes=index_interval_bytes)
+    for i in range(6):
+        log.append_as_leader(single(value=b"%d" % i))
+    path = log.active_segment.log.path
+    on_disk = file_batches(path)
+    crash(log)
+    with open(path, "r+b") as f:
+        f.seek(on_disk[3].position)
+        f.write((1).to_bytes(8, "big"))
+    reopened = make_log(config=log.config, recovery_point=0)
+    assert reopened.log_end_offset == 3
+    assert [r.value for r in read_all(reopened)] == [b"0", b"1", b"2"]
+    assert path.stat().st_size == on_disk[3].position
+
+
 def test_open_deletes_obsolete_deleted_files(make_log: MakeLog) -> None:
     log = make_log(segment_bytes=5 * len(single()), segment_index_bytes=1000)
     for _ in range(100):

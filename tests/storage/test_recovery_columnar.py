@@ -3,8 +3,8 @@
 ``LogSegment.recover`` checks the leading run of v2 batches with one header walk and one CRC
 pass, then hands the rest to ``_recover_batches_one_by_one``. For random segments (v2 batches of
 varying sizes and epochs, legacy entries mixed in, flipped bytes, cut tails, bad size fields,
-offsets outside the segment's range or past int64) both must give the same result, the same
-files, the same segment state and the same warnings as recovering with the loop alone.
+offsets outside the segment's range or past int64, or going back) both must give the same result,
+the same files, the same segment state and the same warnings as recovering with the loop alone.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def segments(draw: st.DrawFn) -> tuple[int, bytes]:
     data = bytearray(b"".join(entries))
     starts = [sum(len(e) for e in entries[:i]) for i in range(len(entries))]
     for _ in range(draw(st.integers(0, 2))):
-        kind = draw(st.sampled_from(["flip", "size", "offset", "zeros", "garbage"]))
+        kind = draw(st.sampled_from(["flip", "size", "offset", "back", "zeros", "garbage"]))
         if kind == "flip" and data:
             at = draw(st.integers(0, len(data) - 1))
             data[at] ^= 1 << draw(st.integers(0, 7))
@@ -117,6 +117,10 @@ def segments(draw: st.DrawFn) -> tuple[int, bytes]:
             at = draw(st.sampled_from(starts))
             value = draw(st.sampled_from([base - 3, base + INT32_MAX, base + INT32_MAX - 1, INT64_MAX - 1, -(2**63)]))
             data[at:at + 8] = struct.pack(">q", value)
+        elif kind == "back" and len(starts) > 1:
+            # Still in the segment's range and valid, but not above the batch before it.
+            at = draw(st.sampled_from(starts[1:]))
+            data[at:at + 8] = struct.pack(">q", base + draw(st.integers(0, max(offset - base - 1, 0))))
         elif kind == "zeros":
             data += bytes(draw(st.integers(1, 200)))  # a preallocated tail
         elif kind == "garbage":
@@ -146,3 +150,22 @@ def test_recovery_warning_names_the_position_and_the_crc_error(tmp_path: Path) -
     assert state["result"].truncated_bytes == len(data) - len(first)
     assert state["warnings"][0].startswith(f"found invalid data in <dir>/{files.log_file(Path(), 0).name} at byte {len(first)}: ")
     assert "Record is corrupt (stored crc" in state["warnings"][0]
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_a_batch_whose_offsets_go_back_ends_the_valid_data(tmp_path: Path, loop: bool) -> None:
+    """A v2 batch's base offset is outside its CRC: damaged to an offset at or below the batch
+    before it (but in the segment's range), the batch passes every other check. Recovery keeps
+    what comes before it and truncates there, as for a CRC mismatch (Kafka's recovery keeps it,
+    then the index rebuild fails and the loader empties the whole segment)."""
+    batches = [batch(b"a", b"b", base_offset=0), batch(b"c", base_offset=2), batch(b"d", base_offset=3),
+               batch(b"e", base_offset=4)]
+    data = bytearray(b"".join(batches))
+    third = len(batches[0]) + len(batches[1])
+    data[third:third + 8] = struct.pack(">q", 1)  # inside the first batch's range
+    state = _recover(tmp_path / "seg", 0, bytes(data), loop=loop, pure=False)
+    assert state["result"].truncated_bytes == len(data) - third
+    assert state["log"] == bytes(data[:third]) and state["next_offset"] == 3
+    assert state["warnings"][0].startswith(f"found invalid data in <dir>/{files.log_file(Path(), 0).name} at byte {third}: "
+                                           "batch offsets go back")
+    assert "offset=1, expected_at_least=3" in state["warnings"][0]

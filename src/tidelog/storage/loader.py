@@ -196,7 +196,8 @@ def _recover_segment(segment: LogSegment, params: LoadParams) -> int:
         result = segment.recover()
     except InvalidOffsetError as e:
         # Only an out-of-order offset in the data (Kafka's InvalidOffsetException) empties the
-        # segment. Anything else (an I/O error, an index too small for the data after
+        # segment. Recovery itself truncates at a batch whose offsets go back, so this is a last
+        # defence. Anything else (an I/O error, an index too small for the data after
         # segment.index.bytes was lowered) fails the load, as in Kafka: never delete data for it.
         log.warning("recovery of %s failed (%s); truncating it to its base offset", segment.log.path, e)
         return segment.truncate_to(segment.base_offset)

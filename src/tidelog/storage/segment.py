@@ -459,6 +459,19 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
+    def _ensure_offsets_go_up(self, batch: FileBatch, next_offset: int, position: int) -> None:
+        """A batch's offsets start at ``next_offset`` (the offset after the batch before it) or
+        above. A v2 batch's base offset is outside its CRC, so a damaged one passes every other
+        check; kept, it would break offset lookups and then, when the index rebuild met it, cost
+        Kafka's answer to an out-of-order offset: the whole segment. (A legacy entry by its last
+        offset: its first needs the wrapper decompressed.)"""
+        first = batch.base_offset if batch.magic >= 2 else batch.last_offset
+        if first < next_offset:
+            raise InvalidRecordError(
+                "batch offsets go back: they must start above the batch before it",
+                path=self.log.path, position=position, offset=first, expected_at_least=next_offset,
+            )
+
     def _ensure_offset_in_range(self, offset: int) -> None:
         if not self.can_convert_to_relative_offset(offset):
             raise LogSegmentOffsetOverflowError(
@@ -591,8 +604,10 @@ class LogSegment:
         :meth:`rebuild_indexes` when they are the whole recovered ``.log``, else None."""
         headers = self.log.valid_v2_headers()
         last_offsets = headers["last_offset"]
-        # Kafka's relative offset range, 0 <= last - base <= INT32_MAX, without int64 wrap-around.
+        # Kafka's relative offset range, 0 <= last - base <= INT32_MAX, without int64 wrap-around;
+        # and each batch above the one before it (the loop below says why not).
         in_range = (last_offsets >= self.base_offset) & (last_offsets <= min(self.base_offset + INT32_MAX, INT64_MAX))
+        in_range[1:] &= headers["base_offset"][1:] > last_offsets[:-1]
         out = np.flatnonzero(~in_range)
         if len(out):
             headers = {name: column[:out[0]] for name, column in headers.items()}
@@ -620,6 +635,8 @@ class LogSegment:
             for position, batch in self.log.batches(state.valid_bytes):
                 batch.ensure_valid(path=self.log.path, position=position)
                 self._ensure_offset_in_range(batch.last_offset)
+                if state.valid_bytes:  # a valid batch before it
+                    self._ensure_offsets_go_up(batch, state.end_offset, position)
                 state.valid_bytes += batch.size_in_bytes
                 state.end_offset = batch.last_offset + 1
                 if state.first_batch_max_ts is None:
