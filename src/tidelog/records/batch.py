@@ -458,6 +458,12 @@ def _write_crc(buf: bytearray | memoryview, position: int) -> None:
     _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
 
 
+def stored_crc_matches(batch: bytes | bytearray | memoryview) -> bool:
+    """Whether the CRC stored in the v2 batch that is all of ``batch`` (at least 21 bytes; no
+    other check) matches its bytes from the attributes on."""
+    return crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]) == _UINT32.unpack_from(batch, CRC_OFFSET)[0]
+
+
 def write_crc(buf: bytearray | memoryview, position: int = 0) -> None:
     """Recompute and store the CRC of the v2 batch at ``position`` (after editing covered bytes)."""
     _check_v2(buf, position)

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crc32c import crc32c
-
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import (
     OffsetOutOfRangeError,
@@ -36,7 +34,7 @@ from tidelog.errors import (
     UnexpectedAppendOffsetError,
 )
 from tidelog.records import CompressionType, FileBatch
-from tidelog.records.batch import LOG_OVERHEAD, increment_sequence
+from tidelog.records.batch import LOG_OVERHEAD, increment_sequence, stored_crc_matches
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     NOW_FROM_CLOCK,
@@ -396,8 +394,7 @@ class Log:
             # A large batch: its CRC here (the crc32c library, ~20 GB/s against ~12 for the
             # kernel's crc32 steps), then the same call without it. A mismatch: the general path
             # reports it.
-            append = (self._append_crc_checked
-                      if crc32c(memoryview(records)[21:]) == int.from_bytes(records[17:21], "big") else None)
+            append = self._append_crc_checked if stored_crc_matches(records) else None
         if append is not None:
             # The compiled path: one kernel call checks the batch, writes it and keeps the active
             # segment's bookkeeping in its tail (no fault plan may miss that write: with one

@@ -30,8 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from tidelog.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -50,7 +48,7 @@ from tidelog.records import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD
+from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD, stored_crc_matches
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     PRODUCED_COMPRESSED,
@@ -463,7 +461,7 @@ def validate_produced_batch(
             records, size, crc_checked, rules.max_message_bytes, rules.compact, rules.before_max_ms,
             rules.after_max_ms, now)
         if status == PRODUCED_OK or status == PRODUCED_IDEMPOTENT:
-            if crc_checked and crc32c(memoryview(records)[21:]) != int.from_bytes(records[17:21], "big"):
+            if crc_checked and not stored_crc_matches(records):
                 return None
             return delta, max_timestamp, count, _UNCOMPRESSED
         if status != PRODUCED_COMPRESSED:
@@ -480,13 +478,13 @@ def _validate_in_python(
     if size < RECORD_BATCH_OVERHEAD:
         return None
     header = HEADER.unpack_from(records)
-    base_offset, length, _, magic, crc, attributes, delta, _, max_timestamp, producer_id, _, _, count = header
+    base_offset, length, _, magic, _, attributes, delta, _, max_timestamp, producer_id, _, _, count = header
     if (magic != 2 or base_offset != 0 or length + 12 != size or size > rules.max_message_bytes
             or attributes & _LOG_APPEND_TIME_OR_CONTROL or count <= 0 or delta + 1 != count
             or producer_id >= 0):  # producer state (idempotence) is checked on the general path
         return None
     codec = rules.codecs[attributes & _CODEC_MASK]
-    if codec is None or crc32c(memoryview(records)[21:]) != crc:
+    if codec is None or not stored_crc_matches(records):
         return None
     summary = _summary(records)
     if summary is None:
