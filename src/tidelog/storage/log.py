@@ -414,8 +414,9 @@ class Log:
                             status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
                         if status == PRODUCED_IDEMPOTENT:
                             # Checked, not written: a producer id. When producer state has nothing to
-                            # say about its sequence, the same call again writes it (a second check,
-                            # ~0.5 us for a small batch, against ~15 us for the Python path).
+                            # say about its sequence, the same call again writes it. The second check
+                            # costs ~0.5 us for a small batch; the Python path cost an idempotent
+                            # 1-record append ~12 us more (27 against 14-16 us in append_1_idempotent).
                             producer = _PRODUCER_FIELDS.unpack_from(records, 43)
                             if self.producer_state.continues_in_sequence(*producer, delta):
                                 slots = segment.tail_slots
