@@ -5,6 +5,13 @@ is the end of the data written so far; a preallocated file (``preallocate=true``
 that on disk until it is trimmed on roll or close. After an unclean stop the loader trusts the
 file length, and segment recovery truncates whatever does not form complete, valid batches.
 
+An append of RESERVE_FROM bytes or more first reserves the disk blocks of RESERVE_AHEAD bytes past
+it (``fallocate`` keeping the size: :meth:`FileRecords.reserve_for`). Writes into reserved blocks
+skip the file system's per-page block reservation: on ext4 a 125 KB append costs ~20% less, a
+200-byte one the same (measured in issue 2's stop 18). The file's size, and so every byte a
+reader or Kafka sees, is unchanged; the blocks past the end are freed on roll and close (and by
+any truncation), also when a process that died left them.
+
 The file descriptor is opened on first use, so opening a data dir of many partitions costs one
 ``stat`` per segment and no descriptors. Not thread-safe: the owning log serialises writers.
 """
@@ -12,6 +19,7 @@ The file descriptor is opened on first use, so opening a data dir of many partit
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 import struct
@@ -27,6 +35,17 @@ from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
 from tidelog.records.scan import BATCH_COLUMNS, TAIL_ARMED, TAIL_SIZE, TAIL_SLOTS, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
+
+log = logging.getLogger(__name__)
+
+# Block reservation (see the module docstring). Writes of at least 4 KiB gain from it, smaller ones
+# neither gain nor lose; one reservation per MiB keeps the fallocate calls rare, and bounds what a
+# partition's active segment holds past its end.
+RESERVE_FROM = 4096
+RESERVE_AHEAD = 1 << 20
+# trim frees blocks past the end when the file holds this much more than its data: a reservation
+# of a process that died (ours are known), but not an extent tree's own few blocks.
+_TRIM_SLACK = 256 << 10
 
 # Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
 SCAN_CHUNK_BYTES = 1 << 20
@@ -85,6 +104,7 @@ class FileRecords:
         self.tail_slots = memoryview(self.tail)
         self._size = size
         self._fd = fd
+        self._reserved_end = 0  # blocks are reserved up to here; -1: never again for this file
 
     _size = TailSlot(TAIL_SIZE)
 
@@ -146,6 +166,8 @@ class FileRecords:
             chunks = data if isinstance(data, tuple) else (data,)
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], 0)
         # The common case (a produced batch with its patched header): one plain pwrite.
+        if len(data) >= RESERVE_FROM:
+            self.reserve_for(len(data))
         fd = self._fd if self._fd is not None else self._descriptor()
         try:
             written = fileops.pwrite(fd, data, self._size, self._path)
@@ -162,6 +184,7 @@ class FileRecords:
         total = 0
         for chunk in chunks:
             total += chunk.nbytes if type(chunk) is memoryview else len(chunk)
+        self.reserve_for(total)
         fd = self._fd if self._fd is not None else self._descriptor()
         try:
             written = fileops.pwritev(fd, chunks, self._size, self._path)
@@ -171,6 +194,22 @@ class FileRecords:
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], written)
         self._size += written
         return written
+
+    def reserve_for(self, size: int) -> None:
+        """Before an append of ``size`` bytes: when it is RESERVE_FROM or more and would pass the
+        blocks reserved so far, reserve them and RESERVE_AHEAD more. Advisory: where the file
+        system cannot, or the disk is full, nothing is reserved for this file again, and the
+        write itself says what matters."""
+        if size < RESERVE_FROM or self._size + size <= self._reserved_end or self._reserved_end < 0:
+            return
+        position, length = self._size, size + RESERVE_AHEAD
+        try:
+            reserved = fileops.reserve_blocks(self._descriptor(), position, length, self._path)
+        except OSError as e:
+            log.warning("%s: cannot reserve %d bytes of blocks at byte %d (%s); appends go on without",
+                        self._path, length, position, e.strerror)
+            reserved = False
+        self._reserved_end = position + length if reserved else -1
 
     def finish_produced(self, records: bytes, written: int, base_offset: int, leader_epoch: int) -> None:
         """After the compiled append's write of a patched batch stopped at ``written`` (its error,
@@ -223,19 +262,24 @@ class FileRecords:
             )
         removed = self._size - target_size
         try:
-            fileops.ftruncate(self._descriptor(), target_size, self._path)
+            fileops.ftruncate(self._descriptor(), target_size, self._path)  # frees reserved blocks too
         except OSError as e:
             raise StorageError(f"truncate failed: {e.strerror}", path=self._path) from e
         self._size = target_size
+        self._reserved_end = min(self._reserved_end, 0)
         return removed
 
     def trim(self) -> None:
-        """Drop preallocated space past the data (on roll and close)."""
+        """Drop what the file holds past its data (on roll and close): the length of a
+        preallocated file, and blocks reserved past the end, by this process or one that died."""
         try:
-            if os.stat(self._path).st_size != self._size:
-                fileops.truncate(self._path, self._size)
+            stat = os.stat(self._path)
+            if (stat.st_size != self._size or self._reserved_end > self._size
+                    or stat.st_blocks * 512 > self._size + _TRIM_SLACK):
+                fileops.truncate(self._path, self._size)  # also at the same size: frees the blocks past it
         except OSError as e:
             raise StorageError(f"trim failed: {e.strerror}", path=self._path) from e
+        self._reserved_end = min(self._reserved_end, 0)
 
     def close(self) -> None:
         self.tail_slots[TAIL_ARMED] = 0  # the compiled append must never write to a closed descriptor

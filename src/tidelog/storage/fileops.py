@@ -24,7 +24,8 @@ write  ``write``/``pwrite``/``pwritev`` of file data
 fsync  ``fsync``/``fdatasync`` of a file or a directory, ``msync`` of a writable mapping
 rename ``rename``/``replace`` of a file or directory (a rule's glob matches source or target)
 unlink removing one file
-trunc  ``truncate``/``ftruncate`` (growing for preallocation, cutting in recovery)
+trunc  ``truncate``/``ftruncate`` (growing for preallocation, cutting in recovery), and
+       ``fallocate`` reserving blocks past the end (:func:`reserve_blocks`)
 mkdir  creating a directory
 rmtree removing a directory and its content (also an empty ``rmdir``)
 mmap   mapping a file writable (index files)
@@ -44,6 +45,7 @@ installed at import, so a ``tidelog serve`` subprocess runs under the faults its
 
 from __future__ import annotations
 
+import ctypes
 import errno as errno_module
 import json
 import mmap as mmap_module
@@ -437,6 +439,43 @@ def ftruncate(fd: int, length: int, path: PathLike) -> None:
     kill = _before(FileOp.TRUNCATE, path)
     try:
         os.ftruncate(fd, length)
+    finally:
+        _after(kill)
+
+
+_FALLOC_FL_KEEP_SIZE = 1  # <linux/falloc.h>: allocate blocks, leave the file's size alone
+
+
+def _libc_fallocate() -> Any:
+    """libc's ``fallocate`` (Linux), or None: ``os`` has only ``posix_fallocate``, which cannot
+    keep the size."""
+    if not hasattr(os, "posix_fallocate"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _libc_fallocate()
+
+
+def reserve_blocks(fd: int, offset: int, length: int, path: PathLike) -> bool:
+    """Allocate the disk blocks of ``[offset, offset + length)`` without changing the file's size
+    (``fallocate(FALLOC_FL_KEEP_SIZE)``), so writes there later find their blocks: a TRUNCATE op.
+    Returns False where the system or the file system has no such call (nothing happened);
+    raises OSError for any other failure (ENOSPC, EIO ...)."""
+    kill = _before(FileOp.TRUNCATE, path) if _plans else False
+    try:
+        if _fallocate is None or _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+            return _fallocate is not None
+        error = ctypes.get_errno()
+        if error in (errno_module.EOPNOTSUPP, errno_module.ENOSYS):
+            return False
+        raise OSError(error, os.strerror(error), os.fspath(path))
     finally:
         _after(kill)
 

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import (
@@ -79,6 +80,9 @@ from tidelog.storage.validator import (
     validate_produced_batch,
 )
 from tidelog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -392,9 +396,9 @@ class Log:
             append = None
         elif len(records) >= CRC_IN_KERNEL_BELOW:
             # A large batch: its CRC here (the crc32c library, ~20 GB/s against ~12 for the
-            # kernel's crc32 steps), then the same call without it. A mismatch: the general path
-            # reports it.
-            append = self._append_crc_checked if stored_crc_matches(records) else None
+            # kernel's crc32 steps), then the same call without it, after reserving the blocks it
+            # will write. A mismatch: the general path reports it.
+            append = self._append_reserving if stored_crc_matches(records) else None
         if append is not None:
             # The compiled path: one kernel call checks the batch, writes it and keeps the active
             # segment's bookkeeping in its tail (no fault plan may miss that write: with one
@@ -483,6 +487,14 @@ class Log:
                             return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,
                                                               self._log_start_offset, count, size, codec, codec))
         return self._append_as_leader(records, leader_epoch, origin)
+
+    def _append_reserving(
+        self, records: bytes, tail: np.ndarray, now: int, base_offset: int, leader_epoch: int
+    ) -> tuple[int, int, int]:
+        """``append_crc_checked_batch`` for a large batch, the active segment's blocks reserved for
+        it first (:meth:`FileRecords.reserve_for`; a no-op when they are). Under the lock."""
+        self._segments.last.log.reserve_for(len(records))  # type: ignore[union-attr]  # the caller's segment
+        return self._append_crc_checked(records, tail, now, base_offset, leader_epoch)  # type: ignore[misc]
 
     def _note_in_sequence(self, producer: tuple[int, int, int], delta: int, first: int, max_timestamp: int) -> None:
         """What _update_producer_state and _append do for one written client batch with a producer
