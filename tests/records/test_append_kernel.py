@@ -3,7 +3,7 @@
 ``pwrite``, ``pwritev`` and ``clock_gettime`` as intrinsics, see records/_write_intrinsics.py) and
 interpreted (their specification: ``os.pwrite``, ``os.pwritev``, ``time.time_ns``) answer the same,
 write the same bytes and leave the same segment tail (the int64 slots of the segment's bookkeeping
-they keep)."""
+they keep), and add the sparse index entries a batch is due into the index files' mappings."""
 
 from __future__ import annotations
 
@@ -267,3 +267,90 @@ def test_checked_twins_agree_on_any_damage(tmp_path_factory: pytest.TempPathFact
                         segment_bytes=segment_bytes)
                 for kernel in _checked_appenders()}
     assert len(outcomes) == 1
+
+
+# --- append_index_entries: the sparse index entries a written batch is due ----------------------
+
+def _indexed_tail(tmp_path: Path, fd: int, *, max_index_size: int = 1024, **tail: Any) -> tuple[np.ndarray, Any, Any]:
+    """``_tail`` with a segment's two index files open on its index slots, as LogSegment's are
+    (the segment is based at 7 - relative_offset)."""
+    from tidelog.storage.index import OffsetIndex, TimeIndex
+
+    slots = _tail(fd, **tail)
+    base = int(slots[k.TAIL_BASE_OFFSET])
+    offsets = OffsetIndex(tmp_path / "i.index", base, max_index_size,
+                          state=slots[k.TAIL_OFFSET_INDEX:k.TAIL_OFFSET_INDEX + k.INDEX_STATE_SLOTS])
+    times = TimeIndex(tmp_path / "i.timeindex", base, max_index_size,
+                      state=slots[k.TAIL_TIME_INDEX:k.TAIL_TIME_INDEX + k.INDEX_STATE_SLOTS])
+    return slots, offsets, times
+
+
+@pytest.mark.parametrize("kernel", _appenders() + _checked_appenders())
+def test_a_due_index_entry_is_written_into_both_mapped_indexes(kernel: Append, tmp_path: Path) -> None:
+    from tidelog.storage.index import OffsetPosition, TimestampOffset
+
+    data = _large_batch(3, ts=NOW - 5) if kernel in [p.values[0] for p in _checked_appenders()] else _batch(
+        b"a", b"b", b"c", ts=NOW - 5)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        slots, offsets, times = _indexed_tail(tmp_path, fd, position=300, bytes_since=4097, relative_offset=5)
+        assert tuple(kernel(data, slots, NOW, 7, 0)) == (k.PRODUCED_OK, 2, NOW - 5)  # nothing left to the caller
+        assert offsets.entries == 1 and offsets.entry(0) == OffsetPosition(9, 300) and offsets.last_offset == 9
+        assert times.entries == 1 and times.entry(0) == times.last_entry == TimestampOffset(NOW - 5, 9)
+        older = _batch(b"d", ts=NOW - 50)  # the segment's max timestamp stays NOW - 5: no time entry
+        slots[k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = 4097
+        position = int(slots[k.TAIL_SIZE])
+        assert tuple(kernel(older, slots, NOW, 10, 0)) == (k.PRODUCED_OK, 0, NOW - 50)
+        assert offsets.entries == 2 and offsets.entry(1) == OffsetPosition(10, position) and times.entries == 1
+        offsets.close(), times.close()  # trimmed to their entries: what Kafka reads
+        assert (tmp_path / "i.index").read_bytes() == struct.pack(">iiii", 7, 300, 8, position)  # based at 2
+        assert (tmp_path / "i.timeindex").read_bytes() == struct.pack(">qi", NOW - 5, 7)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("kernel", _appenders())
+@pytest.mark.parametrize("case", ["unmapped", "time goes back", "offset not above", "full"])
+def test_an_index_entry_the_kernel_cannot_add_is_left_to_the_caller_untouched(kernel: Append, tmp_path: Path,
+                                                                               case: str) -> None:
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # A segment based at 300 whose index entries so far are below the batch's offset, 500.
+        slots, offsets, times = _indexed_tail(tmp_path, fd, position=300, bytes_since=4097, base_offset=500,
+                                              relative_offset=200)
+        if case == "unmapped":
+            times.close()
+        elif case == "time goes back":
+            times.maybe_append(NOW + 10, 300)  # above the segment's max timestamp: Python raises on it
+        elif case == "offset not above":
+            offsets.append(500, 100)
+        else:
+            offsets.append_entries(np.arange(300, 427), np.zeros(127, np.int64))  # 128 slots, 127 used
+        before = (offsets.entries, times.entries) if case != "unmapped" else (offsets.entries, 0)
+        result = tuple(kernel(_batch(b"a", ts=NOW - 5), slots, NOW, 500, 0))
+        if case == "full":
+            assert result[0] == k.PRODUCED_OK and offsets.entries == 128 and offsets.is_full()
+            assert slots[k.TAIL_ARMED] == 0, "a full index disarms: the next append rolls"
+            return
+        assert result == (k.PRODUCED_INDEX_DUE, 0, NOW - 5)  # written, the entry the caller's
+        assert (offsets.entries, times.entries if case != "unmapped" else 0) == before
+        assert slots[k.TAIL_ARMED] == 1
+    finally:
+        os.close(fd)
+
+
+def test_an_index_slot_holds_an_address_only_while_its_mapping_is_open(tmp_path: Path) -> None:
+    from tidelog.storage.index import OffsetIndex
+
+    state = np.zeros(k.INDEX_STATE_SLOTS, np.int64)
+    index = OffsetIndex(tmp_path / "i.index", 0, 1024, state=state)
+    assert state[k.INDEX_MAP] != 0 and state[k.INDEX_CAPACITY] == 128
+    index.append(5, 10)
+    assert (state[k.INDEX_ENTRIES], state[k.INDEX_LAST_KEY]) == (1, 5)
+    index.resize(512)  # remapped: a new address
+    assert state[k.INDEX_MAP] != 0 and state[k.INDEX_CAPACITY] == 64
+    index.close()
+    assert state[k.INDEX_MAP] == 0
+    read_only = OffsetIndex(tmp_path / "i.index", 0, 1024, writable=False, state=state)
+    assert state[k.INDEX_MAP] == 0 and read_only.entries == 1  # nothing writes through a read-only mapping
+    read_only.close()

@@ -61,6 +61,7 @@ Column tuples, in order (``scan.py`` names and allocates them):
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 
@@ -125,7 +126,8 @@ NUMBA_CRC_COMPILED = ("batch_crcs",)
 # The leader's check-and-write kernel is compiled likewise, with pwrite_patched replaced by a
 # direct libc ``pwrite`` (_write_intrinsics; Linux only). It lives in this file, not next to its
 # intrinsic, so that numba's cache of it goes stale with the check it runs.
-NUMBA_APPEND_COMPILED = ("append_to_tail", "append_produced_batch", "append_crc_checked_batch")  # + check_produced_batch
+NUMBA_APPEND_COMPILED = ("append_index_entries", "append_to_tail", "append_produced_batch",
+                         "append_crc_checked_batch")  # + check_produced_batch
 NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish")  # + crc32c_u8/u64 where SSE4.2 does not replace them
 
 
@@ -667,8 +669,21 @@ TAIL_BEFORE_MAX_MS = 13
 TAIL_AFTER_MAX_MS = 14  # ... up to here
 TAIL_WRITTEN = 15  # after PRODUCED_SHORT_WRITE: the bytes the write wrote, -errno when it failed
 TAIL_PRODUCER_CHECKED = 16  # 1: producer state let this call's idempotent batch through (the caller resets it)
-TAIL_SLOTS = 17
+# The segment's two index files' state (storage.index keeps it here, see INDEX_*): the sparse
+# index entry a batch is due is written by the append itself.
+TAIL_OFFSET_INDEX = 17  # slots TAIL_OFFSET_INDEX + INDEX_*: the .index's
+TAIL_TIME_INDEX = 22  # slots TAIL_TIME_INDEX + INDEX_*: the .timeindex's
+TAIL_SLOTS = 27
 TAIL_UNKNOWN = INT64_MIN  # a slot's "None"
+
+# An index file's state: int64 slots that storage.index keeps as its own attributes (in the
+# segment's tail for the segment's two indexes), so that the append kernel can add an entry.
+INDEX_MAP = 0  # the address of the file's writable mapping; 0 while there is none
+INDEX_ENTRIES = 1  # entries in the file
+INDEX_CAPACITY = 2  # the index is full at this many entries
+INDEX_LAST_KEY = 3  # the last entry's offset (.index) or timestamp (.timeindex; -1 when empty)
+INDEX_LAST_OFFSET = 4  # the .timeindex's last entry's offset (its base offset when empty)
+INDEX_STATE_SLOTS = 5
 
 
 def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
@@ -685,9 +700,10 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     state is loaded; else PRODUCED_UNARMED); the roll rules left are checked here: the batch fits
     in segment.bytes, its offsets relative to the segment's base in an int32, its maxTimestamp at
     most TAIL_MAX_TIMESTAMP_LIMIT (segment.ms). Returns ``(status, lastOffsetDelta, maxTimestamp)``:
-    PRODUCED_OK, the batch written and the tail updated; PRODUCED_INDEX_DUE, the same, and a
-    sparse index entry is due for the batch (at its position: the new size less its own; the
-    caller appends it); PRODUCED_SHORT_WRITE, the write stopped at TAIL_WRITTEN bytes (``-errno``
+    PRODUCED_OK, the batch written and the tail updated, with the sparse index entries it was due
+    (:func:`append_index_entries`); PRODUCED_INDEX_DUE, the same but those entries, which the
+    kernel could not add (at the batch's position: the new size less its own; the caller adds
+    them); PRODUCED_SHORT_WRITE, the write stopped at TAIL_WRITTEN bytes (``-errno``
     when it failed), the tail otherwise unchanged: the caller finishes the write and the
     bookkeeping. (A status and these two values, not more: each boxed value costs the common
     case; and not fewer: the two read back from tail slots cost as much as they are to box.)
@@ -752,9 +768,69 @@ def append_to_tail(buf, size, tail, now, base_offset, leader_epoch):
     since = tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY]
     if since > tail[TAIL_INDEX_INTERVAL_BYTES]:
         tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = size
-        return PRODUCED_INDEX_DUE, delta, max_timestamp
+        if not append_index_entries(tail, base_offset + delta, position):
+            return PRODUCED_INDEX_DUE, delta, max_timestamp
+        return PRODUCED_OK, delta, max_timestamp
     tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = since + size
     return PRODUCED_OK, delta, max_timestamp
+
+
+def append_index_entries(tail, last_offset, position):
+    """The sparse index entries of a batch just written at ``position`` whose last offset is
+    ``last_offset``, as LogSegment._append_index_entry adds them: ``(last_offset, position)`` to
+    the offset index, the segment's max timestamp so far and its offset to the time index when
+    that timestamp is above the last entry's, the tail disarmed when either index is full then.
+    True when written; False, nothing written, when either index is not mapped or any check of
+    OffsetIndex.append or TimeIndex.maybe_append would not pass: the caller's Python then adds
+    them, or raises what they raise.
+
+    Each entry is stored before the entry count that makes it visible (a reader in another
+    thread reads the count first). Compiled, the stores are plain stores into the mapping.
+    """
+    offsets, times = TAIL_OFFSET_INDEX, TAIL_TIME_INDEX
+    offsets_map, times_map = tail[offsets + INDEX_MAP], tail[times + INDEX_MAP]
+    if offsets_map == 0 or times_map == 0:
+        return False
+    base_offset = tail[TAIL_BASE_OFFSET]
+    entries = tail[offsets + INDEX_ENTRIES]
+    relative = last_offset - base_offset
+    if (entries >= tail[offsets + INDEX_CAPACITY] or (entries > 0 and last_offset <= tail[offsets + INDEX_LAST_KEY])
+            or relative < 0 or relative > INT32_MAX or position < 0 or position > INT32_MAX):
+        return False
+    timestamp, offset_of_timestamp = tail[TAIL_MAX_TIMESTAMP], tail[TAIL_OFFSET_OF_MAX_TIMESTAMP]
+    time_entries = tail[times + INDEX_ENTRIES]
+    last_timestamp = tail[times + INDEX_LAST_KEY]
+    time_relative = offset_of_timestamp - base_offset
+    if (time_entries >= tail[times + INDEX_CAPACITY] or offset_of_timestamp < tail[times + INDEX_LAST_OFFSET]
+            or timestamp < last_timestamp or time_relative < 0 or time_relative > INT32_MAX):
+        return False
+    at = offsets_map + entries * 8
+    store_be32(at, relative)
+    store_be32(at + 4, position)
+    tail[offsets + INDEX_LAST_KEY] = last_offset
+    tail[offsets + INDEX_ENTRIES] = entries + 1
+    if timestamp > last_timestamp:
+        at = times_map + time_entries * 12
+        store_be64(at, timestamp)
+        store_be32(at + 8, time_relative)
+        tail[times + INDEX_LAST_KEY] = timestamp
+        tail[times + INDEX_LAST_OFFSET] = offset_of_timestamp
+        time_entries += 1
+        tail[times + INDEX_ENTRIES] = time_entries
+    if entries + 1 >= tail[offsets + INDEX_CAPACITY] or time_entries >= tail[times + INDEX_CAPACITY]:
+        tail[TAIL_ARMED] = 0  # full: the next append rolls (the general path's roll rule)
+    return True
+
+
+def store_be32(address, value):
+    """Store the low 32 bits of ``value`` big-endian at memory ``address``. The specification
+    (through ctypes); compiled, one store (_write_intrinsics)."""
+    ctypes.memmove(int(address), (int(value) & 0xFFFFFFFF).to_bytes(4, "big"), 4)
+
+
+def store_be64(address, value):
+    """Store ``value`` (int64) big-endian at memory ``address``: :func:`store_be32` for 8 bytes."""
+    ctypes.memmove(int(address), (int(value) & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big"), 8)
 
 
 def wall_clock_ms():

@@ -1,4 +1,4 @@
-"""libc ``pwrite``, ``pwritev`` and ``clock_gettime`` as numba intrinsics, for the compiled leader append kernel only.
+"""libc ``pwrite``, ``pwritev`` and ``clock_gettime``, and big-endian stores at an address, as numba intrinsics, for the compiled leader append kernel only.
 
 Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_to_tail`` is written against
 ``pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch)``, whose
@@ -7,7 +7,9 @@ replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc,
 kernel without the GIL and without a Python object on the way: a batch of at most
 WRITE_BUFFER_BYTES is copied into the kernel's stack frame and its head patched there (one
 ``pwrite``); a larger one is written by ``pwritev`` of a patched head in the frame and the rest
-in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call.
+in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call,
+and ``store_be32``/``store_be64(address, value)``, which write an index entry into its file's
+mapping (``_scan_kernels.append_index_entries``).
 
 Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
 changes from process to process); the symbols named here are resolved when the cached code is
@@ -33,7 +35,33 @@ def libc_calls() -> dict[str, Any] | None:
         return None
     if not all(binding.address_of_symbol(name) for name in ("pwrite", "pwritev", "__errno_location", "clock_gettime")):
         return None
-    return {"pwrite_patched": _pwrite_patched_intrinsic(), "wall_clock_ms": _wall_clock_ms_intrinsic()}
+    return {"pwrite_patched": _pwrite_patched_intrinsic(), "wall_clock_ms": _wall_clock_ms_intrinsic(),
+            "store_be32": _store_big_endian_intrinsic(32), "store_be64": _store_big_endian_intrinsic(64)}
+
+
+def _store_big_endian_intrinsic(bits: int) -> Any:
+    """``store_be32``/``store_be64(address, value)``: one byte-swapped store at an integer address
+    (an index file's mapping; its owner keeps the address valid, see storage.index)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    word = ir.IntType(bits)
+
+    def store(typingctx: Any, address: Any, value: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            address_arg, value_arg = (context.cast(builder, arg, kind, types.int64)
+                                      for arg, kind in zip(args, signature.args))
+            bswap = builder.module.declare_intrinsic("llvm.bswap", [word])
+            swapped = builder.call(bswap, [builder.trunc(value_arg, word) if bits < 64 else value_arg])
+            # align 1: a time index entry's fields sit at 12-byte steps
+            builder.store(swapped, builder.inttoptr(address_arg, word.as_pointer()), align=1)
+            return context.get_dummy_value()
+        if not (isinstance(address, types.Integer) and isinstance(value, types.Integer)):
+            return None
+        return types.none(address, value), codegen
+
+    return intrinsic(store)
 
 
 _CLOCK_REALTIME = 0  # <time.h> on Linux

@@ -37,6 +37,13 @@ multiple of the entry size <= ``max_index_size`` and mapped whole. An existing f
 full until :meth:`resize`; the segment resizes its active segment's indexes to the maximum).
 :meth:`close` trims the file to ``entries * entry size``.
 
+**State.** An index's entry count, fullness and last entry are int64 slots of a small array
+(``records.scan.INDEX_*``), with the address of its writable mapping: a segment hands its two
+indexes slices of its ``.log``'s tail, where the compiled leader append reads them and adds the
+sparse entries a batch is due (``_scan_kernels.append_index_entries``) in the call that writes
+the batch. The address slot is set only while this object's writable mapping is open, and
+cleared before the mapping closes, so the kernel never writes through a stale one.
+
 **Thread-safety.** None inside. Appends, truncations, resizes and close need the partition lock;
 lookups may run concurrently with each other and with appends, but not with a resize or close
 (they remap the file).
@@ -63,6 +70,14 @@ from tidelog.errors import (
     IndexStateError,
     InvalidOffsetError,
     StorageError,
+)
+from tidelog.records.scan import (
+    INDEX_CAPACITY,
+    INDEX_ENTRIES,
+    INDEX_LAST_KEY,
+    INDEX_LAST_OFFSET,
+    INDEX_MAP,
+    INDEX_STATE_SLOTS,
 )
 from tidelog.storage import fileops
 from tidelog.storage.index_file import IndexFile
@@ -96,11 +111,25 @@ class TimestampOffset:
     offset: int
 
 
+class _StateSlot:
+    """An int attribute kept in slot ``slot`` of its index's state (``_slots``)."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> int:
+        return obj._slots[self.slot]  # type: ignore[no-any-return]
+
+    def __set__(self, obj: Any, value: int) -> None:
+        obj._slots[self.slot] = value
+
+
 class _MappedIndex(IndexFile):
     """The shared core of both indexes: file, mapping, entry count, resize and trim, sorted search.
 
     Subclasses name their entry struct and columns and keep a cache of their last entry
-    (:meth:`_on_entries_changed`).
+    (:meth:`_on_entries_changed`). ``state``: the int64 array of INDEX_STATE_SLOTS slots that
+    holds the index's state (a segment's tail slice; else the index's own).
     """
 
     ENTRY_SIZE: ClassVar[int]
@@ -115,9 +144,14 @@ class _MappedIndex(IndexFile):
         base_offset: int,
         max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
         writable: bool = True,
+        state: np.ndarray | None = None,
     ) -> None:
         if base_offset < 0:
             raise InvalidOffsetError("index base offset must be >= 0", path=path, base_offset=base_offset)
+        self._state = np.zeros(INDEX_STATE_SLOTS, np.int64) if state is None else state
+        self._slots = memoryview(self._state)
+        self._slots[INDEX_MAP] = 0
+        self._map_address = 0  # of this object's writable mapping (0: none)
         self._path = Path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
@@ -168,10 +202,18 @@ class _MappedIndex(IndexFile):
             self._length = os.fstat(fd).st_size
             self._mmap = fileops.mmap(fd, self._length, writable=self._writable, path=self._path) if self._length else None
             self._buffer = _EMPTY if self._mmap is None else self._mmap
+            if self._mmap is not None and self._writable:
+                self._map_address = np.frombuffer(self._mmap, np.uint8, count=1).ctypes.data  # (the view is dropped)
+                self._slots[INDEX_MAP] = self._map_address
         finally:
             os.close(fd)
 
     def _unmap(self) -> None:
+        # First: nothing may write through the address once the mapping is gone. (Only this
+        # object's: a segment's new index object may share the slots of one it released.)
+        if self._map_address and self._slots[INDEX_MAP] == self._map_address:
+            self._slots[INDEX_MAP] = 0
+        self._map_address = 0
         self._buffer = _EMPTY
         if self._mmap is not None:
             self._mmap.close()
@@ -217,13 +259,16 @@ class _MappedIndex(IndexFile):
     def writable(self) -> bool:
         return self._writable
 
+    _entries = _StateSlot(INDEX_ENTRIES)
+
     def is_full(self) -> bool:
-        """No slot left for :meth:`append` (kept current as entries and length change: a roll
-        check asks on every append)."""
-        return self._full
+        """No slot left for :meth:`append` (a roll check asks on every append)."""
+        slots = self._slots
+        return slots[INDEX_ENTRIES] >= slots[INDEX_CAPACITY]  # type: ignore[no-any-return]
 
     def _update_full(self) -> None:
-        self._full = self._entries >= self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
+        """Keep the capacity slot current as the length changes."""
+        self._slots[INDEX_CAPACITY] = self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether ``offset`` is representable as a relative offset of this index."""
@@ -385,7 +430,6 @@ class _MappedIndex(IndexFile):
         buffer = self._require_writable("append to")
         self._ENTRY.pack_into(buffer, self._entries * self.ENTRY_SIZE, *fields)
         self._entries += 1
-        self._update_full()
 
     def _put_entries(self, entries: np.ndarray) -> None:
         """Write packed entries (a structured array of this index's entry layout) into the next
@@ -395,7 +439,6 @@ class _MappedIndex(IndexFile):
         raw = entries.view(np.uint8).reshape(-1)
         np.frombuffer(buffer, np.uint8, count=len(raw), offset=start)[:] = raw
         self._entries += len(entries)
-        self._update_full()
 
     def _relative_offsets(self, offsets: np.ndarray) -> np.ndarray:
         """:meth:`_relative_offset` of a sorted column: checks its first and last values."""
@@ -414,7 +457,6 @@ class _MappedIndex(IndexFile):
     def _truncate_to_entries(self, entries: int) -> None:
         self._require_open()
         self._entries = entries
-        self._update_full()
         self._on_entries_changed()
 
     def _truncate_to_offset(self, offset: int) -> None:
@@ -462,7 +504,7 @@ class OffsetIndex(_MappedIndex):
     _POSITION_COLUMN = (_RELATIVE.unpack_from, 4)
     _KIND = "offset index"
 
-    _last_offset: int
+    _last_offset = _StateSlot(INDEX_LAST_KEY)
 
     @classmethod
     def parse_entry(cls, raw: bytes, base_offset: int) -> OffsetPosition:
@@ -507,14 +549,14 @@ class OffsetIndex(_MappedIndex):
         :class:`IndexStateError` (read-only or closed), checked in that order.
         """
         relative = offset - self._base_offset
-        if (0 <= relative <= _INT32_MAX and 0 <= position <= _INT32_MAX and (offset > self._last_offset or not self._entries)
-                and not self._full and self._writable and not self._closed):
-            # The common case, every check below passing, in one test: a large batch appends an
-            # entry each time, and this is most of its index cost.
-            self._ENTRY.pack_into(self._buffer, self._entries * 8, relative, position)
-            self._entries += 1
-            self._update_full()
-            self._last_offset = offset
+        slots = self._slots
+        entries = slots[INDEX_ENTRIES]
+        if (0 <= relative <= _INT32_MAX and 0 <= position <= _INT32_MAX and (offset > slots[INDEX_LAST_KEY] or not entries)
+                and entries < slots[INDEX_CAPACITY] and self._writable and not self._closed):
+            # The common case, every check below passing, in one test.
+            self._ENTRY.pack_into(self._buffer, entries * 8, relative, position)
+            slots[INDEX_LAST_KEY] = offset
+            slots[INDEX_ENTRIES] = entries + 1
             return
         self._require_open()
         if self.is_full():
@@ -582,7 +624,14 @@ class TimeIndex(_MappedIndex):
     _OFFSET_COLUMN = (struct.Struct(">i").unpack_from, 8)
     _KIND = "time index"
 
-    _last_entry: TimestampOffset
+    @property
+    def _last_entry(self) -> TimestampOffset:
+        slots = self._slots
+        return TimestampOffset(slots[INDEX_LAST_KEY], slots[INDEX_LAST_OFFSET])
+
+    @_last_entry.setter
+    def _last_entry(self, entry: TimestampOffset) -> None:
+        self._slots[INDEX_LAST_KEY], self._slots[INDEX_LAST_OFFSET] = entry.timestamp, entry.offset
 
     @classmethod
     def parse_entry(cls, raw: bytes, base_offset: int) -> TimestampOffset:
@@ -641,17 +690,18 @@ class TimeIndex(_MappedIndex):
         """
         # The two common cases, every check below passing, in one test each (a large batch asks
         # this on every append): no newer timestamp, or a newer one landing.
-        last = self._last_entry
-        if offset >= last.offset and not self._closed and (skip_full_check or not self._full):
-            if timestamp == last.timestamp:
+        slots = self._slots
+        entries, last_timestamp = slots[INDEX_ENTRIES], slots[INDEX_LAST_KEY]
+        if (offset >= slots[INDEX_LAST_OFFSET] and not self._closed
+                and (skip_full_check or entries < slots[INDEX_CAPACITY])):
+            if timestamp == last_timestamp:
                 return
             relative = offset - self._base_offset
-            if (last.timestamp < timestamp <= _INT64_MAX and 0 <= relative <= _INT32_MAX and self._writable
-                    and self._entries < self._length // 12):
-                self._ENTRY.pack_into(self._buffer, self._entries * 12, timestamp, relative)
-                self._entries += 1
-                self._update_full()
-                self._last_entry = TimestampOffset(timestamp, offset)
+            if (last_timestamp < timestamp <= _INT64_MAX and 0 <= relative <= _INT32_MAX and self._writable
+                    and entries < self._length // 12):
+                self._ENTRY.pack_into(self._buffer, entries * 12, timestamp, relative)
+                slots[INDEX_LAST_KEY], slots[INDEX_LAST_OFFSET] = timestamp, offset
+                slots[INDEX_ENTRIES] = entries + 1
                 return
         self._require_open()
         if not skip_full_check and self.is_full():

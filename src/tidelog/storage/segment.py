@@ -32,6 +32,7 @@ from tidelog.errors import (
 )
 from tidelog.records import FileBatch
 from tidelog.records.scan import (
+    INDEX_STATE_SLOTS,
     PRODUCED_INDEX_DUE,
     TAIL_AFTER_MAX_MS,
     TAIL_ARMED,
@@ -45,8 +46,10 @@ from tidelog.records.scan import (
     TAIL_MAX_TIMESTAMP,
     TAIL_MAX_TIMESTAMP_IN_INDEX,
     TAIL_MAX_TIMESTAMP_LIMIT,
+    TAIL_OFFSET_INDEX,
     TAIL_OFFSET_OF_MAX_TIMESTAMP,
     TAIL_SEGMENT_BYTES,
+    TAIL_TIME_INDEX,
     TAIL_UNKNOWN,
     TAIL_WRITTEN,
 )
@@ -260,7 +263,9 @@ class LogSegment:
         if self._offset_index is None:
             self._checked_offset_entry = None
             path = files.offset_index_file(self._dir, self.base_offset, self._suffix)
-            self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size)
+            # Its state in the .log's tail, where the compiled append adds the entries it is due.
+            state = self.log.tail[TAIL_OFFSET_INDEX:TAIL_OFFSET_INDEX + INDEX_STATE_SLOTS]
+            self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size, state=state)
             if self._deferred_index_size is not None:
                 self._resize_offset_index(self._deferred_index_size)
         return self._offset_index
@@ -269,7 +274,8 @@ class LogSegment:
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             path = files.time_index_file(self._dir, self.base_offset, self._suffix)
-            self._time_index = TimeIndex(path, self.base_offset, self._config.max_index_size)
+            state = self.log.tail[TAIL_TIME_INDEX:TAIL_TIME_INDEX + INDEX_STATE_SLOTS]
+            self._time_index = TimeIndex(path, self.base_offset, self._config.max_index_size, state=state)
             if self._deferred_index_size is not None:
                 self._resize_time_index(self._deferred_index_size)
         return self._time_index
