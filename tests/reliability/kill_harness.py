@@ -123,11 +123,13 @@ def _clean(topic: str) -> Step:
 
 
 def append_workload() -> list[Step]:
-    """Appends with rolls to a ``flush.messages=1`` topic and a page-cache topic, flushes,
-    checkpoints, the async flush after a roll, and a clean shutdown."""
-    steps = [_create("dur", **{"flush.messages": "1", "segment.bytes": "600"}), _create("pc", **{"segment.bytes": "600"})]
+    """Appends with rolls to a ``flush.messages=1`` topic and a page-cache topic, and of batches
+    large enough to reserve blocks ahead (``FileRecords.reserve_for``; freed by the roll's trim)
+    to a third, flushes, checkpoints, the async flush after a roll, and a clean shutdown."""
+    steps = [_create("dur", **{"flush.messages": "1", "segment.bytes": "600"}), _create("pc", **{"segment.bytes": "600"}),
+             _create("big", **{"segment.bytes": "12000"})]
     for _ in range(3):
-        steps += _appends("dur", 3, 3) + _appends("pc", 3, 4)
+        steps += _appends("dur", 3, 3) + _appends("pc", 3, 4) + _appends("big", 2, 80)  # ~4.6 KB each
         steps += [("flush dirty logs", lambda env: env.manager.flush_dirty_logs()), ("checkpoints", _checkpoints)]
         steps += [_advance(100)]
     steps += [("shutdown", lambda env: env.manager.shutdown())]

@@ -158,6 +158,20 @@ def test_a_reservation_that_fails_is_warned_once_and_the_appends_go_on(
     fr.close()
 
 
+def test_where_there_is_no_fallocate_nothing_is_reserved_nor_warned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(fileops, "_fallocate", None)  # as off Linux
+    fr = FileRecords.open(tmp_path / LOG_NAME, file_already_exists=False)
+    data = large_batch()
+    with caplog.at_level(logging.WARNING), fileops.inject() as stats:
+        fr.append(data)
+        fr.append(data)
+    assert stats.ops[fileops.FileOp.TRUNCATE] == 1 and not caplog.records  # one try, then none
+    assert fr.read(0, 10**6) == data * 2
+    fr.close()
+
+
 # --- Log ----------------------------------------------------------------------------------------
 
 def _log_files(dir: Path) -> list[Path]:
@@ -200,3 +214,37 @@ def test_the_compiled_large_path_reserves_before_it_writes(make_log: MakeLog, tp
     log.append_as_leader(data)
     assert seen and seen[-1] >= RESERVE_AHEAD
     assert [r.offset for r in read_all(log)] == list(range(81))
+
+
+def test_a_process_killed_after_a_reservation_loses_nothing_and_the_blocks_are_freed(
+    tp_dir: Path, reserving: None
+) -> None:
+    """SIGKILL right after the reservation of a new segment's blocks, before its first write: the
+    reopened log holds every acknowledged batch, and its close frees what the dead process
+    reserved."""
+    from storage_helpers import log_config
+
+    from tidelog.storage.log import Log
+    from tidelog.testing import FakeClock, FakeScheduler
+
+    config = log_config(segment_bytes=10_000)  # one ~8.5 KB batch a segment
+    data = large_batch()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            log = Log.open(tp_dir, config, clock=FakeClock(), scheduler=FakeScheduler(FakeClock()))
+            log.append_as_leader(data)
+            fileops.install([fileops.FaultRule(frozenset({fileops.FileOp.TRUNCATE}), path_glob="*.log", skip=1,
+                                               times=1, kill="after")])
+            log.append_as_leader(data)  # rolls: trim (skipped by the rule), reserve (killed after)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+    first, second = _log_files(tp_dir)
+    assert os.stat(second).st_size == 0 and allocated(second) >= RESERVE_AHEAD  # reserved, nothing written
+    clock = FakeClock()
+    log = Log.open(tp_dir, config, clock=clock, scheduler=FakeScheduler(clock))
+    assert log.log_end_offset == 40 and [r.offset for r in read_all(log)] == list(range(40))
+    log.close()
+    assert allocated(second) < _TRIM_SLACK and os.stat(first).st_size == len(data)

@@ -470,8 +470,10 @@ def reserve_blocks(fd: int, offset: int, length: int, path: PathLike) -> bool:
     raises OSError for any other failure (ENOSPC, EIO ...)."""
     kill = _before(FileOp.TRUNCATE, path) if _plans else False
     try:
-        if _fallocate is None or _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-            return _fallocate is not None
+        if _fallocate is None:
+            return False
+        if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+            return True
         error = ctypes.get_errno()
         if error in (errno_module.EOPNOTSUPP, errno_module.ENOSYS):
             return False
