@@ -82,7 +82,8 @@ BatchHeaders = dict[str, np.ndarray]  # see FileRecords.batch_headers
 
 class TailSlot:
     """An int attribute kept in slot ``slot`` of its object's ``tail_slots`` (a FileRecords' tail,
-    or the segment's view of it), where the compiled leader append reads and updates it."""
+    the segment's view of it, or an index's state, which for a segment's index is a slice of the
+    tail), where the compiled leader append reads and updates it."""
 
     def __init__(self, slot: int) -> None:
         self.slot = slot

@@ -80,6 +80,7 @@ from tidelog.records.scan import (
     INDEX_STATE_SLOTS,
 )
 from tidelog.storage import fileops
+from tidelog.storage.file_records import TailSlot
 from tidelog.storage.index_file import IndexFile
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes default
@@ -111,19 +112,6 @@ class TimestampOffset:
     offset: int
 
 
-class _StateSlot:
-    """An int attribute kept in slot ``slot`` of its index's state (``_slots``)."""
-
-    def __init__(self, slot: int) -> None:
-        self.slot = slot
-
-    def __get__(self, obj: Any, owner: type | None = None) -> int:
-        return obj._slots[self.slot]  # type: ignore[no-any-return]
-
-    def __set__(self, obj: Any, value: int) -> None:
-        obj._slots[self.slot] = value
-
-
 class _MappedIndex(IndexFile):
     """The shared core of both indexes: file, mapping, entry count, resize and trim, sorted search.
 
@@ -149,8 +137,8 @@ class _MappedIndex(IndexFile):
         if base_offset < 0:
             raise InvalidOffsetError("index base offset must be >= 0", path=path, base_offset=base_offset)
         self._state = np.zeros(INDEX_STATE_SLOTS, np.int64) if state is None else state
-        self._slots = memoryview(self._state)
-        self._slots[INDEX_MAP] = 0
+        self.tail_slots = memoryview(self._state)  # (named as a .log's: TailSlot attributes read it)
+        self.tail_slots[INDEX_MAP] = 0
         self._map_address = 0  # of this object's writable mapping (0: none)
         self._path = Path(path)
         self._base_offset = base_offset
@@ -204,15 +192,15 @@ class _MappedIndex(IndexFile):
             self._buffer = _EMPTY if self._mmap is None else self._mmap
             if self._mmap is not None and self._writable:
                 self._map_address = np.frombuffer(self._mmap, np.uint8, count=1).ctypes.data  # (the view is dropped)
-                self._slots[INDEX_MAP] = self._map_address
+                self.tail_slots[INDEX_MAP] = self._map_address
         finally:
             os.close(fd)
 
     def _unmap(self) -> None:
         # First: nothing may write through the address once the mapping is gone. (Only this
         # object's: a segment's new index object may share the slots of one it released.)
-        if self._map_address and self._slots[INDEX_MAP] == self._map_address:
-            self._slots[INDEX_MAP] = 0
+        if self._map_address and self.tail_slots[INDEX_MAP] == self._map_address:
+            self.tail_slots[INDEX_MAP] = 0
         self._map_address = 0
         self._buffer = _EMPTY
         if self._mmap is not None:
@@ -259,16 +247,16 @@ class _MappedIndex(IndexFile):
     def writable(self) -> bool:
         return self._writable
 
-    _entries = _StateSlot(INDEX_ENTRIES)
+    _entries = TailSlot(INDEX_ENTRIES)
 
     def is_full(self) -> bool:
         """No slot left for :meth:`append` (a roll check asks on every append)."""
-        slots = self._slots
+        slots = self.tail_slots
         return slots[INDEX_ENTRIES] >= slots[INDEX_CAPACITY]  # type: ignore[no-any-return]
 
     def _update_full(self) -> None:
         """Keep the capacity slot current as the length changes."""
-        self._slots[INDEX_CAPACITY] = self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
+        self.tail_slots[INDEX_CAPACITY] = self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether ``offset`` is representable as a relative offset of this index."""
@@ -504,7 +492,7 @@ class OffsetIndex(_MappedIndex):
     _POSITION_COLUMN = (_RELATIVE.unpack_from, 4)
     _KIND = "offset index"
 
-    _last_offset = _StateSlot(INDEX_LAST_KEY)
+    _last_offset = TailSlot(INDEX_LAST_KEY)
 
     @classmethod
     def parse_entry(cls, raw: bytes, base_offset: int) -> OffsetPosition:
@@ -549,7 +537,7 @@ class OffsetIndex(_MappedIndex):
         :class:`IndexStateError` (read-only or closed), checked in that order.
         """
         relative = offset - self._base_offset
-        slots = self._slots
+        slots = self.tail_slots
         entries = slots[INDEX_ENTRIES]
         if (0 <= relative <= _INT32_MAX and 0 <= position <= _INT32_MAX and (offset > slots[INDEX_LAST_KEY] or not entries)
                 and entries < slots[INDEX_CAPACITY] and self._writable and not self._closed):
@@ -626,12 +614,12 @@ class TimeIndex(_MappedIndex):
 
     @property
     def _last_entry(self) -> TimestampOffset:
-        slots = self._slots
+        slots = self.tail_slots
         return TimestampOffset(slots[INDEX_LAST_KEY], slots[INDEX_LAST_OFFSET])
 
     @_last_entry.setter
     def _last_entry(self, entry: TimestampOffset) -> None:
-        self._slots[INDEX_LAST_KEY], self._slots[INDEX_LAST_OFFSET] = entry.timestamp, entry.offset
+        self.tail_slots[INDEX_LAST_KEY], self.tail_slots[INDEX_LAST_OFFSET] = entry.timestamp, entry.offset
 
     @classmethod
     def parse_entry(cls, raw: bytes, base_offset: int) -> TimestampOffset:
@@ -690,7 +678,7 @@ class TimeIndex(_MappedIndex):
         """
         # The two common cases, every check below passing, in one test each (a large batch asks
         # this on every append): no newer timestamp, or a newer one landing.
-        slots = self._slots
+        slots = self.tail_slots
         entries, last_timestamp = slots[INDEX_ENTRIES], slots[INDEX_LAST_KEY]
         if (offset >= slots[INDEX_LAST_OFFSET] and not self._closed
                 and (skip_full_check or entries < slots[INDEX_CAPACITY])):
