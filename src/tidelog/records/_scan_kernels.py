@@ -784,8 +784,9 @@ def append_index_entries(tail, last_offset, position):
     OffsetIndex.append or TimeIndex.maybe_append would not pass: the caller's Python then adds
     them, or raises what they raise.
 
-    Each entry is stored before the entry count that makes it visible (a reader in another
-    thread reads the count first). Compiled, the stores are plain stores into the mapping.
+    Each entry is stored before the entry count that makes it visible, with a release fence
+    between (a reader in another thread reads the count, then the entry at an address computed
+    from it). Compiled, the stores are plain stores into the mapping.
     """
     offsets, times = TAIL_OFFSET_INDEX, TAIL_TIME_INDEX
     offsets_map, times_map = tail[offsets + INDEX_MAP], tail[times + INDEX_MAP]
@@ -807,12 +808,14 @@ def append_index_entries(tail, last_offset, position):
     at = offsets_map + entries * 8
     store_be32(at, relative)
     store_be32(at + 4, position)
+    release_fence()
     tail[offsets + INDEX_LAST_KEY] = last_offset
     tail[offsets + INDEX_ENTRIES] = entries + 1
     if timestamp > last_timestamp:
         at = times_map + time_entries * 12
         store_be64(at, timestamp)
         store_be32(at + 8, time_relative)
+        release_fence()
         tail[times + INDEX_LAST_KEY] = timestamp
         tail[times + INDEX_LAST_OFFSET] = offset_of_timestamp
         time_entries += 1
@@ -826,6 +829,12 @@ def store_be32(address, value):
     """Store the low 32 bits of ``value`` big-endian at memory ``address``. The specification
     (through ctypes); compiled, one store (_write_intrinsics)."""
     ctypes.memmove(int(address), (int(value) & 0xFFFFFFFF).to_bytes(4, "big"), 4)
+
+
+def release_fence():
+    """Stores before this are visible to other threads before stores after it. Interpreted, the
+    GIL orders them; compiled, a release fence (_write_intrinsics; on x86 it only stops the
+    compiler from reordering)."""
 
 
 def store_be64(address, value):

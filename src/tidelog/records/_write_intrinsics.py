@@ -8,8 +8,8 @@ kernel without the GIL and without a Python object on the way: a batch of at mos
 WRITE_BUFFER_BYTES is copied into the kernel's stack frame and its head patched there (one
 ``pwrite``); a larger one is written by ``pwritev`` of a patched head in the frame and the rest
 in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call,
-and ``store_be32``/``store_be64(address, value)``, which write an index entry into its file's
-mapping (``_scan_kernels.append_index_entries``).
+and ``store_be32``/``store_be64(address, value)`` and ``release_fence()``, which write an index
+entry into its file's mapping before its count (``_scan_kernels.append_index_entries``).
 
 Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
 changes from process to process); the symbols named here are resolved when the cached code is
@@ -36,7 +36,22 @@ def libc_calls() -> dict[str, Any] | None:
     if not all(binding.address_of_symbol(name) for name in ("pwrite", "pwritev", "__errno_location", "clock_gettime")):
         return None
     return {"pwrite_patched": _pwrite_patched_intrinsic(), "wall_clock_ms": _wall_clock_ms_intrinsic(),
-            "store_be32": _store_big_endian_intrinsic(32), "store_be64": _store_big_endian_intrinsic(64)}
+            "store_be32": _store_big_endian_intrinsic(32), "store_be64": _store_big_endian_intrinsic(64),
+            "release_fence": _release_fence_intrinsic()}
+
+
+def _release_fence_intrinsic() -> Any:
+    """``release_fence()``: LLVM's ``fence release``."""
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    def release_fence(typingctx: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            builder.fence("release")
+            return context.get_dummy_value()
+        return types.none(), codegen
+
+    return intrinsic(release_fence)
 
 
 def _store_big_endian_intrinsic(bits: int) -> Any:
