@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tidelog.manager import LogManager
@@ -222,6 +222,9 @@ def test_locate_matches_a_brute_force_scan(tmp_path_factory: pytest.TempPathFact
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layout=layouts, seed=st.integers(0, 1000), interval=st.sampled_from(["1", "128", "4096"]),
        probes=st.lists(st.integers(-5, 1005), min_size=1, max_size=20))
+# Found by this test (stop 18): the time index's floor entry (954, 19) names the batch 8..19, and
+# the record of timestamp 954 is offset 18; the view scanned from offset 19 and answered None.
+@example(layout=[(8, 0), (12, 0)], seed=128, interval="1", probes=[954])
 def test_offset_for_timestamp_matches_a_brute_force_scan(tmp_path_factory: pytest.TempPathFactory,
                                                          layout: list[tuple[int, int]], seed: int, interval: str,
                                                          probes: list[int]) -> None:

@@ -448,8 +448,7 @@ class PartitionView:
             times = _time_entries(segment)
             i = int(np.searchsorted(times["timestamp"], timestamp, side="right")) - 1
             floor = segment.base_offset + int(times["relative_offset"][i]) if i >= 0 else segment.base_offset
-            found = self._first_record_at_or_after(segment, max(floor, bounds.log_start_offset), timestamp,
-                                                   bounds)
+            found = self._first_record_from(segment, max(floor, bounds.log_start_offset), timestamp, bounds)
             if found is not None:
                 return found
         return None
@@ -467,11 +466,17 @@ class PartitionView:
                 best = max(best, int(walked.batches["max_timestamp"].max()))
         return best
 
-    def _first_record_at_or_after(self, segment: SegmentInfo, offset: int, timestamp: int,
-                                  bounds: PartitionBounds) -> int | None:
-        if offset >= bounds.end_offset:
+    def _first_record_from(self, segment: SegmentInfo, start: int, timestamp: int,
+                           bounds: PartitionBounds) -> int | None:
+        """The first record at or above the log start offset whose timestamp is >= ``timestamp``,
+        scanning from the batch holding ``start`` (the time index's floor entry names the batch
+        where its timestamp was reached, so a record of that timestamp may come before ``start``
+        in that batch; Kafka's ``searchForTimestamp`` likewise filters by the log start offset
+        only)."""
+        if start >= bounds.end_offset:
             return None
-        found = self._locate(offset, bounds.end_offset)
+        offset = bounds.log_start_offset
+        found = self._locate(start, bounds.end_offset)
         if found is None or found.segment.base_offset != segment.base_offset:
             return None
         with open(segment.log_path, "rb", buffering=0) as f:
