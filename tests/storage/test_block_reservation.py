@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import MakeLog, read_all, records
+from storage_helpers import MakeLog, log_config, read_all, records
 
 from tidelog.storage import fileops
 from tidelog.storage.file_records import _TRIM_SLACK, RESERVE_AHEAD, RESERVE_FROM, FileRecords
+from tidelog.storage.log import Log
+from tidelog.testing import FakeClock, FakeScheduler
 
 LOG_NAME = "00000000000000000000.log"
 
@@ -222,11 +224,6 @@ def test_a_process_killed_after_a_reservation_loses_nothing_and_the_blocks_are_f
     """SIGKILL right after the reservation of a new segment's blocks, before its first write: the
     reopened log holds every acknowledged batch, and its close frees what the dead process
     reserved."""
-    from storage_helpers import log_config
-
-    from tidelog.storage.log import Log
-    from tidelog.testing import FakeClock, FakeScheduler
-
     config = log_config(segment_bytes=10_000)  # one ~8.5 KB batch a segment
     data = large_batch()
     pid = os.fork()
