@@ -154,7 +154,7 @@ class _MappedIndex(IndexFile):
         except OSError as e:
             raise StorageError(f"cannot open {self._KIND} file: {e.strerror}", path=self._path, operation="open") from e
         self._entries = 0 if created else self._length // self.ENTRY_SIZE
-        self._update_full()
+        self._update_capacity()
         self._on_entries_changed()
 
     # --- opening and mapping ---------------------------------------------------------------
@@ -254,7 +254,7 @@ class _MappedIndex(IndexFile):
         slots = self.tail_slots
         return slots[INDEX_ENTRIES] >= slots[INDEX_CAPACITY]  # type: ignore[no-any-return]
 
-    def _update_full(self) -> None:
+    def _update_capacity(self) -> None:
         """Keep the capacity slot current as the length changes."""
         self.tail_slots[INDEX_CAPACITY] = self._length // self.ENTRY_SIZE - self._FREE_SLOTS_KEPT
 
@@ -294,7 +294,7 @@ class _MappedIndex(IndexFile):
                 fileops.ftruncate(fd, length, self._path)
             finally:
                 self._map(fd)
-                self._update_full()
+                self._update_capacity()
         except OSError as e:
             raise StorageError(f"cannot resize {self._KIND} file to {length} bytes: {e.strerror}",
                                path=self._path, operation="resize") from e
