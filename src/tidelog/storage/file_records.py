@@ -167,7 +167,7 @@ class FileRecords:
             chunks = data if isinstance(data, tuple) else (data,)
             return self._append_views([memoryview(chunk).cast("B") for chunk in chunks], 0)
         # The common case (a produced batch with its patched header): one plain pwrite.
-        if len(data) >= RESERVE_FROM:
+        if len(data) >= RESERVE_FROM:  # reserve_for's own first test, spared a call for small batches
             self.reserve_for(len(data))
         fd = self._fd if self._fd is not None else self._descriptor()
         try:

@@ -136,8 +136,8 @@ class _MappedIndex(IndexFile):
     ) -> None:
         if base_offset < 0:
             raise InvalidOffsetError("index base offset must be >= 0", path=path, base_offset=base_offset)
-        self._state = np.zeros(INDEX_STATE_SLOTS, np.int64) if state is None else state
-        self.tail_slots = memoryview(self._state)  # (named as a .log's: TailSlot attributes read it)
+        # (named as a .log's tail: TailSlot attributes read it; the view keeps the array alive)
+        self.tail_slots = memoryview(np.zeros(INDEX_STATE_SLOTS, np.int64) if state is None else state)
         self.tail_slots[INDEX_MAP] = 0
         self._map_address = 0  # of this object's writable mapping (0: none)
         self._path = Path(path)
