@@ -9,6 +9,8 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.protocol.consumer import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
@@ -17,6 +19,7 @@ from server_helpers import Broker, RawClient
 from tidelog.server import codec
 from tidelog.server.codec import decode_request, encode_response
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+from tidelog.topic_partition import TopicPartition
 
 VERSIONS = samples.all_versions()
 
@@ -153,3 +156,51 @@ def test_api_versions_of_an_unknown_version_is_answered_in_v0_with_unsupported_v
     response = ApiVersionsResponse[0].decode(io.BytesIO(encoded[4:]), header=True)
     assert response.error_code == 35 and version == 0
     assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}[0] == (3, 12)
+
+
+# --- strict lengths: a field running past the frame is malformed, never cut short ---------------
+
+@settings(max_examples=400, deadline=None)
+@given(api=st.sampled_from(VERSIONS), data=st.data())
+def test_every_truncation_of_a_valid_request_is_malformed(api: tuple[int, int], data: st.DataObject) -> None:
+    frame = _frame(samples.sample(*api, topic="fresh-topic"), api[1])
+    cut = data.draw(st.integers(0, len(frame) - 1), label="cut")
+    with pytest.raises(MalformedRequestError):
+        decode_request(frame[:cut])
+
+
+def test_a_string_running_past_the_frame_is_malformed_not_cut_short() -> None:
+    frame = _frame(samples.metadata("abcdefghijklmnop"), 1)  # v0-v3: the topics are the last field
+    name_at = frame.index(b"abcdefghijklmnop")
+    with pytest.raises(MalformedRequestError, match="past the end"):
+        decode_request(frame[:name_at + 3])  # length 16 declared, "abc" left
+
+
+def test_an_unknown_tagged_field_running_past_the_frame_is_malformed() -> None:
+    frame = _frame(samples.metadata("t"), 12)
+    assert frame.endswith(b"\x00")  # the body's empty tagged fields
+    tagged = bytes([1, 99, 20]) + b"xyz"  # one field, tag 99, 20 bytes declared, 3 present
+    with pytest.raises(MalformedRequestError, match="20 bytes declared"):
+        decode_request(frame[:-1] + tagged)
+    assert decode_request(frame[:-1] + bytes([1, 99, 3]) + b"xyz").body.topics[0].name == "t"
+
+
+def test_bytes_after_a_complete_body_are_ignored_as_kafka_does() -> None:
+    for version in (4, 12):
+        frame = _frame(samples.metadata("t"), version)
+        assert decode_request(frame + b"\x01\x02\x03\x04\x05").body.topics[0].name == "t"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(api=st.sampled_from(VERSIONS), data=st.data())
+def test_a_truncated_request_closes_the_connection_and_creates_nothing(broker: Broker, api: tuple[int, int],
+                                                                       data: st.DataObject) -> None:
+    if "t" not in broker.manager.topics():
+        broker.manager.create_topic("t", 1)
+    frame = _frame(samples.sample(*api, topic="fresh-topic"), api[1])
+    cut = data.draw(st.integers(8, len(frame) - 1), label="cut")
+    client = broker.connect()
+    client.send_bytes(struct.pack(">i", cut) + frame[:cut])
+    assert client.closed_by_server()
+    assert broker.manager.topics() == ["t"]
+    assert broker.manager.log(TopicPartition("t", 0)).log_end_offset == 0

@@ -17,6 +17,14 @@ version), then the body.
 key or a version outside its range raises :class:`UnsupportedRequestError` (Kafka closes the
 connection then), except ApiVersions, whose unsupported versions are answered (KIP-511). Bytes
 that do not parse raise :class:`MalformedRequestError`.
+
+Decoding is strict about lengths: a string, bytes, array or tagged field whose declared length runs
+past the end of the frame makes the request malformed (Kafka's readers throw a buffer underflow
+there, and the broker closes the connection). kafka-python's compiled decoders slice such a field
+short without a word (``data[pos:pos + n]``) and carry on, so :func:`_decode_body` checks where
+the decoder stopped, and the decoders' tagged-field reader gets a stream that refuses a short read.
+Bytes left after a complete body are ignored, as Kafka 4.3 ignores them (checked on a real broker:
+a Metadata request with five trailing bytes is answered).
 """
 
 from __future__ import annotations
@@ -192,11 +200,37 @@ def decode_request(frame: bytes) -> Request:
     try:
         stream = io.BytesIO(frame)
         header = RequestHeader.decode(stream, flexible=flexible)
-        body = spec.request[version].decode(memoryview(frame)[stream.tell():]) if supported else None
+        body = _decode_body(spec.request, version, memoryview(frame)[stream.tell():]) if supported else None
     except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
         raise MalformedRequestError(f"cannot decode {spec.request.__name__} v{version}: {type(e).__name__}: {e}",
                                api_key=api_key, api_version=version, correlation_id=correlation_id) from e
     return Request(api_key, version, correlation_id, header.client_id, body)
+
+
+def _decode_body(request_class: Any, version: int, data: memoryview) -> Any:
+    """The body of ``request_class`` at ``version`` decoded from ``data``; ValueError when a field
+    runs past the end of ``data`` (the decoder's position ends beyond it: positions only grow, and
+    a short field still advances by its declared length)."""
+    flexible = request_class.flexible_version_q(version)
+    decoder = request_class._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
+                                                         data_class=request_class)
+    if decoder.__globals__.get("_BytesIO") is not None:  # tagged fields: read through a strict stream
+        decoder.__globals__["_BytesIO"] = _StrictBytesIO
+    body, end = decoder(data, 0)
+    if end > len(data):
+        raise ValueError(f"a field runs {end - len(data)} bytes past the end of the {len(data)}-byte body")
+    return body
+
+
+class _StrictBytesIO(io.BytesIO):
+    """A stream whose ``read(n)`` refuses to return fewer than ``n`` bytes (kafka-python reads an
+    unknown tagged field with ``read(size)`` and would keep a short value)."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if size is not None and size >= 0 and len(data) < size:
+            raise ValueError(f"{size} bytes declared, {len(data)} left in the frame")
+        return data
 
 
 def encode_response(request: Request, body: Any, version: int | None = None) -> bytes:
