@@ -21,6 +21,7 @@ from storage_helpers import (
     T0,
     MakeLog,
     OnDisk,
+    Rec,
     batch,
     batches_of,
     crash,
@@ -34,7 +35,7 @@ from storage_helpers import (
 )
 
 from tidelog.errors import IndexFullError
-from tidelog.records import CompressionType, build_legacy_batch
+from tidelog.records import CompressionType, build_legacy_batch, iter_batches
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
 from tidelog.storage.fetch_info import FetchIsolation
@@ -79,6 +80,84 @@ def test_clean_shutdown_skips_recovery_even_from_recovery_point_zero(make_log: M
     unclean = make_log(config=log.config, recovery_point=0)
     assert unclean.log_end_offset == 0, "recovery truncates at the bad batch and drops later segments"
     assert unclean.num_segments == 1
+
+
+# --- the active segment's tail after a clean shutdown ---------------------------------------------
+
+DAMAGE = {
+    "cut": lambda data: data[:-30],  # a torn last batch
+    "garbage": lambda data: data + random.Random(5).randbytes(200),
+    "zeros": lambda data: data + bytes(5000),
+    "flipped": lambda data: data[:-5] + bytes([data[-5] ^ 0xFF]) + data[-4:],  # last batch fails its CRC
+    "cut-below-index-entry": lambda data: data[:len(data) // 3],  # before the last offset-index entry
+}
+
+
+def _written_cleanly(make_log: MakeLog) -> tuple[Log, list[Rec]]:
+    log = make_log(index_interval_bytes=512)
+    for _ in range(40):
+        log.append_as_leader(records(3, value_size=40))
+    written = read_all(log)
+    log.close()
+    return log, written
+
+
+def _unchanged_prefix(original: bytes, damaged: bytes) -> list[tuple[int, int, int]]:
+    """``(position, size, last offset)`` of the batches of ``original`` still whole and
+    unchanged in ``damaged``, up to the first that is not."""
+    kept = []
+    for position, found in iter_batches(original):
+        end = position + found.size_in_bytes
+        if damaged[position:end] != original[position:end]:
+            break
+        kept.append((position, found.size_in_bytes, found.last_offset))
+    return kept
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("leader", [True, False], ids=["leader-append", "follower-append"])
+def test_a_damaged_active_tail_after_a_clean_shutdown_is_recovered_before_anything_is_appended(
+    make_log: MakeLog, damage: str, leader: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    log, written = _written_cleanly(make_log)
+    path = log.active_segment.log.path
+    original = path.read_bytes()
+    damaged = DAMAGE[damage](original)
+    path.write_bytes(damaged)
+    whole = _unchanged_prefix(original, damaged)
+    kept, valid_bytes = (whole[-1][2] + 1, whole[-1][0] + whole[-1][1]) if whole else (0, 0)
+    reopened = make_log(config=log.config, had_clean_shutdown=True, recovery_point=log.log_end_offset)
+    assert reopened.log_end_offset == kept and path.stat().st_size == valid_bytes
+    if damage == "cut-below-index-entry":
+        assert f"{path}: its last offset-index entry points at byte" in caplog.text
+    else:
+        assert f"{path}: valid batches end at byte {valid_bytes} of {len(damaged)}" in caplog.text
+    for i in range(20):
+        data = records(1, value_size=40)
+        appended = reopened.append_as_leader(data) if leader else reopened.append_as_follower(
+            records(1, base_offset=kept + i, value_size=40))
+        assert appended.first_offset == kept + i
+    after = read_all(reopened)
+    assert after[:kept] == written[:kept] and [r.offset for r in after] == list(range(kept + 20))
+    crash(reopened)
+    unclean = make_log(config=log.config, recovery_point=0)
+    assert unclean.log_end_offset == kept + 20, "the acknowledged records survive the next recovery"
+    assert read_all(unclean) == after
+
+
+def test_a_whole_active_tail_after_a_clean_shutdown_is_left_alone(
+    make_log: MakeLog, caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = make_log(index_interval_bytes=512)
+    for _ in range(40):
+        log.append_as_leader(records(3, value_size=40))
+    log.append_as_follower(build_legacy_batch([(120, T0, b"k", b"legacy")], magic=1))  # a legacy last entry
+    log.close()
+    path = log.active_segment.log.path
+    before = path.read_bytes()
+    reopened = make_log(config=log.config, had_clean_shutdown=True, recovery_point=121)
+    assert reopened.log_end_offset == 121 and path.read_bytes() == before
+    assert "valid batches end" not in caplog.text and "truncating" not in caplog.text
 
 
 def test_log_recovers_to_correct_offset(make_log: MakeLog) -> None:

@@ -13,7 +13,10 @@ Phases, in order (kafka-storage.md §3.7.7 and §3.9), one function each:
    ``.log`` is opened; a missing or insane index (checked in O(1)) has its segment rebuilt.
 3. **Recovery** after an unclean stop: every segment from the one holding the recovery point to
    the end is re-validated batch by batch (CRC, size); the first invalid or partial batch and
-   everything after it is truncated, and segments after a truncated one are deleted.
+   everything after it is truncated, and segments after a truncated one are deleted. After a
+   clean stop only the active segment's tail is checked (from its last index entry: complete
+   batches, CRCs, ending at the file's end), and the segment recovered if it is not whole: the
+   next append would otherwise land after bytes no reader can pass (Kafka trusts the marker).
 4. **Offsets.** A log whose end is below the log-start-offset checkpoint is emptied; an empty
    dir gets one empty segment at that offset; the recovery point is the log end after a clean
    stop, else ``min(checkpoint, log end)`` — recovery itself does not advance it.
@@ -75,10 +78,12 @@ def load_log(params: LoadParams) -> LoadedLog:
         names = os.listdir(params.dir)
     recovered: set[int] = set()
     segments = load_segment_files(params, names, recovered)
-    truncated = 0
+    truncated, next_offset = 0, None
     if not params.had_clean_shutdown and not params.recovered_elsewhere:
         truncated = recover_from(segments, params, recovered)
-    return _settle_offsets(segments, params, truncated, names)
+    elif params.had_clean_shutdown and segments.last is not None and segments.last.base_offset not in recovered:
+        truncated, next_offset = check_active_tail(segments.last, params)
+    return _settle_offsets(segments, params, truncated, names, next_offset)
 
 
 # --- phase 1 -----------------------------------------------------------------------------------
@@ -206,6 +211,24 @@ def _recover_segment(segment: LogSegment, params: LoadParams) -> int:
     return result.truncated_bytes
 
 
+def check_active_tail(active: LogSegment, params: LoadParams) -> tuple[int, int]:
+    """After a clean stop nothing is recovered, yet the next append goes after the active
+    segment's last byte: unless that is the end of a complete, valid batch (the check reads from
+    the last index entry on), the segment is recovered, so no record is ever written, and
+    acknowledged, after bytes a reader cannot get past. Returns the bytes truncated and the
+    log's next offset."""
+    tail = active.check_tail()
+    if tail.whole:
+        return 0, tail.next_offset
+    if tail.valid_end > active.size:
+        found = f"its last offset-index entry points at byte {tail.valid_end}, past its {active.size} bytes"
+    else:
+        found = f"valid batches end at byte {tail.valid_end} of {active.size}"
+    log.warning("%s: %s although the log was shut down cleanly (a torn, cut or overwritten tail); "
+                "recovering the segment", active.log.path, found)
+    return _recover_segment(active, params), active.read_next_offset()
+
+
 def _delete_segments_after(segments: LogSegments, segment: LogSegment) -> None:
     for later in segments.values_between(segment.base_offset + 1, 2**63 - 1):
         if later.base_offset > segment.base_offset:
@@ -216,8 +239,11 @@ def _delete_segments_after(segments: LogSegments, segment: LogSegment) -> None:
 
 # --- phase 4 -----------------------------------------------------------------------------------
 
-def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int, names: list[str]) -> LoadedLog:
-    next_offset = _next_offset(segments)
+def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int, names: list[str],
+                    next_offset: int | None = None) -> LoadedLog:
+    """``next_offset``: the log's, when phase 3 or the tail check already read it."""
+    if next_offset is None:
+        next_offset = _next_offset(segments)
     if segments and next_offset < params.log_start_offset_checkpoint:
         log.warning(
             "log end %d of %s is below the log start offset checkpoint %d: removing all segments",

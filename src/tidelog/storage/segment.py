@@ -105,6 +105,16 @@ class RollLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class TailCheck:
+    """What :meth:`LogSegment.check_tail` found: the offset after the last valid batch it walked
+    (the base offset if none), the byte where valid batches stop, and whether that is the end."""
+
+    next_offset: int
+    valid_end: int
+    whole: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryResult:
     """What recovering a segment found: bytes cut off, and where each run of batches with one
     leader epoch starts (``(epoch, base offset)``, v2 batches with an epoch only) — all that
@@ -547,16 +557,30 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (scans from the last offset-index entry)."""
+        next_offset = self.base_offset
+        for location in self.log.batch_locations(self._last_entry_position()):
+            next_offset = location.last_offset + 1
+        return next_offset
+
+    def check_tail(self) -> TailCheck:
+        """Whether the ``.log`` ends with the end of a complete, valid batch: the batches from the
+        last offset-index entry to the end are walked and CRC-checked (after a clean stop the
+        index is whole, so that is at most ``index.interval.bytes`` plus one batch; the data
+        before the entry is not read). For an active segment reopened after a clean stop, whose
+        tail nothing else checks before the next append is written after it."""
+        start = self._last_entry_position()
+        end, last_offset = self.log.valid_batches_end(start)
+        next_offset = self.base_offset if last_offset is None else last_offset + 1
+        # An index entry points at a batch: from it on there must be one, unless the log is empty.
+        whole = end == self.log.size_in_bytes and (last_offset is not None or end == 0)
+        return TailCheck(next_offset, end, whole)
+
+    def _last_entry_position(self) -> int:
         checked, self._checked_offset_entry = self._checked_offset_entry, None
         if checked is not None and self._offset_index is None:
             # The entry sanity_check just read: a load after a clean stop maps no index for it.
-            position = OffsetIndex.parse_entry(checked, self.base_offset).position
-        else:
-            position = self.offset_index.lookup(2**63 - 1).position
-        next_offset = self.base_offset
-        for location in self.log.batch_locations(position):
-            next_offset = location.last_offset + 1
-        return next_offset
+            return OffsetIndex.parse_entry(checked, self.base_offset).position
+        return self.offset_index.lookup(2**63 - 1).position
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``start_offset`` (§3.4)."""
