@@ -15,6 +15,13 @@ listener syntax as Kafka does:
 * ``socket.request.max.bytes`` (default 104857600): a request whose size prefix is larger
   closes the connection before anything is allocated for it; before a SASL client has
   authenticated, ``sasl.server.max.receive.size`` (default 524288) is the limit.
+* ``queued.max.request.bytes`` (tidelog's default 209715200, 200 MiB; Kafka's is -1, unbounded):
+  the bytes of request frames being received or handled at once, over every connection. A frame
+  larger than 64 KiB reserves its declared size when its size prefix arrives; beyond the budget the
+  connection's body is not read (TCP pushes back on the client) until earlier frames are done. It
+  must be at least ``socket.request.max.bytes`` when set (Kafka's rule), and is raised to it when not
+  set; 0 or less is unbounded. See :mod:`.memory_pool`.
+* ``fetch.max.bytes`` (default 57671680, 55 MiB): most bytes of records in one Fetch response.
 * ``connections.max.idle.ms`` (default 600000): a connection with no request for that long is
   closed (a request being handled, such as a long poll, keeps it busy, not idle); negative: never.
 * ``max.connections`` (broker-wide, and per listener as ``listener.name.<name>.max.connections``),
@@ -38,6 +45,8 @@ from tidelog.storage.config import BrokerConfig
 DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
 DEFAULT_SASL_MAX_RECEIVE_SIZE = 524288
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
+DEFAULT_QUEUED_MAX_REQUEST_BYTES = 209715200
+DEFAULT_FETCH_MAX_BYTES = 57671680
 UNLIMITED_CONNECTIONS = 2147483647  # Kafka's Int.MaxValue default of the max.connections keys
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -86,6 +95,8 @@ class ServerConfig:
     listener_max_connections: tuple[tuple[str, int], ...] = ()  # (listener name, limit) where one is set
     max_connections_per_ip: int = UNLIMITED_CONNECTIONS
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()  # (IP address, limit)
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES  # <= 0: unbounded
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
 
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
@@ -108,7 +119,8 @@ class ServerConfig:
                               "is set", config="max.connections.per.ip")
         return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes, security,
                    broker.get("sasl.server.max.receive.size"), broker.get("connections.max.idle.ms"),
-                   broker.get("max.connections"), _listener_limits(broker, listeners), per_ip, overrides)
+                   broker.get("max.connections"), _listener_limits(broker, listeners), per_ip, overrides,
+                   _queued_max_request_bytes(broker), broker.get("fetch.max.bytes"))
 
     def listener_limit(self, listener_name: str) -> int:
         """Most connections ``listener_name`` may hold at once (Int.MAX when none is set)."""
@@ -144,6 +156,18 @@ def _listener_security(broker: BrokerConfig, endpoint: Endpoint, protocol: str) 
                               f"{', '.join(SASL_MECHANISMS)} (tidelog does not serve "
                               f"{', '.join(unsupported) or 'none'})", config="sasl.enabled.mechanisms")
     return ListenerSecurity(name, protocol, tls, mechanisms)
+
+
+def _queued_max_request_bytes(broker: BrokerConfig) -> int:
+    """Kafka's rule: when bounded, at least one request of the largest size must fit."""
+    largest = broker.socket_request_max_bytes
+    if "queued.max.request.bytes" not in broker.explicit:
+        return max(DEFAULT_QUEUED_MAX_REQUEST_BYTES, largest)
+    queued: int = broker.get("queued.max.request.bytes")
+    if 0 < queued < largest:
+        raise ConfigError(f"queued.max.request.bytes must be larger or equal to socket.request.max.bytes "
+                          f"({queued} < {largest})", config="queued.max.request.bytes")
+    return queued
 
 
 def _listener_limits(broker: BrokerConfig, listeners: list[Endpoint]) -> tuple[tuple[str, int], ...]:

@@ -2,7 +2,9 @@
 
 Framing: ``int32 size`` then ``size`` bytes. A size below 0 or above ``socket.request.max.bytes``
 closes the connection before anything is read or allocated for it (Kafka's
-InvalidReceiveException). Requests are handled one after the other, as Kafka's broker mutes a
+InvalidReceiveException). A frame then reserves its size from the server's
+:class:`~tidelog.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) before its
+body is read, and keeps it until the request has been handled. Requests are handled one after the other, as Kafka's broker mutes a
 connection until its response is sent: a client may pipeline requests (they wait, buffered, in
 the socket), and gets the responses in the order it sent them; appends from one producer
 connection land in its order.
@@ -13,7 +15,8 @@ stay sent. Nothing a client sends escapes this module as an exception.
 
 On a SASL listener, frames go to the connection's
 :class:`~tidelog.server.security.sasl.SaslAuthenticator` until it completes (its own size limit,
-``sasl.server.max.receive.size``, applies until then); only then to KafkaApis. TLS is below this
+``sasl.server.max.receive.size``, applies until then: a larger size prefix closes the connection,
+logged with that key's name); only then to KafkaApis. TLS is below this
 module: asyncio hands over a connection once its handshake succeeded.
 
 Idle connections (Kafka's Selector idle expiry, ``connections.max.idle.ms``): an
@@ -21,6 +24,11 @@ Idle connections (Kafka's Selector idle expiry, ``connections.max.idle.ms``): an
 for that long. A request being handled (a long-poll Fetch, a delayed Produce, a JoinGroup waiting
 for the rebalance) is not idleness; a request arriving slower than the limit is. The hot path
 pays one clock read per request; the timer fires once per idle period, however many requests came.
+
+Responses are written in chunks of at most :data:`WRITE_CHUNK` bytes, waiting for the transport to
+drain before it holds more: a response is never copied whole into the transport's buffer (which,
+before Python 3.12, copies what the socket did not take at once), and a client that reads slowly
+holds only what it has not been sent yet.
 """
 
 from __future__ import annotations
@@ -33,12 +41,16 @@ from tidelog.server import kafka_apis
 from tidelog.server.codec import decode_request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+from tidelog.server.fetch_response import ResponseParts
+from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.produce import AcksZeroFailure
 from tidelog.server.security.sasl import SaslAuthenticator
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _CLOSE = b"<close>"  # what _handle_frame returns to close the connection
+WRITE_CHUNK = 1 << 20
+Response = bytes | ResponseParts
 
 
 class IdleExpiry:
@@ -83,22 +95,30 @@ class IdleExpiry:
 
 
 async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter, authenticator: SaslAuthenticator | None = None) -> None:
+                           writer: asyncio.StreamWriter, authenticator: SaslAuthenticator | None = None,
+                           pool: RequestMemoryPool | None = None) -> None:
     """Serve requests until the client leaves, sends something that closes the connection, stays
     idle ``connections.max.idle.ms``, or the task is cancelled (server shutdown); then close the
-    socket. With an ``authenticator``, the client must authenticate first."""
+    socket. With an ``authenticator``, the client must authenticate first. Request bytes are
+    reserved from ``pool`` (unbounded without one)."""
     idle = IdleExpiry(writer, ctx.config.connections_max_idle_ms, conn.peer)
+    pool = pool if pool is not None else RequestMemoryPool(0)
     try:
-        if authenticator is not None and not await _authenticate(ctx, conn, reader, writer, authenticator, idle):
+        if authenticator is not None and not await _authenticate(ctx, conn, reader, writer, authenticator, idle,
+                                                                  pool):
             return
-        while (frame := await _read_frame(reader, ctx.config.socket_request_max_bytes, conn)) is not None:
-            idle.busy()
-            response = await _handle_frame(ctx, conn, frame)
+        limit = ctx.config.socket_request_max_bytes
+        while (size := await _read_size(reader, limit, "socket.request.max.bytes", conn)) is not None:
+            async with pool.reserve(size):
+                frame = await reader.readexactly(size)
+                idle.busy()
+                response = await _handle_frame(ctx, conn, frame)
+                del frame  # its bytes go back to the pool now, not at the next request
             if response is _CLOSE:
                 return
             if response:
-                writer.write(response)
-                await writer.drain()
+                await _send(writer, response)
+            response = None  # sent: the records it held are not kept while the next request is awaited
             idle.done()
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
@@ -112,15 +132,21 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
 
 
 async def _authenticate(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, authenticator: SaslAuthenticator, idle: IdleExpiry) -> bool:
+                        writer: asyncio.StreamWriter, authenticator: SaslAuthenticator, idle: IdleExpiry,
+                        pool: RequestMemoryPool) -> bool:
     """Run the SASL exchange; True once the client is authenticated, False to close."""
-    limit = min(ctx.config.socket_request_max_bytes, authenticator.max_receive_size)
+    limit, key = ctx.config.socket_request_max_bytes, "socket.request.max.bytes"
+    if authenticator.max_receive_size < limit:
+        limit, key = authenticator.max_receive_size, "sasl.server.max.receive.size (before authentication)"
     while not authenticator.complete:
-        frame = await _read_frame(reader, limit, conn)
-        if frame is None:
+        size = await _read_size(reader, limit, key, conn)
+        if size is None:
             return False
-        idle.busy()
-        step = await authenticator.receive(frame)
+        async with pool.reserve(size):
+            frame = await reader.readexactly(size)
+            idle.busy()
+            step = await authenticator.receive(frame)
+            del frame
         if step.response:
             writer.write(step.response)
             await writer.drain()
@@ -130,8 +156,9 @@ async def _authenticate(ctx: ApiContext, conn: ConnectionInfo, reader: asyncio.S
     return True
 
 
-async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, conn: ConnectionInfo) -> bytes | None:
-    """The next request frame; None at a clean end of stream or an oversized size prefix."""
+async def _read_size(reader: asyncio.StreamReader, max_bytes: int, key: str, conn: ConnectionInfo) -> int | None:
+    """The size prefix of the next request frame; None at a clean end of stream or when it is
+    outside ``[0, max_bytes]`` (``key`` names the limit in the log line)."""
     head = await reader.read(_SIZE.size)
     if not head:
         return None
@@ -139,13 +166,25 @@ async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, conn: Connec
         head += await reader.readexactly(_SIZE.size - len(head))
     (size,) = _SIZE.unpack(head)
     if size < 0 or size > max_bytes:
-        log.warning("%s: closing connection: request size %d is outside [0, socket.request.max.bytes=%d]",
-                    conn.peer, size, max_bytes)
+        log.warning("%s: closing connection: request size %d is outside [0, %s=%d]", conn.peer, size, key, max_bytes)
         return None
-    return await reader.readexactly(size)
+    return size
 
 
-async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo, frame: bytes) -> bytes | None:
+async def _send(writer: asyncio.StreamWriter, response: Response) -> None:
+    """Write ``response`` in chunks of at most :data:`WRITE_CHUNK`, draining whenever the
+    transport holds that much."""
+    parts = response.parts if isinstance(response, ResponseParts) else (response,)
+    for part in parts:
+        view = memoryview(part)
+        for start in range(0, len(view), WRITE_CHUNK):
+            writer.write(view[start:start + WRITE_CHUNK])
+            if writer.transport.get_write_buffer_size() >= WRITE_CHUNK:
+                await writer.drain()
+    await writer.drain()
+
+
+async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo, frame: bytes) -> Response | None:
     """The response bytes, None for no response, or ``_CLOSE``."""
     try:
         request = decode_request(frame)

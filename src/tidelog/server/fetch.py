@@ -3,10 +3,22 @@
 Reads are bounded by the high watermark (``read_uncommitted``) or the last stable offset
 (``read_committed``, equal to the high watermark until tidelog tracks transactions), start at or
 before the fetch offset on a batch boundary, and may end mid-batch (clients drop the partial
-batch), as Kafka's. Byte limits, as Kafka's ``ReplicaManager.readFromLog``: each partition reads at
-most ``min(partition_max_bytes, what is left of max_bytes)``, except that the first partition
+batch), as Kafka's. Byte limits, as Kafka's ``KafkaApis.handleFetchRequest`` and
+``ReplicaManager.readFromLog``: the response holds at most ``min(max_bytes, fetch.max.bytes)`` of
+records (the broker key, default 55 MiB; ``min_bytes`` is lowered to it too), and each partition
+reads at most ``min(partition_max_bytes, what is left of that)``, except that the first partition
 returning data gets at least one whole batch, however large (KIP-74), so a consumer is never
 stuck behind a batch bigger than its limits.
+
+A partition named twice is read once, at the place of its first mention with the fetch offset and
+limit of its last, as Kafka's ``FetchRequest.fetchData`` (a LinkedHashMap) collapses it. A fetch
+from a replica (``replica_id >= 0``) is read as a consumer's: tidelog has no followers, and Kafka's
+leader caps a follower's response by ``fetch.max.bytes`` too (``replica.fetch.response.max.bytes``
+is what a follower asks for, a setting of the fetching broker).
+
+Memory: the records read are the only large buffers a fetch holds; the response is framed around
+them without copying (:mod:`.fetch_response`) and written in bounded chunks by the connection. So
+one Fetch costs at most its records (``fetch.max.bytes`` plus one batch) and a small constant.
 
 **Long poll** (Kafka's delayed fetch): when fewer than ``min_bytes`` are read and ``max_wait_ms``
 allows, the fetch waits for an append to one of its partitions and reads them all again,
@@ -25,17 +37,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.consumer import FetchResponse
-
 from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
+from tidelog.server.fetch_response import PartitionResponse, ResponseParts, encode_fetch_response
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.topic_partition import TopicPartition
 
-TopicData = FetchResponse.FetchableTopicResponse
-PartitionData = TopicData.PartitionData
 READ_COMMITTED = 1
 
 
@@ -62,17 +71,27 @@ class PartitionRead:
     aborted: tuple[tuple[int, int], ...] | None = None
 
 
-async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
+async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> ResponseParts:
     body = request.body
     if body.session_epoch > 0:
-        return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0,
-                             responses=[])
-    specs = [FetchSpec(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-             for t in body.topics for p in t.partitions]
+        return encode_fetch_response(request.api_version, request.correlation_id,
+                                     ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
     committed = body.isolation_level == READ_COMMITTED
     isolation = FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK
-    reads = await _read_until(ctx, specs, isolation, body.max_bytes, body.min_bytes, body.max_wait_ms)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=_responses(reads, committed))
+    max_bytes = max(0, min(body.max_bytes, ctx.config.fetch_max_bytes))
+    reads = await _read_until(ctx, fetch_specs(body), isolation, max_bytes, min(body.min_bytes, max_bytes),
+                              body.max_wait_ms)
+    return encode_fetch_response(request.api_version, request.correlation_id, 0, 0, _responses(reads, committed))
+
+
+def fetch_specs(body: Any) -> list[FetchSpec]:
+    """The partitions of a Fetch request body, each once: a partition named again replaces the
+    offset and limit of its first mention, keeping its place (Kafka's LinkedHashMap)."""
+    specs: dict[tuple[str, int], FetchSpec] = {}
+    for topic in body.topics:
+        for p in topic.partitions:
+            specs[topic.topic, p.partition] = FetchSpec(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+    return list(specs.values())
 
 
 async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchIsolation, max_bytes: int,
@@ -117,7 +136,7 @@ def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, l
         log = manager.log(tp)
         info = log.read(spec.fetch_offset, limit, isolation, min_one_message=min_one)  # limit 0: range check only
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
-        manager.report_storage_error(tp, "fetch", e)  # a disk fault takes its log dir offline
+        manager.report_read_error(tp, "fetch", e)  # a disk fault fails this partition's read
         return PartitionRead(spec, error_code(e))
     # Offsets taken after the read, as Kafka's: the records never pass the high watermark reported.
     stable = log.last_stable_offset
@@ -130,15 +149,13 @@ def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, l
     return PartitionRead(spec, ErrorCode.NONE, log.high_watermark, stable, log.log_start_offset, info.records, aborted)
 
 
-def _responses(reads: list[PartitionRead], committed: bool) -> list[Any]:
-    """Aborted transactions are listed for ``read_committed`` fetches only (null otherwise, as Kafka)."""
-    topics: dict[str, list[Any]] = {}
+def _responses(reads: list[PartitionRead], committed: bool) -> list[tuple[str, list[PartitionResponse]]]:
+    """Grouped by topic, in order of first mention. Aborted transactions are listed for
+    ``read_committed`` fetches only (null otherwise, as Kafka)."""
+    topics: dict[str, list[PartitionResponse]] = {}
     for read in reads:
-        aborted = None
-        if committed:
-            aborted = [PartitionData.AbortedTransaction(producer_id=p, first_offset=f) for p, f in read.aborted or ()]
-        topics.setdefault(read.spec.topic, []).append(PartitionData(
-            partition_index=read.spec.partition, error_code=read.error, high_watermark=read.high_watermark,
-            last_stable_offset=read.last_stable_offset, log_start_offset=read.log_start_offset,
-            aborted_transactions=aborted, preferred_read_replica=-1, records=read.records))
-    return [TopicData(topic=name, partitions=parts) for name, parts in topics.items()]
+        aborted = (read.aborted or ()) if committed else None
+        topics.setdefault(read.spec.topic, []).append(PartitionResponse(
+            read.spec.partition, read.error, read.high_watermark, read.last_stable_offset, read.log_start_offset,
+            aborted, read.records))
+    return list(topics.items())

@@ -12,6 +12,7 @@ from tidelog.server.codec import Request
 from tidelog.server.configs import handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.fetch import handle_fetch
+from tidelog.server.fetch_response import ResponseParts
 from tidelog.server.groups.apis import (
     handle_delete_groups,
     handle_describe_groups,
@@ -64,12 +65,15 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
-async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> bytes | None:
-    """The framed response to ``request``, or None when none is sent (acks=0 Produce).
+async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> bytes | ResponseParts | None:
+    """The framed response to ``request``, or None when none is sent (acks=0 Produce). A handler
+    may frame its own response (Fetch: its records are not copied), returned as it is.
 
     Errors a handler cannot place in its response propagate (the connection is then closed)."""
     if request.api_key == codec.API_VERSIONS:
         body, version = api_versions_response(request)
         return codec.encode_response(request, body, version)
     body = await HANDLERS[request.api_key](ctx, conn, request)
-    return None if body is None else codec.encode_response(request, body)
+    if body is None or isinstance(body, ResponseParts):
+        return body
+    return codec.encode_response(request, body)

@@ -17,6 +17,10 @@ read from, and counted in :attr:`KafkaServer.refused_connections`. (On a TLS lis
 handshake has already run by then: asyncio hands a connection over only once it succeeded.)
 A slot is free again as soon as its connection's task ends.
 
+Every connection reserves the bytes of the request frames it receives from one
+:class:`~tidelog.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``), the server's
+:attr:`KafkaServer.request_memory`.
+
 Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
 ``__consumer_offsets``, so every group and committed offset is back when the first client comes.
 
@@ -41,6 +45,7 @@ from tidelog.server.config import Endpoint, ServerConfig
 from tidelog.server.connection import serve_connection
 from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
 from tidelog.server.groups.service import GroupsContext, GroupService
+from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.security.credentials import CredentialsFile, credentials_path
 from tidelog.server.security.sasl import SaslAuthenticator, SaslSettings
 from tidelog.storage.metadata import read_meta_properties
@@ -76,6 +81,7 @@ class KafkaServer:
         self._groups: GroupService | None = None
         self._tls: dict[str, ssl.SSLContext] = {}
         self._sasl: dict[str, SaslSettings] = {}
+        self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)  # queued.max.request.bytes
         self.bound: list[BoundListener] = []
 
     async def start(self) -> list[BoundListener]:
@@ -153,7 +159,7 @@ class KafkaServer:
         sasl = self._sasl.get(endpoint.listener_name)
         authenticator = SaslAuthenticator(sasl, self._context.run, conn.peer) if sasl is not None else None
         task = asyncio.get_running_loop().create_task(serve_connection(self._context, conn, reader, writer,
-                                                                       authenticator))
+                                                                       authenticator, self.request_memory))
         self._connections.add(task)
         self._by_listener[endpoint.listener_name] += 1
         self._by_ip[ip] += 1

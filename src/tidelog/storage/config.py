@@ -544,6 +544,13 @@ _BROKER_KEYS = (
     _key("listener.security.protocol.map", _STR, "", None, "NAME:PROTOCOL pairs (a name is its protocol by default)."),
     _key("socket.request.max.bytes", _INT, 104857600, at_least(1),
          "Largest request size prefix accepted; a larger one closes the connection."),
+    _key("queued.max.request.bytes", _LONG, 209715200, None,
+         "Bytes of requests being received or handled at once, over every connection; beyond it the broker "
+         "stops reading request bodies until some are done (<= 0: unbounded, Kafka's default -1). At least "
+         "socket.request.max.bytes when set; frames up to 64 KiB do not count."),
+    _key("fetch.max.bytes", _INT, 57671680, at_least(0),
+         "Most bytes of records one Fetch response holds (min with the request's max_bytes); the first "
+         "batch is returned whole even when larger."),
     _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
          "Inactivity after which a producer id expires; until then the cleaner keeps its last batch."),
     _key("producer.id.expiration.check.interval.ms", _INT, 600000, at_least(1),

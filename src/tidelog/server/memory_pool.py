@@ -1,0 +1,97 @@
+"""The budget of request bytes being received or handled, over every connection (Kafka's
+``queued.max.request.bytes`` and its ``SimpleMemoryPool``).
+
+Each connection can otherwise hold a frame of up to ``socket.request.max.bytes`` (100 MiB) that it
+sends as slowly as it likes, so N connections pin N times that. Here a frame reserves its declared
+size from one :class:`RequestMemoryPool` as soon as its size prefix is read, before its body is;
+when the budget is spent the connection waits without reading, so its bytes stay in the client's
+socket buffers (TCP pushes back) instead of the broker's memory. The reservation is returned
+once the request has been handled (Kafka releases the buffer after KafkaApis is done with it).
+
+Where tidelog differs from Kafka:
+
+* Bounded by default (200 MiB, two requests of the largest size) where Kafka's -1 is unbounded.
+* Strict: the bytes reserved never exceed the budget (Kafka's pool lets the last allocation
+  overshoot), and waiting frames are served first come, first served, so a large request is not
+  starved by a stream of small ones. Every frame fits eventually: the budget is at least
+  ``socket.request.max.bytes``.
+* Frames of at most :data:`SMALL_FRAME_BYTES` (64 KiB) do not count: a connection's stream buffer
+  holds that much anyway, so they cost nothing the connection does not already cost, and the
+  requests clients send most (metadata, heartbeats, offset commits, fetches, small produces)
+  keep flowing while hostile connections hold the whole budget.
+
+Event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+SMALL_FRAME_BYTES = 1 << 16  # asyncio's stream buffer limit: what every connection may buffer anyway
+
+
+class RequestMemoryPool:
+    """Reserves request bytes within ``capacity`` (<= 0: unbounded), first come, first served."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._used = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def used(self) -> int:
+        """Bytes reserved now (a gauge)."""
+        return self._used
+
+    @property
+    def waiting(self) -> int:
+        """Frames whose body is not read until bytes are released (a gauge)."""
+        return len(self._waiters)
+
+    def counted(self, size: int) -> bool:
+        """Whether a frame of ``size`` bytes reserves from the budget."""
+        return self.capacity > 0 and size > SMALL_FRAME_BYTES
+
+    @asynccontextmanager
+    async def reserve(self, size: int) -> AsyncIterator[None]:
+        """Hold ``size`` bytes for the body of the ``with`` (waits while they are not free)."""
+        if not self.counted(size):
+            yield
+            return
+        await self._acquire(size)
+        try:
+            yield
+        finally:
+            self._release(size)
+
+    async def _acquire(self, size: int) -> None:
+        if not self._waiters and self._used + size <= self.capacity:
+            self._used += size
+            return
+        future = asyncio.get_running_loop().create_future()
+        entry = (size, future)
+        self._waiters.append(entry)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release(size)  # granted, but the connection went away before it resumed
+            else:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+                self._grant()  # the head may have been what held the others back
+            raise
+
+    def _release(self, size: int) -> None:
+        self._used -= size
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._used + self._waiters[0][0] <= self.capacity:
+            size, future = self._waiters.popleft()
+            if not future.cancelled():  # cancelled: its task is on its way out
+                self._used += size
+                future.set_result(None)
