@@ -2,8 +2,9 @@
 
 Each crash-phase test builds the on-disk state a crash leaves (an intent, some partitions or some
 batches appended, the committed mark without the staging cleanup) with the protocol's own steps
-(:class:`Committer`), releases the data dir, then lets a retry or ``abort()`` finish the job; the
-log must then hold every staged record exactly once, in Spark-partition order.
+(:class:`Committer`), releases the data dir, then lets a retry or ``abort()`` finish the job (the
+open of the dir they make completes it: they then find it committed); the log must then hold
+every staged record exactly once, in Spark-partition order.
 """
 
 from __future__ import annotations
@@ -207,7 +208,8 @@ def test_crash_after_the_intent_rolls_forward_on_abort(root: Path) -> None:
     committer.write_intent(job, commit_order(manifests))
     committer.manager.shutdown()  # the driver dies here
 
-    assert abort_job([str(root)], job).state == "published"
+    # opening the dir (for abort's roll forward) completes the job: abort then finds it committed
+    assert abort_job([str(root)], job).state == "already committed"
     assert {p: values(log_records(root), p) for p in range(3)} == expected
     assert CommitLog.read([str(root)]).find(job.key)["state"] == "committed"  # type: ignore[index]
     assert not job_dir(job.staging_root, job.key).exists()
@@ -223,7 +225,7 @@ def test_crash_after_each_partition_append_rolls_forward_on_retry(root: Path, pa
             committer.publish_partition(entry, part, staged)
     committer.manager.shutdown()
 
-    assert commit_job([str(root)], job, manifests).state == "published"
+    assert commit_job([str(root)], job, manifests).state == "already committed"  # completed by the open
     assert {p: values(log_records(root), p) for p in range(3)} == expected
 
 
@@ -298,7 +300,7 @@ def test_roll_forward_accepts_records_appended_after_the_whole_job(root: Path) -
     committer.manager.shutdown()
 
     outcome = commit_job([str(root)], job, manifests)
-    assert outcome.state == "published" and outcome.ranges["t-0"] == (0, 8)
+    assert outcome.state == "already committed" and outcome.ranges["t-0"] == (0, 8)
     assert values(log_records(root), 0) == expected[0] + [b"later"]
 
 

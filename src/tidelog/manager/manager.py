@@ -9,7 +9,8 @@ Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
   partition that fails to load is *set aside* (reported by :meth:`set_aside`, its checkpoint
   entries kept so nothing resurfaces once it is repaired) and the others load: Kafka would take
   the whole dir offline. The registry and the dirs are then reconciled (adopted, completed,
-  stray dirs set aside).
+  stray dirs set aside). Last, multi-partition jobs a crash interrupted (a Spark write) are
+  completed or rolled back, and their abandoned staging dirs deleted (:mod:`.staged_commit`).
 * **Topics**: create (partitions placed in the dir with the fewest), add partitions, delete
   (dirs renamed ``-delete``, removed after the broker's ``log.segment.delete.delay.ms``), alter
   per-topic overrides (persisted in the registry, applied to live logs at once).
@@ -66,6 +67,7 @@ from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
 from tidelog.manager.log_dir_failure import FaultReportingCleaner, LogDirFailureChannel, OfflineLog, ProbeBackoff
 from tidelog.manager.offline_dirs import OfflineDirs
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
+from tidelog.manager.staged_commit import complete_pending
 from tidelog.manager.topics import (
     RegistryState,
     TopicRecord,
@@ -156,6 +158,8 @@ class LogManager(OfflineDirs):
             log.error("%s; the other log dirs are loaded", manager._failures.get(path).describe())
         try:
             manager._load(on_progress)
+            # before anyone can append or read through this manager: jobs in flight are finished
+            complete_pending(manager, [d.path for d in dirs], clock)
         except BaseException:
             manager._abort()
             raise

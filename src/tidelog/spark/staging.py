@@ -6,7 +6,9 @@ A task attempt (``write()`` on an executor) turns its Arrow batches into produce
 fsyncs it and returns a :class:`TaskManifest` naming every batch: topic-partition, position and
 size in the file, record count, a fingerprint and whether its timestamps await the commit time.
 Nothing is visible to readers until the driver commits (:mod:`tidelog.spark.commit`); files of
-failed attempts are orphans the commit (or abort) removes with the job's directory.
+failed attempts are orphans the commit (or abort) removes with the job's directory. The job dir is
+born holding the driver's lease (:func:`driver_lease`, :mod:`tidelog.storage.staging_dirs`): a
+driver killed before its commit leaves a dir that the next opener of the data dir deletes.
 
 Job dirs under the staging root: ``job-<uuid>`` for a batch write, ``query-<queryId>/batch-<batchId>``
 for a micro-batch of a streaming query.
@@ -40,10 +42,8 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,7 @@ from crc32c import crc32c
 from pyspark.sql.datasource import WriterCommitMessage
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import InvalidRecordError, RecordTooLargeError, StorageError, UnknownTopicOrPartitionError
+from tidelog.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicOrPartitionError
 from tidelog.partitioner import DefaultPartitioner, murmur2_keys
 from tidelog.records.batch import RECORD_BATCH_OVERHEAD
 from tidelog.records.builder import batch_attributes, encode_v2_batch
@@ -61,6 +61,11 @@ from tidelog.records.compression import CompressionType, compress
 from tidelog.records.encode import encode_header_sections, encode_records, record_size_bounds
 from tidelog.records.record import TimestampType
 from tidelog.spark.sink_options import SinkPlan, TopicSpec
+from tidelog.storage.commit_log import StagedBatch
+from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, job_dir, process_lease, remove_job_dir
+
+__all__ = ["StagedBatch", "TaskManifest", "TaskIdentity", "batch_job_key", "driver_lease", "job_dir",
+           "remove_job_dir", "stage_task", "staged_file_name", "stream_job_key"]
 
 STAGED_SUFFIX = ".batches"
 COMMIT_TIME = -(1 << 62)  # the timestamp of rows that take the commit time (see the module doc)
@@ -82,54 +87,32 @@ def stream_job_key(query_id: str, batch_id: int) -> str:
     return f"query-{query_id}/batch-{batch_id}"
 
 
-def job_dir(staging_root: str, job_key: str) -> Path:
-    return Path(staging_root) / job_key
-
-
 def staged_file_name(spark_partition: int, attempt: int, task_attempt_id: int) -> str:
     return f"part-{spark_partition:05d}-attempt-{attempt}-task-{task_attempt_id}{STAGED_SUFFIX}"
 
 
-def remove_job_dir(staging_root: str, job_key: str) -> None:
-    """Delete a job's staging dir with every attempt's file (missing: nothing to do); for a
-    streaming query, its now-empty query dir too."""
-    path = job_dir(staging_root, job_key)
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise StorageError("cannot delete the staging dir", path=path, operation="delete") from e
-    if path.parent != Path(staging_root):
+def driver_lease() -> Lease | None:
+    """The lease of the job's staging dir: the driver's JVM (the nearest ``java`` ancestor of this
+    process, which Spark runs ``writer()`` under); None when there is none (``writer()`` called
+    outside Spark), and the staging dir is then never reclaimed automatically."""
+    pid = os.getpid()
+    for _ in range(8):
         try:
-            path.parent.rmdir()
-        except OSError:
-            pass  # other batches of the query are staged there, or it is gone
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            comm = stat[stat.index(b"(") + 1:stat.rindex(b")")]
+            parent = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if comm == b"java":
+            return process_lease(pid)
+        if parent <= 1:
+            return None
+        pid = parent
+    return None
 
 
 # --- the manifest -------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class StagedBatch:
-    """One staged producer batch: where it is, what it holds, how to recognise it in the log."""
-
-    topic: str
-    partition: int
-    position: int
-    size: int
-    records: int
-    fingerprint: int  # CRC-32C of the records area
-    stamp_at_commit: bool  # timestamps -1 in the file: the commit writes its time
-
-    def to_json(self) -> list[Any]:
-        return [self.topic, self.partition, self.position, self.size, self.records, self.fingerprint,
-                self.stamp_at_commit]
-
-    @classmethod
-    def from_json(cls, item: list[Any]) -> StagedBatch:
-        topic, partition, position, size, records, fingerprint, stamp = item
-        return cls(str(topic), int(partition), int(position), int(size), int(records), int(fingerprint), bool(stamp))
-
 
 @dataclass(frozen=True)
 class TaskManifest(WriterCommitMessage):
@@ -352,57 +335,10 @@ class _OpenBatch:
         return data, crc32c(area), stamp
 
 
-class _StagedFile:
-    """The task attempt's file, opened at its first batch; fsynced (with its dir) at close."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: Any = None
-        self.position = 0
-
-    def write(self, data: bytes) -> int:
-        """Append ``data``; its position."""
-        if self._file is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "wb")
-            except OSError as e:
-                raise StorageError("cannot create the staged batch file", path=self.path, operation="open") from e
-        position = self.position
-        try:
-            self._file.write(data)
-        except OSError as e:
-            raise StorageError("cannot write the staged batch file", path=self.path, operation="write") from e
-        self.position += len(data)
-        return position
-
-    def close(self) -> bool:
-        """Flush, fsync and close; whether anything was written."""
-        if self._file is None:
-            return False
-        try:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise StorageError("cannot sync the staged batch file", path=self.path, operation="fsync") from e
-        return True
-
-    def discard(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self.path.unlink(missing_ok=True)
-
-
 class _TopicStager:
     """One topic's partitioner and open batches within one task attempt."""
 
-    def __init__(self, spec: TopicSpec, seed: int, out: _StagedFile, staged: list[StagedBatch]) -> None:
+    def __init__(self, spec: TopicSpec, seed: int, out: StagedFile, staged: list[StagedBatch]) -> None:
         self.spec = spec
         self._codec = CompressionType(spec.codec)
         self._partitioner = DefaultPartitioner(spec.partitions, BATCH_RECORDS, spec.max_batch_bytes,
@@ -451,13 +387,14 @@ class _TopicStager:
 
 
 def stage_task(plan: SinkPlan, job_key: str, batches: Iterable[pa.RecordBatch], task: TaskIdentity,
-               query: str | None = None, batch_id: int | None = None, *, clock: Clock = SYSTEM_CLOCK) -> TaskManifest:
+               query: str | None = None, batch_id: int | None = None, *, clock: Clock = SYSTEM_CLOCK,
+               lease: Lease | None = None) -> TaskManifest:
     """Stage every row of ``batches`` (see the module doc); the manifest of what was staged.
 
     On an error the file written so far is deleted (the job's dir is swept anyway at commit/abort).
     """
     name = staged_file_name(task.spark_partition, task.attempt, task.task_attempt_id)
-    out = _StagedFile(job_dir(plan.staging_root, job_key) / name)
+    out = StagedFile(ensure_job_dir(plan.staging_root, job_key, lease) / name)
     staged: list[StagedBatch] = []
     stagers: dict[str, _TopicStager] = {}
     try:

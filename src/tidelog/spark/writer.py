@@ -31,12 +31,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from tidelog.spark.sink_options import SinkPlan, parse_plan
-from tidelog.spark.staging import TaskIdentity, TaskManifest, batch_job_key, stage_task, stream_job_key
+from tidelog.spark.staging import TaskIdentity, TaskManifest, batch_job_key, driver_lease, stage_task, stream_job_key
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from tidelog.storage.staging_dirs import Lease
     from tidelog.spark.commit import Job
 
 # tidelog.spark.commit (and the LogManager it imports) is imported where the driver needs it, not
@@ -54,7 +55,7 @@ def batch_writer(options: dict[str, str], schema: StructType, overwrite: bool) -
 
     plan = parse_plan(options, schema, overwrite)
     check_not_owned(plan.log_dirs)
-    return TidelogBatchWriter(plan, uuid.uuid4().hex)
+    return TidelogBatchWriter(plan, uuid.uuid4().hex, driver_lease())
 
 
 def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) -> TidelogStreamWriter:
@@ -63,7 +64,7 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
 
     plan = parse_plan(options, schema, overwrite, streaming=True)
     check_not_owned(plan.log_dirs)
-    return TidelogStreamWriter(plan, options.get("checkpointlocation"))
+    return TidelogStreamWriter(plan, options.get("checkpointlocation"), driver_lease())
 
 
 def _task() -> TaskContext:
@@ -80,9 +81,10 @@ def _identity(context: TaskContext) -> TaskIdentity:
 class TidelogBatchWriter(DataSourceArrowWriter):
     """One batch job: stage on executors, publish once on the driver."""
 
-    def __init__(self, plan: SinkPlan, job_id: str) -> None:
+    def __init__(self, plan: SinkPlan, job_id: str, lease: Lease | None = None) -> None:
         self.plan = plan
         self.job_id = job_id
+        self.lease = lease  # the driver's: its staging dir is reclaimed once the driver is dead
 
     def job(self) -> Job:
         from tidelog.spark.commit import Job
@@ -90,7 +92,7 @@ class TidelogBatchWriter(DataSourceArrowWriter):
         return Job(batch_job_key(self.job_id), self.plan.staging_root)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage_task(self.plan, batch_job_key(self.job_id), iterator, _identity(_task()))
+        return stage_task(self.plan, batch_job_key(self.job_id), iterator, _identity(_task()), lease=self.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from tidelog.spark.commit import commit_job
@@ -108,9 +110,10 @@ class TidelogBatchWriter(DataSourceArrowWriter):
 class TidelogStreamWriter(DataSourceStreamArrowWriter):
     """Micro-batches of a streaming query, each published once (keyed by query id and batch id)."""
 
-    def __init__(self, plan: SinkPlan, checkpoint: str | None) -> None:
+    def __init__(self, plan: SinkPlan, checkpoint: str | None, lease: Lease | None = None) -> None:
         self.plan = plan
         self.checkpoint = checkpoint
+        self.lease = lease
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         context = _task()
@@ -119,7 +122,7 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
         if query is None or batch is None:
             raise RuntimeError("streaming write without a query id or batch id in the task's local properties")
         key = stream_job_key(query, int(batch))
-        return stage_task(self.plan, key, iterator, _identity(context), query, int(batch))
+        return stage_task(self.plan, key, iterator, _identity(context), query, int(batch), lease=self.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from tidelog.spark.commit import commit_job

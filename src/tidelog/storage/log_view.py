@@ -9,7 +9,9 @@ What a partition shows (:class:`PartitionBounds`)::
 
     log start offset = max(log-start-offset-checkpoint entry, first segment's base offset)
     readable end     = the offset after the last complete batch (length and CRC-32C checked)
-                       of the last segment; it plays the high watermark for readers
+                       of the last segment; it plays the high watermark for readers; while a
+                       multi-partition job (a Spark write) is in flight, its start in that
+                       partition (:mod:`tidelog.storage.commit_log`): no reader sees part of one
 
 **How the end is found cheaply.** The last segment's batch headers are walked from its last
 offset-index entry (or from the segment start) once; afterwards each :meth:`PartitionView.refresh`
@@ -47,6 +49,7 @@ from tidelog.errors import CheckpointError, OffsetOutOfRangeError, StorageError
 from tidelog.records.scan import HeaderWalk, scan_batches, walk_batch_headers
 from tidelog.storage import files
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
+from tidelog.storage.commit_log import PendingJobs
 from tidelog.topic_partition import TopicPartition
 
 _OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
@@ -150,6 +153,7 @@ class LogView:
         self._checkpoints: dict[Path, tuple[tuple[int, int], dict[TopicPartition, int]]] = {}
         self._listing: tuple[tuple[int, ...], dict[TopicPartition, Path]] | None = None
         self._checkpoint_paths: dict[Path, Path] = {}
+        self.pending_jobs = PendingJobs(self.log_dirs)
 
     def partitions(self) -> dict[TopicPartition, Path]:
         """Every live partition dir, by partition, sorted by (topic, partition). A partition found
@@ -265,7 +269,7 @@ class PartitionView:
         """Re-read what changed (dir listing, checkpoint, appended bytes) and return the bounds.
 
         Raises :class:`DataLossError` when the partition dir is gone. Cost when nothing changed:
-        three ``stat`` calls."""
+        three ``stat`` calls, plus two per log dir for the staged-commit log."""
         for attempt in (0, 1):
             try:
                 return self._refresh()
@@ -284,13 +288,24 @@ class PartitionView:
                 self._walk, self._index_cache = None, {}
             self._segments = _list_segments(self.dir)
             self._dir_mtime = key
-        end = self._walk_end()
+        end = self._visible_end()
         start = self._segments[0].base_offset if self._segments else end
         checkpointed = self._owner.checkpointed_log_start_offset(self._log_dir, self.topic_partition)
         if checkpointed is not None:
             start = max(start, checkpointed)
         self._bounds = PartitionBounds(self.topic_partition, min(start, end), end)
         return self._bounds
+
+    def _visible_end(self) -> int:
+        """The readable end, stopped at the start of a job in flight (:mod:`.commit_log`: the
+        commit log's identity is read before and after the end; a change means read again)."""
+        pending = self._owner.pending_jobs
+        while True:
+            key, starts = pending.snapshot()
+            end = self._walk_end()
+            if pending.unchanged(key):
+                cap = starts.get(self.topic_partition)
+                return end if cap is None else min(end, cap)
 
     def _walk_end(self) -> int:
         """The readable end: continue the last segment's header walk over appended bytes."""

@@ -1,0 +1,340 @@
+"""Staged commits: publish a job's staged batches to many partitions, all of them or none, once.
+
+A *job* (today a Spark ``save()`` or micro-batch; any later multi-partition write path uses the
+same steps) has staged producer batches in files under its staging dir
+(:mod:`tidelog.storage.staging_dirs`). The owner of the data dir publishes them with these steps, each durable
+before the next, recorded in the staged-commit log (:mod:`tidelog.storage.commit_log`):
+
+1. a committed (or rolled back) entry for the job: nothing to do; a streaming job whose batch id
+   is not above its query's ``last_batch``: skipped (a replayed micro-batch);
+2. check that every staged file is there, then write the *intent* (fsynced): per partition the log
+   end offset now (``start``) and the job's batches in commit order, and one commit time. No log
+   is touched before it is durable;
+3. *roll forward* every partition: read the log from ``start``, recognise the job's batches
+   already there (same record count and fingerprint, in order), append only the missing ones,
+   then flush the log;
+4. replace the intent by the committed entry (streaming: ``last_batch`` in the same write);
+5. delete the job's staging dir.
+
+**Who finishes an interrupted job**: whoever owns the dir next. :meth:`LogManager.open` (the
+broker at start-up before it listens, the next job's commit, every tidelog command that opens
+the dir) runs :func:`complete_pending` on every intent before anything else can append: step 3
+and 4 again, idempotently. When the job cannot be completed because its staged data is gone or
+damaged, it is *rolled back* instead: each partition truncated to ``start`` (only when what
+follows ``start`` is the job's own batches), flushed, and the entry marked ``rolled back``; the
+driver's retry then fails saying so. Either way, then staging is reclaimed
+(:func:`~tidelog.storage.staging_dirs.reclaim_staging`).
+
+**Why a reader never sees part of a job**: the broker cannot serve a dir it has not opened, and
+it completes every intent while opening, before it listens; a commit needs the dir's ``.lock``, so
+it never runs while a broker owns the dir. Readers that take no lock (the Spark source, reports:
+:class:`~tidelog.storage.log_view.LogView`) stop each partition at a pending intent's ``start``
+(:mod:`tidelog.storage.commit_log`). So a job's records become visible to every reader at one
+moment: the write of step 4 (or the open that completes it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crc32c import crc32c
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.errors import CheckpointError, StorageError
+from tidelog.records.batch import BASE_TIMESTAMP_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches, write_crc
+from tidelog.storage import fileops
+from tidelog.storage.commit_log import (
+    COMMITTED,
+    INTENT,
+    ROLLED_BACK,
+    CommitLog,
+    StagedBatch,
+    default_staging_root,
+    find_commit_log,
+    tp_key,
+)
+from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage.staging_dirs import job_dir, reclaim_staging, remove_job_dir
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from tidelog.manager.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+PUBLISH_THREADS = 4
+_READ_BYTES = 8 << 20
+_TIMESTAMP = struct.Struct(">q")
+
+StagedRef = tuple[str, StagedBatch]  # (file name in the job dir, batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One write: its key (staging dir name and commit-log id), and its query and batch when streaming."""
+
+    key: str
+    staging_root: str
+    query: str | None = None
+    batch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitOutcome:
+    """What a commit did: ``published`` (this call appended the job's missing batches),
+    ``already committed``, ``skipped`` (a replayed micro-batch) or ``empty``; offsets per partition."""
+
+    state: str
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # "topic-p" -> (start, end)
+
+    @property
+    def records(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+
+class StagedDataMissing(StorageError):
+    """A job's staged batch cannot be read back (deleted, truncated, damaged): the job cannot be
+    completed, only rolled back."""
+
+
+# --- at open ---------------------------------------------------------------------------------
+
+def complete_pending(manager: LogManager, log_dirs: Sequence[Path], clock: Clock = SYSTEM_CLOCK) -> None:
+    """What :meth:`LogManager.open` runs last: finish (or roll back) every job in flight, then
+    reclaim staging dirs whose owner is dead. Never fails the open: a job it cannot finish is
+    logged and left pending (its readers keep seeing none of it)."""
+    dirs = [str(d) for d in log_dirs]
+    roots = {str(default_staging_root(d)) for d in dirs}
+    if find_commit_log(dirs).exists():
+        try:
+            committer = Committer(manager, dirs, clock)
+        except (CheckpointError, StorageError) as e:
+            log.error("cannot read the staged-commit log, jobs in flight are not completed: %s", e)
+            return
+        committer.finish_pending()
+        roots |= set(committer.commits.staging_roots)
+        keep = {job["id"] for job in committer.commits.pending()}
+        roots |= {job["staging"] for job in committer.commits.pending()}
+    else:
+        keep = set()
+    reclaim_staging(roots, keep)
+
+
+# --- the protocol ----------------------------------------------------------------------------
+
+class Committer:
+    """The protocol's steps over an owned data dir (``manager``). Each step is durable on return,
+    so a crash between any two leaves a state the next owner completes."""
+
+    def __init__(self, manager: LogManager, log_dirs: Sequence[str], clock: Clock = SYSTEM_CLOCK) -> None:
+        self.manager, self.log_dirs, self.clock = manager, list(log_dirs), clock
+        self.commits = CommitLog.read(log_dirs)
+
+    def commit(self, job: Job, staged: list[StagedRef] | None) -> CommitOutcome:
+        """Steps 1-4 for ``job``; ``staged`` None: roll forward only."""
+        entry = self.commits.find(job.key)
+        if entry is not None and entry["state"] == COMMITTED:
+            return CommitOutcome("already committed", _ranges(entry))
+        if entry is not None and entry["state"] == ROLLED_BACK:
+            raise StorageError(f"the commit of {job.key} was rolled back ({entry.get('reason', 'no reason kept')}): "
+                               "none of its records is visible; run the write again")
+        if entry is None:
+            last = None if job.query is None else self.commits.last_batch(job.query)
+            if last is not None and job.batch is not None and job.batch <= last:
+                return CommitOutcome("skipped")
+            if not staged:
+                return CommitOutcome("empty")
+            check_staged(job, staged)
+            entry = self.write_intent(job, staged)
+        ranges = self.publish(entry)
+        self.mark_committed(entry, ranges)
+        return CommitOutcome("published", ranges)
+
+    def write_intent(self, job: Job, staged: list[StagedRef]) -> dict[str, Any]:
+        """Step 2: record where each partition ends now and which batches the job appends there."""
+        parts: dict[tuple[str, int], list[list[Any]]] = {}
+        for file, batch in staged:
+            parts.setdefault((batch.topic, batch.partition), []).append(
+                [file, batch.position, batch.size, batch.records, batch.fingerprint, batch.stamp_at_commit])
+        entry = {"id": job.key, "state": INTENT, "commit_time": self.clock.milliseconds(),
+                 "staging": job.staging_root, "query": job.query, "batch": job.batch,
+                 "partitions": [{"topic": t, "partition": p,
+                                 "start": self.manager.log(TopicPartition(t, p)).log_end_offset,
+                                 "batches": refs} for (t, p), refs in sorted(parts.items())]}
+        self.commits.add(entry)
+        self.commits.write()
+        return entry
+
+    def publish(self, entry: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        """Step 3 for every partition of the intent, partitions in parallel (appends validate in
+        numba kernels that release the GIL); ``{"topic-p": (start, end)}``."""
+        parts = entry["partitions"]
+        with StagedReader(job_dir(entry["staging"], entry["id"])) as staged, \
+                ThreadPoolExecutor(max(1, min(PUBLISH_THREADS, len(parts)))) as pool:
+            ranges = pool.map(lambda part: self.publish_partition(entry, part, staged), parts)
+            return {tp_key(part): found for part, found in zip(parts, ranges)}
+
+    def publish_partition(self, entry: dict[str, Any], part: dict[str, Any], staged: StagedReader) -> tuple[int, int]:
+        """Append what the log lacks of the partition's batches; flush. ``(start, end)`` of the job's records."""
+        tp = TopicPartition(part["topic"], part["partition"])
+        target = self.manager.log(tp)
+        refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
+        files = [r[0] for r in part["batches"]]
+        present, start = matched_prefix(target, int(part["start"]), refs, entry["id"])
+        for file, ref in zip(files[present:], refs[present:]):
+            data = staged.read(file, ref)
+            if ref.stamp_at_commit:
+                stamp(data, int(entry["commit_time"]))
+            self.manager.append(tp, data)
+        target.flush()
+        return start, start + sum(ref.records for ref in refs)  # the job's batches are contiguous from start
+
+    def mark_committed(self, entry: dict[str, Any], ranges: dict[str, tuple[int, int]]) -> None:
+        """Step 4."""
+        self.commits.mark_committed(entry, ranges)
+        self.commits.write()
+
+    def roll_back(self, entry: dict[str, Any], reason: str) -> None:
+        """Undo what reached the logs of a job that cannot be completed: each partition back to
+        its ``start`` (flushed), then the entry marked rolled back. StorageError, changing nothing,
+        when a log holds records of someone else after ``start``."""
+        targets = []
+        for part in entry["partitions"]:
+            tp = TopicPartition(part["topic"], part["partition"])
+            target = self.manager.log(tp)
+            refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
+            matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises on foreign records
+            targets.append((target, int(part["start"])))
+        for target, start in targets:
+            if target.truncate_to(start):
+                target.flush()
+        self.commits.mark_rolled_back(entry, reason)
+        self.commits.write()
+
+    def finish_pending(self, except_key: str | None = None) -> None:
+        """Roll forward every intent (except ``except_key``'s), or roll it back when its staged
+        data is gone; then delete its staging dir. A failure is logged and the intent kept."""
+        for entry in self.commits.pending():
+            if entry["id"] == except_key:
+                continue
+            try:
+                try:
+                    self.mark_committed(entry, self.publish(entry))
+                    log.warning("completed the interrupted commit of %s (%d partitions)", entry["id"],
+                                len(entry["partitions"]))
+                except StagedDataMissing as e:
+                    self.roll_back(entry, str(e))
+                    log.warning("rolled back the interrupted commit of %s: %s", entry["id"], e)
+                remove_job_dir(entry["staging"], entry["id"])
+            except Exception as e:  # noqa: BLE001 - one job must not block the dir, nor other jobs
+                log.error("cannot complete nor roll back the interrupted commit of %s (its readers see none "
+                          "of it meanwhile): %s", entry["id"], e)
+
+
+def check_staged(job: Job, staged: Sequence[StagedRef]) -> None:
+    """Every staged file of the job is there and long enough (a reclaimed or damaged staging
+    dir fails the commit before anything is recorded)."""
+    ends: dict[str, int] = {}
+    for file, batch in staged:
+        ends[file] = max(ends.get(file, 0), batch.position + batch.size)
+    directory = job_dir(job.staging_root, job.key)
+    for file, end in sorted(ends.items()):
+        try:
+            size = os.stat(directory / file).st_size
+        except OSError:
+            size = -1
+        if size < end:
+            raise StagedDataMissing(f"the staged batches of {job.key} are missing or cut short (was its staging dir "
+                                    "deleted?); nothing was published", path=directory / file)
+
+
+def _ranges(entry: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    return {tp_key(p): (int(p["start"]), int(p["end"])) for p in entry["partitions"]}
+
+
+def matched_prefix(target: Log, start: int, refs: Sequence[StagedBatch], job_key: str) -> tuple[int, int]:
+    """How many of ``refs`` the log already holds from ``start``, in order, and where the job's
+    records start. StorageError when the log holds anything else there."""
+    end = target.log_end_offset
+    if end <= start:  # nothing of the job (a crash lost an unflushed tail before it): all of it goes at the end
+        return 0, end
+    if start < target.log_start_offset:
+        raise StorageError(f"cannot complete the commit of {job_key}: its records from offset {start} were deleted "
+                           "(retention) before they could be checked", offset=start)
+    offset, matched = start, 0
+    while offset < end:
+        records = target.read(offset, _READ_BYTES, FetchIsolation.LOG_END).records
+        progressed = False
+        for _, batch in iter_batches(records):
+            if batch.next_offset <= offset:
+                continue
+            if matched == len(refs):  # all of the job is there; what follows was appended later
+                return matched, start
+            if batch.base_offset != offset or not _same(batch, refs[matched]):
+                raise StorageError(
+                    f"cannot complete the commit of {job_key}: the log holds other records at offset {offset} "
+                    "(something else appended after the interrupted commit); its staged batches are kept",
+                    topic_partition=f"{refs[0].topic}-{refs[0].partition}" if refs else None, offset=offset)
+            matched += 1
+            offset = batch.next_offset
+            progressed = True
+        if not progressed or matched == len(refs):
+            break
+    return matched, start
+
+
+def _same(batch: Any, ref: StagedBatch) -> bool:
+    return (batch.records_count == ref.records
+            and crc32c(batch.buffer[RECORD_BATCH_OVERHEAD:]) == ref.fingerprint)
+
+
+def stamp(data: bytearray, commit_time: int) -> None:
+    """Give a batch staged without timestamps the commit time (deltas are 0: every record gets it)."""
+    _TIMESTAMP.pack_into(data, BASE_TIMESTAMP_OFFSET, commit_time)
+    _TIMESTAMP.pack_into(data, MAX_TIMESTAMP_OFFSET, commit_time)
+    write_crc(data)
+
+
+class StagedReader:
+    """Staged batches read back by (file, position), each file opened once; checks each batch's
+    fingerprint. Thread-safe (positional reads)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fds: dict[str, int] = {}
+        self._guard = threading.Lock()
+
+    def read(self, name: str, ref: StagedBatch) -> bytearray:
+        path = self.directory / name
+        try:
+            data = bytearray(fileops.pread(self._fd(name, path), ref.size, ref.position, path))
+        except OSError as e:
+            raise StagedDataMissing("cannot read a staged batch file: the commit cannot complete", path=path,
+                                    operation="read") from e
+        if len(data) != ref.size or crc32c(memoryview(data)[RECORD_BATCH_OVERHEAD:]) != ref.fingerprint:
+            raise StagedDataMissing("a staged batch is truncated or damaged: the commit cannot complete", path=path,
+                                    position=ref.position)
+        return data
+
+    def _fd(self, name: str, path: Path) -> int:
+        with self._guard:
+            fd = self._fds.get(name)
+            if fd is None:
+                fd = self._fds[name] = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return fd
+
+    def __enter__(self) -> StagedReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)

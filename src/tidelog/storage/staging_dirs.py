@@ -1,0 +1,247 @@
+"""Staging dirs of multi-partition jobs: their files, who owns one, and reclaiming those whose owner is dead.
+
+A job stages its batches under ``<staging root>/<job key>/`` (``job-<id>`` or
+``query-<id>/batch-<n>``) before a commit (:mod:`tidelog.manager.staged_commit`) publishes them. Every job dir
+is born holding ``owner.lease``: the host, pid and start time (in clock ticks since boot, from
+``/proc/<pid>/stat``) of the process whose life is the job's, for the Spark sink the driver's JVM.
+It is created whole: built as ``.creating-<uuid>`` and renamed into place, so no job dir is ever
+seen without its lease.
+
+**Reclaiming** (:func:`reclaim_staging`, run by whoever opens the data dir: the broker at
+start-up, the next job, any tidelog command): a job dir, or a ``.creating-*`` left by a crash,
+whose lease names a process of this host that no longer runs (no such pid, or a pid reused by a
+process that started at another time) is deleted, with a log line, unless an intent of the commit
+log still needs it. A lease of another host, or a dir without one (staged by an older tidelog),
+is kept and named in the log: this host cannot tell whether its owner lives.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from tidelog.errors import StorageError
+from tidelog.records.batch import RECORD_BATCH_OVERHEAD, RECORDS_COUNT_OFFSET
+from tidelog.storage import fileops
+from tidelog.storage.atomic import fsync_dir, read_file, write_file
+from tidelog.storage.commit_log import StagedBatch
+
+log = logging.getLogger(__name__)
+
+LEASE_FILE = "owner.lease"
+CREATING_PREFIX = ".creating-"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A process by host, pid and start time (None: not known, never reclaimed)."""
+
+    host: str
+    pid: int
+    start: int | None
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Lease:
+        content = json.loads(data)
+        return cls(str(content["host"]), int(content["pid"]),
+                   None if content.get("start") is None else int(content["start"]))
+
+    def owner_is_dead(self) -> bool:
+        """True only when the owner certainly no longer runs (same host, pid gone or reused)."""
+        if self.host != socket.gethostname() or self.start is None:
+            return False
+        started = process_start(self.pid)
+        return started is None or started != self.start
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in ticks since boot (field 22 of ``/proc/<pid>/stat``); None when
+    there is no such process (or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def process_lease(pid: int) -> Lease:
+    return Lease(socket.gethostname(), pid, process_start(pid))
+
+
+def job_dir(staging_root: str | Path, job_key: str) -> Path:
+    return Path(staging_root) / job_key
+
+
+def ensure_job_dir(staging_root: str | Path, job_key: str, lease: Lease | None) -> Path:
+    """The job's staging dir, created with its lease when missing (several tasks may race: the
+    first rename wins, the others find it made)."""
+    path = job_dir(staging_root, job_key)
+    if path.is_dir():
+        return path
+    try:
+        fileops.mkdir(path.parent, parents=True, exist_ok=True)
+        scratch = path.parent / f"{CREATING_PREFIX}{uuid.uuid4().hex}"
+        fileops.mkdir(scratch)
+        if lease is not None:
+            write_file(scratch / LEASE_FILE, lease.to_json(), sync=True, what="staging lease")
+        try:
+            fileops.rename(scratch, path)
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not path.is_dir():
+                raise
+            fileops.rmtree(scratch, ignore_errors=True)  # another task made it first
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise StorageError("cannot create the staging dir", path=path, operation="mkdir") from e
+    return path
+
+
+def remove_job_dir(staging_root: str | Path, job_key: str) -> None:
+    """Delete a job's staging dir with every file in it (missing: nothing to do); for a
+    streaming query, its query dir too once empty."""
+    path = job_dir(staging_root, job_key)
+    try:
+        fileops.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StorageError("cannot delete the staging dir", path=path, operation="delete") from e
+    if path.parent != Path(staging_root):
+        try:
+            fileops.rmdir(path.parent)
+        except OSError:
+            pass  # other batches of the query are staged there, or it is gone
+
+
+def read_lease(directory: Path) -> Lease | None:
+    try:
+        return Lease.from_json(read_file(directory / LEASE_FILE, "staging lease"))
+    except (StorageError, ValueError, KeyError, TypeError):
+        return None
+
+
+def candidates(root: Path) -> Iterable[tuple[str, Path]]:
+    """``(job key, dir)`` of every job dir and scratch dir under a staging root."""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        if entry.name.startswith("query-"):
+            try:
+                inner = sorted(entry.iterdir())
+            except OSError:
+                continue
+            for sub in inner:
+                if sub.is_dir():
+                    yield f"{entry.name}/{sub.name}", sub
+        else:
+            yield entry.name, entry
+
+
+def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
+    """Delete the staging dirs under ``roots`` whose owner is dead (see the module doc), except
+    those of the job keys in ``keep``; the dirs deleted."""
+    removed: list[Path] = []
+    for root in {Path(r) for r in roots}:
+        for key, path in candidates(root):
+            if key in keep:
+                continue
+            lease = read_lease(path)
+            if lease is None:
+                log.info("staging dir %s has no owner lease (an older tidelog, or not a staging dir): kept", path)
+                continue
+            if not lease.owner_is_dead():
+                continue
+            try:
+                fileops.rmtree(path)
+            except OSError as e:
+                log.warning("cannot delete the abandoned staging dir %s: %s", path, e)
+                continue
+            removed.append(path)
+            log.warning("deleted the staging dir %s: its job's owner (pid %d on %s) is dead and no pending "
+                        "commit needs it", path, lease.pid, lease.host)
+            if path.parent != root:
+                try:
+                    fileops.rmdir(path.parent)
+                except OSError:
+                    pass
+    return removed
+
+
+class StagedFile:
+    """A task attempt's staged-batch file, opened at its first batch; fsynced (with its dir) at close."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self.position = 0
+
+    def write(self, data: bytes) -> int:
+        """Append ``data``; its position."""
+        try:
+            if self._fd is None:
+                self._fd = fileops.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
+            fileops.write_fully(self._fd, data, self.path)
+        except OSError as e:
+            raise StorageError("cannot write the staged batch file", path=self.path, operation="write") from e
+        position = self.position
+        self.position += len(data)
+        return position
+
+    def close(self) -> bool:
+        """fsync and close; whether anything was written."""
+        if self._fd is None:
+            return False
+        try:
+            fileops.fsync(self._fd, self.path)
+            os.close(self._fd)
+            self._fd = None
+            fileops.fsync_dir(self.path.parent)
+        except OSError as e:
+            raise StorageError("cannot sync the staged batch file", path=self.path, operation="fsync") from e
+        return True
+
+    def discard(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            try:
+                fileops.unlink(self.path, missing_ok=True)
+            except OSError:
+                pass
+
+
+def stage_batches(staging_root: str | Path, job_key: str, file_name: str,
+                  batches: Iterable[tuple[str, int, bytes]], lease: Lease | None) -> list[tuple[str, StagedBatch]]:
+    """Stage ready producer batches ``(topic, partition, bytes)`` in one file of the job's dir
+    (created with ``lease``), fsynced; their references in the order given, for a commit. The
+    generic way in for a write path that has its batches already (the Spark sink encodes its own)."""
+    out = StagedFile(ensure_job_dir(staging_root, job_key, lease) / file_name)
+    refs = []
+    try:
+        for topic, partition, data in batches:
+            position = out.write(data)
+            records = int.from_bytes(data[RECORDS_COUNT_OFFSET:RECORDS_COUNT_OFFSET + 4], "big")
+            refs.append((file_name, StagedBatch(topic, partition, position, len(data), records,
+                                                crc32c(data[RECORD_BATCH_OVERHEAD:]), False)))
+        out.close()
+    except BaseException:
+        out.discard()
+        raise
+    return refs

@@ -1,0 +1,114 @@
+"""Staged commits below Spark: a multi-partition job interrupted by a crash is invisible to
+readers while in flight, completed (or rolled back) by whoever opens the dir next, and its
+abandoned staging is reclaimed.
+
+The crash states are built with the protocol's own steps (:class:`Committer`) and
+``manager_helpers.crash`` (a killed process's stop); the Spark-level end-to-end test is
+``tests/spark/test_spark_killed_driver.py``, the kill points ``tests/reliability``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from manager_helpers import batch, crash, read_offsets
+
+from tidelog.errors import StorageError
+from tidelog.manager import LogManager
+from tidelog.manager.staged_commit import Committer, Job, StagedReader
+from tidelog.storage.commit_log import CommitLog, default_staging_root
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.log_view import LogView
+from tidelog.storage.staging_dirs import Lease, job_dir, process_lease, stage_batches
+from tidelog.topic_partition import TopicPartition
+
+PARTITIONS = 3
+
+
+def open_dir(data: Path) -> LogManager:
+    return LogManager.open(BrokerConfig.from_properties({}), [data])
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    with open_dir(path) as manager:
+        manager.create_topic("t", PARTITIONS)
+        for p in range(PARTITIONS):
+            manager.append(TopicPartition("t", p), batch(2))  # records before the job: offsets 0-1
+    return path
+
+
+def staged_job(data: Path, key: str = "job-1", lease: Lease | None = None) -> tuple[Job, list]:
+    """A job of 2 batches of 3 records per partition, staged under the default staging root
+    (its owner: this process, unless ``lease`` says otherwise)."""
+    root = default_staging_root(data)
+    job = Job(key, str(root))
+    lease = lease or process_lease(os.getpid())
+    refs = stage_batches(root, key, "part-0.batches",
+                         [("t", p, batch(3, value_size=5 + i)) for p in range(PARTITIONS) for i in range(2)], lease)
+    return job, refs
+
+
+def interrupted_commit(data: Path, job: Job, refs: list, partitions_done: int) -> None:
+    """The driver wrote the intent, published ``partitions_done`` partitions, and was killed."""
+    manager = open_dir(data)
+    committer = Committer(manager, [str(data)])
+    entry = committer.write_intent(job, refs)
+    with StagedReader(job_dir(job.staging_root, job.key)) as staged:
+        for part in entry["partitions"][:partitions_done]:
+            committer.publish_partition(entry, part, staged)
+    crash(manager)
+
+
+def ends(data: Path) -> list[int]:
+    view = LogView([data])
+    return [view.partition(TopicPartition("t", p)).refresh().end_offset for p in range(PARTITIONS)]
+
+
+def test_a_job_in_flight_is_invisible_to_lockless_readers(data: Path) -> None:
+    job, refs = staged_job(data)
+    interrupted_commit(data, job, refs, partitions_done=2)
+    assert ends(data) == [2, 2, 2]  # two partitions hold the job's records already; none is shown
+
+
+def test_opening_the_dir_completes_an_interrupted_job_before_anything_else(data: Path) -> None:
+    """What ``tidelog serve`` does at start-up: the job is whole before a produce can land."""
+    job, refs = staged_job(data)
+    interrupted_commit(data, job, refs, partitions_done=1)
+    with open_dir(data) as manager:
+        manager.append(TopicPartition("t", 0), batch(1))  # a produce after the start-up
+        counts = [len(read_offsets(manager.log(TopicPartition("t", p)))) for p in range(PARTITIONS)]
+    assert counts == [2 + 6 + 1, 2 + 6, 2 + 6]
+    assert ends(data) == [9, 8, 8]
+    assert CommitLog.read([data]).find(job.key)["state"] == "committed"  # type: ignore[index]
+    assert not job_dir(job.staging_root, job.key).exists()
+
+
+def test_a_job_whose_staging_is_gone_is_rolled_back_and_its_retry_says_so(data: Path) -> None:
+    job, refs = staged_job(data)
+    interrupted_commit(data, job, refs, partitions_done=2)
+    for file in job_dir(job.staging_root, job.key).iterdir():
+        file.write_bytes(b"")  # the staged data is lost
+    with open_dir(data) as manager:
+        assert [manager.log(TopicPartition("t", p)).log_end_offset for p in range(PARTITIONS)] == [2, 2, 2]
+        with pytest.raises(StorageError, match="rolled back"):
+            Committer(manager, [str(data)]).commit(job, refs)
+    assert CommitLog.read([data]).find(job.key)["state"] == "rolled back"  # type: ignore[index]
+
+
+def test_staging_of_a_dead_driver_is_reclaimed_at_open_and_a_live_ones_kept(data: Path, caplog) -> None:
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lease = process_lease(driver.pid)
+    driver.kill()
+    driver.wait()
+    dead_job, _ = staged_job(data, "job-dead", lease)
+    live_job, _ = staged_job(data, "job-live")
+    open_dir(data).shutdown()
+    assert not job_dir(dead_job.staging_root, dead_job.key).exists()
+    assert job_dir(live_job.staging_root, live_job.key).exists()
+    assert "deleted the staging dir" in caplog.text and "job-dead" in caplog.text
