@@ -337,6 +337,42 @@ def test_clean_shutdown_file_with_broker_epoch(broker: Opener, log_dirs: list[Pa
     assert not any(is_locked_by_this_process(d) for d in log_dirs[:2])
 
 
+def test_clean_shutdown_keeps_the_broker_epoch_the_marker_held(broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1])
+    manager.create_topic("epoch", 1)
+    manager.shutdown(7)  # as a Kafka broker of epoch 7 leaves it
+    reopened = broker.open(log_dirs[:1])
+    fill(reopened, "epoch", 0, 3)
+    reopened.shutdown()
+    assert read_clean_shutdown(log_dirs[0]) == 7, "a -1 makes Kafka's controller elect uncleanly"
+
+
+def test_a_read_only_open_leaves_the_marker_byte_for_byte(broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1])
+    manager.create_topic("kept", 1)
+    fill(manager, "kept", 0, 5)
+    manager.shutdown(12)
+    marker = log_dirs[0] / ".kafka_cleanshutdown"
+    before = (marker.read_bytes(), marker.stat().st_ino, marker.stat().st_mtime_ns)
+    reader = LogManager.open(BrokerConfig.from_properties({}), log_dirs[:1], clock=broker.clock,
+                             scheduler=FakeScheduler(broker.clock), read_only=True)
+    assert marker.exists(), "not deleted while the read-only session runs"
+    assert read_offsets(reader.log(tp("kept"))) == list(range(5))
+    reader.shutdown()
+    assert (marker.read_bytes(), marker.stat().st_ino, marker.stat().st_mtime_ns) == before
+
+
+def test_a_read_only_open_writes_no_marker_after_an_unclean_stop(broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1])
+    manager.create_topic("unclean", 1)
+    fill(manager, "unclean", 0, 2)
+    manager.shutdown()
+    (log_dirs[0] / ".kafka_cleanshutdown").unlink()
+    reader = LogManager.open(BrokerConfig.from_properties({}), log_dirs[:1], read_only=True)
+    reader.shutdown()
+    assert not has_clean_shutdown(log_dirs[0])
+
+
 def test_clean_reopen_skips_recovery_and_removes_marker_at_open(broker: Opener, log_dirs: list[Path]) -> None:
     manager = broker.open(log_dirs[:2])
     manager.create_topic("clean", 2)

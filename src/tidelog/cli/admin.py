@@ -47,7 +47,7 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool, bootstrap_ser
         check_remote_usage(ctx)
         _show_log_dirs(remote_admin.describe_log_dirs(bootstrap_server, topic), as_json)
         return
-    with open_manager(ctx) as manager:
+    with open_manager(ctx, read_only=True) as manager:
         infos = manager.log_dirs()
     documents = []
     for info in infos:

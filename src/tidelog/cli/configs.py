@@ -33,7 +33,7 @@ def describe(ctx: click.Context, topic: str, show_all: bool, as_json: bool, boot
         check_remote_usage(ctx)
         rows = remote_admin.describe_configs(bootstrap_server, topic)
     else:
-        with open_manager(ctx) as manager:
+        with open_manager(ctx, read_only=True) as manager:
             entries = describe_config(manager.topic_config(topic), manager.broker)
         rows = [{"Name": e.name, "Value": e.value, "Source": str(e.source),
                  "Synonyms": ", ".join(f"{s.source}:{s.name}={s.value}" for s in e.synonyms)} for e in entries]

@@ -160,7 +160,7 @@ def consume(ctx: click.Context, topic: str, partition: int | None, from_beginnin
         consume_remote(bootstrap_server, topic, partition, printer, from_beginning=from_beginning, offset=offset,
                        timestamp=timestamp)
     else:
-        with open_manager(ctx) as manager:
+        with open_manager(ctx, read_only=True) as manager:
             _consume_local(manager, topic, partition, printer, from_beginning, offset, timestamp)
     out.flush()
     click.echo(f"Processed a total of {printer.count} messages", err=True)

@@ -35,11 +35,13 @@ def log_dirs(ctx: click.Context) -> list[Path]:
 
 
 @contextmanager
-def open_manager(ctx: click.Context) -> Iterator[LogManager]:
-    """Open the LogManager over the chosen log dirs; always shut it down cleanly on exit."""
+def open_manager(ctx: click.Context, *, read_only: bool = False) -> Iterator[LogManager]:
+    """Open the LogManager over the chosen log dirs; always shut it down cleanly on exit.
+    ``read_only``: the command only reads, so a clean-shutdown marker a broker left is kept
+    byte for byte (:meth:`LogManager.open`)."""
     broker: BrokerConfig = ctx.find_root().obj["broker"]
     with progress_bar("loading partitions", threshold=PROGRESS_THRESHOLD) as on_progress:
-        manager = LogManager.open(broker, log_dirs(ctx), on_progress=on_progress)
+        manager = LogManager.open(broker, log_dirs(ctx), on_progress=on_progress, read_only=read_only)
     try:
         yield manager
     finally:

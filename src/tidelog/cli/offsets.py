@@ -56,7 +56,7 @@ def parse_time(text: str) -> int:
 def offsets(ctx: click.Context, topic: str, partition: int | None, time_text: str, as_json: bool) -> None:
     """Print TOPIC's offsets for a time (like kafka-get-offsets): topic:partition:offset."""
     timestamp = parse_time(time_text)
-    with open_manager(ctx) as manager:
+    with open_manager(ctx, read_only=True) as manager:
         partitions = manager.partitions(topic) if partition is None else [partition]
         for p in partitions:
             found = manager.log(TopicPartition(topic, p)).fetch_offset_by_timestamp(timestamp)

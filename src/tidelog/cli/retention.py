@@ -28,7 +28,7 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
 
     Deleted segments are renamed .deleted at once and their files removed after
     file.delete.delay.ms by `tidelog serve`, or at the next start-up."""
-    with open_manager(ctx) as manager:
+    with open_manager(ctx, read_only=dry_run) as manager:
         plans = manager.run_retention(topic, dry_run=dry_run)
     if as_json:
         echo_json([p.to_json() for p in plans])
@@ -46,7 +46,7 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
 def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
     """For each partition (of TOPIC): what the next retention pass would delete and why, or why
     not; for compacted partitions also what the cleaner would clean, or why not and when."""
-    with open_manager(ctx) as manager:
+    with open_manager(ctx, read_only=True) as manager:
         plans = manager.explain_retention(topic)
         cleaning = {}
         if manager.cleaner is not None:  # only compacted partitions: explaining reads segment headers

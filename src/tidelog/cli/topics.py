@@ -86,7 +86,7 @@ def list_topics(ctx: click.Context, as_json: bool, bootstrap_server: str | None)
         check_remote_usage(ctx)
         names = remote_admin.list_topics(bootstrap_server)
     else:
-        with open_manager(ctx) as manager:
+        with open_manager(ctx, read_only=True) as manager:
             names = manager.topics()
     if as_json:
         echo_json(names)
@@ -108,7 +108,7 @@ def describe(ctx: click.Context, name: str | None, as_json: bool, bootstrap_serv
         check_remote_usage(ctx)
         documents = remote_admin.describe_topics(bootstrap_server, name)
     else:
-        with open_manager(ctx) as manager:
+        with open_manager(ctx, read_only=True) as manager:
             documents = [_topic_json(manager.describe_topic(n)) for n in ([name] if name else manager.topics())]
     if as_json:
         echo_json(documents)

@@ -6,10 +6,19 @@ Opening a log dir (Kafka's ``LogManager.loadLogs`` preamble, kafka-storage.md §
    :class:`LogDirLockedError`) and read ``meta.properties``, writing nothing, so the manager can
    refuse dirs of two different clusters before it changes anything;
 2. :meth:`LogDir.begin_loading`: write ``meta.properties`` when absent (a fresh dir; Kafka's storage
-   tool formats it), note whether ``.kafka_cleanshutdown`` exists and delete it *before* any log is
-   loaded, so a crash while loading counts as unclean (KAFKA-10471), and read the recovery-point,
-   log-start-offset and high-watermark checkpoints; one that does not parse counts as empty, with
-   a warning (Kafka's rule: recovery from offset 0 is slow but safe).
+   tool formats it), note whether ``.kafka_cleanshutdown`` exists and the broker epoch it holds,
+   and delete it *before* any log is loaded, so a crash while loading counts as unclean
+   (KAFKA-10471), and read the recovery-point, log-start-offset and high-watermark checkpoints;
+   one that does not parse counts as empty, with a warning (Kafka's rule: recovery from offset 0
+   is slow but safe).
+
+**The clean-shutdown marker's broker epoch.** A clean shutdown writes the marker back with the
+broker epoch it held at start-up (-1 when there was none): a Kafka broker sends that epoch when it
+registers, and a -1 makes its controller treat the stop as unclean (an unclean leader election on
+every partition of the dir, KIP-966). A dir opened with ``keep_marker`` (the read-only CLI
+commands) leaves the marker alone: not deleted at start-up, not written at shutdown, its bytes
+as the broker wrote them; such a session writes no log data, so a marker stays true (and an
+absent one stays absent: the next broker start recovers as it would have).
 
 :meth:`LogDir.scan` then sorts the sub-directories into partition dirs to load, ``-delete`` dirs
 to remove, and dirs set aside (names that do not parse, ``-future``/``-stray`` dirs): Kafka
@@ -41,6 +50,7 @@ from tidelog.storage.metadata import (
     MetaProperties,
     delete_clean_shutdown,
     has_clean_shutdown,
+    read_clean_shutdown,
     read_meta_properties,
     uuid_to_topic_id,
     write_clean_shutdown,
@@ -76,6 +86,8 @@ class LogDir:
         self._lock = lock
         self.meta = meta
         self.had_clean_shutdown = False
+        self.broker_epoch = -1  # the marker's at start-up; written back at a clean shutdown
+        self.keep_marker = False  # opened read-only: the marker, there or not, is left as it is
         self.checkpointed_recovery_points: dict[TopicPartition, int] = {}
         self.checkpointed_log_start_offsets: dict[TopicPartition, int] = {}
         self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
@@ -128,9 +140,10 @@ class LogDir:
     def directory_id(self) -> str | None:
         return self.meta.directory_id if self.meta else None
 
-    def begin_loading(self, cluster_id: str, node_id: int = DEFAULT_NODE_ID) -> None:
-        """Steps 2-4: format a fresh dir (or give an old one a ``directory.id``), note and delete
-        the clean-shutdown marker, read the checkpoints."""
+    def begin_loading(self, cluster_id: str, node_id: int = DEFAULT_NODE_ID, *, keep_marker: bool = False) -> None:
+        """Steps 2-4: format a fresh dir (or give an old one a ``directory.id``), note the
+        clean-shutdown marker and its broker epoch and delete it (not with ``keep_marker``: see the
+        module doc), read the checkpoints."""
         if self.meta is None:
             self.meta = MetaProperties(1, node_id, cluster_id, _new_uuid())
             write_meta_properties(self.path, self.meta)
@@ -138,10 +151,23 @@ class LogDir:
             self.meta = dataclasses.replace(self.meta, directory_id=_new_uuid())
             write_meta_properties(self.path, self.meta)
         self.had_clean_shutdown = has_clean_shutdown(self.path)
-        delete_clean_shutdown(self.path)
+        self.broker_epoch = self._marker_epoch() if self.had_clean_shutdown else -1
+        self.keep_marker = keep_marker
+        if not keep_marker:
+            delete_clean_shutdown(self.path)
         self.checkpointed_recovery_points = self.read_checkpoint(self.recovery_points)
         self.checkpointed_log_start_offsets = self.read_checkpoint(self.log_start_offsets)
         self.checkpointed_high_watermarks = self.read_checkpoint(self.high_watermarks)
+
+    def _marker_epoch(self) -> int:
+        """The marker's broker epoch; -1 (with a warning) when it does not parse: its existence
+        alone decides a clean shutdown, as in Kafka."""
+        try:
+            epoch = read_clean_shutdown(self.path)
+        except (CheckpointError, StorageError) as e:
+            log.warning("%s: clean shutdown marker unreadable, its broker epoch taken as -1: %s", self.path, e)
+            return -1
+        return -1 if epoch is None else epoch
 
     def read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         """A checkpoint's entries, or none (with a warning) when it does not parse."""
@@ -180,11 +206,20 @@ class LogDir:
             return
         found.partitions[tp] = entry
 
-    def mark_clean_shutdown(self, broker_epoch: int = -1) -> None:
+    def mark_clean_shutdown(self, broker_epoch: int | None = None) -> None:
         """Write ``.kafka_cleanshutdown``, only if the dir had one at start-up or every log of it
-        loaded (Kafka's rule: a log that never loaded was never recovered)."""
+        loaded (Kafka's rule: a log that never loaded was never recovered). ``broker_epoch``:
+        None keeps the one read at start-up. With ``keep_marker`` nothing is written."""
+        if self.keep_marker:
+            return
         if self.had_clean_shutdown or self.loaded_completely:
-            write_clean_shutdown(self.path, broker_epoch)
+            write_clean_shutdown(self.path, self.broker_epoch if broker_epoch is None else broker_epoch)
+
+    def mark_unclean(self) -> None:
+        """The dir did not shut down cleanly (a log failed to close, the dir went offline): a kept
+        marker is no longer true, so it goes."""
+        if self.keep_marker and self.had_clean_shutdown:
+            delete_clean_shutdown(self.path)
 
     def release(self) -> None:
         if self._lock is not None:
@@ -203,10 +238,11 @@ def describe_error(error: BaseException) -> str:
     return str(error) if isinstance(error, TidelogError) else f"{type(error).__name__}: {error}"
 
 
-def open_log_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseException]]:
+def open_log_dirs(paths: Sequence[Path], *,
+                  keep_marker: bool = False) -> tuple[list[LogDir], dict[Path, BaseException]]:
     """Lock and begin loading each of ``paths``, in order; one failing on the disk is kept as an
     unopened :class:`LogDir` with its error (see :meth:`LogManager.open`). On any error raised,
-    no dir stays locked."""
+    no dir stays locked. ``keep_marker``: see :meth:`LogDir.begin_loading`."""
     dirs: list[LogDir] = []
     failed: dict[Path, BaseException] = {}
     try:
@@ -215,7 +251,7 @@ def open_log_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseE
         cluster_id = one_cluster_id([d for d in dirs if d.opened])
         for i, log_dir in enumerate(dirs):
             if log_dir.opened:
-                dirs[i] = _open_or_fail(log_dir.path, lambda: _begin_loading(log_dir, cluster_id), failed)
+                dirs[i] = _open_or_fail(log_dir.path, lambda: _begin_loading(log_dir, cluster_id, keep_marker), failed)
         if len(failed) == len(dirs) and failed:
             raise next(iter(failed.values()))
     except BaseException:
@@ -225,9 +261,9 @@ def open_log_dirs(paths: Sequence[Path]) -> tuple[list[LogDir], dict[Path, BaseE
     return dirs, failed
 
 
-def _begin_loading(log_dir: LogDir, cluster_id: str) -> LogDir:
+def _begin_loading(log_dir: LogDir, cluster_id: str, keep_marker: bool) -> LogDir:
     try:
-        log_dir.begin_loading(cluster_id)
+        log_dir.begin_loading(cluster_id, keep_marker=keep_marker)
     except BaseException:
         log_dir.release()
         raise

@@ -138,9 +138,12 @@ class LogManager(OfflineDirs):
         scheduler: Scheduler | None = None,
         on_progress: ProgressCallback | None = None,
         probe_backoff: ProbeBackoff | None = None,
+        read_only: bool = False,
     ) -> LogManager:
         """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``). ``probe_backoff``: how
-        often a dir that went offline is probed (:mod:`.log_dir_failure`).
+        often a dir that went offline is probed (:mod:`.log_dir_failure`). ``read_only`` (commands
+        that only read): each dir's ``.kafka_cleanshutdown`` is left exactly as it is
+        (:mod:`.log_dir`); the caller must not write records.
 
         A dir that fails on the disk while it is opened (an I/O error, a read-only lock file) starts
         offline, as in Kafka, and is loaded once its probe passes, provided another dir opens.
@@ -149,7 +152,7 @@ class LogManager(OfflineDirs):
         for another reason (dirs of different clusters, a malformed ``meta.properties``).
         """
         paths = [Path(p) for p in (log_dirs if log_dirs is not None else broker.log_dirs)]
-        dirs, failed = open_log_dirs(paths)
+        dirs, failed = open_log_dirs(paths, keep_marker=read_only)
         own = scheduler is None
         manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own,
                       probe_backoff)
@@ -828,9 +831,10 @@ class LogManager(OfflineDirs):
 
     # --- shutdown -----------------------------------------------------------------------------
 
-    def shutdown(self, broker_epoch: int = -1) -> None:
+    def shutdown(self, broker_epoch: int | None = None) -> None:
         """Clean shutdown: flush and close every log, write the checkpoints, mark each fully
-        loaded dir cleanly shut down, release the locks. Idempotent."""
+        loaded dir cleanly shut down (with ``broker_epoch``, by default the one its marker held at
+        start-up), release the locks. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -846,11 +850,13 @@ class LogManager(OfflineDirs):
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
         for log_dir in self._dirs:
-            if clean.get(log_dir.path, True):
-                try:
+            try:
+                if clean.get(log_dir.path, True):
                     log_dir.mark_clean_shutdown(broker_epoch)
-                except StorageError as e:
-                    log.error("%s: cannot write the clean shutdown marker: %s", log_dir.path, e)
+                else:
+                    log_dir.mark_unclean()
+            except StorageError as e:
+                log.error("%s: cannot write the clean shutdown marker: %s", log_dir.path, e)
         self._release()
 
     close = shutdown
