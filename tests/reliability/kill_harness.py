@@ -41,11 +41,14 @@ from typing import Any, Literal
 from manager_helpers import crash  # a killed process's stop, shared with the manager tests
 
 from tidelog.manager import LogManager
+from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import fileops, files
+from tidelog.storage.commit_log import default_staging_root
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.fileops import FaultRule
+from tidelog.storage.staging_dirs import candidates, job_dir, process_lease, remove_job_dir, stage_batches
 from tidelog.storage.verify import verify_paths
 from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
@@ -79,6 +82,7 @@ class Env:
     clock: FakeClock
     root: Path
     counter: int = 0  # distinct values across the run
+    staged: dict[str, list[Any]] = field(default_factory=dict)  # job key -> its staged batches
 
     def append(self, topic: str, count: int, *, partition: int = 0, keys: int | None = None,
                tombstone_every: int = 0) -> None:
@@ -210,8 +214,67 @@ def _failed_swap_then_restart(env: Env) -> None:
     _crash_and_reopen(env)
 
 
+JOB_TOPIC = "sj"
+
+
+def _staging_root(env: Env) -> Path:
+    return default_staging_root(env.root / "logs")
+
+
+def _stage_job(key: str) -> Step:
+    """Stage a job of two batches per partition of ``sj`` (its owner: this process)."""
+    def run(env: Env) -> None:
+        batches = []
+        for p in range(3):
+            for _ in range(2):
+                builder = BatchBuilder(base_offset=0)
+                for i in range(3):
+                    env.counter += 1
+                    builder.append(i, env.clock.milliseconds(), b"k%d" % env.counter, b"job-%d" % env.counter)
+                batches.append((JOB_TOPIC, p, bytes(builder.build())))
+        env.staged[key] = stage_batches(_staging_root(env), key, "part-0.batches", batches, process_lease(os.getpid()))
+    return (f"stage {key}", run)
+
+
+def _commit_job(key: str) -> Step:
+    """Every step of a commit: intent, publish, committed mark, staging removal."""
+    def run(env: Env) -> None:
+        job = Job(key, str(_staging_root(env)))
+        Committer(env.manager, [str(env.root / "logs")], env.clock).commit(job, env.staged[key])
+        remove_job_dir(job.staging_root, key)
+    return (f"commit {key}", run)
+
+
+def _commit_dies_then_reopen(key: str) -> Step:
+    """A commit killed after its intent and one partition; the reopen completes it (kill points
+    inside that roll forward)."""
+    def run(env: Env) -> None:
+        job = Job(key, str(_staging_root(env)))
+        committer = Committer(env.manager, [str(env.root / "logs")], env.clock)
+        entry = committer.write_intent(job, env.staged[key])
+        with StagedReader(job_dir(job.staging_root, key)) as staged:
+            committer.publish_partition(entry, entry["partitions"][0], staged)
+        _crash_and_reopen(env)
+    return (f"commit {key} dies, reopen", run)
+
+
+def staged_commit_workload() -> list[Step]:
+    """A multi-partition job (the Spark sink's commit): staging, intent, appends to three
+    partitions, the committed mark, the staging removal; a commit that dies half-way and the
+    reopen that completes it; appends around both. Each ``commit`` step is checked all-or-nothing
+    across the job's partitions, and no staging may be left after the reopen."""
+    steps = [_create(JOB_TOPIC, 3, **{"segment.bytes": "700"})]
+    steps += [(f"append {JOB_TOPIC}-{p}", lambda env, p=p: env.append(JOB_TOPIC, 3, partition=p)) for p in range(3)]
+    steps += [_stage_job("job-a"), _commit_job("job-a")]
+    steps += [(f"append {JOB_TOPIC}-1", lambda env: env.append(JOB_TOPIC, 2, partition=1))]
+    steps += [_stage_job("job-b"), _commit_dies_then_reopen("job-b")]
+    steps += [(f"append {JOB_TOPIC}-2", lambda env: env.append(JOB_TOPIC, 2, partition=2))]
+    return steps
+
+
 WORKLOADS: dict[str, Callable[[], list[Step]]] = {
     "append": append_workload,
+    "staged_commit": staged_commit_workload,
     "restart": restart_workload,
     "retention": retention_workload,
     "clean": clean_workload,
@@ -399,12 +462,16 @@ def check_kill_point(point: KillPoint, plan: Plan, root: Path) -> Outcome:
     try:
         got = read_state(manager)
         _compare(outcome, before, after, got, grouped=plan.step_names[step].startswith("clean"))
+        if plan.step_names[step].startswith("commit"):
+            check_job_atomic(outcome, before, after, got)
         _resume(outcome, manager, clock, got)
     finally:
         manager.shutdown()
     outcome.problems += [str(p) for p in verify_paths([root / "logs"]).problems]
     outcome.problems += [f"left behind after the restart and one pass: {p.relative_to(root)}"
                          for p in leftovers(root / "logs")]
+    outcome.problems += [f"staging left behind after the restart: {key}"
+                         for key, _ in candidates(default_staging_root(root / "logs"))]
     return outcome
 
 
@@ -432,6 +499,19 @@ def _compare(outcome: Outcome, before: State, after: State, got: State, *, group
         compare_partition(outcome, tp, b, a, g, grouped=grouped)
     for topic in sorted(set(got["topics"]) - set(before.get("topics", [])) - set(after.get("topics", []))):
         outcome.problems.append(f"topic {topic} exists in neither state")
+
+
+def check_job_atomic(outcome: Outcome, before: State, after: State, got: State) -> None:
+    """A job's partitions show all of it or none of it, the same choice for every partition."""
+    parts = sorted(tp for tp in after.get("parts", {}) if tp.startswith(f"{JOB_TOPIC}-"))
+    picks = set()
+    for tp in parts:
+        g = got["parts"].get(tp, {"recs": {}})["recs"]
+        b = before.get("parts", {}).get(tp, {"recs": {}})["recs"]
+        a = after["parts"][tp]["recs"]
+        picks.add("none" if g == b else "all" if g == a else "part")
+    if picks - {"none", "all"} or len(picks) > 1:
+        outcome.problems.append(f"a job is partly visible after the restart: {sorted(picks)} over {parts}")
 
 
 def compare_partition(outcome: Outcome, tp: str, b: dict | None, a: dict | None, g: dict | None, *,

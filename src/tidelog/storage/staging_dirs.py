@@ -4,8 +4,8 @@ A job stages its batches under ``<staging root>/<job key>/`` (``job-<id>`` or
 ``query-<id>/batch-<n>``) before a commit (:mod:`tidelog.manager.staged_commit`) publishes them. Every job dir
 is born holding ``owner.lease``: the host, pid and start time (in clock ticks since boot, from
 ``/proc/<pid>/stat``) of the process whose life is the job's, for the Spark sink the driver's JVM.
-It is created whole: built as ``.creating-<uuid>`` and renamed into place, so no job dir is ever
-seen without its lease.
+It is created whole: built as ``.creating-<uuid>-<owner>`` and renamed into place, so no job dir
+is ever seen without its lease (and a scratch dir names its owner in its name).
 
 **Reclaiming** (:func:`reclaim_staging`, run by whoever opens the data dir: the broker at
 start-up, the next job, any tidelog command): a job dir, or a ``.creating-*`` left by a crash,
@@ -93,7 +93,7 @@ def ensure_job_dir(staging_root: str | Path, job_key: str, lease: Lease | None) 
         return path
     try:
         fileops.mkdir(path.parent, parents=True, exist_ok=True)
-        scratch = path.parent / f"{CREATING_PREFIX}{uuid.uuid4().hex}"
+        scratch = path.parent / scratch_name(lease)
         fileops.mkdir(scratch)
         if lease is not None:
             write_file(scratch / LEASE_FILE, lease.to_json(), sync=True, what="staging lease")
@@ -107,6 +107,23 @@ def ensure_job_dir(staging_root: str | Path, job_key: str, lease: Lease | None) 
     except OSError as e:
         raise StorageError("cannot create the staging dir", path=path, operation="mkdir") from e
     return path
+
+
+def scratch_name(lease: Lease | None) -> str:
+    """``.creating-<uuid>-<pid>-<start>@<host>``: a scratch dir names its owner itself, so one
+    left by a crash before its lease file was written is reclaimed all the same."""
+    owner = "unknown" if lease is None else f"{lease.pid}-{lease.start}@{lease.host}"
+    return f"{CREATING_PREFIX}{uuid.uuid4().hex}-{owner}"
+
+
+def scratch_lease(name: str) -> Lease | None:
+    """The owner a scratch dir's name gives (None: none, or not a scratch dir)."""
+    try:
+        _, pid, start_host = name.removeprefix(CREATING_PREFIX).split("-", 2)
+        start, _, host = start_host.partition("@")
+        return Lease(host, int(pid), None if start == "None" else int(start))
+    except ValueError:
+        return None
 
 
 def remove_job_dir(staging_root: str | Path, job_key: str) -> None:
@@ -163,6 +180,8 @@ def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
             if key in keep:
                 continue
             lease = read_lease(path)
+            if lease is None and path.name.startswith(CREATING_PREFIX):
+                lease = scratch_lease(path.name)
             if lease is None:
                 log.info("staging dir %s has no owner lease (an older tidelog, or not a staging dir): kept", path)
                 continue
