@@ -11,12 +11,14 @@ reset``: the most the attack added at any instant, not what was left afterwards.
   527-byte-class Fetch naming each partition 8 times with ``max_bytes`` and every
   ``partition_max_bytes`` at 2^31-1, read back by a raw socket that counts the response's bytes.
   Kafka answers it with each partition once and at most ``fetch.max.bytes`` (55 MiB) of records.
-  Figure: MB of peak RSS growth; the details hold the response size and the cap it should meet.
+  Figure: MB of peak RSS growth (lower is better); baseline: the response's size in MB, the least a
+  broker that holds the response needs, so a ratio near 1 is the bound kept.
 * ``server_partial_requests_memory``: N connections (8; 3 with ``--quick``) each send a size prefix
   of ``socket.request.max.bytes`` (100 MiB) and then body bytes as fast as the broker reads them,
   never completing the frame. Without a global cap each pins what it sent; with
   ``queued.max.request.bytes`` (200 MiB by default) the broker stops reading beyond it. Figure: MB
-  of peak RSS growth; the details say whether a fresh client was still answered meanwhile.
+  of peak RSS growth (lower is better); baseline: that budget in MB (a ratio at or under ~1 is the
+  bound kept); the details say whether a fresh client was still answered meanwhile.
 
 Run alone: ``python -m bench.run --only server_fetch_memory --only server_partial_requests_memory``.
 """
@@ -43,6 +45,7 @@ INT32_MAX = 2**31 - 1
 BATCH_RECORDS, VALUE_SIZE = 900, 1024  # ~0.9 MiB batches, under max.message.bytes
 PARTIAL_CONNECTIONS = (8, 3)  # full, quick
 REQUEST_MAX_BYTES = 104857600  # socket.request.max.bytes default: the size prefix each connection sends
+QUEUED_MAX_REQUEST_BYTES = 209715200  # its default: what the broker should stop reading at
 STALL_S = 2.0  # a connection whose bytes the broker has not taken for this long is stalled (backpressure)
 _SIZE = struct.Struct(">i")
 
@@ -141,44 +144,53 @@ def send_hostile_fetch(port: int, frame: bytes) -> dict[str, Any]:
     return {"request_bytes": len(frame), "response_bytes": size}
 
 
+def fetch_attack(root: Path, overrides: dict[str, str], mib_each: int) -> tuple[int, int, dict[str, Any]]:
+    """Start ``tidelog serve`` over ``root/data`` with ``overrides``, fill :data:`FETCH_PARTITIONS`
+    partitions with ``mib_each`` MiB each, send the hostile Fetch: ``(RSS before, peak growth,
+    details)``. Raises if the broker stops answering afterwards."""
+    serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
+    serve.start()
+    try:
+        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
+        create_topic(serve.bootstrap_servers, "t", FETCH_PARTITIONS)
+        fill(port, "t", FETCH_PARTITIONS, mib_each)
+        frame = hostile_fetch("t", FETCH_PARTITIONS, FETCH_REPEATS)
+        send_hostile_fetch(port, hostile_fetch("t", FETCH_PARTITIONS, 2, max_bytes=MIB))  # warm-up, small
+        before, growth, details = peak_growth(_serve_pid(root / "data"), lambda: send_hostile_fetch(port, frame))
+        _answered_connection(port).close()  # still serving
+        serve.stop()
+    finally:
+        serve.kill()
+    details.update(rss_before_mb=before / MIB, peak_growth_mb=growth / MIB, stored_mib=mib_each * FETCH_PARTITIONS)
+    return before, growth, details
+
+
 def bench_server_fetch_memory(settings: Settings) -> list[Row]:
-    mib_each = settings.pick(*FETCH_PARTITION_MIB)
     with scratch_dir(settings.work_dir / "server-fetch-memory") as root:
-        serve = TidelogServe(root / "data", root / "serve.stderr", {})
-        serve.start()
-        try:
-            port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
-            create_topic(serve.bootstrap_servers, "t", FETCH_PARTITIONS)
-            fill(port, "t", FETCH_PARTITIONS, mib_each)
-            frame = hostile_fetch("t", FETCH_PARTITIONS, FETCH_REPEATS)
-            send_hostile_fetch(port, hostile_fetch("t", FETCH_PARTITIONS, 2, max_bytes=MIB))  # warm-up, small
-            before, growth, details = peak_growth(_serve_pid(root / "data"), lambda: send_hostile_fetch(port, frame))
-            _answered_connection(port).close()  # still serving
-            serve.stop()
-        finally:
-            serve.kill()
-    details.update(rss_before_mb=before / MIB, peak_growth_mb=growth / MIB, stored_mib=mib_each * FETCH_PARTITIONS,
-                   fetch_max_bytes=FETCH_MAX_BYTES)
+        before, growth, details = fetch_attack(root, {}, settings.pick(*FETCH_PARTITION_MIB))
+    details["fetch_max_bytes"] = FETCH_MAX_BYTES
     label = (f"peak RSS growth of one {details['request_bytes']}-byte Fetch naming {FETCH_PARTITIONS} partitions "
              f"{FETCH_REPEATS}x each at max_bytes 2^31-1 (lower is better): response "
              f"{details['response_bytes'] / MIB:.1f} MiB, {before / MIB:.0f} MB before")
-    return [Row("server_fetch_memory", label, growth / MIB, "MB peak growth", None, "", None, details)]
+    # baseline: the response's own size, the least a broker holding it in memory needs (ratio ~1 is ideal)
+    return [Row("server_fetch_memory", label, growth / MIB, "MB peak growth", details["response_bytes"] / MIB,
+                "MB of the response (ratio: growth per response byte; lower is better)", None, details)]
 
 
 # --- partially received requests --------------------------------------------------------------------
 
-def trickle(port: int, connections: int) -> dict[str, Any]:
-    """Open ``connections`` connections, each sending a size prefix of :data:`REQUEST_MAX_BYTES` and
-    then body bytes until the broker stops taking them for :data:`STALL_S` (or all but the last
-    byte went); then check a fresh client is answered, and close them all."""
+def trickle(port: int, connections: int, request_size: int = REQUEST_MAX_BYTES) -> dict[str, Any]:
+    """Open ``connections`` connections, each sending a size prefix of ``request_size`` and then
+    body bytes until the broker stops taking them for :data:`STALL_S` (or all but the last byte
+    went); then check a fresh client is answered, and close them all."""
     chunk = b"\0" * MIB
     socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(connections)]
     sent = dict.fromkeys(range(connections), 0)
     try:
         for sock in socks:
-            sock.sendall(_SIZE.pack(REQUEST_MAX_BYTES))
+            sock.sendall(_SIZE.pack(request_size))
             sock.setblocking(False)
-        _send_until_stalled(socks, sent, chunk)
+        _send_until_stalled(socks, sent, chunk, request_size)
         answered = _fresh_client_answered(port)
     finally:
         for sock in socks:
@@ -186,7 +198,7 @@ def trickle(port: int, connections: int) -> dict[str, Any]:
     return {"connections": connections, "sent_mib": sum(sent.values()) / MIB, "fresh_client_answered": answered}
 
 
-def _send_until_stalled(socks: list[socket.socket], sent: dict[int, int], chunk: bytes) -> None:
+def _send_until_stalled(socks: list[socket.socket], sent: dict[int, int], chunk: bytes, request_size: int) -> None:
     last_progress = dict.fromkeys(sent, time.monotonic())
     active = set(sent)
     while active:
@@ -195,7 +207,7 @@ def _send_until_stalled(socks: list[socket.socket], sent: dict[int, int], chunk:
         for i in list(active):
             sock = socks[i]
             if sock in writable:
-                room = REQUEST_MAX_BYTES - 1 - sent[i]
+                room = request_size - 1 - sent[i]
                 try:
                     n = sock.send(chunk[:min(len(chunk), room)])
                 except BlockingIOError:
@@ -203,7 +215,7 @@ def _send_until_stalled(socks: list[socket.socket], sent: dict[int, int], chunk:
                 if n:
                     sent[i] += n
                     last_progress[i] = now
-            if sent[i] >= REQUEST_MAX_BYTES - 1 or now - last_progress[i] > STALL_S:
+            if sent[i] >= request_size - 1 or now - last_progress[i] > STALL_S:
                 active.discard(i)
 
 
@@ -215,23 +227,35 @@ def _fresh_client_answered(port: int) -> bool:
         return False
 
 
+def partial_attack(root: Path, overrides: dict[str, str], connections: int,
+                   request_size: int = REQUEST_MAX_BYTES) -> tuple[int, int, dict[str, Any]]:
+    """Start ``tidelog serve`` over ``root/data`` with ``overrides`` and run :func:`trickle`:
+    ``(RSS before, peak growth, details)``."""
+    serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
+    serve.start()
+    try:
+        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
+        _answered_connection(port).close()  # warm-up
+        before, growth, details = peak_growth(_serve_pid(root / "data"),
+                                              lambda: trickle(port, connections, request_size))
+        serve.stop()
+    finally:
+        serve.kill()
+    details.update(rss_before_mb=before / MIB, peak_growth_mb=growth / MIB)
+    return before, growth, details
+
+
 def bench_server_partial_requests_memory(settings: Settings) -> list[Row]:
     connections = settings.pick(*PARTIAL_CONNECTIONS)
     with scratch_dir(settings.work_dir / "server-partial-memory") as root:
-        serve = TidelogServe(root / "data", root / "serve.stderr", {})
-        serve.start()
-        try:
-            port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
-            _answered_connection(port).close()  # warm-up
-            before, growth, details = peak_growth(_serve_pid(root / "data"), lambda: trickle(port, connections))
-            serve.stop()
-        finally:
-            serve.kill()
-    details.update(rss_before_mb=before / MIB, peak_growth_mb=growth / MIB)
+        before, growth, details = partial_attack(root, {}, connections)
     label = (f"peak RSS growth of {connections} connections each sending a {REQUEST_MAX_BYTES // MIB} MiB size "
              f"prefix then body bytes, never completing (lower is better): {details['sent_mib']:.0f} MiB "
-             f"taken by the broker, fresh client answered: {details['fresh_client_answered']}")
-    return [Row("server_partial_requests_memory", label, growth / MIB, "MB peak growth", None, "", None, details)]
+             f"taken by the broker, fresh client answered: {details['fresh_client_answered']}; "
+             f"{before / MIB:.0f} MB before")
+    # baseline: the budget queued.max.request.bytes grants (its default; ratio <= ~1 is the bound kept)
+    return [Row("server_partial_requests_memory", label, growth / MIB, "MB peak growth", QUEUED_MAX_REQUEST_BYTES / MIB,
+                "MB of queued.max.request.bytes (ratio: growth per budget byte; lower is better)", None, details)]
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
