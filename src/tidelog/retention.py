@@ -423,6 +423,13 @@ def delete_old_segments(log: Log, now_ms: int) -> RetentionPlan:
         return _plan(log.topic_partition, log.config, before, now_ms, False, results, notes, log.log_start_offset)
 
 
+def held_plan(log: Log, now_ms: int, *, dry_run: bool, reason: str) -> RetentionPlan:
+    """No pass runs on ``log``: its retention is held (``reason`` says why and what ends it)."""
+    with log.lock:
+        before = _State.of(log)
+    return _plan(log.topic_partition, log.config, before, now_ms, dry_run, [], (reason,), before.log_start_offset)
+
+
 def _deletion_reason(log: Log, cause: str) -> str:
     """Kafka's SegmentDeletionReason, as the log's message."""
     if cause == RETENTION_MS:

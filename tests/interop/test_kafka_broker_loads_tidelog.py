@@ -16,6 +16,7 @@ broker, stops it and puts tidelog's files in the partition dirs it made:
 | ``.snapshot``                          | none                     | Kafka's described its empty log; tidelog keeps   |
 |                                        |                          | no producer state: Kafka rebuilds it             |
 | ``leader-epoch-checkpoint``            | tidelog's                | the epochs of the batches we wrote               |
+| ``tidelog-topic.json``                 | tidelog's                | Kafka must ignore it (no warning, nothing lost)  |
 | ``partition.metadata``                 | Kafka's                  | the topic id must be the metadata log's          |
 | recovery-point, log-start-offset,      | Kafka's files, our       | written by tidelog's checkpoint writer; for the  |
 | replication-offset, cleaner-offset     | partitions' entries      | unclean start the recovery point is 0, as if we  |
@@ -55,6 +56,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from kafka_oracle import KafkaBroker
 from tidelog.manager import LogManager
+from tidelog.manager.topic_copies import TOPIC_COPY_FILE
 from tidelog.records import BatchBuilder, CompressionType, RecordBatch, iter_batches
 from tidelog.storage import files
 from tidelog.storage.checkpoints import (
@@ -300,13 +302,14 @@ def create_topics(broker: KafkaBroker, data: TidelogData, topics: list[str]) -> 
 
 
 def replace_segments(kafka_dir: Path, tidelog_dir: Path) -> None:
-    """Kafka's segment files and producer snapshots out, tidelog's segment files and epoch
-    checkpoint in; ``partition.metadata`` (the topic id) stays Kafka's."""
+    """Kafka's segment files and producer snapshots out, tidelog's segment files, epoch checkpoint
+    and topic copy (``tidelog-topic.json``, which Kafka must ignore) in; ``partition.metadata``
+    (the topic id) stays Kafka's."""
     for path in kafka_dir.iterdir():
         if path.suffix in (*files.SEGMENT_FILE_SUFFIXES, files.PRODUCER_SNAPSHOT_SUFFIX):
             path.unlink()
     for path in tidelog_dir.iterdir():
-        if path.suffix in files.SEGMENT_FILE_SUFFIXES or path.name == LEADER_EPOCH_CHECKPOINT_FILE:
+        if path.suffix in files.SEGMENT_FILE_SUFFIXES or path.name in (LEADER_EPOCH_CHECKPOINT_FILE, TOPIC_COPY_FILE):
             shutil.copy2(path, kafka_dir / path.name)
 
 

@@ -510,7 +510,8 @@ def test_the_metadata_log_is_read_only_when_something_is_adopted(broker: Opener,
 
 def test_retention_deletes_nothing_from_an_adopted_compacted_topic(broker: Opener, one_dir: list[Path]) -> None:
     """Kafka's compacted ``__consumer_offsets`` with month-old segments: retention would have taken
-    them all under the default ``delete`` policy (as it does for ``orders`` here)."""
+    them all under the default ``delete`` policy (as it does for ``orders`` here, whose configs
+    nothing recorded, once an operator confirms them)."""
     one_dir[0].mkdir()
     for topic in ("__consumer_offsets", "orders"):
         kafka_partition(one_dir[0], topic, 0, None, records=6, timestamp=T0 - 30 * DAY_MS, segment_bytes=200)
@@ -519,7 +520,10 @@ def test_retention_deletes_nothing_from_an_adopted_compacted_topic(broker: Opene
     assert manager.logs("__consumer_offsets")[0][1].num_segments > 2
     assert plans["__consumer_offsets"].segments == ()
     assert plans["__consumer_offsets"].cleanup_policy == ("compact",)
-    assert len(plans["orders"].segments) == manager.logs("orders")[0][1].num_segments
+    assert plans["orders"].segments == () and "unconfirmed" in plans["orders"].reasons[0]
+    assert manager.confirm_topic_configs("orders")
+    [plan] = manager.run_retention("orders", dry_run=True)
+    assert len(plan.segments) == manager.logs("orders")[0][1].num_segments
 
 
 def test_a_dir_of_a_topic_kafka_deleted_is_set_aside_not_adopted(broker: Opener, one_dir: list[Path],

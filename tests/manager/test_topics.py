@@ -356,7 +356,9 @@ def test_c_partition_dirs_without_registry_are_adopted(broker: Opener, log_dirs:
     dir_ids = [read_meta_properties(d).directory_id for d in log_dirs[:2]]
     for d in log_dirs[:2]:
         assert registry(d)["topics"]["foo"] == {"topic_id": topic_id, "partitions": 2, "configs": {},
-                                                "assignments": {"0": dir_ids[0], "1": dir_ids[1]}}
+                                                "assignments": {"0": dir_ids[0], "1": dir_ids[1]},
+                                                "epoch": 1, "configs_unconfirmed": True}
+    assert described.configs_unconfirmed  # defaults nobody vouched for: retention and cleaning hold
 
 
 def test_c_adopted_partitions_without_metadata_get_one_new_topic_id(broker: Opener, one_dir: list[Path]) -> None:

@@ -16,6 +16,7 @@ from tidelog.cli.context import open_manager
 from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.cli.tables import echo_json, echo_table, parse_key_values
 from tidelog.manager import TopicDescription
+from tidelog.manager.manager import unconfirmed_note
 from tidelog.manager.topics import COLLISION_WARNING, has_collision_chars
 
 PARTITION_COLUMNS = ("Topic", "Partition", "LogDir", "LogStartOffset", "HighWatermark", "LogEndOffset",
@@ -117,7 +118,30 @@ def describe(ctx: click.Context, name: str | None, as_json: bool, bootstrap_serv
         configs = ",".join(f"{k}={v}" for k, v in sorted(document["configs"].items()))
         click.echo(f"Topic: {document['topic']}\tTopicId: {document['topic_id']}\t"
                    f"PartitionCount: {document['partition_count']}\tReplicationFactor: 1\tConfigs: {configs}")
+        if document.get("configs_unconfirmed"):
+            click.echo(f"WARNING: {unconfirmed_note(document['topic'])}")
         echo_table(_partition_rows(document), PARTITION_COLUMNS)
+
+
+@topics.command("confirm-configs")
+@click.argument("names", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every topic whose configs are unconfirmed.")
+@click.pass_context
+def confirm_configs(ctx: click.Context, names: tuple[str, ...], every: bool) -> None:
+    """Vouch for the configs of topics NAMES whose registry entry was lost: retention and cleaning,
+    paused until then, resume with the configs `topics describe` shows (set the right ones first
+    with `tidelog configs alter`). Local log dir only."""
+    if not names and not every:
+        raise click.UsageError("name a topic, or pass --all")
+    with open_manager(ctx) as manager:
+        chosen = list(names) or [n for n in manager.topics() if manager.describe_topic(n).configs_unconfirmed]
+        for name in chosen:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(manager.topic_overrides(name).items()))
+            if manager.confirm_topic_configs(name):
+                click.echo(f"Confirmed the configs of topic {name} ({configs or 'the broker defaults'}): "
+                           "retention and cleaning resume.")
+            else:
+                click.echo(f"Topic {name}: its configs were not unconfirmed; nothing changed.")
 
 
 @topics.command()
@@ -155,6 +179,7 @@ def _partition_rows(document: dict[str, Any]) -> list[dict[str, object]]:
 def _topic_json(d: TopicDescription) -> dict[str, object]:
     return {
         "topic": d.name, "topic_id": d.topic_id, "partition_count": d.partition_count, "configs": dict(d.configs),
+        "configs_unconfirmed": d.configs_unconfirmed,
         "partitions": [
             {"partition": p.topic_partition.partition, "log_dir": str(p.log_dir),
              "log_start_offset": p.log_start_offset, "high_watermark": p.high_watermark,

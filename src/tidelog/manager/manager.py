@@ -68,10 +68,12 @@ from tidelog.manager.log_dir_failure import FaultReportingCleaner, LogDirFailure
 from tidelog.manager.offline_dirs import OfflineDirs
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.staged_commit import complete_pending
+from tidelog.manager.topic_copies import copy_matches, encode_topic_copy, read_topic_copy, write_topic_copy
 from tidelog.manager.topics import (
     RegistryState,
     TopicRecord,
     check_collision,
+    keep_damaged_registry,
     read_newest_registry,
     validate_topic_name,
     write_registry,
@@ -116,6 +118,9 @@ class LogManager(OfflineDirs):
         self._offline_logs: dict[TopicPartition, OfflineLog] = {}
         self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
         self._registry = RegistryState()
+        self._epoch_floor = 0  # the next registry epoch is above this (and above the registry's)
+        self._damaged_registries: dict[Path, int | None] = {}  # kept aside before their dir's next write
+        self._held: set[TopicPartition] = set()  # cleaning paused here until the topic's configs are confirmed
         self._configs: dict[str, LogConfig] = {}
         self._started = False
         self._closed = False
@@ -171,6 +176,8 @@ class LogManager(OfflineDirs):
     def _load(self, on_progress: ProgressCallback | None) -> None:
         read = read_newest_registry([d.path for d in self._online_dirs()])
         self._registry = read.state
+        self._epoch_floor = read.floor_epoch
+        self._damaged_registries = dict(read.damaged)
         for path, reason in read.stale.items():
             log.info("topic registry copy in %s is rewritten (%s)", path, reason)
         plans = {log_dir: self._loading_plan(log_dir) for log_dir in self._online_dirs()}
@@ -306,6 +313,9 @@ class LogManager(OfflineDirs):
         found: dict[str, list[TopicPartition]] = {}
         for tp in sorted({*self._logs, *self._set_aside_partitions()}):
             found.setdefault(tp.topic, []).append(tp)
+        before = dict(topics)
+        current = self._restore_from_copies(topics, found)
+        restored = {n for n in topics if n not in before}  # their missing partitions' log dirs are unknown
         for name, partitions in found.items():
             if name not in topics and self._deleted_by_kafka(name, partitions):
                 continue  # set aside, never adopted: a deleted topic does not come back
@@ -317,11 +327,101 @@ class LogManager(OfflineDirs):
                 if directory_id is not None and record.assignments.get(tp.partition) != directory_id:
                     placed.setdefault(tp.topic, {})[tp.partition] = directory_id
         for name, record in list(topics.items()):
-            placed_here = {**placed.get(name, {}), **self._complete_partitions(record)}
+            placed_here = {**placed.get(name, {}), **self._complete_partitions(record, name not in restored)}
             if placed_here:
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
-        if stale_copies or topics != dict(self._registry.topics):
+        if stale_copies or self._damaged_registries or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids)
+        self._sync_topic_copies(skip={tp for tp, bytes_ in current.items()
+                                      if (r := self._registry.topics.get(tp.topic)) and encode_topic_copy(r) == bytes_})
+        self._hold_unconfirmed()
+
+    def _restore_from_copies(self, topics: dict[str, TopicRecord],
+                             found: Mapping[str, list[TopicPartition]]) -> dict[TopicPartition, bytes]:
+        """Take, for each topic found, the newest of its registry entry and its partitions' copies
+        (:mod:`.topic_copies`): a copy newer than the entry (or one of a topic the registry lacks,
+        unless its id was deleted) means the registry was lost, damaged or is stale, and the
+        topic is restored from it into ``topics``. Returns the live partitions whose copy already
+        matched its entry, with those bytes (nothing to rewrite for them). One read per partition."""
+        current: dict[TopicPartition, bytes] = {}
+        for name, partitions in found.items():
+            record = topics.get(name)
+            expected = encode_topic_copy(record) if record is not None else None
+            newest: TopicRecord | None = None
+            for tp in partitions:
+                lg = self._logs.get(tp)
+                if lg is None:
+                    continue
+                if expected is not None and copy_matches(lg.dir, expected):
+                    current[tp] = expected
+                    continue
+                copy = _read_copy(lg.dir)
+                if copy is None or copy.name != name:
+                    continue
+                self._epoch_floor = max(self._epoch_floor, copy.epoch)
+                if newest is None or copy.epoch > newest.epoch:
+                    newest = copy
+            if newest is None or newest.topic_id in self._registry.deleted_topic_ids:
+                continue
+            if record is None or newest.epoch > record.epoch:
+                topics[name] = self._restored(newest, record)
+        return current
+
+    def _restored(self, copy: TopicRecord, record: TopicRecord | None) -> TopicRecord:
+        configs = self._adoptable_overrides(copy.name, copy.configs)
+        restored = copy.replace(configs=MappingProxyType(configs),
+                                assignments=record.assignments if record is not None else MappingProxyType({}))
+        why = "the topic registry lacks it" if record is None else f"the topic registry's entry is older ({record.epoch})"
+        log.warning("topic %s: id %s, %d partition(s) and configs %s restored from its partitions' copy "
+                    "(epoch %d): %s", copy.name, copy.topic_id, copy.partitions, _show_configs(configs),
+                    copy.epoch, why)
+        self._apply_topic_config(copy.name, configs)
+        return restored
+
+    def _apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Live logs of ``topic`` take ``configs`` at once (they were opened with what was known then)."""
+        config = self.broker.log_config(dict(configs))
+        self._configs[topic] = config
+        for tp, lg in self._logs.items():
+            if tp.topic == topic:
+                lg.update_config(config)
+
+    def _sync_topic_copies(self, topics: Iterable[str] | None = None, skip: Iterable[TopicPartition] = ()) -> None:
+        """Rewrite each live partition's copy (of ``topics``; all when None) that differs from its
+        registry entry. A copy that cannot be written is only a warning: the registry is the
+        commit point, and the next start-up rewrites the copy."""
+        wanted = None if topics is None else set(topics)
+        skipped = set(skip)
+        expected: dict[str, bytes] = {}
+        for tp, lg in sorted(self._logs.items()):
+            record = self._registry.topics.get(tp.topic)
+            if record is None or tp in skipped or (wanted is not None and tp.topic not in wanted):
+                continue
+            data = expected.setdefault(tp.topic, encode_topic_copy(record))
+            if copy_matches(lg.dir, data):
+                continue
+            try:
+                write_topic_copy(lg.dir, record)
+            except StorageError as e:
+                log.warning("%s: cannot write the copy of topic %s's registry entry: %s", lg.dir, tp.topic, e)
+
+    def _hold_unconfirmed(self) -> None:
+        """Pause the cleaner on each live partition of a topic whose configs are unconfirmed (the
+        retention passes check the topic themselves), and say so loudly."""
+        unconfirmed = sorted(n for n, r in self._registry.topics.items() if r.unconfirmed)
+        for name in unconfirmed:
+            newly = [tp for tp in self._logs if tp.topic == name and tp not in self._held]
+            if not newly:
+                continue
+            if self.cleaner is not None:
+                for tp in newly:
+                    self.cleaner.manager.abort_and_pause_cleaning(tp)
+            self._held.update(newly)
+            log.warning("topic %s: %s", name, unconfirmed_note(name))
+
+    def _unconfirmed(self, topic: str) -> bool:
+        record = self._registry.topics.get(topic)
+        return record is not None and record.unconfirmed
 
     def _deleted_by_kafka(self, topic: str, partitions: list[TopicPartition]) -> bool:
         """Whether Kafka's metadata log deleted the topic id in these dirs' ``partition.metadata``
@@ -354,11 +454,7 @@ class LogManager(OfflineDirs):
         kafka = image.topics.get(topic) if image is not None else None
         record = (self._adopted_from_kafka(kafka, count, len(partitions)) if kafka is not None
                   else self._adopted_without_kafka(topic, partitions, count, image))
-        config = self.broker.log_config(record.configs)
-        self._configs[topic] = config
-        for tp in partitions:
-            if tp in self._logs:
-                self._logs[tp].update_config(config)
+        self._apply_topic_config(topic, record.configs)
         return record
 
     def _adopted_from_kafka(self, kafka: KraftTopic, count: int, found: int) -> TopicRecord:
@@ -377,9 +473,12 @@ class LogManager(OfflineDirs):
         why = "no Kafka metadata log was read" if image is None else "Kafka's metadata log does not have it"
         configs = self._adoptable_overrides(topic, INTERNAL_TOPIC_CONFIGS.get(topic, {}))
         what = f"the configs Kafka creates it with, {_show_configs(configs)}" if configs else "default configs"
-        log.log(logging.INFO if image is None and not configs else logging.WARNING,
-                "adopting topic %s (%d partition dirs found) with %s (%s)", topic, len(partitions), what, why)
-        return TopicRecord(topic, topic_id, count, MappingProxyType(configs))
+        # Nobody vouches for defaults given to a topic of unknown configs (a registry and its
+        # copies lost, a Kafka dir without its metadata log): they could delete what it keeps.
+        unconfirmed = topic not in INTERNAL_TOPIC_CONFIGS
+        log.warning("adopting topic %s (%d partition dirs found) with %s (%s)%s", topic, len(partitions), what, why,
+                    "; its configs are unconfirmed" if unconfirmed else "")
+        return TopicRecord(topic, topic_id, count, MappingProxyType(configs), unconfirmed=unconfirmed)
 
     def _adoptable_overrides(self, topic: str, overrides: Mapping[str, str]) -> dict[str, str]:
         """``overrides`` as :meth:`create_topic` validates them, each kept only when it passes
@@ -427,10 +526,11 @@ class LogManager(OfflineDirs):
             PartitionMetadataFile(lg.dir).write(record.topic_id)
         return self._log_dir_of[tp].directory_id
 
-    def _complete_partitions(self, record: TopicRecord) -> dict[int, str]:
+    def _complete_partitions(self, record: TopicRecord, create_unassigned: bool = True) -> dict[int, str]:
         """Create the registered partitions of ``record`` that have no dir, in their assigned log
-        dir (or the least loaded one); set aside those whose log dir is not open. Returns the
-        log dirs of created partitions that the registry did not have yet."""
+        dir (or the least loaded one, unless not ``create_unassigned``); set aside those whose log
+        dir is not open or not known. Returns the log dirs of created partitions that the
+        registry did not have yet."""
         dirs_by_id = {d.directory_id: d for d in self._dirs}
         aside = self._set_aside_partitions()
         to_create: dict[int, LogDir] = {}
@@ -440,7 +540,12 @@ class LogManager(OfflineDirs):
             if tp in self._logs or tp in aside:
                 continue
             assigned = record.assignments.get(partition)
-            if assigned is None:
+            if assigned is None and not create_unassigned:
+                placeholder = Path("<log dir unknown>") / files.partition_dir_name(tp)
+                self._set_aside[placeholder] = SetAside(
+                    placeholder, "its dir was not found, and the topic registry that knew its log dir is lost: "
+                                 "not created empty (open the log dir that holds it)", tp)
+            elif assigned is None:
                 unassigned.append(partition)
             elif assigned in dirs_by_id:
                 to_create[partition] = dirs_by_id[assigned]
@@ -575,6 +680,7 @@ class LogManager(OfflineDirs):
             remaining = {k: v for k, v in self._registry.topics.items() if k != name}
             self._commit(remaining, self._registry.deleted_topic_ids | {record.topic_id})
             self._configs.pop(name, None)
+            self._held.difference_update([tp for tp in self._held if tp.topic == name])
             for partition in range(record.partitions):
                 tp = TopicPartition(name, partition)
                 if (offline := self._offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
@@ -590,6 +696,25 @@ class LogManager(OfflineDirs):
                     if path.is_dir():
                         self._schedule_dir_deletion(self._rename_for_deletion(path, aside.topic_partition))
             log.info("deleted topic %s (%d partitions)", name, record.partitions)
+
+    def confirm_topic_configs(self, topic: str) -> bool:
+        """An operator vouches for ``topic``'s configs (``tidelog topics confirm-configs``): the
+        registry stops calling them unconfirmed and retention and cleaning resume. False when
+        they were not unconfirmed (nothing changes)."""
+        with self._lock:
+            self._ensure_open()
+            record = self._record(topic)
+            if not record.unconfirmed:
+                return False
+            self._commit({**self._registry.topics, topic: record.replace(unconfirmed=False)},
+                         self._registry.deleted_topic_ids)
+            held = sorted(tp for tp in self._held if tp.topic == topic)
+            self._held.difference_update(held)
+        if self.cleaner is not None and held:
+            self.cleaner.manager.resume_cleaning(*held)
+        log.warning("topic %s: configs %s confirmed by an operator; retention and cleaning resume", topic,
+                    _show_configs(record.configs))
+        return True
 
     def topic_config(self, topic: str) -> LogConfig:
         self._record(topic)
@@ -630,7 +755,8 @@ class LogManager(OfflineDirs):
                     infos.append(self._partition_info(tp, found))
                 else:
                     offline.append(self._offline_entry(tp))
-        return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)))
+        return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)),
+                                record.unconfirmed)
 
     def _offline_entry(self, tp: TopicPartition) -> SetAside:
         offline = self._offline_logs.get(tp)
@@ -771,6 +897,9 @@ class LogManager(OfflineDirs):
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
         for tp, lg in logs:
+            if self._unconfirmed(tp.topic):
+                plans.append(retention.held_plan(lg, now, dry_run=dry_run, reason=unconfirmed_note(tp.topic)))
+                continue
             try:
                 with self._storage_op(tp, lg, "retention"):
                     plans.append(decide(lg, now))
@@ -918,11 +1047,23 @@ class LogManager(OfflineDirs):
         return config
 
     def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str]) -> None:
-        state = RegistryState(self._registry.epoch + 1, MappingProxyType(dict(topics)), frozenset(deleted))
+        """Write the registry with ``topics`` (each changed entry stamped with the new epoch, never
+        lower than any epoch seen), then the changed topics' copies in their partition dirs."""
+        epoch = max(self._registry.epoch, self._epoch_floor) + 1
+        stamped, changed = {}, []
+        for name, record in topics.items():
+            old = self._registry.topics.get(name)
+            if old is not None and record.same_content(old):
+                stamped[name] = old
+            else:
+                stamped[name] = record.replace(epoch=epoch)
+                changed.append(name)
+        state = RegistryState(epoch, MappingProxyType(stamped), frozenset(deleted))
         failed: list[tuple[LogDir, StorageError]] = []
         online = self._online_dirs()
         for log_dir in online:
             try:
+                self._keep_damaged_registry(log_dir.path)
                 write_registry([log_dir.path], state)
             except StorageError as e:
                 failed.append((log_dir, e))
@@ -934,6 +1075,18 @@ class LogManager(OfflineDirs):
         self._registry = state
         for log_dir, error in failed:
             self._handle_dir_error(log_dir, "topic registry write", error)
+        self._sync_topic_copies(changed)
+
+    def _keep_damaged_registry(self, log_dir: Path) -> None:
+        """An unreadable registry copy is renamed aside, never overwritten (see :mod:`.topics`)."""
+        if log_dir not in self._damaged_registries:
+            return
+        kept = keep_damaged_registry(log_dir, self._clock.milliseconds())
+        epoch = self._damaged_registries.pop(log_dir)
+        log.warning("%s: the unreadable topic registry (epoch %s) is kept as %s; the registry is rewritten "
+                    "from the other copies and the partitions' copies", log_dir,
+                    "unknown" if epoch is None else epoch, kept.name)
+
 
     def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
         """Create and open an empty partition dir with its ``partition.metadata``."""
@@ -942,6 +1095,7 @@ class LogManager(OfflineDirs):
         created = Log.open(path, self._config_for(record.name), had_clean_shutdown=True, clock=self._clock,
                            scheduler=self._scheduler, topic_partition=tp, **self._producer_state_settings())
         PartitionMetadataFile(path).write(record.topic_id)
+        write_topic_copy(path, self._registry.topics.get(record.name, record))
         fsync_dir(log_dir.path)
         with self._lock:
             self._logs[tp] = created
@@ -1020,6 +1174,21 @@ def _read_topic_id(path: Path) -> str | None:
     except (CheckpointError, StorageError) as e:
         log.warning("%s: unreadable partition.metadata: %s", path, e)
         return None
+
+
+def _read_copy(path: Path) -> TopicRecord | None:
+    try:
+        return read_topic_copy(path)
+    except (CheckpointError, StorageError) as e:
+        log.warning("%s: unreadable copy of the topic's registry entry: %s", path, e)
+        return None
+
+
+def unconfirmed_note(topic: str) -> str:
+    """What holds an unconfirmed topic, and the command that ends the hold."""
+    return (f"retention and cleaning paused: the configs of topic {topic} are unconfirmed (no registry entry, "
+            f"partition copy or Kafka metadata log recorded them, so they are the defaults); check them, then "
+            f"run `tidelog topics confirm-configs {topic}`")
 
 
 def _show_configs(configs: Mapping[str, str]) -> str:

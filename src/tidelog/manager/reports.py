@@ -40,6 +40,7 @@ class TopicDescription:
     partitions: tuple[PartitionInfo, ...]
     offline: tuple[SetAside, ...]
     configs: Mapping[str, str]
+    configs_unconfirmed: bool = False  # retention and cleaning paused until an operator confirms
 
     @property
     def partition_count(self) -> int:

@@ -45,12 +45,14 @@ from types import MappingProxyType
 
 from tidelog.errors import CheckpointError, InvalidTopicError, StorageError
 from tidelog.records.varint import INT32_MAX
-from tidelog.storage.atomic import read_file, write_atomically
+from tidelog.storage import fileops
+from tidelog.storage.atomic import fsync_dir, read_file, write_atomically
 
 log = logging.getLogger(__name__)
 
 REGISTRY_FILE = "tidelog-topics.json"
 REGISTRY_VERSION = 0
+DAMAGED_SUFFIX = ".damaged-"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -109,10 +111,20 @@ class TopicRecord:
     partitions: int
     configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     assignments: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    epoch: int = 0  # the registry epoch that last changed this entry (stamped by the manager's commit)
+    unconfirmed: bool = False  # configs nobody vouches for: retention and cleaning hold until confirmed
 
     def to_json(self) -> dict[str, object]:
-        return {"topic_id": self.topic_id, "partitions": self.partitions, "configs": dict(self.configs),
-                "assignments": {str(p): d for p, d in sorted(self.assignments.items())}}
+        content: dict[str, object] = {
+            "topic_id": self.topic_id, "partitions": self.partitions, "configs": dict(self.configs),
+            "assignments": {str(p): d for p, d in sorted(self.assignments.items())}, "epoch": self.epoch}
+        if self.unconfirmed:
+            content["configs_unconfirmed"] = True
+        return content
+
+    def same_content(self, other: TopicRecord) -> bool:
+        """Equal but for the epoch stamp."""
+        return self == other.replace(epoch=self.epoch)
 
     def replace(self, **changes: object) -> TopicRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -147,11 +159,11 @@ def decode_registry(data: bytes, path: Path) -> RegistryState:
     deleted = content.get("deleted_topic_ids", [])
     if not isinstance(epoch, int) or not isinstance(topics, dict) or not isinstance(deleted, list):
         raise CheckpointError("topic registry lacks an int epoch, a topics object or a deleted_topic_ids list", path=path)
-    records = {name: _decode_topic(name, entry, path) for name, entry in topics.items()}
+    records = {name: decode_topic_entry(name, entry, path, epoch) for name, entry in topics.items()}
     return RegistryState(epoch, MappingProxyType(records), frozenset(str(d) for d in deleted))
 
 
-def _decode_topic(name: str, entry: object, path: Path) -> TopicRecord:
+def decode_topic_entry(name: str, entry: object, path: Path, registry_epoch: int) -> TopicRecord:
     try:
         validate_topic_name(name)  # a name is a path component: "../x" would leave the log dir
     except InvalidTopicError as e:
@@ -168,8 +180,13 @@ def _decode_topic(name: str, entry: object, path: Path) -> TopicRecord:
         placed = {int(p): str(d) for p, d in assignments.items()}
     except ValueError as e:
         raise CheckpointError("assignments keys must be partition numbers", path=path, topic=name) from e
+    epoch = entry.get("epoch", registry_epoch)  # absent in copies written before per-topic epochs
+    unconfirmed = entry.get("configs_unconfirmed", False)
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(unconfirmed, bool):
+        raise CheckpointError("topic entry's epoch must be an int and configs_unconfirmed a bool",
+                              path=path, topic=name)
     return TopicRecord(name, topic_id, partitions, MappingProxyType({str(k): str(v) for k, v in configs.items()}),
-                       MappingProxyType(placed))
+                       MappingProxyType(placed), epoch, unconfirmed)
 
 
 def registry_file(log_dir: Path) -> Path:
@@ -179,31 +196,67 @@ def registry_file(log_dir: Path) -> Path:
 @dataclass(frozen=True, slots=True)
 class RegistryRead:
     """The newest registry copy, and the dirs whose copy is missing, unreadable or older (with why),
-    which the manager rewrites."""
+    which the manager rewrites.
+
+    ``damaged``: the unreadable copies that may hold more than ``state`` (their epoch, salvaged
+    from the bytes when it can be, is not lower than the newest readable one's), with the epoch
+    salvaged (None: none could be). ``floor_epoch``: the highest epoch any copy shows, readable or
+    salvaged; the next registry written must be above it."""
 
     state: RegistryState
     stale: Mapping[Path, str]
+    damaged: Mapping[Path, int | None] = field(default_factory=lambda: MappingProxyType({}))
+    floor_epoch: int = 0
 
 
 def read_newest_registry(log_dirs: Sequence[Path]) -> RegistryRead:
     """The registry copy with the highest epoch among ``log_dirs`` (empty if none exists)."""
     copies: dict[Path, RegistryState] = {}
     stale: dict[Path, str] = {}
+    salvaged: dict[Path, int | None] = {}
     for log_dir in log_dirs:
         path = registry_file(log_dir)
         if not path.exists():
             stale[log_dir] = "missing"
             continue
+        data = b""
         try:
-            copies[log_dir] = decode_registry(read_file(path, "topic registry"), path)
+            data = read_file(path, "topic registry")
+            copies[log_dir] = decode_registry(data, path)
         except (CheckpointError, StorageError) as e:
-            log.warning("ignoring unreadable topic registry: %s", e)
+            log.warning("unreadable topic registry: %s", e)
             stale[log_dir] = str(e)
+            salvaged[log_dir] = salvage_epoch(data)
     newest = max(copies.values(), key=lambda state: state.epoch, default=RegistryState())
     for log_dir, state in copies.items():
         if state.epoch != newest.epoch:
             stale[log_dir] = f"epoch {state.epoch} is older than {newest.epoch}"
-    return RegistryRead(newest, MappingProxyType(stale))
+    damaged = {d: e for d, e in salvaged.items() if not copies or e is None or e >= newest.epoch}
+    floor = max([newest.epoch, *(e for e in salvaged.values() if e is not None)])
+    return RegistryRead(newest, MappingProxyType(stale), MappingProxyType(damaged), floor)
+
+
+_EPOCH = re.compile(rb'"epoch":\s*(\d{1,18})[,}\s]')
+
+
+def salvage_epoch(data: bytes) -> int | None:
+    """The registry epoch of a damaged copy, read from its bytes (it is the second key, so a copy
+    cut short keeps it), or None."""
+    found = _EPOCH.search(data[:256])
+    return int(found.group(1)) if found else None
+
+
+def keep_damaged_registry(log_dir: Path, now_ms: int) -> Path:
+    """Rename an unreadable registry copy aside (``tidelog-topics.json.damaged-<ms>``, a file
+    Kafka ignores) so that rewriting the registry never destroys what an operator may recover."""
+    path = registry_file(log_dir)
+    target = path.with_name(f"{REGISTRY_FILE}{DAMAGED_SUFFIX}{now_ms}")
+    try:
+        fileops.rename(path, target)
+        fsync_dir(log_dir)
+    except OSError as e:
+        raise StorageError("cannot keep the damaged topic registry aside", path=path, operation="rename") from e
+    return target
 
 
 def write_registry(log_dirs: Sequence[Path], state: RegistryState) -> None:
