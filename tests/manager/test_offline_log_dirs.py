@@ -22,6 +22,7 @@ from manager_helpers import Opener, batch, read_offsets, recovery_points, regist
 from tidelog.errors import LogDirOfflineError, StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.log_dir_failure import PROBE_FILE, ProbeBackoff
+from tidelog.manager.recovery import RecoveryJob, recover_partition
 from tidelog.storage import fileops
 from tidelog.storage.fileops import FaultRule, FaultStats, FileOp, WRITE_OPS
 from tidelog.storage.metadata import has_clean_shutdown
@@ -351,3 +352,55 @@ def test_start_up_fails_when_no_dir_can_be_opened(request: pytest.FixtureRequest
     with faults(request, FaultRule(frozenset({FileOp.MKDIR}), "*/logs*", error=errno.EROFS)):
         with pytest.raises(StorageError, match="cannot create log dir"):
             broker.open(log_dirs[:2])
+
+
+def test_enospc_while_a_partition_loads_takes_its_dir_offline_and_it_loads_once_space_is_freed(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:2])
+    first.create_topic("t", 2)
+    before = {p: acknowledged(first, p, 3) for p in (0, 1)}
+    first.shutdown()
+    full = FaultRule(WRITE_OPS, f"{log_dirs[0]}/t-0/*", error=errno.ENOSPC)  # the first dir's disk is full
+    with faults(request, full):
+        manager = broker.open(log_dirs[:2])
+        [offline] = manager.offline_log_dirs()
+        assert (offline.path, offline.operation, offline.errno) == (log_dirs[0], "loading of t-0", errno.ENOSPC)
+        assert not [s for s in manager.set_aside() if s.path.parent == log_dirs[0]]  # not set aside for good
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+        assert acknowledged(manager, 1, 1) == [3]  # the other dir serves
+        broker.clock.advance(1_000)
+        assert manager.probe_offline_dirs() == [] and manager.offline_log_dirs()[0].probes == 1
+    broker.clock.advance(2_000)  # space freed: the next probe loads the dir
+    assert manager.probe_offline_dirs() == [log_dirs[0]]
+    assert manager.offline_log_dirs() == [] and manager.set_aside() == []
+    assert read_offsets(manager.log(tp("t", 0))) == before[0]
+    assert manager.append(tp("t", 0), batch()).first_offset == 3
+    manager.shutdown()
+    assert has_clean_shutdown(log_dirs[0]) and has_clean_shutdown(log_dirs[1])
+
+
+def test_a_load_fault_on_the_data_itself_still_sets_only_the_partition_aside(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:1])
+    first.create_topic("t", 2)
+    first.shutdown()
+    with faults(request, FaultRule(WRITE_OPS, f"{log_dirs[0]}/t-0/*", error=errno.EISDIR)):
+        manager = broker.open(log_dirs[:1])
+    assert manager.offline_log_dirs() == []
+    assert [s.topic_partition for s in manager.set_aside()] == [tp("t", 0)]
+    assert manager.append(tp("t", 1), batch()).first_offset == 0
+
+
+def test_a_recovery_worker_reports_the_errno_of_a_disk_fault(request: pytest.FixtureRequest, broker: Opener,
+                                                             log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1])
+    manager.create_topic("t", 1)
+    acknowledged(manager, 0, 3)
+    path = manager.log(tp("t", 0)).dir
+    job = RecoveryJob(tp("t", 0), path, manager.topic_config("t"), 0, 0)
+    manager.shutdown()
+    with faults(request, FaultRule(WRITE_OPS, f"{path}/*", error=errno.ENOSPC)):
+        failure = recover_partition(job)
+    assert failure is not None and failure.errno == errno.ENOSPC and "No space left" in str(failure.os_error())
+    assert recover_partition(job) is None

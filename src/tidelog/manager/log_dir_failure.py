@@ -5,9 +5,27 @@ any storage operation of a log — append, roll, flush, checkpoint write, segmen
 cleaner's swap — takes the whole log dir offline. Its partitions answer ``KAFKA_STORAGE_ERROR``
 (56), their metadata names no leader (``LEADER_NOT_AVAILABLE``, the replica listed offline) and
 DescribeLogDirs answers the dir with ``KAFKA_STORAGE_ERROR``; the other dirs keep serving. Kafka
-needs a broker restart to use the dir again; tidelog **probes** it instead: a write, an fsync and
-an unlink of a probe file, with a doubling backoff, and reopens its logs with recovery once the
-probe succeeds (:meth:`LogManager.probe_offline_dirs`).
+needs a broker restart to use the dir again; tidelog **probes** it instead, with a doubling
+backoff, and brings it back once the probe succeeds (:meth:`LogManager.probe_offline_dirs`).
+
+**The probe tests what failed** (:class:`FaultCause`): a write, an fsync and an unlink of a probe
+file always, plus a reservation of as many bytes as the failed write moved (an append of N bytes
+that met ENOSPC is retried as a reservation of N bytes, not one page: a nearly full disk takes a
+page and refuses the batch, and a one-page probe made the dir flap), and a re-read of every file
+region whose read failed. **Backoff is per cause**: a dir that fails again for the same kind of
+operation and errno soon after it came back starts from the doubled backoff of last time, so a
+disk that keeps filling is probed ever less often (capped), not every second.
+
+**Reads serving clients** (fetch, list offsets: :class:`ReadFaults`) fail only their partition
+(KAFKA_STORAGE_ERROR) while the rest of the dir works: one unreadable file must not stop produces
+to every other partition of the dir. The dir goes offline only when read faults spread to
+:data:`READ_FAULT_SPREAD` partitions within :data:`READ_FAULT_WINDOW_MS`, or when a write fails.
+Kafka takes the dir offline on any ``IOException``.
+
+**Loading**: a partition that meets an environment fault while it loads at start-up
+(:func:`is_environment_fault`: ENOSPC, EIO, EROFS, EDQUOT, EACCES ...) takes its dir offline
+instead of being set aside for good; the probe loads the dir later. Errnos that describe the data
+(a missing file, a file where a dir should be) still set the partition aside.
 
 What counts as a dir fault (:func:`is_storage_fault`): an ``OSError`` anywhere in the error's
 cause chain. A :class:`~tidelog.errors.StorageError` without one ("log is closed", a partition
@@ -29,8 +47,9 @@ import errno as errno_module
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +64,50 @@ log = logging.getLogger(__name__)
 
 #: Written, fsynced and removed in an offline log dir to tell whether it works again.
 PROBE_FILE = ".tidelog-probe"
+#: Bytes a probe re-reads of a failed read whose size is unknown (an index map, say).
+READ_PROBE_BYTES = 64 << 10
+#: Bytes a probe writes at a time where the file system cannot reserve blocks (no ``fallocate``).
+_PROBE_CHUNK = 1 << 20
+#: Read faults (of reads serving clients) in this many partitions of one dir within
+#: READ_FAULT_WINDOW_MS take the dir offline; fewer fail only their own reads.
+READ_FAULT_SPREAD = 2
+READ_FAULT_WINDOW_MS = 60_000
+#: Errnos that describe the data, not the disk: a load that meets one sets the partition aside
+#: (the data needs an operator); any other errno takes the dir offline until its probe passes.
+DATA_ERRNOS = frozenset({errno_module.ENOENT, errno_module.ENOTDIR, errno_module.EISDIR, errno_module.EEXIST,
+                         errno_module.ENOTEMPTY, errno_module.EINVAL, errno_module.ELOOP,
+                         errno_module.ENAMETOOLONG, errno_module.EXDEV})
+
+
+class FaultKind(StrEnum):
+    """What kind of operation failed, which is what its probe repeats."""
+
+    WRITE = "write"  # anything that changes the disk: append, flush, checkpoint, rename ...
+    READ = "read"  # a read serving a client (fetch, list offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultCause:
+    """What failed, as a probe must test it again: the kind, the errno, the file, and for a read
+    the region (``position``, ``size``), for a write the bytes it moved (``size``, 0 unknown)."""
+
+    kind: FaultKind
+    errno: int | None
+    path: str | None
+    position: int | None = None
+    size: int = 0
+
+    @classmethod
+    def of(cls, kind: FaultKind, error: BaseException, size: int = 0) -> FaultCause:
+        fault = os_error_of(error)
+        position = _context_of(error, "position")
+        return cls(kind, fault.errno if fault else None, _failed_path(fault) or _context_of(error, "path"),
+                   position if isinstance(position, int) else None, size)
+
+    @property
+    def key(self) -> tuple[FaultKind, int | None]:
+        """What per-cause backoff is kept by."""
+        return self.kind, self.errno
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +143,7 @@ class OfflineLogDir:
     backoff_ms: int
     probes: int = 0
     last_probe_error: str | None = None
+    causes: tuple[FaultCause, ...] = ()  # what the probe tests again (see the module doc)
 
     @property
     def errno_name(self) -> str | None:
@@ -92,26 +156,46 @@ class OfflineLogDir:
 
 
 class LogDirFailureChannel:
-    """The set of offline log dirs (Kafka's ``LogDirFailureChannel``), keyed by path."""
+    """The set of offline log dirs (Kafka's ``LogDirFailureChannel``), keyed by path, and the
+    backoff each cause reached, kept for a while after its dir came back (see the module doc)."""
 
     def __init__(self, clock: Clock, backoff: ProbeBackoff | None = None) -> None:
         self._clock = clock
         self.backoff = backoff or ProbeBackoff()
         self._lock = threading.Lock()
         self._offline: dict[Path, OfflineLogDir] = {}
+        # (dir, cause key) -> (backoff reached, when the dir came back): a relapse within
+        # backoff.max_ms of coming back starts from the doubled backoff
+        self._relapses: dict[tuple[Path, tuple[FaultKind, int | None]], tuple[int, int]] = {}
 
-    def mark_offline(self, path: Path, operation: str, error: BaseException) -> OfflineLogDir | None:
-        """Record ``path`` offline; None when it already was (the first error is kept)."""
+    def mark_offline(self, path: Path, operation: str, error: BaseException,
+                     cause: FaultCause | None = None) -> OfflineLogDir | None:
+        """Record ``path`` offline; None when it already was (the first error is kept; ``cause``
+        joins what the probe tests)."""
         fault = os_error_of(error)
+        cause = cause or FaultCause.of(FaultKind.WRITE, error)
         now = self._clock.milliseconds()
-        record = OfflineLogDir(
-            path, operation, describe_fault(error), fault.errno if fault else None,
-            _failed_path(fault), now, now + self.backoff.initial_ms, self.backoff.initial_ms)
         with self._lock:
             if path in self._offline:
+                self._add_cause(path, cause)
                 return None
+            backoff = self._first_backoff(path, cause, now)
+            record = OfflineLogDir(
+                path, operation, describe_fault(error), fault.errno if fault else None,
+                _failed_path(fault), now, now + backoff, backoff, causes=(cause,))
             self._offline[path] = record
         return record
+
+    def _first_backoff(self, path: Path, cause: FaultCause, now: int) -> int:
+        relapse = self._relapses.get((path, cause.key))
+        if relapse is None or now - relapse[1] > self.backoff.max_ms:
+            return self.backoff.initial_ms
+        return self.backoff.after(relapse[0])
+
+    def _add_cause(self, path: Path, cause: FaultCause) -> None:
+        record = self._offline[path]
+        if cause not in record.causes:
+            self._offline[path] = dataclasses.replace(record, causes=_merged(record.causes, cause))
 
     def is_offline(self, path: Path) -> bool:
         return path in self._offline
@@ -142,9 +226,53 @@ class LogDirFailureChannel:
                 last_probe_error=describe_fault(error))
 
     def mark_online(self, path: Path) -> OfflineLogDir | None:
-        """Forget ``path``'s failure; what it was, or None."""
+        """Forget ``path``'s failure (its causes' backoff is kept for a relapse); what it was, or None."""
+        now = self._clock.milliseconds()
         with self._lock:
-            return self._offline.pop(path, None)
+            record = self._offline.pop(path, None)
+            if record is not None:
+                for cause in record.causes:
+                    self._relapses[(path, cause.key)] = (record.backoff_ms, now)
+            return record
+
+
+def _merged(causes: tuple[FaultCause, ...], cause: FaultCause) -> tuple[FaultCause, ...]:
+    """``causes`` with ``cause``: one write cause per errno (the largest size), at most 16 reads."""
+    if cause.kind is FaultKind.WRITE:
+        same = [c for c in causes if c.kind is FaultKind.WRITE and c.errno == cause.errno]
+        if same and same[0].size >= cause.size:
+            return causes
+        return (*(c for c in causes if c not in same), cause)
+    reads = [c for c in causes if c.kind is FaultKind.READ]
+    return causes if len(reads) >= 16 else (*causes, cause)
+
+
+class ReadFaults:
+    """Recent read faults of reads serving clients, per log dir: which partitions met one, and
+    the regions that failed (what a probe re-reads if the dir goes offline). Guarded by its own lock."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[Path, dict[TopicPartition, tuple[int, FaultCause]]] = {}
+
+    def record(self, log_dir: Path, tp: TopicPartition, cause: FaultCause) -> list[FaultCause] | None:
+        """Note a read fault of ``tp``; when faults of READ_FAULT_SPREAD partitions of ``log_dir``
+        fell within READ_FAULT_WINDOW_MS, the causes to probe (the dir must go offline), else None."""
+        now = self._clock.milliseconds()
+        with self._lock:
+            seen = self._seen.setdefault(log_dir, {})
+            for old in [t for t, (at, _) in seen.items() if now - at > READ_FAULT_WINDOW_MS]:
+                del seen[old]
+            seen[tp] = (now, cause)
+            if len(seen) < READ_FAULT_SPREAD:
+                return None
+            del self._seen[log_dir]
+            return [c for _, c in seen.values()]
+
+    def forget(self, log_dir: Path) -> None:
+        with self._lock:
+            self._seen.pop(log_dir, None)
 
 
 def os_error_of(error: BaseException) -> OSError | None:
@@ -162,6 +290,14 @@ def os_error_of(error: BaseException) -> OSError | None:
 def is_storage_fault(error: BaseException) -> bool:
     """Whether ``error`` is a failure of the disk (an ``OSError`` behind it): see the module doc."""
     return os_error_of(error) is not None
+
+
+def is_environment_fault(error: BaseException) -> bool:
+    """Whether ``error`` is a disk or system fault that may pass (ENOSPC, EIO, EROFS, EDQUOT,
+    EACCES, EMFILE ...), not one that describes the data (:data:`DATA_ERRNOS`): a load that
+    meets one takes the dir offline rather than setting the partition aside."""
+    fault = os_error_of(error)
+    return fault is not None and fault.errno is not None and fault.errno not in DATA_ERRNOS
 
 
 def is_cleaner_scratch_fault(error: BaseException) -> bool:
@@ -182,19 +318,65 @@ def describe_fault(error: BaseException) -> str:
     return text
 
 
-def probe(log_dir: Path) -> None:
-    """Write, fsync and remove :data:`PROBE_FILE` in ``log_dir`` (and fsync the dir); raises the
-    ``OSError`` of the first step that fails. Leaves no probe file behind when it can remove it."""
+def probe(log_dir: Path, causes: Sequence[FaultCause] = ()) -> None:
+    """Test ``log_dir`` again (see the module doc): write, fsync and remove :data:`PROBE_FILE`
+    (and fsync the dir), reserving in it as many bytes as the largest failed write of ``causes``
+    moved; then re-read each failed read region of ``causes`` (a file gone since passes). Raises
+    the ``OSError`` of the first step that fails; leaves no probe file behind when it can remove it."""
     path = log_dir / PROBE_FILE
+    line = b"tidelog log dir probe\n"
+    reserve = max((c.size for c in causes if c.kind is FaultKind.WRITE), default=0)
     fileops.mkdir(log_dir, parents=True, exist_ok=True)  # a dir that could not even be created
     fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC)
     try:
-        fileops.write_fully(fd, b"tidelog log dir probe\n", path)
+        fileops.write_fully(fd, line, path)
+        if reserve:
+            _reserve(fd, len(line), reserve, path)
         fileops.fsync(fd, path)
     finally:
         os.close(fd)
         fileops.unlink(path, missing_ok=True)
     fileops.fsync_dir(log_dir)
+    for cause in causes:
+        if cause.kind is FaultKind.READ and cause.path is not None:
+            _reread(Path(cause.path), cause.position or 0, cause.size or READ_PROBE_BYTES)
+
+
+def _reserve(fd: int, offset: int, size: int, path: Path) -> None:
+    """Have the disk give ``size`` bytes to the probe file: blocks reserved where the file system
+    can, else written."""
+    if fileops.reserve_blocks(fd, offset, size, path):
+        return
+    chunk = bytes(min(size, _PROBE_CHUNK))
+    written = 0
+    while written < size:
+        written += fileops.pwrite(fd, chunk[:size - written], offset + written, path)
+
+
+def _reread(path: Path, position: int, size: int) -> None:
+    try:
+        fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # removed since (retention, a deleted topic): nothing left that fails
+    try:
+        fileops.pread(fd, size, position, path)
+    finally:
+        os.close(fd)
+
+
+def _context_of(error: BaseException, name: str) -> Any:
+    """A context field (``path``, ``position``) of the first tidelog error in ``error``'s chain
+    that has it, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        context = getattr(current, "context", None)
+        if isinstance(context, dict) and name in context:
+            value = context[name]
+            return os.fspath(value) if isinstance(value, os.PathLike) else value
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _failed_path(fault: OSError | None) -> str | None:
@@ -205,13 +387,15 @@ def _failed_path(fault: OSError | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class OfflineLog:
-    """A partition of an offline dir, closed: what its reopening needs from the log that was live
-    (its log start offset must not go back; recovery restarts from its recovery point or the
-    checkpointed one, whichever is lower)."""
+    """A partition of an offline dir. Closed when the failed operation was its own: then what its
+    reopening needs from the log that was live (its log start offset must not go back; recovery
+    restarts from its recovery point or the checkpointed one, whichever is lower). Else ``log``
+    is the live log, kept open and unserved until the dir is back."""
 
     path: Path
     log_start_offset: int
     recovery_point: int
+    log: Log | None = None  # kept open, as it was, when the fault did not touch it (no recovery then)
 
 
 class FaultReportingCleaner(LogCleaner):

@@ -64,8 +64,15 @@ from tidelog.manager.kraft_metadata import (
     read_metadata_log,
 )
 from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
-from tidelog.manager.log_dir_failure import FaultReportingCleaner, LogDirFailureChannel, OfflineLog, ProbeBackoff
-from tidelog.manager.offline_dirs import OfflineDirs
+from tidelog.manager.log_dir_failure import (
+    FaultReportingCleaner,
+    LogDirFailureChannel,
+    OfflineLog,
+    ProbeBackoff,
+    ReadFaults,
+    is_environment_fault,
+)
+from tidelog.manager.offline_dirs import OfflineDirs, close_failed_log
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.staged_commit import complete_pending
 from tidelog.manager.topic_copies import copy_matches, encode_topic_copy, read_topic_copy, write_topic_copy
@@ -117,6 +124,8 @@ class LogManager(OfflineDirs):
         self._failures = LogDirFailureChannel(clock, probe_backoff)
         self._offline_logs: dict[TopicPartition, OfflineLog] = {}
         self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
+        self._read_faults = ReadFaults(clock)
+        self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
         self._registry = RegistryState()
         self._epoch_floor = 0  # the next registry epoch is above this (and above the registry's)
         self._damaged_registries: dict[Path, int | None] = {}  # kept aside before their dir's next write
@@ -187,7 +196,7 @@ class LogManager(OfflineDirs):
         # thread holds a lock (numba's compiler lock, logging's) would leave it locked in the child.
         recovered = {log_dir: self._recover_in_processes(log_dir, plan) for log_dir, plan in plans.items()}
         with ThreadPoolExecutor(max_workers=max(1, len(plans))) as pool:
-            for found in pool.map(lambda item: self._load_dir(item[0], item[1], progress, recovered[item[0]]),
+            for found in pool.map(lambda item: self._load_dir_at_start(item[0], item[1], progress, recovered[item[0]]),
                                   plans.items()):
                 for tp, lg in found:
                     loaded.setdefault(tp, []).append(lg)
@@ -208,31 +217,53 @@ class LogManager(OfflineDirs):
             self._set_aside[path] = SetAside(path, reason)
         return {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
 
+    def _load_dir_at_start(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: _Progress,
+                           recovered: Mapping[TopicPartition, recovery.RecoveryFailure | None]
+                           ) -> list[tuple[TopicPartition, Log]]:
+        """:meth:`_load_dir`; a disk fault takes ``log_dir`` offline, loaded when its probe passes."""
+        try:
+            return self._load_dir(log_dir, to_load, progress, recovered)
+        except _PartitionLoadFault as e:
+            self._failed_loading(log_dir, e.topic_partition, e)
+            return []
+
     def _load_dir(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: _Progress,
-                  recovered: Mapping[TopicPartition, str | None]) -> list[tuple[TopicPartition, Log]]:
-        """Open ``to_load``; a partition that fails is set aside and the others go on.
+                  recovered: Mapping[TopicPartition, recovery.RecoveryFailure | None]
+                  ) -> list[tuple[TopicPartition, Log]]:
+        """Open ``to_load``; a partition that fails is set aside and the others go on, unless it
+        failed on the disk (:func:`is_environment_fault`): then the logs opened so far are closed
+        and :class:`_PartitionLoadFault` is raised (the dir goes offline: a full disk is no
+        reason to set a partition aside for good).
 
         ``recovered``: what process recovery (after an unclean stop with
         ``num.recovery.threads.per.data.dir`` > 1 and enough data, :mod:`.recovery`) did; opening
         skips recovery for those. Opening itself runs on one thread per dir: it is GIL-bound
         Python, and more threads made it ~1.5x slower here."""
-        loaded = []
-        for tp, path in sorted(to_load.items()):
-            outcome = recovered.get(tp, "")
-            if outcome:
-                self._set_partition_aside(path, tp, outcome)
-            else:
-                found = self._open_partition(log_dir, tp, path, recovered_elsewhere=tp in recovered)
-                if found is not None:
-                    loaded.append((tp, found))
-            progress.advance()
+        loaded: list[tuple[TopicPartition, Log]] = []
+        try:
+            for tp, path in sorted(to_load.items()):
+                failure = recovered.get(tp)
+                if failure is not None:
+                    if (error := failure.os_error()) is not None and is_environment_fault(error):
+                        raise _PartitionLoadFault(failure.reason, topic_partition=str(tp)) from error
+                    self._set_partition_aside(path, tp, failure.reason)
+                else:
+                    found = self._open_partition(log_dir, tp, path, recovered_elsewhere=tp in recovered)
+                    if found is not None:
+                        loaded.append((tp, found))
+                progress.advance()
+        except _PartitionLoadFault:
+            for tp, lg in loaded:
+                close_failed_log(tp, lg)
+            raise
         return loaded
 
     def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
         return self._load_dir(log_dir, self._loading_plan(log_dir), _Progress(0, None), {})
 
-    def _recover_in_processes(self, log_dir: LogDir, to_load: dict[TopicPartition, Path]) -> Mapping[TopicPartition, str | None]:
+    def _recover_in_processes(self, log_dir: LogDir, to_load: dict[TopicPartition, Path]
+                              ) -> Mapping[TopicPartition, recovery.RecoveryFailure | None]:
         workers = self.broker.num_recovery_threads_per_data_dir
         if log_dir.had_clean_shutdown or workers < 2:
             return {}
@@ -257,6 +288,8 @@ class LogManager(OfflineDirs):
                 topic_partition=tp, recovered_elsewhere=recovered_elsewhere, **self._producer_state_settings(),
             )
         except Exception as e:  # noqa: BLE001 - one bad partition never stops the others
+            if is_environment_fault(e):
+                raise _PartitionLoadFault(describe_error(e), topic_partition=str(tp)) from e
             self._set_partition_aside(path, tp, describe_error(e))
             return None
 
@@ -531,13 +564,13 @@ class LogManager(OfflineDirs):
         dir (or the least loaded one, unless not ``create_unassigned``); set aside those whose log
         dir is not open or not known. Returns the log dirs of created partitions that the
         registry did not have yet."""
-        dirs_by_id = {d.directory_id: d for d in self._dirs}
+        dirs_by_id = {d.directory_id: d for d in self._online_dirs()}  # never create in an offline dir
         aside = self._set_aside_partitions()
         to_create: dict[int, LogDir] = {}
         unassigned = []
         for partition in range(record.partitions):
             tp = TopicPartition(record.name, partition)
-            if tp in self._logs or tp in aside:
+            if tp in self._logs or tp in aside or tp in self._offline_logs:
                 continue
             assigned = record.assignments.get(partition)
             if assigned is None and not create_unassigned:
@@ -685,6 +718,8 @@ class LogManager(OfflineDirs):
                 tp = TopicPartition(name, partition)
                 if (offline := self._offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
                     self._offline_deleted[offline.path] = tp
+                if offline is not None and offline.log is not None:
+                    close_failed_log(tp, offline.log)
                 doomed = self._logs.pop(tp, None)
                 self._log_dir_of.pop(tp, None)
                 if doomed is not None:
@@ -801,7 +836,7 @@ class LogManager(OfflineDirs):
                origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Append record batches as the partition's leader; the high watermark follows the log end."""
         target = self.log(tp)
-        with self._storage_op(tp, target, "append"):
+        with self._storage_op(tp, target, "append", len(records)):
             info = target.append_as_leader(records, origin=origin)
         target.maybe_increment_high_watermark(target.log_end_offset)
         return info
@@ -973,6 +1008,7 @@ class LogManager(OfflineDirs):
         if self.cleaner is not None:
             self.cleaner.shutdown()
         clean = self._close_logs()
+        self._close_offline_logs()
         for failure in self._failures.offline_dirs():  # its logs are closed; it was not shut down cleanly
             clean[failure.path] = False
         self.checkpoint_recovery_points()
@@ -1087,7 +1123,6 @@ class LogManager(OfflineDirs):
                     "from the other copies and the partitions' copies", log_dir,
                     "unknown" if epoch is None else epoch, kept.name)
 
-
     def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
         """Create and open an empty partition dir with its ``partition.metadata``."""
         tp = TopicPartition(record.name, partition)
@@ -1133,6 +1168,13 @@ class LogManager(OfflineDirs):
 
     def __repr__(self) -> str:
         return f"LogManager({[str(d.path) for d in self._dirs]}, partitions={len(self._logs)})"
+
+
+class _PartitionLoadFault(StorageError):
+    """A partition met a disk fault while its dir loaded (context: ``topic_partition``); its dir
+    goes offline and is loaded again when the probe passes."""
+
+    topic_partition: str
 
 
 class _Progress:

@@ -8,6 +8,11 @@ partition map, under the manager's lock, and uses its loading steps (``_load_dir
 ``_reconcile_registry``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
 ``_set_partition_aside``).
 
+A dir going offline closes only the logs the failed operation belonged to (they reopen with
+recovery when the dir is back); the dir's other logs stay open, unserved, and rejoin the live set
+as they were: a dir that comes back re-recovers nothing the fault did not touch. A read serving a
+client that fails fails only its own partition unless read faults spread (:class:`ReadFaults`).
+
 Thread-safety: the partition map changes under the manager's lock; logs are closed and reopened
 outside it (a reopen runs recovery), and a topic deleted meanwhile is noticed when the reopened
 logs are registered.
@@ -25,9 +30,12 @@ from tidelog.clock import Clock
 from tidelog.errors import LogDirOfflineError, StorageError, TidelogError
 from tidelog.manager.log_dir import LogDir, describe_error, one_cluster_id
 from tidelog.manager.log_dir_failure import (
+    FaultCause,
+    FaultKind,
     LogDirFailureChannel,
     OfflineLog,
     OfflineLogDir,
+    ReadFaults,
     describe_fault,
     is_cleaner_scratch_fault,
     is_storage_fault,
@@ -57,6 +65,8 @@ class OfflineDirs:
     _failures: LogDirFailureChannel
     _offline_logs: dict[TopicPartition, OfflineLog]
     _offline_deleted: dict[Path, TopicPartition]  # deleted while their dir was offline
+    _read_faults: ReadFaults
+    _unloaded: set[Path]  # opened, but their load met a disk fault: loaded when the probe passes
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
         """The log dirs offline now, each with the operation and error that took it offline."""
@@ -64,25 +74,59 @@ class OfflineDirs:
 
     def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
         """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
-        :class:`Log` directly, such as the server's reads); returns whether it is offline now."""
+        :class:`Log` directly); returns whether it is offline now. Reads serving clients report
+        through :meth:`report_read_error` instead."""
         log_dir = self._log_dir_of.get(tp)
         if log_dir is None:
             return tp in self._offline_logs
-        return self._handle_dir_error(log_dir, f"{operation} of {tp}", error)
+        return self._handle_dir_error(log_dir, f"{operation} of {tp}", error, tp)
+
+    def report_read_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
+        """A read serving a client (fetch, list offsets) of ``tp`` failed: when ``error`` is a
+        disk fault, only this read fails (KAFKA_STORAGE_ERROR) unless read faults spread over
+        the dir, which then goes offline (see the module doc). Returns whether ``tp`` is offline now."""
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None:
+            return tp in self._offline_logs
+        if not is_storage_fault(error):
+            return self._failures.is_offline(log_dir.path)
+        cause = FaultCause.of(FaultKind.READ, error)
+        spread = self._read_faults.record(log_dir.path, tp, cause)
+        if spread is None:
+            log.warning("%s: %s failed, only this read fails (the log dir stays online): %s",
+                        tp, operation, describe_fault(error))
+            return False
+        self._take_offline(log_dir, f"{operation} of {tp} (read faults in {len(spread)} partitions)", error,
+                           causes=spread)
+        return True
 
     @contextmanager
-    def _storage_op(self, tp: TopicPartition, lg: Log, operation: str) -> Iterator[None]:
-        """Run a storage operation of ``lg``: a disk fault takes its dir offline and surfaces as
-        :class:`LogDirOfflineError` (KAFKA_STORAGE_ERROR), chained to the original error."""
+    def _storage_op(self, tp: TopicPartition, lg: Log, operation: str, size: int = 0) -> Iterator[None]:
+        """Run a storage operation of ``lg`` (``size``: the bytes it writes, when known): a disk
+        fault takes its dir offline and surfaces as :class:`LogDirOfflineError`
+        (KAFKA_STORAGE_ERROR), chained to the original error."""
         try:
             yield
         except (StorageError, OSError) as e:
-            log_dir = self._log_dir_of.get(tp)
-            if log_dir is None or lg.dir.parent != log_dir.path or isinstance(e, LogDirOfflineError):
+            if isinstance(e, LogDirOfflineError):
                 raise
-            if not self._handle_dir_error(log_dir, f"{operation} of {tp}", e):
+            log_dir = self._log_dir_of.get(tp)
+            if log_dir is None or lg.dir.parent != log_dir.path:
+                log_dir = self._offline_dir_of(tp, lg, e)
+                if log_dir is None:
+                    raise
+            cause = FaultCause.of(FaultKind.WRITE, e, size)
+            if not self._handle_dir_error(log_dir, f"{operation} of {tp}", e, tp, cause):
                 raise
             raise self._offline_error(tp, log_dir.path) from e
+
+    def _offline_dir_of(self, tp: TopicPartition, lg: Log, error: BaseException) -> LogDir | None:
+        """The dir of a log whose dir went offline while its operation ran (the operation failed
+        on the disk too: the log is no longer untouched), else None."""
+        offline = self._offline_logs.get(tp)
+        if offline is None or offline.log is not lg or not is_storage_fault(error):
+            return None
+        return next((d for d in self._dirs if d.path == offline.path.parent), None)
 
     def _offline_error(self, tp: TopicPartition, path: Path) -> LogDirOfflineError:
         failure = self._failures.get(path)
@@ -97,39 +141,69 @@ class OfflineDirs:
             return
         self._handle_dir_error(log_dir, f"cleaning of {tp}", error)
 
-    def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException) -> bool:
-        """Take ``log_dir`` offline when ``error`` is a disk fault; whether it is offline now."""
+    def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException,
+                          tp: TopicPartition | None = None, cause: FaultCause | None = None) -> bool:
+        """Take ``log_dir`` offline when ``error`` is a disk fault of an operation (of ``tp``'s
+        log, when given); whether it is offline now."""
         if not is_storage_fault(error):
             return self._failures.is_offline(log_dir.path)
-        self._take_offline(log_dir, operation, error)
+        self._take_offline(log_dir, operation, error, tp, [cause] if cause is not None else None)
         return True
 
-    def _take_offline(self, log_dir: LogDir, operation: str, error: BaseException) -> None:
-        """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once, then
-        is closed (errors ignored: the disk is failing); its cleaning stops with it."""
+    def _take_offline(self, log_dir: LogDir, operation: str, error: BaseException,
+                      touched: TopicPartition | None = None, causes: list[FaultCause] | None = None) -> None:
+        """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once. The
+        log of ``touched`` (whose operation failed) is closed, errors ignored (the disk is
+        failing); the others stay open as they are, unserved. Its cleaning stops with it."""
+        causes = causes or [FaultCause.of(FaultKind.WRITE, error)]
         with self._lock:
-            failure = self._failures.mark_offline(log_dir.path, operation, error)
-            if failure is None:
-                return
+            failure = self._failures.mark_offline(log_dir.path, operation, error, causes[0])
+            for cause in causes[1:]:
+                self._failures.mark_offline(log_dir.path, operation, error, cause)
             doomed = [(tp, lg) for tp, lg in self._logs.items() if self._log_dir_of.get(tp) is log_dir]
             for tp, lg in doomed:
                 del self._logs[tp]
                 del self._log_dir_of[tp]
-                self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point)
-        log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
-        for tp, lg in doomed:
-            close_failed_log(tp, lg)
+                self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point, lg)
+            closing = self._close_for_recovery(touched)
+        if failure is not None:
+            log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
+        if closing is not None:
+            close_failed_log(*closing)
+
+    def _close_for_recovery(self, tp: TopicPartition | None) -> tuple[TopicPartition, Log] | None:
+        """Under the lock: mark the offline log of ``tp`` for a reopen with recovery; the log to close."""
+        offline = self._offline_logs.get(tp) if tp is not None else None
+        if tp is None or offline is None or offline.log is None:
+            return None
+        lg = offline.log
+        self._offline_logs[tp] = OfflineLog(offline.path, lg.log_start_offset, lg.recovery_point)
+        return tp, lg
+
+    def _failed_loading(self, log_dir: LogDir, tp: TopicPartition, error: BaseException) -> None:
+        """A partition of ``log_dir`` met a disk fault while the dir loaded at start-up: the dir
+        goes offline, unloaded (its logs loaded so far were closed), and is loaded, with recovery,
+        when its probe passes."""
+        with self._lock:
+            self._unloaded.add(log_dir.path)
+            log_dir.had_clean_shutdown = False  # a load cut short: recover when it is loaded again
+            failure = self._failures.mark_offline(log_dir.path, f"loading of {tp}", error)
+        if failure is not None:
+            log.error("%s; the log dir is loaded when its probe passes, the other log dirs are loaded",
+                      failure.describe())
 
     def probe_offline_dirs(self) -> list[Path]:
-        """Probe each offline dir whose backoff has passed (a write, fsync and unlink of a probe
-        file); bring back those that pass: their logs reopen with recovery (no clean shutdown)
-        from the lower of their last recovery point and the checkpointed one. Returns the dirs
-        that are online again. The periodic probe task runs this."""
+        """Probe each offline dir whose backoff has passed, testing what failed (see
+        :func:`~.log_dir_failure.probe`); bring back those that pass: their logs closed by the
+        fault reopen with recovery (no clean shutdown) from the lower of their last recovery point
+        and the checkpointed one, the others rejoin as they were. Returns the dirs that are
+        online again. The periodic probe task runs this."""
         back = []
         for path in self._failures.due_for_probe():
             log_dir = next(d for d in self._dirs if d.path == path)
+            failure = self._failures.get(path)
             try:
-                probe(path)
+                probe(path, failure.causes if failure is not None else ())
                 self._bring_online(log_dir)
             except (OSError, TidelogError) as e:  # e.g. still failing, or locked by another process now
                 self._failures.probe_failed(path, e)
@@ -139,58 +213,79 @@ class OfflineDirs:
         return back
 
     def _bring_online(self, log_dir: LogDir) -> None:
-        """Reopen the offline logs of ``log_dir`` (all or none: a disk fault while reopening
-        leaves the dir offline), then serve them again."""
-        if not log_dir.opened:
+        """Reopen the closed offline logs of ``log_dir`` (all or none: a disk fault while
+        reopening leaves the dir offline), then serve them and the dir's other logs again."""
+        if not log_dir.opened or log_dir.path in self._unloaded:
             self._load_late(log_dir)
             return
         write_registry([log_dir.path], self._registry)  # its copy may be stale
         with self._lock:
             offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
+        closed = {tp: o for tp, o in offline.items() if o.log is None}
+        reopened = self._reopen_all(log_dir, closed)
+        with self._lock:
+            again = [tp for tp, o in offline.items() if self._offline_logs.get(tp, o) is not o]
+            if again:  # a kept log's operation failed on the disk meanwhile: it needs recovery first
+                for lg in reopened.values():
+                    lg.close()
+                raise StorageError(f"partition {again[0]} failed again while its log dir came back",
+                                   path=log_dir.path)
+            for tp, o in offline.items():
+                lg = o.log if o.log is not None else reopened.pop(tp, None)
+                if self._offline_logs.get(tp) is not o:  # its topic was deleted meanwhile
+                    if lg is not None and o.log is None:
+                        lg.close()
+                    continue
+                del self._offline_logs[tp]
+                if lg is not None:
+                    self._logs[tp] = lg
+                    self._log_dir_of[tp] = log_dir
+            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
+            for path in deleted:
+                del self._offline_deleted[path]
+            failure = self._failures.mark_online(log_dir.path)
+            self._read_faults.forget(log_dir.path)
+        for path, tp in deleted.items():  # topics deleted while the dir was offline
+            self._delete_partition_dir(path, tp)
+        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
+        log.warning("%s: back online, %d partition(s) reopened with recovery, %d resumed as they were%s",
+                    log_dir.path, len(closed), len(offline) - len(closed), since)
+
+    def _reopen_all(self, log_dir: LogDir, closed: Mapping[TopicPartition, OfflineLog]) -> dict[TopicPartition, Log]:
+        """Reopen ``closed`` with recovery; a disk fault closes those reopened and raises."""
         recovery_points = log_dir.read_checkpoint(log_dir.recovery_points)
         start_offsets = log_dir.read_checkpoint(log_dir.log_start_offsets)
         reopened: dict[TopicPartition, Log] = {}
         try:
-            for tp, o in sorted(offline.items()):
+            for tp, o in sorted(closed.items()):
                 if (found := self._reopen(tp, o, recovery_points, start_offsets)) is not None:
                     reopened[tp] = found
         except BaseException:
             for lg in reopened.values():
                 lg.close()
             raise
-        with self._lock:
-            for tp, lg in reopened.items():
-                if self._offline_logs.get(tp) is offline[tp]:
-                    self._logs[tp] = lg
-                    self._log_dir_of[tp] = log_dir
-                else:  # its topic was deleted while it reopened
-                    lg.close()
-            for tp, o in offline.items():
-                if self._offline_logs.get(tp) is o:
-                    del self._offline_logs[tp]
-            deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
-            for path in deleted:
-                del self._offline_deleted[path]
-            failure = self._failures.mark_online(log_dir.path)
-        for path, tp in deleted.items():  # topics deleted while the dir was offline
-            self._delete_partition_dir(path, tp)
-        since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
-        log.warning("%s: back online, %d partition(s) reopened with recovery%s", log_dir.path, len(reopened), since)
+        return reopened
 
-    def _load_late(self, unopened: LogDir) -> None:
-        """A dir that could not be opened at start-up: lock and load it as start-up does, then
-        reconcile it with the registry (its partitions, set aside as in a missing log dir, are
-        served from it again). A fault on the way leaves it offline, unlocked."""
-        log_dir = LogDir.open(unopened.path)
+    def _load_late(self, unloaded: LogDir) -> None:
+        """A dir that could not be opened or loaded at start-up: lock it (when it was not) and
+        load it as start-up does, then reconcile it with the registry (its partitions, set aside
+        as in a missing log dir, are served from it again). A fault on the way leaves it
+        offline (unlocked, when this call locked it)."""
+        log_dir = unloaded
+        if not unloaded.opened:
+            log_dir = LogDir.open(unloaded.path)
         try:
-            log_dir.begin_loading(one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
+            if not unloaded.opened:
+                log_dir.begin_loading(one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
             write_registry([log_dir.path], self._registry)
             found = self._load_dir_late(log_dir)
         except BaseException:
-            log_dir.release()
+            if log_dir is not unloaded:
+                log_dir.release()
             raise
         with self._lock:
-            self._dirs[self._dirs.index(unopened)] = log_dir
+            self._dirs[self._dirs.index(unloaded)] = log_dir
+            self._unloaded.discard(log_dir.path)
             self._take_late_logs(log_dir, found)
             self._reconcile_registry(False)
             log_dir.loaded_completely = not any(
@@ -238,6 +333,17 @@ class OfflineDirs:
 
     def _online_dirs(self) -> list[LogDir]:
         return [d for d in self._dirs if not self._failures.is_offline(d.path)]
+
+    def _close_offline_logs(self) -> None:
+        """At shutdown: close the logs kept open in offline dirs (nothing flushed; the dir gets
+        no clean-shutdown marker and recovers at the next start)."""
+        with self._lock:
+            kept = [(tp, o.log) for tp, o in self._offline_logs.items() if o.log is not None]
+            for tp, _ in kept:
+                o = self._offline_logs[tp]
+                self._offline_logs[tp] = OfflineLog(o.path, o.log_start_offset, o.recovery_point)
+        for tp, lg in kept:
+            close_failed_log(tp, lg)
 
 
 def close_failed_log(tp: TopicPartition, lg: Log) -> None:

@@ -10,8 +10,9 @@ no second recovery, and the recovery point stays at the checkpoint, exactly as a
 in process (nothing recovered is claimed durable before the next flush; a crash before it just
 recovers again).
 
-Work the worker cannot finish is reported as an error string and the manager sets that partition
-aside; a worker that dies (a broken pool) leaves its partitions to the in-process path. Workers
+Work the worker cannot finish is reported as a :class:`RecoveryFailure` (its reason, and the errno
+of a disk fault behind it): the manager sets that partition aside, or takes the dir offline when
+the disk failed (a full disk is no reason to set a partition aside for good); a worker that dies (a broken pool) leaves its partitions to the in-process path. Workers
 start with ``fork`` (no second import of numba), drop every scheduled task (a recovery that cut a
 segment leaves ``.deleted`` files, which the manager's clean open removes), and use the system
 clock (recovery reads no time that matters).
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.errors import TidelogError
-from tidelog.manager.log_dir import describe_error
+from tidelog.manager.log_dir_failure import describe_fault, os_error_of
 from tidelog.scheduler import Task
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
@@ -90,23 +91,36 @@ class _DroppingScheduler:
         pass
 
 
-def recover_partition(job: RecoveryJob) -> str | None:
-    """Recover and close one partition; None on success, else why it failed (one line)."""
+@dataclass(frozen=True, slots=True)
+class RecoveryFailure:
+    """Why a worker could not recover a partition (one line), and the errno of the ``OSError``
+    behind it, if any (picklable, unlike the error)."""
+
+    reason: str
+    errno: int | None = None
+
+    def os_error(self) -> OSError | None:
+        return OSError(self.errno, os.strerror(self.errno)) if self.errno is not None else None
+
+
+def recover_partition(job: RecoveryJob) -> RecoveryFailure | None:
+    """Recover and close one partition; None on success, else why it failed."""
     try:
         Log.open(
             job.path, job.config, log_start_offset=job.log_start_offset, recovery_point=job.recovery_point,
             had_clean_shutdown=False, scheduler=_DroppingScheduler(), topic_partition=job.topic_partition,
         ).close()
     except Exception as e:  # noqa: BLE001 - reported to the manager, which sets the partition aside
-        return describe_error(e)
+        fault = os_error_of(e)
+        return RecoveryFailure(describe_fault(e), fault.errno if fault is not None else None)
     return None
 
 
-def recover_in_processes(jobs: list[RecoveryJob], workers: int) -> Mapping[TopicPartition, str | None]:
+def recover_in_processes(jobs: list[RecoveryJob], workers: int) -> Mapping[TopicPartition, RecoveryFailure | None]:
     """Run :func:`recover_partition` for ``jobs`` on ``workers`` processes. The result maps each
     partition that was attempted to None (recovered) or its error; partitions missing from it
     (the pool broke) must be recovered in process."""
-    results: dict[TopicPartition, str | None] = {}
+    results: dict[TopicPartition, RecoveryFailure | None] = {}
     context = multiprocessing.get_context("fork")
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

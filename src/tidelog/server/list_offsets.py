@@ -46,7 +46,7 @@ def _one(manager: LogManager, topic: str, partition: int, timestamp: int, isolat
     try:
         found = manager.log(tp).fetch_offset_by_timestamp(timestamp, isolation)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
-        manager.report_storage_error(tp, "list offsets", e)  # a disk fault takes its log dir offline
+        manager.report_read_error(tp, "list offsets", e)  # a disk fault fails this partition's read
         return PartitionResponse(partition_index=partition, error_code=error_code(e))
     if found is None:
         return PartitionResponse(partition_index=partition, error_code=0, timestamp=-1, offset=-1, leader_epoch=-1)

@@ -33,7 +33,9 @@ mmap   mapping a file writable (index files)
 
 Plans
 -----
-A :class:`FaultRule` matches ops by kind and by an ``fnmatch`` glob on the absolute path; it lets
+A :class:`FaultRule` matches ops by kind and by an ``fnmatch`` glob on the absolute path (and,
+with ``min_size``, only ops that write or reserve at least that many bytes: a nearly full disk,
+which takes a small write and refuses a large one); it lets
 the first ``skip`` matches through, then fires ``times`` times (``None``: until removed). Firing
 means raising ``OSError(error, strerror, path)``, or ``SIGKILL`` of this very process before or
 after the op (a *kill point*; the page cache keeps what was written, as when a process, not the
@@ -102,6 +104,7 @@ class FaultRule:
     kill: Literal["before", "after"] | None = None
     skip: int = 0
     times: int | None = None
+    min_size: int = 0  # > 0: only writes and reservations of at least this many bytes match
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", frozenset(FileOp(op) for op in self.ops))
@@ -109,10 +112,12 @@ class FaultRule:
             raise ValueError(f"a fault rule either raises or kills, not both: {self}")
         if self.kill not in (None, "before", "after"):
             raise ValueError(f"kill must be 'before' or 'after', not {self.kill!r}")
-        if self.skip < 0 or (self.times is not None and self.times < 0):
-            raise ValueError(f"skip and times must be >= 0: {self}")
+        if self.skip < 0 or (self.times is not None and self.times < 0) or self.min_size < 0:
+            raise ValueError(f"skip, times and min_size must be >= 0: {self}")
 
-    def matches(self, op: FileOp, paths: Sequence[str]) -> bool:
+    def matches(self, op: FileOp, paths: Sequence[str], size: int | None = None) -> bool:
+        if self.min_size and (size is None or size < self.min_size):
+            return False
         return op in self.ops and any(fnmatchcase(p, self.path_glob) for p in paths)
 
 
@@ -213,24 +218,26 @@ def _rule_from_dict(entry: dict[str, Any]) -> FaultRule:
     return FaultRule(
         ops=frozenset(FileOp(op) for op in entry["ops"]), path_glob=entry.get("path_glob", "*"),
         error=error, kill=entry.get("kill"), skip=int(entry.get("skip", 0)), times=entry.get("times"),
+        min_size=int(entry.get("min_size", 0)),
     )
 
 
 def _rule_to_dict(rule: FaultRule) -> dict[str, Any]:
     return {"ops": sorted(op.value for op in rule.ops), "path_glob": rule.path_glob, "error": rule.error,
-            "kill": rule.kill, "skip": rule.skip, "times": rule.times}
+            "kill": rule.kill, "skip": rule.skip, "times": rule.times, "min_size": rule.min_size}
 
 
 # --- the check every operation makes while a plan is installed ----------------------------------
 
 
-def _before(op: FileOp, *paths: PathLike) -> bool:
-    """Count the op in every plan; raise or kill if a rule fires now. Returns whether to kill after."""
+def _before(op: FileOp, *paths: PathLike, size: int | None = None) -> bool:
+    """Count the op in every plan; raise or kill if a rule fires now (``size``: the bytes a write
+    or reservation moves). Returns whether to kill after."""
     names = [os.fspath(p) for p in paths]
     fired: list[FaultRule] = []
     with _lock:
         for plan in _plans:
-            _visit(plan, op, names, fired)
+            _visit(plan, op, names, fired, size)
     if any(rule.kill == "before" for rule in fired):
         _kill_self()
     kill_after = any(rule.kill == "after" for rule in fired)
@@ -241,14 +248,14 @@ def _before(op: FileOp, *paths: PathLike) -> bool:
     return kill_after
 
 
-def _visit(plan: _Plan, op: FileOp, names: list[str], fired: list[FaultRule]) -> None:
+def _visit(plan: _Plan, op: FileOp, names: list[str], fired: list[FaultRule], size: int | None) -> None:
     """Count the op in ``plan`` and add the rules that fire now to ``fired``."""
     stats = plan.stats
     stats.ops[op] += 1
     if stats.trace is not None:
         stats.trace.append((op, names[0]))
     for i, rule in enumerate(plan.rules):
-        if not rule.matches(op, names):
+        if not rule.matches(op, names, size):
             continue
         stats.matched[i] += 1
         due = stats.matched[i] - rule.skip
@@ -306,7 +313,7 @@ def write(fd: int, data: Buffer, path: PathLike) -> int:
     """``os.write``; returns the bytes written."""
     if not _plans:
         return os.write(fd, data)
-    kill = _before(FileOp.WRITE, path)
+    kill = _before(FileOp.WRITE, path, size=len(data))
     try:
         return os.write(fd, data)
     finally:
@@ -324,7 +331,7 @@ def pwrite(fd: int, data: Buffer, offset: int, path: PathLike) -> int:
     """``os.pwrite``; returns the bytes written."""
     if not _plans:
         return os.pwrite(fd, data, offset)
-    kill = _before(FileOp.WRITE, path)
+    kill = _before(FileOp.WRITE, path, size=len(data))
     try:
         return os.pwrite(fd, data, offset)
     finally:
@@ -335,7 +342,7 @@ def pwritev(fd: int, buffers: Sequence[Buffer], offset: int, path: PathLike) -> 
     """``os.pwritev`` (one gathered write); returns the bytes written."""
     if not _plans:
         return os.pwritev(fd, buffers, offset)
-    kill = _before(FileOp.WRITE, path)
+    kill = _before(FileOp.WRITE, path, size=sum(memoryview(b).nbytes for b in buffers))
     try:
         return os.pwritev(fd, buffers, offset)
     finally:
@@ -468,7 +475,7 @@ def reserve_blocks(fd: int, offset: int, length: int, path: PathLike) -> bool:
     (``fallocate(FALLOC_FL_KEEP_SIZE)``), so writes there later find their blocks: a TRUNCATE op.
     Returns False where the system or the file system has no such call (nothing happened);
     raises OSError for any other failure (ENOSPC, EIO ...)."""
-    kill = _before(FileOp.TRUNCATE, path) if _plans else False
+    kill = _before(FileOp.TRUNCATE, path, size=length) if _plans else False
     try:
         if _fallocate is None:
             return False
