@@ -4,10 +4,12 @@ it claims is never allocated (the Python heap's peak stays far below it)."""
 
 from __future__ import annotations
 
+import random
 import struct
 
 import cramjam
 import pytest
+import zstandard
 
 from bomb_samples import ZSTD_MAGIC, lz4_frame_claiming, zstd_rle_bomb
 from fuzz_strategies import peak_allocation
@@ -25,6 +27,7 @@ BOMBS = {
     "lz4-stream": (CompressionType.LZ4, lambda: compress(CompressionType.LZ4, bytes(64 * MIB))),
     "lz4-claim": (CompressionType.LZ4, lambda: lz4_frame_claiming(1 << 62)),
     "zstd-stream": (CompressionType.ZSTD, lambda: bytes(cramjam.zstd.compress(bytes(64 * MIB)))),
+    "zstd-stream-no-size": (CompressionType.ZSTD, lambda: _zstd_jni_style(bytes(64 * MIB))),
     "zstd-rle-blocks": (CompressionType.ZSTD, lambda: zstd_rle_bomb(1024)),
     "zstd-claim": (CompressionType.ZSTD, lambda: ZSTD_MAGIC + b"\xc0" + struct.pack("<Q", 1 << 62) + b"\x01\x00\x00"),
 }
@@ -63,6 +66,22 @@ def test_a_stream_just_within_the_limit_decompresses(codec: CompressionType) -> 
     if codec is not CompressionType.NONE:
         with pytest.raises(CorruptRecordError, match="more than"):
             decompress(codec, compress(codec, payload), max_size=len(payload) - 1)
+
+
+def _zstd_jni_style(data: bytes) -> bytes:
+    """A zstd frame without content size, as Kafka's Java clients (zstd-jni streams) write them."""
+    return zstandard.ZstdCompressor(write_content_size=False).compress(data)
+
+
+def test_a_zstd_stream_without_content_size_is_bounded_by_what_it_holds_not_by_its_headers() -> None:
+    rng = random.Random(19)
+    payload = bytes(rng.choice(b"tidelog kafka ") for _ in range(MIB + 1000))  # 9 compressed blocks,
+    # which their headers bound only to 9 x 128 KiB
+    stream = _zstd_jni_style(payload)
+    assert decompress(CompressionType.ZSTD, stream, max_size=len(payload)) == payload
+    with pytest.raises(CorruptRecordError, match="more than") as err:
+        decompress(CompressionType.ZSTD, stream, max_size=len(payload) - 1)
+    assert err.value.context["max_size"] == len(payload) - 1
 
 
 def _bomb_batch() -> bytes:

@@ -90,6 +90,24 @@ def test_max_message_bytes_counts_the_whole_batch_with_log_overhead() -> None:
     analyze_batches(data, origin=REPLICATION, max_message_bytes=len(data) - 1)
 
 
+@pytest.mark.parametrize("codec", ALL_CODECS[1:])
+def test_a_compressed_batch_must_fit_max_message_bytes_as_it_would_uncompressed(make_log: MakeLog,
+                                                                                codec: CompressionType) -> None:
+    plain = batch(b"tidelog " * 20_000)  # ~160 KB of records that compress to a few KB
+    packed = batch(b"tidelog " * 20_000, compression=codec)
+    assert len(packed) < len(plain) // 10
+    validate(packed, log_config(max_message_bytes=len(plain)))
+    with pytest.raises(RecordTooLargeError, match="decompresses to more than"):
+        validate(packed, log_config(max_message_bytes=len(plain) - 1))
+    log = make_log(max_message_bytes=len(plain) - 1)  # the one-pass check of a produced batch too
+    with pytest.raises(RecordTooLargeError):
+        log.append_as_leader(packed)
+    assert log.log_end_offset == 0
+    log.update_config(log_config(max_message_bytes=len(plain)))
+    log.append_as_leader(packed)
+    assert log.log_end_offset == 1
+
+
 # --- producer batch rules -------------------------------------------------------------------
 
 def test_producer_may_send_only_one_batch() -> None:

@@ -34,10 +34,12 @@ Decompression bombs: a few bytes of a compressed stream can claim gigabytes (a z
 turns 4 bytes into 128 KiB; a raw snappy block or an LZ4/zstd frame header declares its own
 content size). :func:`decompress` never produces more than ``max_size`` bytes, by default
 :data:`MAX_DECOMPRESSED_BYTES`: gzip and LZ4 stop inflating one byte past it, snappy checks each
-block's declared length before decoding it, and zstd is decoded only once the frame and block
-headers (RFC 8878: content size, block sizes, at most 128 KiB out of a compressed block) bound its
-output below it. Above the bound, :class:`CorruptRecordError` (``max_size`` in its context), and
-nothing of that size was allocated.
+block's declared length before decoding it, and zstd is decoded in one call when the frame and
+block headers (RFC 8878: content size, block sizes, at most 128 KiB out of a compressed block)
+bound its output below it, else into an output buffer of ``max_size + 1`` bytes that the decoder
+cannot write past. Above the bound, :class:`CorruptRecordError` (``max_size`` in its context),
+and nothing past it was allocated. A leader append passes the topic's ``max.message.bytes`` as the
+bound (``storage.validator``): a bomb then costs at most that much memory before it is refused.
 
 Compressed bytes differ between libraries and versions (see the storage reference §1.7): treat them
 as opaque and compare decompressed records. Errors: an unknown codec id raises
@@ -53,6 +55,7 @@ from enum import IntEnum
 
 import cramjam
 import lz4.frame
+import numpy as np
 
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 
@@ -192,7 +195,7 @@ def _snappy_compress(data: Buffer) -> bytes:
 def _snappy_decompress(data: Buffer, magic: int, limit: int) -> bytes:
     view = memoryview(data)
     if bytes(view[:8]) != XERIAL_MAGIC or len(view) < len(XERIAL_HEADER):
-        return _snappy_raw(view, limit)
+        return _snappy_raw(view, 0, limit)
     parts: list[bytes] = []
     pos = len(XERIAL_HEADER)
     total = 0
@@ -200,25 +203,26 @@ def _snappy_decompress(data: Buffer, magic: int, limit: int) -> bytes:
         if bytes(view[pos:pos + 8]) == XERIAL_MAGIC:
             pos += len(XERIAL_HEADER)
             continue
-        pos = _snappy_block(view, pos, parts, limit - total)
+        pos = _snappy_block(view, pos, parts, total, limit)
         total += len(parts[-1])
     return b"".join(parts)
 
 
-def _snappy_block(view: memoryview, pos: int, parts: list[bytes], room: int) -> int:
+def _snappy_block(view: memoryview, pos: int, parts: list[bytes], total: int, limit: int) -> int:
     if pos + 4 > len(view):
         raise CorruptRecordError("snappy stream ends inside a block length", position=pos)
     (length,) = _INT32.unpack_from(view, pos)
     end = pos + 4 + length
     if length < 0 or end > len(view):
         raise CorruptRecordError(f"snappy block length {length} runs past the stream", position=pos)
-    parts.append(_snappy_raw(view[pos + 4:end], room))
+    parts.append(_snappy_raw(view[pos + 4:end], total, limit))
     return end
 
 
-def _snappy_raw(block: memoryview, room: int) -> bytes:
-    """One raw snappy block, whose preamble declares its decoded length: checked before decoding."""
-    _check_size(CompressionType.SNAPPY, cramjam.snappy.decompress_raw_len(block), room)
+def _snappy_raw(block: memoryview, total: int, limit: int) -> bytes:
+    """One raw snappy block after ``total`` bytes decoded, whose preamble declares its decoded
+    length: checked against ``limit`` before decoding."""
+    _check_size(CompressionType.SNAPPY, total + cramjam.snappy.decompress_raw_len(block), limit)
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
@@ -313,55 +317,79 @@ _ZSTD_RLE, _ZSTD_COMPRESSED, _ZSTD_RESERVED = 1, 2, 3
 
 def _zstd_decompress(data: Buffer, magic: int, limit: int) -> bytes:
     view = memoryview(data)
-    _check_size(CompressionType.ZSTD, _zstd_bound(view, limit), limit)
-    return bytes(cramjam.zstd.decompress(view))
+    least, most = _zstd_bounds(view, limit)
+    _check_size(CompressionType.ZSTD, least, limit)  # headers alone prove it too large: nothing decoded
+    if most <= limit:
+        return bytes(cramjam.zstd.decompress(view))
+    return _zstd_bounded(view, limit)
 
 
-def _zstd_bound(view: memoryview, limit: int) -> int:
-    """An upper bound of what ``view``'s zstd frames decode to, read from frame and block headers
-    only (stops counting once above ``limit``). Where the bytes stop being zstd frames, counting
-    stops too: the decoder refuses that point without producing anything past it."""
-    pos = bound = 0
+def _zstd_bounded(view: memoryview, limit: int) -> bytes:
+    """Decode into a buffer of ``limit + 1`` bytes, for streams whose headers do not bound them
+    below ``limit`` (each compressed block may hold up to 128 KiB). The buffer is left
+    uninitialised, so only what is decoded takes memory."""
+    out = np.empty(limit + 1, np.uint8)
     try:
-        while pos < len(view) and bound <= limit:
+        size = cramjam.zstd.decompress_into(view, out)
+    except cramjam.DecompressionError as err:
+        if _WRITE_ZERO in str(err):  # the output buffer is full: the stream holds more than limit
+            _check_size(CompressionType.ZSTD, limit + 1, limit)
+        raise
+    _check_size(CompressionType.ZSTD, size, limit)
+    return out[:size].tobytes()
+
+
+_WRITE_ZERO = "failed to write whole buffer"  # cramjam's error when the output buffer is too small
+
+
+def _zstd_bounds(view: memoryview, limit: int) -> tuple[int, int]:
+    """``(least, most)`` that ``view``'s zstd frames decode to, read from frame and block headers
+    only (counting stops once ``least`` is above ``limit``). Where the bytes stop being zstd
+    frames, counting stops too: the decoder refuses that point without producing anything past it."""
+    pos = least = most = 0
+    try:
+        while pos < len(view) and least <= limit:
             magic = _u32le(view, pos)
             if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
                 pos += 8 + _u32le(view, pos + 4)
             elif magic == _ZSTD_MAGIC:
-                pos, frame_bound = _zstd_frame_bound(view, pos + 4, limit - bound)
-                bound += frame_bound
+                pos, frame_least, frame_most = _zstd_frame_bounds(view, pos + 4, limit - least)
+                least, most = least + frame_least, most + frame_most
             else:
                 break
     except _NotZstd:
         pass
-    return bound
+    return least, most
 
 
 class _NotZstd(Exception):
     """The bytes stop being a well-formed zstd frame here (the decoder will say why)."""
 
 
-def _zstd_frame_bound(view: memoryview, pos: int, room: int) -> tuple[int, int]:
-    """(position after the frame, bound of its content): the declared content size when present
-    (the decoder allocates that), else the sum over blocks (raw and RLE: their size; compressed:
-    128 KiB). Walks one 3-byte header per block; stops early once above ``room``."""
+def _zstd_frame_bounds(view: memoryview, pos: int, room: int) -> tuple[int, int, int]:
+    """(position after the frame, least, most of its content): both the declared content size
+    when present (the decoder allocates that), else over blocks: raw and RLE blocks their size,
+    compressed ones 0 to 128 KiB. Walks one 3-byte header per block; stops once ``least`` is
+    above ``room``."""
     descriptor = _byte(view, pos)
     size_field = (1 if descriptor & 0x20 else 0, 2, 4, 8)[descriptor >> 6]
     pos += 1 + (0 if descriptor & 0x20 else 1) + (0, 1, 2, 4)[descriptor & 3] + size_field
     declared = int.from_bytes(view[pos - size_field:pos], "little") + (256 if size_field == 2 else 0)
     if size_field and declared > room:
-        return pos, declared
-    bound = 0
-    while bound <= room:
+        return pos, declared, declared
+    least = most = 0
+    while least <= room:
         header = _byte(view, pos) | _byte(view, pos + 1) << 8 | _byte(view, pos + 2) << 16
         kind, size = header >> 1 & 3, header >> 3
         if kind == _ZSTD_RESERVED:
             raise _NotZstd
-        bound += _ZSTD_BLOCK_MAX if kind == _ZSTD_COMPRESSED else size
+        exact = kind != _ZSTD_COMPRESSED
+        least, most = least + (size if exact else 0), most + (size if exact else _ZSTD_BLOCK_MAX)
         pos += 3 + (1 if kind == _ZSTD_RLE else size)
         if header & 1:  # Last_Block
-            return pos + (4 if descriptor & 0x04 else 0), bound
-    return pos, bound
+            end = pos + (4 if descriptor & 0x04 else 0)
+            return (end, declared, declared) if size_field else (end, least, most)
+    return pos, least, most
 
 
 def _byte(view: memoryview, pos: int) -> int:

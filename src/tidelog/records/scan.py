@@ -44,7 +44,7 @@ from crc32c import crc32c
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
 from tidelog.records.batch import COMPRESSION_CODEC_MASK, RecordBatch
-from tidelog.records.compression import decompress
+from tidelog.records.compression import MAX_DECOMPRESSED_BYTES, decompress
 from tidelog import twins
 
 
@@ -420,12 +420,15 @@ def _decompress_batch(view: memoryview, batches: dict[str, np.ndarray], b: int, 
     return _decompress_payload(codec, payload, pos, int(batches["base_offset"][b]))
 
 
-def _decompress_payload(codec: int, payload: memoryview, position: int, offset: int) -> bytes:
+def _decompress_payload(codec: int, payload: memoryview, position: int, offset: int,
+                        max_size: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     try:
-        return decompress(codec, payload)
+        return decompress(codec, payload, max_size=max_size)
     except (CorruptRecordError, UnsupportedCompressionError) as err:
         # An unknown codec id in bytes read back is corruption too: one error for callers to catch.
-        raise CorruptRecordError(err.message, position=position, offset=offset) from err
+        # ``max_size`` stays in the context: a caller tells "too large" from "does not decode" by it.
+        raise CorruptRecordError(err.message, position=position, offset=offset,
+                                 max_size=err.context.get("max_size")) from err
 
 
 def _plan_rows(batches: dict[str, np.ndarray], area_begin: np.ndarray,
@@ -504,20 +507,23 @@ class RecordsSummary(NamedTuple):
     sequential_offsets: bool
 
 
-def summarize_batch_records(batch: RecordBatch, position: int = 0, *, kernels: ScanKernels | None = None) -> RecordsSummary:
+def summarize_batch_records(batch: RecordBatch, position: int = 0, *, kernels: ScanKernels | None = None,
+                            max_decompressed: int = MAX_DECOMPRESSED_BYTES) -> RecordsSummary:
     """Walk the records of ``batch`` (decompressing if needed) without building per-record
     columns: one kernel call of a few microseconds per produced batch.
 
     The batch's size and CRC must already have been checked. ``position`` is where the batch sits
     in the caller's buffer, for errors: :class:`CorruptRecordError` names it and the failing
-    record's position within the records area.
+    record's position within the records area. A compressed records area decompressing to more
+    than ``max_decompressed`` bytes is refused at that byte (CorruptRecordError with ``max_size``
+    in its context), having held at most that much.
     """
     twin = kernels or _ACTIVE
     attributes, base_offset = batch.attributes, batch.base_offset
     codec = attributes & COMPRESSION_CODEC_MASK
     area = batch.buffer[k.RECORD_BATCH_OVERHEAD:batch.size_in_bytes]
     if codec != 0:
-        area = memoryview(_decompress_payload(codec, area, position, base_offset))
+        area = memoryview(_decompress_payload(codec, area, position, base_offset, max_decompressed))
     error, at, low, high, keyless, first_keyless, sequential = twin.summarize_records(
         twin.view(_as_uint8(area)), 0, len(area), batch.records_count, batch.base_timestamp,
         bool(attributes & k.TIMESTAMP_TYPE_MASK))

@@ -13,6 +13,13 @@ An append arrives as a buffer of record batches. Two steps, as in Kafka (kafka-s
 
 Any record error fails the whole append, naming the batch position and record indexes.
 
+**Compressed batches** are decompressed for step 2 into at most what ``max.message.bytes`` allows
+the batch uncompressed (:func:`decompressed_records_limit`), in pieces the codec library bounds
+(``records.compression``): one byte more and the append is refused with RecordTooLargeError, so
+a few hundred KB that inflate to gigabytes cost a leader append no more memory than one
+uncompressed batch of the topic's largest size. Kafka has no such limit (it streams the records
+and stores such a batch); see docs/architecture.md.
+
 **The common case in one pass.** Nearly every leader append is one v2 batch from a producer that
 can be written as it came, with only baseOffset and partitionLeaderEpoch replaced (both outside
 the CRC). :func:`validate_produced_batch` checks exactly what the two steps check for such a
@@ -179,13 +186,36 @@ def assign_offsets(
     log_append = config.message_timestamp_type == "LogAppendTime"
     # Every v2 batch's records are checked on its summary, whichever path writes it (a legacy
     # entry in the same append used to send the v2 batches past these checks).
-    summaries = [summarize_batch_records(batch, position) for position, batch in batches if batch.magic >= 2]  # type: ignore[arg-type]  # v2 here
+    summaries = [_summarize(batch, position, config.max_message_bytes)  # type: ignore[arg-type]  # v2 here
+                 for position, batch in batches if batch.magic >= 2]
     for (position, batch), summary in zip([b for b in batches if b[1].magic >= 2], summaries):
         _check_records(summary, batch, position, config, now, log_append, topic_partition)
     if (len(summaries) == len(batches) and target == analyzed.source_compression
             and _codecs_uniform(batches, target)):
         return _assign_in_place(analyzed, summaries, next_offset, leader_epoch, now, log_append, target)
     return _rebuild(analyzed, next_offset, config, leader_epoch, now, log_append, target, topic_partition)
+
+
+def decompressed_records_limit(max_message_bytes: int) -> int:
+    """Most bytes a leader append's compressed records area may decompress to: what the batch
+    would weigh uncompressed must fit ``max.message.bytes``, as an uncompressed batch must."""
+    return max(0, max_message_bytes - RECORD_BATCH_OVERHEAD)
+
+
+def _summarize(batch: RecordBatch, position: int, max_message_bytes: int) -> RecordsSummary:
+    """The batch's records summary; a compressed batch that decompresses past what
+    ``max.message.bytes`` allows is refused at that byte with :class:`RecordTooLargeError`
+    (Kafka's MESSAGE_TOO_LARGE, on which a Java producer splits the batch and retries)."""
+    limit = decompressed_records_limit(max_message_bytes)
+    try:
+        return summarize_batch_records(batch, position, max_decompressed=limit)
+    except CorruptRecordError as err:
+        if err.context.get("max_size") != limit:
+            raise
+        raise RecordTooLargeError(
+            f"compressed batch decompresses to more than {limit} bytes of records: uncompressed it would "
+            f"exceed max.message.bytes {max_message_bytes}", position=position, offset=batch.base_offset,
+        ) from err
 
 
 def _check_single_batch(batches: Sequence[tuple[int, FileBatch]]) -> None:
@@ -486,7 +516,7 @@ def _validate_in_python(
     codec = rules.codecs[attributes & _CODEC_MASK]
     if codec is None or not stored_crc_matches(records):
         return None
-    summary = _summary(records)
+    summary = _summary(records, decompressed_records_limit(rules.max_message_bytes))
     if summary is None:
         return None
     low, high, keyless, sequential = summary
@@ -509,12 +539,12 @@ def _checker() -> Callable[..., tuple[int, int, int, int]]:
     return _CHECK
 
 
-def _summary(records: bytes | bytearray | memoryview) -> tuple[int, int, int, bool] | None:
+def _summary(records: bytes | bytearray | memoryview, max_decompressed: int) -> tuple[int, int, int, bool] | None:
     """``(min timestamp, max timestamp, keyless, sequential)`` of the batch's records through
-    :func:`summarize_batch_records` (decompressing; any buffer type), or None when they do not
-    decode (the general path then raises what the failure was)."""
+    :func:`summarize_batch_records` (decompressing at most ``max_decompressed`` bytes; any buffer
+    type), or None when they do not decode (the general path then raises what the failure was)."""
     try:
-        summary = summarize_batch_records(RecordBatch(records))
+        summary = summarize_batch_records(RecordBatch(records), max_decompressed=max_decompressed)
     except Exception:  # noqa: BLE001 - any failure is reported by the general path, which meets it too
         return None
     return summary.min_timestamp, summary.max_timestamp, summary.keyless, summary.sequential_offsets
