@@ -19,12 +19,12 @@ from tidelog.manager.reports import TopicDescription
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
+from tidelog.server.internal_topics import INTERNAL_TOPICS
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 NO_OPERATIONS = None  # encodes as -2147483648 (bit 31), Kafka's "authorized operations not requested"
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 async def handle_metadata(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:

@@ -8,7 +8,7 @@ Per-partition errors, as Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_RECORD (no
 magic-2 batch; a record rule broken, with the failing records' indexes from v8), CORRUPT_MESSAGE
 (size or CRC), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, KAFKA_STORAGE_ERROR, NOT_ENOUGH_REPLICAS
 (acks -1 with ``min.insync.replicas`` above 1: the ISR is this broker alone); INVALID_REQUIRED_ACKS
-for acks outside {-1, 0, 1}.
+for acks outside {-1, 0, 1}; INVALID_TOPIC_EXCEPTION for an internal topic (:mod:`.internal_topics`).
 
 Idempotent producers (producer ids from InitProducerId, :mod:`.init_producer_id`) are checked by
 the log's producer state: a retried batch gets NONE and its original base offset (nothing is
@@ -38,6 +38,7 @@ from tidelog.server.errors import (
     record_errors,
 )
 from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
+from tidelog.server.internal_topics import check_appendable
 from tidelog.topic_partition import TopicPartition
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -114,6 +115,7 @@ def append_all(manager: LogManager, topic_data: list[Any], acks: int) -> Produce
 
 def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int) -> PartitionResult:
     try:
+        check_appendable(tp.topic)
         check_one_v2_batch(records, tp)
         if acks == -1:
             _check_min_insync_replicas(manager, tp)

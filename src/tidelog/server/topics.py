@@ -14,7 +14,8 @@ controller refuses an operation of more than ``MAX_RECORDS_PER_USER_OP`` records
 2^31-1 is answered at once instead of creating directories until the disk is full.
 
 DeleteTopics: by name, or by topic id from v6; unknown names get UNKNOWN_TOPIC_OR_PARTITION,
-unknown ids UNKNOWN_TOPIC_ID.
+unknown ids UNKNOWN_TOPIC_ID, an internal topic (``__consumer_offsets``...) INVALID_TOPIC_EXCEPTION
+(:mod:`.internal_topics`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tidelog.server.errors import (
     error_code,
     error_message,
 )
+from tidelog.server.internal_topics import check_deletable
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Created = CreateTopicsResponse.CreatableTopicResult
@@ -164,6 +166,7 @@ def delete_topics(manager: LogManager, wanted: list[tuple[str | None, Any]]) -> 
             continue
         try:
             found_id = topic_id_to_uuid(manager.describe_topic(target).topic_id)
+            check_deletable(target)
             manager.delete_topic(target)
             results.append(Deleted(name=target, topic_id=found_id, error_code=0))
         except Exception as e:  # noqa: BLE001 - every failure becomes this topic's error code
