@@ -147,6 +147,9 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
+        # Whether the owning log has checked the .txnindex against the ABORT markers in the .log
+        # (Log._checked_txn_index); recovery clears it again.
+        self.txn_index_checked = False
         # The append bookkeeping below lives in the .log's tail (see the properties after open()),
         # where the compiled leader append reads and updates it in the call that writes.
         self.tail_slots = log_file.tail_slots  # a new file's tail: zeros, not armed
@@ -702,10 +705,12 @@ class LogSegment:
         self._bytes_since_last_index_entry = end - last_entry
 
     def _recover_txn_index(self, end_offset: int) -> None:
-        """Kafka rebuilds the ``.txnindex`` from producer state; tidelog has none yet, so it keeps
-        the file's entries for transactions that ended below ``end_offset`` (a file that does not
-        read is dropped). Resetting it would lose the aborts that the cleaner and isolated reads
-        depend on."""
+        """Kafka rebuilds the ``.txnindex`` here, from the producer state at the segment's base
+        offset, which this segment does not have: it keeps the file's entries for transactions
+        that ended below ``end_offset`` (a file that does not read is emptied) and leaves the
+        rebuild to the owning log, which checks the index against the ABORT markers in the
+        ``.log`` before any entry is served (:meth:`Log._checked_txn_index`)."""
+        self.txn_index_checked = False
         try:
             self.txn_index.sanity_check()
             self.txn_index.truncate_to(end_offset)

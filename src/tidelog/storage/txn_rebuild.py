@@ -1,0 +1,150 @@
+"""Rebuilding a segment's ``.txnindex`` from the ABORT markers in its ``.log``.
+
+Kafka rebuilds the transaction index whenever it recovers a segment (``LogSegment.recover`` with
+the producer state at the segment's base offset): each transaction marker completes the
+producer's open transaction, and an ABORT marker of a transaction that holds data (Kafka's
+``ProducerAppendInfo.appendEndTxnMarker`` completes only those) adds the entry
+``(producer id, first offset, marker offset, last stable offset)``, where the last stable offset is
+the first offset of the earliest transaction still open for *another* producer, or the marker
+offset + 1 when there is none. Only the transactional batches matter, so this walks batch headers
+(the numba header walk) and decodes only the control batches' marker records.
+
+The open transactions at the segment's base offset come from the newest readable producer
+snapshot at or below it (a snapshot keeps each producer's ``currentTxnFirstOffset``) and the
+transactional batches between that snapshot and the segment; without one, from the log start.
+
+:func:`abort_markers` is the cheap half (one segment's headers): a segment without ABORT markers
+needs no index, and the caller only replays when the markers and the index's entries disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.errors import CorruptSnapshotError
+from tidelog.records import read_batch_at
+from tidelog.records.control import ControlRecordType, control_record_type
+from tidelog.storage import fileops, files
+from tidelog.storage.producer_snapshot import read_snapshot
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class TxnBatch:
+    """A transactional batch, from its header (and, for a control batch, its marker record)."""
+
+    producer_id: int
+    base_offset: int
+    control: ControlRecordType | None  # None: a data batch; UNKNOWN also for an empty control batch
+
+
+def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 - 1) -> Iterator[TxnBatch]:
+    """The transactional batches of ``segment`` with offsets in [start, end), in order. Reads the
+    header columns (one walk of the mapped ``.log``), then each control batch whole (~78 bytes)."""
+    headers = segment.log.batch_headers(segment.size)
+    attributes = headers["attributes"].tolist()
+    rows = [i for i, (attr, pid, last, base) in enumerate(zip(
+        attributes, headers["producer_id"].tolist(), headers["last_offset"].tolist(), headers["base_offset"].tolist()))
+        if attr & _TRANSACTIONAL and pid >= 0 and last >= start and base < end]
+    if not rows:
+        return
+    path = segment.log.path
+    fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for i in rows:
+            pid, base = int(headers["producer_id"][i]), int(headers["base_offset"][i])
+            if not attributes[i] & _CONTROL:
+                yield TxnBatch(pid, base, None)
+                continue
+            batch = read_batch_at(fileops.pread(fd, int(headers["size"][i]), int(headers["position"][i]), path), 0)
+            record = None if batch is None else next(iter(batch.records()), None)
+            yield TxnBatch(pid, base, ControlRecordType.UNKNOWN if record is None else control_record_type(record.key))
+    finally:
+        os.close(fd)
+
+
+def abort_markers(segment: LogSegment) -> list[tuple[int, int]]:
+    """``(producer id, marker offset)`` of every ABORT marker in ``segment``, in offset order."""
+    return [(b.producer_id, b.base_offset) for b in transactional_batches(segment)
+            if b.control is ControlRecordType.ABORT]
+
+
+class _OpenTxns:
+    """Producer id -> first offset of its open transaction, and the completions of a replay."""
+
+    def __init__(self, open_txns: dict[int, int]) -> None:
+        self.first_offsets = open_txns
+
+    def apply(self, batch: TxnBatch) -> AbortedTxn | None:
+        """Replay one batch (Kafka's ``ProducerAppendInfo.append``); the entry an ABORT adds."""
+        if batch.control is None:
+            self.first_offsets.setdefault(batch.producer_id, batch.base_offset)
+            return None
+        if batch.control not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None  # an empty control batch: its transaction was cleaned away, nothing completes
+        first = self.first_offsets.get(batch.producer_id)
+        entry = None
+        if first is not None and batch.control is ControlRecordType.ABORT:
+            others = [offset for pid, offset in self.first_offsets.items() if pid != batch.producer_id]
+            entry = AbortedTxn(batch.producer_id, first, batch.base_offset, min(others, default=batch.base_offset + 1))
+        self.first_offsets.pop(batch.producer_id, None)
+        return entry
+
+
+def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log_start_offset: int,
+                         snapshot_offsets: Sequence[int], dir: Path, open_at: dict[int, dict[int, int]]) -> list[AbortedTxn]:
+    """The entries Kafka's recovery would give ``target``'s ``.txnindex`` (see the module
+    docstring); ``segments`` are the log's, in order, ``snapshot_offsets`` its producer snapshots.
+    ``open_at`` caches the open transactions at segment base offsets (filled here, read by the
+    next call): rebuilding every segment of a log walks each one once. Walks the headers of the
+    segments between the replay's start and ``target``."""
+    cached = max((base for base in open_at if base <= target.base_offset), default=None)
+    start, open_txns = _open_txns_at(target.base_offset, log_start_offset, snapshot_offsets, dir)
+    if cached is not None and cached >= start:
+        start, open_txns = cached, dict(open_at[cached])
+    state = _OpenTxns(open_txns)
+    for i, segment in enumerate(segments):
+        if segment.base_offset >= target.base_offset:
+            break
+        following = segments[i + 1].base_offset if i + 1 < len(segments) else target.base_offset
+        if following <= start:
+            continue
+        for batch in transactional_batches(segment, start, target.base_offset):
+            state.apply(batch)
+        if following <= target.base_offset:
+            open_at[following] = dict(state.first_offsets)
+    open_at[target.base_offset] = dict(state.first_offsets)
+    return [entry for batch in transactional_batches(target, max(start, target.base_offset))
+            if (entry := state.apply(batch)) is not None]
+
+
+def _open_txns_at(offset: int, log_start_offset: int, snapshot_offsets: Sequence[int],
+                  dir: Path) -> tuple[int, dict[int, int]]:
+    """Where a replay up to ``offset`` starts and the transactions open there: the newest
+    readable snapshot in [log start, offset], else the log start with none open."""
+    for snapshot in sorted((o for o in snapshot_offsets if log_start_offset <= o <= offset), reverse=True):
+        try:
+            entries = read_snapshot(files.producer_snapshot_file(dir, snapshot))
+        except (CorruptSnapshotError, OSError) as e:
+            log.warning("%s: producer snapshot %d not used to rebuild a transaction index: %s", dir, snapshot, e)
+            continue
+        return snapshot, {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+    return log_start_offset, {}
+
+
+def merge_entries(existing: Sequence[AbortedTxn], rebuilt: Sequence[AbortedTxn]) -> list[AbortedTxn]:
+    """``rebuilt``, except that an existing entry for the same producer and ABORT marker is kept
+    as it is (the broker that wrote it knew its producer state first hand)."""
+    kept = {(txn.producer_id, txn.last_offset): txn for txn in existing}
+    return [kept.get((txn.producer_id, txn.last_offset), txn) for txn in rebuilt]
+
