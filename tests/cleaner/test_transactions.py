@@ -12,10 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from cleaner_helpers import MakeLog
+from cleaner_helpers import MakeLog, all_records, cleaner_config, keyed_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.cleaner.clean import Cleaner, CleanerBuffers, InProcessEngine
+from tidelog.cleaner.offset_map import OffsetMap
 from tidelog.cleaner.producers import ProducerLastBatch, producer_last_batches
 from tidelog.cleaner.retain import discardable_batches
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
@@ -30,7 +32,9 @@ from tidelog.records import (
     build_end_txn_marker_batch,
     build_legacy_batch,
 )
+from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
+from tidelog.testing import FakeClock, FakeScheduler
 
 T = 1_700_000_000_000
 ABORT, COMMIT = ControlRecordType.ABORT, ControlRecordType.COMMIT
@@ -226,6 +230,63 @@ def test_many_producers_interleaved_in_one_segment(make_log: MakeLog) -> None:
     log.append_as_follower(b"".join(produced(i, i % 100, i // 5000) for i in range(20_000)))
     result = producer_last_batches(log)
     assert len(result) == 100 and result[7] == ProducerLastBatch(19_907, 3, False, T)
+
+
+# --- a lost or damaged .txnindex: rebuilt from the markers, the aborted data still goes ----------
+
+def _write_transactions(log: Log) -> None:
+    """Keyed transactional data of two producers, an abort spanning segments, Kafka's entries."""
+    def data(offset: int, key: bytes, pid: int) -> bytes:
+        return keyed_batch([(key, b"v%d" % offset)], base_offset=offset, producer_id=pid, producer_epoch=0,
+                           base_sequence=offset, is_transactional=True)
+
+    def marker(offset: int, pid: int, commit: bool) -> bytes:
+        return build_end_txn_marker_batch(commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0,
+                                          base_offset=offset, timestamp=T)
+
+    for batches, entries in (([data(0, b"a", 1), marker(1, 1, True), data(2, b"b", 1)], []),
+                             ([data(3, b"c", 2), marker(4, 1, False), data(5, b"a", 2)], [AbortedTxn(1, 2, 4, 3)]),
+                             ([marker(6, 2, False), keyed_batch([(b"d", b"v7")], base_offset=7)], [AbortedTxn(2, 3, 6, 7)])):
+        if log.log_end_offset:
+            log.roll()
+        for one in batches:
+            log.append_as_follower(one)
+        for entry in entries:
+            log.active_segment.txn_index.append(entry)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+
+
+def _cleaned(log: Log, clock: FakeClock) -> list[tuple[int, bytes | None, bytes | None]]:
+    buffers = CleanerBuffers(dedupe_buffer_size=1024 * 24, load_factor=0.75, io_buffer_size=65536,
+                             max_io_buffer_size=65536)
+    cleaner = Cleaner(InProcessEngine(buffers, offset_map=OffsetMap.with_slots(1024, 0.75)), clock)
+    cleaner.clean_pass(log, log.topic_partition, 0, log.active_segment.base_offset)
+    return all_records(log)
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut-mid-entry"])
+@pytest.mark.parametrize("clean_shutdown", [True, False], ids=["clean-open", "recovery"])
+def test_the_cleaner_drops_aborted_data_when_the_txn_index_was_lost(
+    tmp_path: Path, clock: FakeClock, scheduler: FakeScheduler, damage: str, clean_shutdown: bool,
+) -> None:
+    outputs = []
+    for damaged in (False, True):
+        dir = tmp_path / f"{damaged}-0"
+        log = Log.open(dir, cleaner_config(), clock=clock, scheduler=scheduler)
+        _write_transactions(log)
+        log.close()
+        for path in dir.glob("*.txnindex") if damaged else ():
+            if damage == "deleted":
+                path.unlink()
+            else:
+                path.write_bytes(path.read_bytes()[:-3])
+        reopened = Log.open(dir, cleaner_config(), had_clean_shutdown=clean_shutdown, clock=clock, scheduler=scheduler)
+        outputs.append(_cleaned(reopened, clock))
+        reopened.close()
+    intact, rebuilt = outputs
+    assert [(o, k) for o, k, _ in intact] == [(0, b"a"), (7, b"d")], "the aborted records of both producers go"
+    assert rebuilt == intact
 
 
 # --- the producer walk against a plain replay of Kafka's ProducerStateEntry rules -----------------
