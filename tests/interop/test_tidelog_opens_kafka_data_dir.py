@@ -51,6 +51,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -60,6 +61,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 
 from kafka_oracle import KAFKA_4, KafkaBroker
 from kafka_oracle.dump import DumpedBatch, dump_log_segments
+from reliability.broker import ServeProcess
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import files
@@ -688,3 +690,52 @@ def test_a_clean_honours_the_delete_horizon_kafka_stamped(kafka_dir: KafkaDir, o
     assert after == expected
     assert (b"k3" in {r[3] for r in after}) == (before_horizon_ms > 0)
     verified(own_copy)
+
+
+# --- Kafka's .txnindex lost or cut: rebuilt from the ABORT markers ------------------------------------
+
+def damage_txn_indexes(copy: Path, damage: str) -> dict[Path, bytes]:
+    """Delete or cut mid-entry every ``.txnindex`` of kdir-txn; returns what Kafka had written."""
+    originals = {p: p.read_bytes() for p in pdir(copy, TXN).glob(f"*{files.TXN_INDEX_SUFFIX}")}
+    assert originals and all(originals.values()), "Kafka indexed the aborted transaction"
+    for path, data in originals.items():
+        if damage == "deleted":
+            path.unlink()
+        else:
+            path.write_bytes(data[:-5])
+    return originals
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut-mid-entry"])
+def test_read_committed_through_serve_is_kafkas_with_the_txn_index_lost(kafka_dir: KafkaDir, own_copy: Path,
+                                                                        damage: str) -> None:
+    kafka = kafka_dir[0]
+    originals = damage_txn_indexes(own_copy, damage)
+    serve = ServeProcess(own_copy)
+    serve.start()
+    try:
+        got = consume(SimpleNamespace(bootstrap_servers=serve.bootstrap), TXN, "read_committed")  # type: ignore[arg-type]
+    finally:
+        assert serve.stop() == 0
+    assert got.records == kafka.committed.records
+    assert {p: p.read_bytes() for p in originals} == originals, "rebuilt byte for byte as Kafka wrote it"
+
+
+def test_the_cleaner_drops_kafkas_aborted_data_with_the_txn_index_lost(kafka_dir: KafkaDir, own_copy: Path,
+                                                                       tmp_path: Path) -> None:
+    cleaned = {}
+    for damaged in (False, True):
+        copy = tmp_path / f"copy-{damaged}"
+        shutil.copytree(own_copy, copy, symlinks=True)
+        if damaged:
+            damage_txn_indexes(copy, "deleted")
+        tidelog(copy, "configs", "alter", TXN, "--set", "cleanup.policy=compact", "--set", "min.cleanable.dirty.ratio=0.01")
+        tp = TopicPartition(TXN, 0)
+        with opened(copy) as manager:
+            manager.log(tp).roll()
+            assert manager.cleaner is not None
+            result = manager.cleaner.clean_now(tp, force=True)
+            assert result is not None and result.error is None
+            cleaned[damaged] = data_records(manager.log(tp))
+    assert cleaned[True] == cleaned[False]
+    assert cleaned[False] and not any(r[3].startswith(b"abort") for r in cleaned[False]), "Kafka's aborted records went"
