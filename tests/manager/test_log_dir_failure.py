@@ -172,3 +172,22 @@ def test_coming_back_reopens_with_recovery_only_the_partition_whose_write_failed
     assert read_offsets(shared.log(tp("t", 0))) == [0, 1, 2]  # recovered: the torn bytes are cut
     assert shared.append(tp("t", 0), batch()).first_offset == 3
     shared.shutdown()  # every log, kept or reopened, closes cleanly
+
+
+def test_a_kept_log_whose_own_write_fails_while_its_dir_is_offline_is_recovered_when_the_dir_is_back(
+        broker: Opener, shared: LogManager, log_dirs: list[Path]) -> None:
+    for name in "tu":
+        shared.append(tp(name, 0), batch())
+    held = {name: shared.log(tp(name, 0)) for name in "tu"}  # as a reader in flight holds them
+    with fileops.inject(FaultRule(frozenset({FileOp.OPEN}), f"{log_dirs[0]}/recovery-point-offset-checkpoint*",
+                                  error=errno.EIO, times=1)):
+        shared.checkpoint_recovery_points()  # no partition's own operation: every log is kept open
+    assert [d.path for d in shared.offline_log_dirs()] == [log_dirs[0]]
+    with fileops.inject(FaultRule(frozenset({FileOp.FSYNC}), f"{log_dirs[0]}/t-0/*", error=errno.EIO, times=1)):
+        with pytest.raises(StorageError) as failed:
+            held["t"].flush()
+    assert shared.report_storage_error(tp("t", 0), "flush", failed.value) is True
+    broker.clock.advance(1_000)
+    assert shared.offline_log_dirs() == []
+    assert shared.log(tp("u", 0)) is held["u"]
+    assert shared.log(tp("t", 0)) is not held["t"] and read_offsets(shared.log(tp("t", 0))) == [0]

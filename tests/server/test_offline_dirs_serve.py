@@ -245,3 +245,56 @@ def test_serve_starts_with_a_dir_that_fails_to_open_and_loads_it_when_its_probe_
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_serve_neither_a_full_disk_nor_an_unreadable_file_flaps_and_healthy_paths_keep_producing(
+        tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    broker = BrokerConfig.from_properties({"log.dirs": ",".join(map(str, dirs))})
+    with LogManager.open(broker, dirs) as manager:
+        manager.create_topic("t", 3, {"segment.bytes": "100"})  # a batch per segment
+        manager.create_topic("u", 3)
+        for name in ("t", "u"):  # partition i in dirs[i]
+            assert [manager.log(TidelogTp(name, p)).dir.parent for p in range(3)] == dirs
+    # a: t-0's second segment, written once serving, cannot be read; b: a nearly full disk
+    # (small writes pass, 4 KiB or more fail)
+    rules = [FaultRule(frozenset({FileOp.READ}), f"{dirs[0]}/t-0/00000000000000000001.log", error=errno.EIO),
+             FaultRule(frozenset({FileOp.WRITE, FileOp.TRUNCATE}), f"{dirs[1]}/*", error=errno.ENOSPC,
+                       min_size=4096)]
+    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli.main", "--override", "log.dirs=" + ",".join(map(str, dirs)),
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.initial.task.delay.ms=600000",
+         "serve"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(_wait_for_line(process, r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)").group(1))
+        client = RawClient(socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S))
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks="all", retries=0,
+                                 enable_idempotence=False)
+        assert [_produce(client, 0, b"t-%d" % i) for i in range(2)] == [(0, 0), (0, 1)]
+        acked: dict[int, list[int]] = {0: [], 2: []}
+        refused = 0
+        deadline = time.monotonic() + 4.5  # the old one-page probe brought b back (and lost it) every ~1 s
+        while time.monotonic() < deadline:
+            [topic] = client.call(samples.fetch("t", 1), FetchResponse, 12).responses
+            assert topic.partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR  # t-0 only
+            refused += _produce(client, 1, b"x" * 8192, topic="u")[0] == ErrorCode.KAFKA_STORAGE_ERROR
+            for partition in acked:  # u-0 shares dir a with the unreadable file; u-2 is on c
+                acked[partition].append(producer.send("u", b"v", partition=partition).get(TIMEOUT_S).offset)
+            time.sleep(0.1)
+        producer.close()
+        assert refused > 20 and all(offsets == list(range(len(offsets))) for offsets in acked.values())
+        client.close()
+        FIRED["serve_no_flap"] = 1 + len(acked[0])
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert process.stderr is not None
+        err = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert f"log dir {dirs[0]} is offline" not in err  # one unreadable file: only its reads failed
+    assert err.count(f"log dir {dirs[1]} is offline: append of u-1 failed [ENOSPC]") == 1
+    assert f"{dirs[1]}: back online" not in err and f"{dirs[1]}: still offline, probe failed" in err
+    assert err.count("t-0: fetch failed, only this read fails") == 1  # logged once, not per fetch

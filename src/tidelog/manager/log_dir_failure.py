@@ -256,6 +256,13 @@ class ReadFaults:
         self._lock = threading.Lock()
         self._seen: dict[Path, dict[TopicPartition, tuple[int, FaultCause]]] = {}
 
+    def seen_recently(self, log_dir: Path, tp: TopicPartition) -> bool:
+        """Whether ``tp`` met a read fault within READ_FAULT_WINDOW_MS (its next is not logged again)."""
+        now = self._clock.milliseconds()
+        with self._lock:
+            found = self._seen.get(log_dir, {}).get(tp)
+            return found is not None and now - found[0] <= READ_FAULT_WINDOW_MS
+
     def record(self, log_dir: Path, tp: TopicPartition, cause: FaultCause) -> list[FaultCause] | None:
         """Note a read fault of ``tp``; when faults of READ_FAULT_SPREAD partitions of ``log_dir``
         fell within READ_FAULT_WINDOW_MS, the causes to probe (the dir must go offline), else None."""
@@ -264,7 +271,8 @@ class ReadFaults:
             seen = self._seen.setdefault(log_dir, {})
             for old in [t for t, (at, _) in seen.items() if now - at > READ_FAULT_WINDOW_MS]:
                 del seen[old]
-            seen[tp] = (now, cause)
+            first = seen.get(tp)
+            seen[tp] = (first[0] if first is not None else now, cause)
             if len(seen) < READ_FAULT_SPREAD:
                 return None
             del self._seen[log_dir]

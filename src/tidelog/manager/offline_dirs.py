@@ -76,7 +76,7 @@ class OfflineDirs:
         """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
         :class:`Log` directly); returns whether it is offline now. Reads serving clients report
         through :meth:`report_read_error` instead."""
-        log_dir = self._log_dir_of.get(tp)
+        log_dir = self._log_dir_of.get(tp) or self._offline_dir_of(tp, None, error)
         if log_dir is None:
             return tp in self._offline_logs
         return self._handle_dir_error(log_dir, f"{operation} of {tp}", error, tp)
@@ -91,10 +91,12 @@ class OfflineDirs:
         if not is_storage_fault(error):
             return self._failures.is_offline(log_dir.path)
         cause = FaultCause.of(FaultKind.READ, error)
+        again = self._read_faults.seen_recently(log_dir.path, tp)
         spread = self._read_faults.record(log_dir.path, tp, cause)
         if spread is None:
-            log.warning("%s: %s failed, only this read fails (the log dir stays online): %s",
-                        tp, operation, describe_fault(error))
+            log.log(logging.DEBUG if again else logging.WARNING,
+                    "%s: %s failed, only this read fails (the log dir stays online): %s",
+                    tp, operation, describe_fault(error))
             return False
         self._take_offline(log_dir, f"{operation} of {tp} (read faults in {len(spread)} partitions)", error,
                            causes=spread)
@@ -120,11 +122,13 @@ class OfflineDirs:
                 raise
             raise self._offline_error(tp, log_dir.path) from e
 
-    def _offline_dir_of(self, tp: TopicPartition, lg: Log, error: BaseException) -> LogDir | None:
-        """The dir of a log whose dir went offline while its operation ran (the operation failed
-        on the disk too: the log is no longer untouched), else None."""
+    def _offline_dir_of(self, tp: TopicPartition, lg: Log | None, error: BaseException) -> LogDir | None:
+        """The dir of ``tp``'s log (``lg``, or any) kept open in an offline dir, when ``error`` is
+        a disk fault of that log's own operation (it is no longer untouched), else None."""
         offline = self._offline_logs.get(tp)
-        if offline is None or offline.log is not lg or not is_storage_fault(error):
+        if offline is None or offline.log is None or not is_storage_fault(error):
+            return None
+        if lg is not None and offline.log is not lg:
             return None
         return next((d for d in self._dirs if d.path == offline.path.parent), None)
 
@@ -136,10 +140,14 @@ class OfflineDirs:
     def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
         """A partition the cleaner quarantined: its dir goes offline unless only the cleaner's
         scratch files failed."""
-        log_dir = self._log_dir_of.get(tp)
-        if log_dir is None or lg.dir.parent != log_dir.path or is_cleaner_scratch_fault(error):
+        if is_cleaner_scratch_fault(error):
             return
-        self._handle_dir_error(log_dir, f"cleaning of {tp}", error)
+        log_dir = self._log_dir_of.get(tp)
+        if log_dir is None or lg.dir.parent != log_dir.path:
+            log_dir = self._offline_dir_of(tp, lg, error)  # kept open in an offline dir meanwhile
+            if log_dir is None:
+                return
+        self._handle_dir_error(log_dir, f"cleaning of {tp}", error, tp)  # its files changed: recover it
 
     def _handle_dir_error(self, log_dir: LogDir, operation: str, error: BaseException,
                           tp: TopicPartition | None = None, cause: FaultCause | None = None) -> bool:
