@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 import server_samples as samples
 from server_helpers import Broker, RawClient
 from tidelog.server import codec
+from tidelog.server.produce import decompression_reservation
 from tidelog.topic_partition import TopicPartition
 
 
@@ -118,9 +119,10 @@ def _too_large() -> bytes:
     ("t", b"\0" * 16 + b"\x01" + b"\0" * 60, 87),           # INVALID_RECORD: magic 1
     ("t", samples.record_batch(b"x")[:-5], 87),             # INVALID_RECORD: batch cut short (no whole batch)
     ("t", _too_large(), 10),                                # MESSAGE_TOO_LARGE
+    ("t", samples.record_batch(b"x" * 5000, codec_id=1), 10),  # MESSAGE_TOO_LARGE: 5 KB once decompressed
     ("t", samples.record_batch(b"x", timestamps=[1]), 32),  # INVALID_TIMESTAMP: 1970, far before the bound
 ], ids=["unknown-topic", "corrupt-crc", "two-batches", "no-batch", "magic-1", "cut-short", "too-large",
-        "bad-timestamp"])
+        "too-large-decompressed", "bad-timestamp"])
 def test_produce_errors_are_per_partition(broker: Broker, topic: str, records: bytes | None, code: int) -> None:
     broker.manager.create_topic("t", 1, {"max.message.bytes": "2000", "message.timestamp.before.max.ms": "3600000"})
     client = broker.connect()
@@ -159,3 +161,30 @@ def test_keyless_records_on_a_compacted_topic_are_listed_from_v8(broker: Broker)
     assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, "record has no key")]
     old = client.call(samples.produce("c", records=batch), ProduceResponse, 7).responses[0].partition_responses[0]
     assert old.error_code == 87
+
+
+def test_a_produce_reserves_the_largest_decompressed_allowance_of_its_compressed_batches(broker: Broker) -> None:
+    broker.manager.create_topic("small", 1, {"max.message.bytes": "100061"})
+    broker.manager.create_topic("large", 1, {"max.message.bytes": "300061"})
+    P = ProduceRequest.TopicProduceData
+
+    def topic_data(*parts: tuple[str, bytes]) -> list[object]:
+        return [P(name=name, partition_data=[P.PartitionProduceData(index=0, records=records)]) for name, records in parts]
+
+    plain, packed = samples.record_batch(b"x" * 100), samples.record_batch(b"x" * 100, codec_id=1)
+    manager = broker.manager
+    assert decompression_reservation(manager, topic_data(("small", plain), ("large", plain)), 1 << 30) == 0
+    assert decompression_reservation(manager, topic_data(("small", packed), ("large", plain)), 1 << 30) == 100_000
+    assert decompression_reservation(manager, topic_data(("small", packed), ("large", packed)), 1 << 30) == 300_000
+    assert decompression_reservation(manager, topic_data(("small", packed), ("large", packed)), 200_000) == 200_000
+    assert decompression_reservation(manager, topic_data(("missing", packed)), 1 << 30) == 0
+
+
+def test_compressed_produces_beyond_the_decompression_budget_wait_their_turn(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(**{"tidelog.produce.decompression.memory.bytes": str(1 << 20)})
+    broker.manager.create_topic("t", 1, {"max.message.bytes": str(4 << 20)})  # each produce takes the whole budget
+    clients = [broker.connect() for _ in range(4)]
+    for client in clients:
+        client.send(samples.produce("t", records=samples.record_batch(b"v" * 100_000, codec_id=1)), 9)
+    answers = [c.receive(ProduceResponse, 9).responses[0].partition_responses[0] for c in clients]
+    assert sorted(a.base_offset for a in answers) == [0, 1, 2, 3] and {a.error_code for a in answers} == {0}

@@ -13,15 +13,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kafka.protocol.admin import CreateTopicsResponse
 from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
+from tests.fuzz.bomb_samples import gzip_record_bomb
 from server_helpers import TIMEOUT_S, RawClient
+from tidelog.server.errors import ErrorCode
+
+MIB = 1 << 20
 
 
 @contextmanager
-def serve(data: Path, *overrides: str) -> Iterator[int]:
-    """``tidelog serve`` on a free loopback port (yielded), stopped by SIGTERM afterwards."""
+def serve(data: Path, *overrides: str) -> Iterator[tuple[int, int]]:
+    """``tidelog serve`` on a free loopback port: yields (port, pid); stopped by SIGTERM afterwards."""
     args = [arg for override in ("listeners=PLAINTEXT://127.0.0.1:0", *overrides) for arg in ("--override", override)]
     process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data), *args, "serve"],
                                stderr=subprocess.PIPE, text=True)
@@ -30,7 +36,7 @@ def serve(data: Path, *overrides: str) -> Iterator[int]:
         banner = process.stderr.readline()
         match = re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", banner)
         assert match, banner
-        yield int(match.group(1))
+        yield int(match.group(1)), process.pid
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
@@ -49,7 +55,7 @@ def _framed(request: object, version: int) -> bytes:
 
 
 def test_a_metadata_request_whose_topic_name_runs_past_its_frame_creates_nothing(tmp_path: Path) -> None:
-    with serve(tmp_path / "data") as port:
+    with serve(tmp_path / "data") as (port, _):
         frame = _framed(samples.metadata("abcdefghijklmnop", auto_create=True), 1)  # v1 auto-creates
         cut = frame[4:frame.index(b"abcdefghijklmnop") + 3]  # the name declares 16 bytes, "abc" follows
         attacker = _connect(port)
@@ -64,3 +70,28 @@ def _all_topics() -> object:
     request = samples.metadata()
     request.topics = None  # null: every topic
     return request
+
+
+def _peak_rss_mib(pid: int) -> int:
+    """The process's resident-set high-water mark (VmHWM), in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) // 1024  # type: ignore[union-attr]
+
+
+def test_concurrent_decompression_bombs_are_refused_as_too_large_holding_little_memory(tmp_path: Path) -> None:
+    bomb = gzip_record_bomb(100 * MIB)  # ~100 KB that inflate to 100 MiB: a valid batch Kafka would store
+    assert len(bomb) < 120_000
+    with serve(tmp_path / "data") as (port, pid):
+        _connect(port).call(samples.create_topics("t"), CreateTopicsResponse, 7)
+        _connect(port).call(samples.produce("t", records=samples.record_batch(b"warm", codec_id=1)), ProduceResponse, 9)
+        before = _peak_rss_mib(pid)
+        attackers = [_connect(port) for _ in range(6)]
+        for attacker in attackers:  # all six are in flight before the first answer is read
+            attacker.send(samples.produce("t", records=bomb), 9)
+        answers = [a.receive(ProduceResponse, 9).responses[0].partition_responses[0] for a in attackers]
+        grown = _peak_rss_mib(pid) - before
+        assert [a.error_code for a in answers] == [ErrorCode.MESSAGE_TOO_LARGE] * 6
+        assert "max.message.bytes 1048588" in answers[0].error_message
+        after = _connect(port).call(samples.produce("t", records=samples.record_batch(b"next")), ProduceResponse, 9)
+        assert after.responses[0].partition_responses[0].base_offset == 1, "no bomb was stored"
+    assert grown < 64, f"the broker's peak RSS grew by {grown} MiB"

@@ -22,6 +22,11 @@ listener syntax as Kafka does:
   must be at least ``socket.request.max.bytes`` when set (Kafka's rule), and is raised to it when not
   set; 0 or less is unbounded. See :mod:`.memory_pool`.
 * ``fetch.max.bytes`` (default 57671680, 55 MiB): most bytes of records in one Fetch response.
+* ``tidelog.produce.decompression.memory.bytes`` (tidelog only, default 67108864, 64 MiB): the
+  decompressed records that Produce validation may hold at once, over every connection. A Produce
+  with compressed batches reserves, before any is decompressed, what its largest topic's
+  ``max.message.bytes`` allows one batch uncompressed (capped at the whole budget); see
+  :mod:`.produce`.
 * ``connections.max.idle.ms`` (default 600000): a connection with no request for that long is
   closed (a request being handled, such as a long poll, keeps it busy, not idle); negative: never.
 * ``max.connections`` (broker-wide, and per listener as ``listener.name.<name>.max.connections``),
@@ -47,6 +52,7 @@ DEFAULT_SASL_MAX_RECEIVE_SIZE = 524288
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
 DEFAULT_QUEUED_MAX_REQUEST_BYTES = 209715200
 DEFAULT_FETCH_MAX_BYTES = 57671680
+DEFAULT_DECOMPRESSION_MEMORY_BYTES = 67108864
 UNLIMITED_CONNECTIONS = 2147483647  # Kafka's Int.MaxValue default of the max.connections keys
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -97,6 +103,7 @@ class ServerConfig:
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()  # (IP address, limit)
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES  # <= 0: unbounded
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    decompression_memory_bytes: int = DEFAULT_DECOMPRESSION_MEMORY_BYTES
 
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
@@ -120,7 +127,8 @@ class ServerConfig:
         return cls(tuple(listeners), tuple(advertised), broker.socket_request_max_bytes, security,
                    broker.get("sasl.server.max.receive.size"), broker.get("connections.max.idle.ms"),
                    broker.get("max.connections"), _listener_limits(broker, listeners), per_ip, overrides,
-                   _queued_max_request_bytes(broker), broker.get("fetch.max.bytes"))
+                   _queued_max_request_bytes(broker), broker.get("fetch.max.bytes"),
+                   broker.get("tidelog.produce.decompression.memory.bytes"))
 
     def listener_limit(self, listener_name: str) -> int:
         """Most connections ``listener_name`` may hold at once (Int.MAX when none is set)."""

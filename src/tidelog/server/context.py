@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from tidelog.manager import LogManager
 from tidelog.server.config import Endpoint, ServerConfig
+from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -104,6 +105,7 @@ class ApiContext:
     cluster_id: str | None
     executor: ThreadPoolExecutor
     arrivals: DataArrival
+    decompression: RequestMemoryPool  # tidelog.produce.decompression.memory.bytes (server.produce)
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool (never blocks the event loop)."""

@@ -10,6 +10,13 @@ magic-2 batch; a record rule broken, with the failing records' indexes from v8),
 (acks -1 with ``min.insync.replicas`` above 1: the ISR is this broker alone); INVALID_REQUIRED_ACKS
 for acks outside {-1, 0, 1}; INVALID_TOPIC_EXCEPTION for an internal topic (:mod:`.internal_topics`).
 
+A compressed batch is decompressed into at most what ``max.message.bytes`` allows it uncompressed
+(``storage.validator``); past that it gets MESSAGE_TOO_LARGE, on which a Java producer splits the
+batch and retries. Before a request's batches are validated, it reserves that allowance from the
+broker-wide ``tidelog.produce.decompression.memory.bytes`` budget (:func:`decompression_reservation`),
+so concurrent produces of compressed batches hold at most the budget decompressed (or one batch's
+allowance when a topic allows more), however many connections send them.
+
 Idempotent producers (producer ids from InitProducerId, :mod:`.init_producer_id`) are checked by
 the log's producer state: a retried batch gets NONE and its original base offset (nothing is
 written twice), an older epoch INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
@@ -25,7 +32,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from tidelog.errors import InvalidRecordError
+from tidelog.errors import InvalidRecordError, TidelogError
 from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
@@ -39,6 +46,7 @@ from tidelog.server.errors import (
 )
 from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
 from tidelog.server.internal_topics import check_appendable
+from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -47,6 +55,7 @@ _BATCH_LENGTH = struct.Struct(">q i i b")  # base offset, batch length, partitio
 _ATTRIBUTES = struct.Struct(">h")  # at byte 21 of a v2 batch
 _ATTRIBUTES_OFFSET = 21
 _TRANSACTIONAL_FLAG = 0x10
+_CODEC_MASK = 0x07
 _LOG_OVERHEAD = 12  # base offset + batch length
 
 
@@ -81,7 +90,9 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
     elif body.transactional_id is not None:
         outcome = _refuse_all(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED)
     else:
-        outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
+        reservation = decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity)
+        async with ctx.decompression.reserve(reservation):
+            outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
     if outcome.appended:
         ctx.arrivals.notify(outcome.appended)
     if body.acks == 0:
@@ -89,6 +100,27 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
             raise AcksZeroFailure(outcome)
         return None
     return ProduceResponse(throttle_time_ms=0, responses=[_topic_response(n, rs) for n, rs in outcome.topics.items()])
+
+
+def decompression_reservation(manager: LogManager, topic_data: list[Any], capacity: int) -> int:
+    """What validating the request's compressed batches may hold decompressed at once: the largest
+    of their topics' allowances (they are validated one after another), capped at ``capacity``
+    so that any request fits the budget; 0 when nothing is compressed."""
+    need = 0
+    for topic in topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if records and len(records) > _ATTRIBUTES_OFFSET + 1 \
+                    and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _CODEC_MASK:
+                need = max(need, _decompressed_allowance(manager, TopicPartition(topic.name, part.index)))
+    return min(need, capacity) if capacity > 0 else need
+
+
+def _decompressed_allowance(manager: LogManager, tp: TopicPartition) -> int:
+    try:
+        return decompressed_records_limit(manager.log(tp).config.max_message_bytes)
+    except TidelogError:  # no such partition: the append answers why, decompressing nothing
+        return 0
 
 
 class AcksZeroFailure(Exception):

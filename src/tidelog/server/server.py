@@ -88,12 +88,14 @@ class KafkaServer:
         """Bind every listener (an address in use raises OSError, nothing left bound) and accept."""
         self._executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="tidelog-io")
         node_id, cluster_id = self._identity()
-        context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival())
+        decompression = RequestMemoryPool(self._config.decompression_memory_bytes)
+        context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival(),
+                             decompression)
         try:
             self._prepare_security()
             self._groups = await GroupService.start(context)
             self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
-                                          context.arrivals, self._groups)
+                                          context.arrivals, decompression, self._groups)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
         except BaseException:

@@ -561,6 +561,10 @@ _BROKER_KEYS = (
          "threads) or spark (a Spark job per pass; needs pyspark, the 'spark' extra). Same bytes either way."),
     _key("tidelog.cleaner.spark.master", _STR, "local[2]", None,
          "tidelog only: the Spark master URL of the spark cleaner engine (executors must see the log dirs)."),
+    _key("tidelog.produce.decompression.memory.bytes", _LONG, 67108864, at_least(1 << 20),
+         "tidelog only: decompressed records Produce validation may hold at once, over every connection. "
+         "A compressed batch reserves what max.message.bytes allows it uncompressed (at most all of this) "
+         "before it is decompressed; beyond it, produces of compressed batches wait their turn. At least 1 MiB."),
     # the group coordinator's keys (tidelog.server.groups)
     _key("group.initial.rebalance.delay.ms", _INT, 3000, at_least(0),
          "How long the first rebalance of an empty group waits for more members to join."),
