@@ -65,6 +65,26 @@ def test_error_rule_skips_then_fires_times_then_lets_through(tmp_path: Path) -> 
     assert path.read_bytes() == b"xx"
 
 
+def test_min_size_rule_is_a_nearly_full_disk_small_writes_pass_large_ones_and_reservations_fail(
+        tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    fd = fileops.open(path, os.O_RDWR | os.O_CREAT)
+    full = rule(FileOp.WRITE, FileOp.TRUNCATE, error=errno.ENOSPC, min_size=4096)
+    with fileops.inject(full) as stats:
+        fileops.write(fd, b"x" * 4095, path)
+        fileops.pwritev(fd, [b"y" * 100, b"z" * 100], 4095, path)
+        for attempt in (lambda: fileops.pwrite(fd, b"w" * 4096, 0, path),
+                        lambda: fileops.pwritev(fd, [b"v" * 2048, b"u" * 2048], 0, path),
+                        lambda: fileops.reserve_blocks(fd, 0, 1 << 20, path)):
+            with pytest.raises(OSError) as failed:
+                attempt()
+            assert failed.value.errno == errno.ENOSPC
+        fileops.fsync(fd, path)  # no size: never matched by a min_size rule
+    os.close(fd)
+    assert stats.fired == 3 and path.stat().st_size == 4295
+    assert fileops.rules_from_json(fileops.rules_to_json([full])) == [full]
+
+
 def test_glob_matches_absolute_path_and_either_side_of_a_rename(tmp_path: Path) -> None:
     (tmp_path / "a.log").write_bytes(b"")
     (tmp_path / "b.txt").write_bytes(b"")
