@@ -22,8 +22,9 @@ Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
   and tests.
 * **Disk faults** (:mod:`.offline_dirs`, :mod:`.log_dir_failure`): an I/O error of any storage
   operation takes its log dir offline (its partitions answer KAFKA_STORAGE_ERROR), the other dirs
-  keep serving, and a probe brings the dir back, its logs reopened with recovery. A dir that fails
-  while it is opened starts offline.
+  keep serving, and a probe brings the dir back, the logs the fault touched reopened with recovery.
+  A dir that fails while it is opened, or whose partition meets a disk fault (ENOSPC, EIO ...)
+  while it loads, starts offline and is loaded when its probe passes.
 * **Clean shutdown** (:meth:`shutdown`): flush and close every log, write the checkpoints, then
   ``.kafka_cleanshutdown`` in every dir whose logs all loaded, then release the locks.
 
