@@ -8,8 +8,12 @@ every log dir (``tidelog-topics.json``; a Kafka broker ignores files at the root
     {"version": 0, "epoch": 7,
      "topics": {"orders": {"topic_id": "<22-char Kafka Uuid>", "partitions": 3,
                            "configs": {"retention.ms": "60000"},
-                           "assignments": {"0": "<directory.id>", "1": ..., "2": ...}}},
+                           "assignments": {"0": "<directory.id>", "1": ..., "2": ...},
+                           "epoch": 5}},          (the registry epoch that last changed the entry)
      "deleted_topic_ids": ["<Uuid>", ...]}
+
+    A topic entry may also hold ``"configs_unconfirmed": true`` (below). Entries without an
+    ``epoch`` (older files) take the registry's.
 
 Why a registry and not just the partition dirs: it is the *commit point* of every topic change.
 Creating a topic or adding partitions writes the registry first, then the partition dirs; a crash
@@ -21,10 +25,19 @@ so a deleted topic never comes back.
 Every change is written to every log dir, each copy atomically (write, fsync, rename, fsync dir),
 with ``epoch`` one higher than before; at start-up the copy with the highest epoch wins, so a crash
 between two dirs' writes, or a dir that was offline during a change, resolves to the newest state.
-Partition dirs found on disk that the registry does not know (a data dir written by Kafka, or
-copied in) are adopted: with the topic id and overrides Kafka's KRaft metadata log gives them
-when it is there (:mod:`.kraft_metadata`), else with the defaults (Kafka's internal topics with
-the configs Kafka creates them with).
+
+A copy is never the only record of a topic's configs: each partition dir also holds its topic's
+entry (:mod:`.topic_copies`), the newer of the two winning at start-up. A registry copy that does
+not read is renamed aside (``tidelog-topics.json.damaged-<ms>``), never overwritten, and the
+registry is rewritten with an epoch above every epoch still readable (the damaged copy's, salvaged
+from its first bytes, and the partition copies'), never a lower one.
+
+Partition dirs found on disk that neither the registry nor a partition copy knows (a data dir
+written by Kafka, or both lost) are adopted: with the topic id and overrides Kafka's KRaft
+metadata log gives them when it is there (:mod:`.kraft_metadata`), else Kafka's internal topics
+with the configs Kafka creates them with, and any other with the defaults marked
+``configs_unconfirmed``: its retention and cleaning are paused, loudly, until an operator runs
+``tidelog topics confirm-configs`` (defaults nobody vouched for must never delete data).
 
 ``assignments`` names the log dir (its ``directory.id`` from ``meta.properties``) of each partition,
 so that a partition whose dir is missing is recreated only when its log dir is open (an interrupted
