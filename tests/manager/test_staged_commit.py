@@ -54,14 +54,18 @@ def staged_job(data: Path, key: str = "job-1", lease: Lease | None = None) -> tu
     return job, refs
 
 
-def interrupted_commit(data: Path, job: Job, refs: list, partitions_done: int) -> None:
-    """The driver wrote the intent, published ``partitions_done`` partitions, and was killed."""
+def interrupted_commit(data: Path, job: Job, refs: list, partitions_done: int,
+                       topic_configs: dict[str, str] | None = None) -> None:
+    """The driver wrote the intent, published ``partitions_done`` partitions, and was killed
+    (after someone set ``topic_configs``, when given)."""
     manager = open_dir(data)
     committer = Committer(manager, [str(data)])
     entry = committer.write_intent(job, refs)
     with StagedReader(job_dir(job.staging_root, job.key)) as staged:
         for part in entry["partitions"][:partitions_done]:
             committer.publish_partition(entry, part, staged)
+    if topic_configs:
+        manager.alter_topic_config("t", topic_configs)
     crash(manager)
 
 
@@ -112,3 +116,14 @@ def test_staging_of_a_dead_driver_is_reclaimed_at_open_and_a_live_ones_kept(data
     assert not job_dir(dead_job.staging_root, dead_job.key).exists()
     assert job_dir(live_job.staging_root, live_job.key).exists()
     assert "deleted the staging dir" in caplog.text and "job-dead" in caplog.text
+
+
+def test_a_job_the_log_now_refuses_is_rolled_back_whole(data: Path) -> None:
+    """Found by the end-to-end test: a broker whose configs refuse the staged batches (there, a
+    smaller segment.bytes) must not serve the part that reached the logs."""
+    job, refs = staged_job(data)
+    interrupted_commit(data, job, refs, partitions_done=2, topic_configs={"max.message.bytes": "80"})
+    with open_dir(data) as manager:
+        assert [manager.log(TopicPartition("t", p)).log_end_offset for p in range(PARTITIONS)] == [2, 2, 2]
+    assert CommitLog.read([data]).find(job.key)["state"] == "rolled back"  # type: ignore[index]
+    assert not job_dir(job.staging_root, job.key).exists()

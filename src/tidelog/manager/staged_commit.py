@@ -19,8 +19,8 @@ before the next, recorded in the staged-commit log (:mod:`tidelog.storage.commit
 **Who finishes an interrupted job**: whoever owns the dir next. :meth:`LogManager.open` (the
 broker at start-up before it listens, the next job's commit, every tidelog command that opens
 the dir) runs :func:`complete_pending` on every intent before anything else can append: step 3
-and 4 again, idempotently. When the job cannot be completed because its staged data is gone or
-damaged, it is *rolled back* instead: each partition truncated to ``start`` (only when what
+and 4 again, idempotently. When the job cannot be completed (its staged data gone or damaged, an
+append refused by the log, a disk error), it is *rolled back* instead: each partition truncated to ``start`` (only when what
 follows ``start`` is the job's own batches), flushed, and the entry marked ``rolled back``; the
 driver's retry then fails saying so. Either way, then staging is reclaimed
 (:func:`~tidelog.storage.staging_dirs.reclaim_staging`).
@@ -221,23 +221,28 @@ class Committer:
         self.commits.write()
 
     def finish_pending(self, except_key: str | None = None) -> None:
-        """Roll forward every intent (except ``except_key``'s), or roll it back when its staged
-        data is gone; then delete its staging dir. A failure is logged and the intent kept."""
+        """Roll forward every intent (except ``except_key``'s); one that cannot be completed (its
+        staged data gone, an append refused) is rolled back; then its staging dir is deleted. When
+        neither can be done (another writer appended after the job's start) the intent is kept
+        and logged."""
         for entry in self.commits.pending():
             if entry["id"] == except_key:
                 continue
             try:
+                self.mark_committed(entry, self.publish(entry))
+                log.warning("completed the interrupted commit of %s (%d partitions)", entry["id"],
+                            len(entry["partitions"]))
+            except Exception as e:  # noqa: BLE001 - whatever stops it, the job must not stay half visible
                 try:
-                    self.mark_committed(entry, self.publish(entry))
-                    log.warning("completed the interrupted commit of %s (%d partitions)", entry["id"],
-                                len(entry["partitions"]))
-                except StagedDataMissing as e:
                     self.roll_back(entry, str(e))
-                    log.warning("rolled back the interrupted commit of %s: %s", entry["id"], e)
+                except Exception as undo:  # noqa: BLE001 - one job must not block the dir, nor other jobs
+                    log.error("cannot complete nor roll back the interrupted commit of %s: %s; %s", entry["id"], e, undo)
+                    continue
+                log.warning("rolled back the interrupted commit of %s, which cannot be completed: %s", entry["id"], e)
+            try:
                 remove_job_dir(entry["staging"], entry["id"])
-            except Exception as e:  # noqa: BLE001 - one job must not block the dir, nor other jobs
-                log.error("cannot complete nor roll back the interrupted commit of %s (its readers see none "
-                          "of it meanwhile): %s", entry["id"], e)
+            except StorageError as e:
+                log.warning("cannot delete the staging dir of %s (reclaimed later): %s", entry["id"], e)
 
 
 def check_staged(job: Job, staged: Sequence[StagedRef]) -> None:
