@@ -6,6 +6,7 @@ the soak test test_memory_soak.py."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -13,7 +14,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
-from server_helpers import Broker, RawClient
+from server_helpers import TIMEOUT_S, Broker, RawClient, wait_until
 from tidelog.records import iter_batches
 
 INT32_MAX = 2**31 - 1
@@ -99,3 +100,19 @@ def test_min_bytes_above_fetch_max_bytes_is_lowered_to_it(make_broker: Callable[
     # max_wait_ms (one minute, longer than the client's socket timeout)
     response = client.call(_fetch([0], min_bytes=1 << 20, max_wait_ms=60_000), FetchResponse, 12)
     assert _offsets(response.responses[0].partitions[0].records) == [0]
+
+
+def test_a_client_that_does_not_read_its_response_is_closed_when_idle(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(**{"connections.max.idle.ms": "300"})
+    broker.manager.create_topic("t", 1)
+    producer = broker.connect()
+    _produce(producer, "t", 0, 10, values_per_batch=900)  # ~9 MB: more than the socket buffers hold
+    producer.close()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(TIMEOUT_S)
+    sock.connect(("127.0.0.1", broker.port))
+    fetcher = RawClient(sock)
+    fetcher.send(_fetch([0]), 12)  # never read: the response cannot drain, so the connection is idle
+    wait_until(lambda: broker.server.connection_count == 0)  # closed: its records are not held any longer
+    fetcher.close()

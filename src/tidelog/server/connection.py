@@ -22,7 +22,10 @@ module: asyncio hands over a connection once its handshake succeeded.
 Idle connections (Kafka's Selector idle expiry, ``connections.max.idle.ms``): an
 :class:`IdleExpiry` timer closes a connection that has received no request and sent no response
 for that long. A request being handled (a long-poll Fetch, a delayed Produce, a JoinGroup waiting
-for the rebalance) is not idleness; a request arriving slower than the limit is. The hot path
+for the rebalance) is not idleness; a request arriving slower than the limit is, and so is a
+response the client does not read: the time counts from the last chunk the socket took, as
+Kafka's Selector counts any socket activity, so a client that never reads cannot hold the
+records of its response in memory for longer than the limit. The hot path
 pays one clock read per request; the timer fires once per idle period, however many requests came.
 
 Responses are written in chunks of at most :data:`WRITE_CHUNK` bytes, waiting for the transport to
@@ -116,15 +119,18 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
                 del frame  # its bytes go back to the pool now, not at the next request
             if response is _CLOSE:
                 return
+            idle.done()  # handled; from here a response the client does not take is idleness
             if response:
-                await _send(writer, response)
+                await _send(writer, response, idle)
             response = None  # sent: the records it held are not kept while the next request is awaited
-            idle.done()
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
     finally:
         idle.cancel()
-        writer.close()
+        if writer.transport.get_write_buffer_size():
+            writer.transport.abort()  # cut off mid-response: a client not reading would hold a close forever
+        else:
+            writer.close()
         try:
             await writer.wait_closed()
         except (ConnectionError, OSError, asyncio.CancelledError):
@@ -171,9 +177,9 @@ async def _read_size(reader: asyncio.StreamReader, max_bytes: int, key: str, con
     return size
 
 
-async def _send(writer: asyncio.StreamWriter, response: Response) -> None:
+async def _send(writer: asyncio.StreamWriter, response: Response, idle: IdleExpiry) -> None:
     """Write ``response`` in chunks of at most :data:`WRITE_CHUNK`, draining whenever the
-    transport holds that much."""
+    transport holds that much; each drain that completes is activity for ``idle``."""
     parts = response.parts if isinstance(response, ResponseParts) else (response,)
     for part in parts:
         view = memoryview(part)
@@ -181,6 +187,7 @@ async def _send(writer: asyncio.StreamWriter, response: Response) -> None:
             writer.write(view[start:start + WRITE_CHUNK])
             if writer.transport.get_write_buffer_size() >= WRITE_CHUNK:
                 await writer.drain()
+                idle.done()
     await writer.drain()
 
 
