@@ -127,3 +127,13 @@ def test_a_job_the_log_now_refuses_is_rolled_back_whole(data: Path) -> None:
         assert [manager.log(TopicPartition("t", p)).log_end_offset for p in range(PARTITIONS)] == [2, 2, 2]
     assert CommitLog.read([data]).find(job.key)["state"] == "rolled back"  # type: ignore[index]
     assert not job_dir(job.staging_root, job.key).exists()
+
+
+def test_verify_names_an_interrupted_job_and_what_the_broker_will_do(data: Path) -> None:
+    job, refs = staged_job(data)
+    interrupted_commit(data, job, refs, partitions_done=1)
+    verify = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "verify", str(data)],
+                            capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"job {job.key} was interrupted mid-commit (t-0, t-1, t-2)" in verify.stdout
+    assert "completed before the broker listens" in verify.stdout

@@ -52,6 +52,7 @@ from tidelog.errors import CheckpointError, StorageError
 from tidelog.records.batch import BASE_TIMESTAMP_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches, write_crc
 from tidelog.storage import fileops
 from tidelog.storage.commit_log import (
+    COMMIT_LOG_FILE,
     COMMITTED,
     INTENT,
     ROLLED_BACK,
@@ -62,7 +63,14 @@ from tidelog.storage.commit_log import (
     tp_key,
 )
 from tidelog.storage.fetch_info import FetchIsolation
-from tidelog.storage.staging_dirs import job_dir, reclaim_staging, remove_job_dir
+from tidelog.storage.staging_dirs import (
+    candidates,
+    job_dir,
+    read_lease,
+    reclaim_staging,
+    remove_job_dir,
+    scratch_lease,
+)
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
 
@@ -127,6 +135,35 @@ def complete_pending(manager: LogManager, log_dirs: Sequence[Path], clock: Clock
     else:
         keep = set()
     reclaim_staging(roots, keep)
+
+
+def startup_findings(log_dir: Path) -> list[tuple[Path, str, str, bool]]:
+    """For ``tidelog verify``: ``(path, finding, what the broker does with it, whether it is a
+    problem)`` for the staged-commit log of ``log_dir`` and the staging dirs beside it."""
+    path = log_dir / COMMIT_LOG_FILE
+    found: list[tuple[Path, str, str, bool]] = []
+    roots = {str(default_staging_root(log_dir))}
+    keep: set[str] = set()
+    if path.exists():
+        try:
+            commits = CommitLog.read([log_dir])
+        except (CheckpointError, StorageError) as e:
+            return [(path, f"unreadable: {e}", "the broker logs it and completes no interrupted job; jobs in flight "
+                     "stay invisible to the Spark source, and the next format(\"tidelog\") write fails", True)]
+        roots |= set(commits.staging_roots)
+        for job in commits.pending():
+            keep.add(job["id"])
+            parts = ", ".join(tp_key(p) for p in job["partitions"])
+            found.append((path, f"job {job['id']} was interrupted mid-commit ({parts}); readers see none of it",
+                          "completed before the broker listens (rolled back when it cannot be: staged data gone, "
+                          "batches refused); any tidelog command that opens the dir does the same", False))
+    for root in sorted(roots):
+        for key, directory in candidates(Path(root)):
+            lease = read_lease(directory) or scratch_lease(directory.name)
+            if key not in keep and lease is not None and lease.owner_is_dead():
+                found.append((directory, f"staging dir of a dead driver (pid {lease.pid} on {lease.host})",
+                              "deleted at start-up", False))
+    return found
 
 
 # --- the protocol ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.errors import CheckpointError, CorruptSnapshotError, InvalidLogDirNameError, StorageError
+from tidelog.manager.staged_commit import startup_findings
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE, decode_topic_copy
 from tidelog.manager.topics import REGISTRY_FILE, RegistryState, TopicRecord, decode_registry, salvage_epoch
 from tidelog.storage import files
@@ -149,6 +150,7 @@ def _check_log_dir(root: Path, partitions: dict[Path, _Partition]) -> list[Findi
     for dir in dirs:
         topic = files.parse_topic_partition_name(dir.name).topic
         findings += _check_partition(dir, partitions.get(dir), registry.topics.get(topic) if registry else None)
+    findings += [Finding(*found) for found in startup_findings(root)]  # Spark jobs in flight, staging
     return findings
 
 
