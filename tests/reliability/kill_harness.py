@@ -43,12 +43,14 @@ from manager_helpers import crash  # a killed process's stop, shared with the ma
 from tidelog.manager import LogManager
 from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.records import BatchBuilder, iter_batches
+from tidelog.records.control import build_end_txn_marker_batch
 from tidelog.storage import fileops, files
 from tidelog.storage.commit_log import default_staging_root
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.fileops import FaultRule
 from tidelog.storage.staging_dirs import candidates, job_dir, process_lease, remove_job_dir, stage_batches
+from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.verify import verify_paths
 from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
@@ -272,8 +274,57 @@ def staged_commit_workload() -> list[Step]:
     return steps
 
 
+TXN_TOPIC = "tx"  # read_state adds its aborted transactions: what read_committed consumers skip
+TAIL_TOPIC = "dt"
+
+
+def _append_transactions(env: Env) -> None:
+    """Two producers' transactional batches, an ABORT and a COMMIT marker, appended as a Kafka
+    broker's log holds them, with the ABORT's ``.txnindex`` entry Kafka's producer state writes."""
+    lg = env.manager.log(TopicPartition(TXN_TOPIC, 0))
+    start, now = lg.log_end_offset, env.clock.milliseconds()
+    for offset, pid, kind in ((0, 1, "data"), (1, 2, "data"), (2, 1, "abort"), (3, 2, "data"), (4, 2, "commit")):
+        if kind == "data":
+            builder = BatchBuilder(base_offset=start + offset, producer_id=pid, producer_epoch=0,
+                                   base_sequence=start + offset, is_transactional=True)
+            builder.append(start + offset, now, b"t%d" % (start + offset), b"txn-%d" % (start + offset))
+            lg.append_as_follower(builder.build())
+        else:
+            lg.append_as_follower(build_end_txn_marker_batch(
+                commit=kind == "commit", producer_id=pid, producer_epoch=0, coordinator_epoch=0,
+                base_offset=start + offset, timestamp=now))
+        if kind == "abort":  # into the segment holding the marker (a roll may come with the next batch)
+            lg.active_segment.txn_index.append(AbortedTxn(1, start, start + 2, start + 1))
+
+
+def _damage_while_stopped(env: Env) -> None:
+    """A clean stop; the active segment of TAIL_TOPIC gets zeros and garbage appended and every
+    ``.txnindex`` of TXN_TOPIC is deleted (no file operation of tidelog's: no kill point); the
+    reopen after a clean stop recovers the tail and the first read rebuilds the indexes."""
+    env.manager.shutdown()
+    logs = env.root / "logs"
+    active = max((logs / f"{TAIL_TOPIC}-0").glob(f"*{files.LOG_SUFFIX}"))
+    with open(active, "ab") as f:
+        f.write(bytes(300) + b"\xfe\x01garbage" * 20)
+    for path in (logs / f"{TXN_TOPIC}-0").glob(f"*{files.TXN_INDEX_SUFFIX}"):
+        path.unlink()
+    env.manager = open_manager(env.root, env.clock)
+
+
+def damaged_files_workload() -> list[Step]:
+    """Files damaged while the broker was stopped cleanly (issue 19): the clean reopen's tail check
+    and its recovery of the active segment, the ``.txnindex`` rebuilt from the ABORT markers at the
+    first read (``read_state`` asks for the aborted transactions), appends after both."""
+    steps = [_create(TAIL_TOPIC, **{"segment.bytes": "600"}), _create(TXN_TOPIC, **{"segment.bytes": "600"})]
+    steps += _appends(TAIL_TOPIC, 3, 4) + [("transactions", _append_transactions)] * 3
+    steps += [("clean stop, damage, reopen", _damage_while_stopped)]
+    steps += _appends(TAIL_TOPIC, 2, 4) + [("transactions", _append_transactions)]
+    return steps
+
+
 WORKLOADS: dict[str, Callable[[], list[Step]]] = {
     "append": append_workload,
+    "damaged_files": damaged_files_workload,
     "staged_commit": staged_commit_workload,
     "restart": restart_workload,
     "retention": retention_workload,
@@ -311,7 +362,11 @@ def read_state(manager: LogManager) -> State:
             offset = found[-1].next_offset
         parts[str(tp)] = {"lso": lg.log_start_offset, "leo": lg.log_end_offset, "recs": recs,
                           "bases": [s.base_offset for s in lg.segments]}
-    return {"topics": manager.topics(), "parts": parts}
+        if tp.topic == TXN_TOPIC:
+            parts[str(tp)]["aborted"] = [[t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset]
+                                         for t in lg.collect_aborted_transactions(lg.log_start_offset, lg.log_end_offset)]
+    return {"topics": manager.topics(), "parts": parts,
+            "configs": {t: manager.topic_overrides(t) for t in manager.topics()}}
 
 
 def _digest(key: bytes | None, value: bytes | None) -> str:
@@ -499,6 +554,10 @@ def _compare(outcome: Outcome, before: State, after: State, got: State, *, group
         compare_partition(outcome, tp, b, a, g, grouped=grouped)
     for topic in sorted(set(got["topics"]) - set(before.get("topics", [])) - set(after.get("topics", []))):
         outcome.problems.append(f"topic {topic} exists in neither state")
+    for topic, configs in got.get("configs", {}).items():  # never the defaults instead of what was set
+        known = [s["configs"][topic] for s in (before, after) if topic in s.get("configs", {})]
+        if known and configs not in known:
+            outcome.problems.append(f"topic {topic}: configs {configs} are those of neither state {known}")
 
 
 def check_job_atomic(outcome: Outcome, before: State, after: State, got: State) -> None:
@@ -540,6 +599,8 @@ def compare_partition(outcome: Outcome, tp: str, b: dict | None, a: dict | None,
         outcome.problems.append(f"{tp}: log start offset {g['lso']} outside [{low}, {high}]")
     if grouped and b and a:
         _check_groups(outcome, tp, b, a, g)
+    if "aborted" in g and g["aborted"] not in [s.get("aborted") for s in (b, a) if s]:
+        outcome.problems.append(f"{tp}: aborted transactions {g['aborted']} are those of neither state")
 
 
 def _check_groups(outcome: Outcome, tp: str, b: dict, a: dict, g: dict) -> None:
