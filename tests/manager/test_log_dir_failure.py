@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -191,3 +194,59 @@ def test_a_kept_log_whose_own_write_fails_while_its_dir_is_offline_is_recovered_
     assert shared.offline_log_dirs() == []
     assert shared.log(tp("u", 0)) is held["u"]
     assert shared.log(tp("t", 0)) is not held["t"] and read_offsets(shared.log(tp("t", 0))) == [0]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB tmpfs (skipped where mounting is not allowed): a disk that really fills."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` with one file, then give back ``leave`` bytes; the file, to free the rest."""
+    filler = disk / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    os.truncate(filler, filler.stat().st_size - leave)
+    return filler
+
+
+def test_a_really_full_tmpfs_keeps_its_dir_offline_until_the_filler_goes(
+        caplog: pytest.LogCaptureFixture, small_disk: Path, tmp_path: Path) -> None:
+    caplog.set_level(logging.INFO, "tidelog.manager.offline_dirs")
+    full, healthy = small_disk / "logs", tmp_path / "other"
+    broker = Opener([full, healthy])
+    try:
+        manager = broker.open(None, {"log.segment.bytes": str(1 << 20), "log.index.size.max.bytes": "4096"})
+        manager.create_topic("t", 2)
+        manager.startup()
+        assert manager.append(tp("t", 0), batch()).first_offset == 0
+        filler = fill(small_disk, 32 << 10)  # a page or eight left: enough for a one-page probe
+        big = batch(value_size=200 << 10)
+        for _ in range(300):  # five minutes of a producer retrying a 200 KiB batch every second
+            with pytest.raises(LogDirOfflineError):
+                manager.append(tp("t", 0), big)
+            manager.append(tp("t", 1), batch())  # the healthy dir serves
+            broker.clock.advance(1_000)
+        assert transitions(caplog, full) == (1, 0)
+        filler.unlink()
+        broker.clock.advance(60_000)
+        assert transitions(caplog, full) == (1, 1)
+        assert manager.append(tp("t", 0), big).first_offset == 1
+        assert read_offsets(manager.log(tp("t", 0))) == [0, 1]
+    finally:
+        broker.close_all()

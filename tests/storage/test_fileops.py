@@ -184,3 +184,15 @@ def test_injected_eio_on_fsync_is_a_storage_error(make_log: MakeLog) -> None:
     log.append_as_leader(records(3))
     with fileops.inject(rule(FileOp.FSYNC, error=errno.EIO)), pytest.raises(StorageError, match="fsync failed"):
         log.flush()
+
+
+def test_close_handlers_of_a_log_whose_dir_failed_writes_nothing(make_log: MakeLog) -> None:
+    log = make_log()
+    log.append_as_leader(records(3))
+    # a full disk: a write would fail (trimming the indexes, a shrink, is all that happens)
+    with fileops.inject(rule(FileOp.WRITE, FileOp.FSYNC, FileOp.RENAME, FileOp.MKDIR, error=errno.ENOSPC)) as stats:
+        log.close_handlers()
+        log.close_handlers()  # idempotent
+    assert stats.fired == 0 and stats.ops[FileOp.WRITE] == 0  # no final time-index entry (a SIGBUS on tmpfs)
+    with pytest.raises(StorageError):
+        log.append_as_leader(records(1))

@@ -355,16 +355,11 @@ class OfflineDirs:
 
 
 def close_failed_log(tp: TopicPartition, lg: Log) -> None:
-    """Close a log whose dir failed: ``Log.close`` first (it marks the log closed under its lock,
-    so no append can start after); if that fails on the disk, release each segment's files
-    without writing, so no descriptor or map is left behind. Errors are logged, never raised."""
+    """Close a log whose dir failed as Kafka's ``closeHandlers`` does: descriptors and maps
+    released, nothing written (a final time-index entry into a full disk's sparse page would be a
+    SIGBUS); it is marked closed under its lock, so no append can start after. Errors are logged,
+    never raised."""
     try:
-        lg.close(producer_snapshot=False)
-        return
+        lg.close_handlers()
     except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that the log is out
         log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))
-    for segment in lg.segments:
-        try:
-            segment.close_handlers()
-        except Exception:  # noqa: BLE001,S112 - best effort on a failing disk
-            continue

@@ -1061,6 +1061,17 @@ class Log:
                     segment.close_handlers()
                 self.leader_epoch_cache.flush()
 
+    def close_handlers(self) -> None:
+        """Kafka's ``closeHandlers``, for a log whose dir failed: mark it closed and release every
+        segment's descriptors and maps, writing nothing (no final time-index entry, no trim of
+        the ``.log``, no snapshot): on a full disk, a write into a sparse index page is a SIGBUS."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in (*self._segments.snapshot(), *self._retired):
+                segment.close_handlers()
+
     # --- producer id expiration ---------------------------------------------------------------
 
     def _producer_state_expiry(self, interval_ms: int) -> None:
