@@ -91,7 +91,7 @@ from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.checkpoints import OffsetCheckpointFile
-from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names
+from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names, loadable_overrides
 from tidelog.storage.log import Log
 from tidelog.storage.metadata import (
     PARTITION_METADATA_FILE,
@@ -1079,9 +1079,18 @@ class LogManager(OfflineDirs):
         config = self._configs.get(topic)
         if config is None:
             record = self._registry.topics.get(topic)
-            config = self.broker.log_config(dict(record.configs) if record else {})
+            config = self._loadable_config(topic, record.configs if record else {})
             self._configs[topic] = config
         return config
+
+    def _loadable_config(self, topic: str, overrides: Mapping[str, str]) -> LogConfig:
+        """``topic``'s config from its stored overrides: one that no longer validates (written under
+        older rules) loads as the nearest usable value, with a warning, and never keeps a partition
+        from loading."""
+        usable, notes = loadable_overrides(self.broker, overrides)
+        for note in notes:
+            log.warning("topic %s: stored override %s", topic, note)
+        return self.broker.log_config(usable)
 
     def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str]) -> None:
         """Write the registry with ``topics`` (each changed entry stamped with the new epoch, never

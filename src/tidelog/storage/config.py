@@ -31,10 +31,19 @@ Defaults are Kafka 4.x's (``message.timestamp.after.max.ms`` = 3600000,
 * ``segment.bytes`` / ``log.segment.bytes`` minimum is **14** (Kafka 3.x), not 4.0's 1 MiB
   (KIP-1030): tests and users rely on tiny segments, and 4.0 itself needs the test-only
   ``internal.segment.bytes`` for that, which we do not offer.
+* ``segment.index.bytes`` / ``log.index.size.max.bytes`` minimum is **12**, not Kafka's 4: the
+  size of one time-index entry, the larger of the two entries. Below it a segment's time index
+  holds no entry, so a partition cannot be created, or every roll fails (Kafka's 5.0 raises the
+  minimum to 1 KiB).
 * ``cleanup.policy``, ``message.timestamp.type`` and ``compression.type`` accept any letter case
   and are normalized to Kafka's spelling (Kafka's validators are case-sensitive).
 * ``cleanup.policy`` may be empty (neither delete nor compact), as Kafka 4.2 allows (KAFKA-19112).
 * ``log.dirs`` items: empty items are dropped, duplicates rejected.
+
+**Stored values** (:func:`loadable_overrides`): an override read back from a topic registry
+written under older rules (or adopted from a Kafka broker, whose minimums are lower) is never a
+reason to leave a partition unloaded: a number outside its range loads as the nearest bound, and
+anything else unusable is left out, each with a note the caller logs.
 
 Keys removed in Kafka 4.0 (``message.timestamp.difference.max.ms``, ``message.format.version``,
 ``message.downconversion.enable`` and their ``log.`` broker forms) are rejected with a message
@@ -385,6 +394,7 @@ _GZIP_LEVEL = RangeOrSentinel(1, 9, -1)
 _LZ4_LEVEL = between(1, 17)
 _ZSTD_LEVEL = between(-131072, 22)
 SEGMENT_BYTES_MIN = 14  # Kafka 3.x's RECORD_OVERHEAD_V0; see the module docstring
+SEGMENT_INDEX_BYTES_MIN = 12  # one time-index entry; see the module docstring
 CLEANER_ENGINES = ("in-process", "spark")  # tidelog.cleaner.engine
 
 _TOPIC_KEYS = (
@@ -397,7 +407,7 @@ _TOPIC_KEYS = (
     _key("segment.jitter.ms", _LONG, 0, at_least(0),
          "Random amount subtracted from segment.ms per segment, to spread rolls out.",
          _S("log.roll.jitter.ms"), _S("log.roll.jitter.hours", MS_PER_HOUR)),
-    _key("segment.index.bytes", _INT, 10485760, at_least(4),
+    _key("segment.index.bytes", _INT, 10485760, at_least(SEGMENT_INDEX_BYTES_MIN),
          "Maximum size of each offset and time index file.", _S("log.index.size.max.bytes")),
     _key("index.interval.bytes", _INT, 4096, at_least(0),
          "Bytes appended between two offset-index entries.", _S("log.index.interval.bytes")),
@@ -475,7 +485,8 @@ _BROKER_KEYS = (
     _key("log.roll.hours", _INT, 168, at_least(1), "Default of segment.ms, in hours."),
     _key("log.roll.jitter.ms", _LONG, None, None, "Default of segment.jitter.ms; wins over log.roll.jitter.hours."),
     _key("log.roll.jitter.hours", _INT, 0, at_least(0), "Default of segment.jitter.ms, in hours."),
-    _key("log.index.size.max.bytes", _INT, 10485760, at_least(4), "Default of segment.index.bytes."),
+    _key("log.index.size.max.bytes", _INT, 10485760, at_least(SEGMENT_INDEX_BYTES_MIN),
+         "Default of segment.index.bytes."),
     _key("log.index.interval.bytes", _INT, 4096, at_least(0), "Default of index.interval.bytes."),
     _key("log.retention.bytes", _LONG, -1, None, "Default of retention.bytes."),
     _key("log.retention.ms", _LONG, None, None, "Default of retention.ms; wins over minutes and hours."),
@@ -909,6 +920,54 @@ def _check_compaction_lags(min_lag_ms: int, max_lag_ms: int) -> None:
             f"max.compaction.lag.ms ({max_lag_ms})",
             config="min.compaction.lag.ms",
         )
+
+
+def loadable_overrides(broker: BrokerConfig,
+                       overrides: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
+    """Stored topic overrides made loadable (module doc): ``(overrides, notes)``, where a number
+    out of range is replaced by the nearest bound and any other unusable override is dropped (a
+    compaction lag in conflict with the other one too, the minimum first), each change explained
+    by one note. What comes back passes ``broker.log_config``."""
+    usable: dict[str, object] = {}
+    notes: list[str] = []
+    for name, raw in sorted(overrides.items()):
+        try:
+            check_topic_config_names([name])
+            TOPIC_CONFIGS[name].parse(raw)
+            usable[name] = raw
+        except ConfigError as e:
+            nearest = _nearest_usable(TOPIC_CONFIGS.get(name), raw)
+            if nearest is None:
+                notes.append(f"{name}={_show(raw)} left out: {e.message}")
+            else:
+                usable[name] = TOPIC_CONFIGS[name].format(nearest)
+                notes.append(f"{name}={_show(raw)} loaded as {usable[name]}: {e.message}")
+    for lag in ("min.compaction.lag.ms", "max.compaction.lag.ms"):
+        try:
+            broker.log_config(usable)
+            break
+        except ConfigError as e:
+            if lag in usable:
+                notes.append(f"{lag}={_show(usable.pop(lag))} left out: {e.message}")
+    return usable, notes
+
+
+def _nearest_usable(key: ConfigKey | None, raw: object) -> int | float | None:
+    """The bound nearest to a number outside ``key``'s range, or None when there is none."""
+    if key is None or not isinstance(key.validator, (Range, RangeOrSentinel)):
+        return None
+    try:
+        value = _PARSERS[key.type](key.name, raw)
+    except ConfigError:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    low, high = key.validator.min, key.validator.max
+    if low is not None and value < low:
+        return low
+    if high is not None and value > high:
+        return high
+    return None
 
 
 def _broker_from_mapping(props: Mapping[str, object]) -> BrokerConfig:

@@ -696,6 +696,7 @@ class LogSegment:
         reached = np.searchsorted(running, running, side="left")
         offsets_of_max = np.where(running > NO_TIMESTAMP, last_offsets[reached], self.base_offset)
         picks = _index_entry_batches(positions, self._config.index_interval_bytes)
+        self._make_room_for_entries(len(picks))
         self.offset_index.append_entries(last_offsets[picks], positions[picks])
         self.time_index.append_entries(running[picks], offsets_of_max[picks])
         last_entry = int(positions[picks[-1]]) if len(picks) else 0
@@ -703,6 +704,16 @@ class LogSegment:
         max_ts = int(running[-1]) if len(running) else NO_TIMESTAMP
         self._set_max_timestamp(TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset))
         self._bytes_since_last_index_entry = end - last_entry
+
+    def _make_room_for_entries(self, entries: int) -> None:
+        """Grow the (just reset) indexes to hold ``entries`` rebuilt entries, and the time index's
+        final one: with ``segment.index.bytes`` lowered since the segment was written, a rebuild
+        keeps every entry and the segment counts as full (as :meth:`resize_indexes` does), where
+        a fixed size would fail the load."""
+        if entries > self.offset_index.max_entries:
+            self.offset_index.resize(entries * self.offset_index.ENTRY_SIZE)
+        if entries + 1 > self.time_index.max_entries:
+            self.time_index.resize((entries + 1) * self.time_index.ENTRY_SIZE)
 
     def _recover_txn_index(self, end_offset: int) -> None:
         """Kafka rebuilds the ``.txnindex`` here, from the producer state at the segment's base
