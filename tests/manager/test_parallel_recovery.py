@@ -4,6 +4,7 @@ partitions set aside — and the recovered partitions open as cleanly shut down 
 
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from manager_helpers import Opener, batch, break_partition, crash, read_offsets, tp
 
 from tidelog.manager import recovery
+from tidelog.storage import fileops
+from tidelog.storage.fileops import WRITE_OPS, FaultRule
 
 PARTITIONS = 6
 
@@ -89,3 +92,19 @@ def test_processes_only_for_heavy_recovery() -> None:
     assert recovery.worth_processes(64 * mib, 16) and not recovery.worth_processes(64 * mib, 1)
     assert not recovery.worth_processes(100 * mib, 10_000), "many tiny partitions: the reopen costs more"
     assert not recovery.worth_processes(8 * mib, 2)
+
+
+@pytest.mark.usefixtures("few_partitions_use_processes")
+def test_a_disk_fault_in_a_worker_takes_the_dir_offline_until_its_probe_loads_it(
+        broker: Opener, one_dir: list[Path]) -> None:
+    crashed_dir(broker, one_dir)
+    full = FaultRule(WRITE_OPS, f"{one_dir[0]}/foo-3/*", error=errno.ENOSPC)  # inherited by the forked workers
+    with fileops.inject(full) as stats:
+        manager = broker.open(one_dir, {"num.recovery.threads.per.data.dir": "2"})
+    assert stats.fired == 0  # it fired in a worker, which reported the errno
+    [offline] = manager.offline_log_dirs()
+    assert (offline.operation, offline.errno) == ("loading of foo-3", errno.ENOSPC)
+    assert manager.logs() == [] and not [s for s in manager.set_aside() if s.path.parent == one_dir[0]]
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == one_dir
+    assert [len(read_offsets(manager.log(tp("foo", p)))) for p in range(PARTITIONS)] == [10] * PARTITIONS
