@@ -298,3 +298,40 @@ def test_serve_neither_a_full_disk_nor_an_unreadable_file_flaps_and_healthy_path
     assert err.count(f"log dir {dirs[1]} is offline: append of u-1 failed [ENOSPC]") == 1
     assert f"{dirs[1]}: back online" not in err and f"{dirs[1]}: still offline, probe failed" in err
     assert err.count("t-0: fetch failed, only this read fails") == 1  # logged once, not per fetch
+
+
+def test_serve_with_a_full_disk_while_a_partition_loads_brings_it_back_instead_of_setting_it_aside(
+        tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    _create_topic(dirs)
+    broker = BrokerConfig.from_properties({"log.dirs": ",".join(map(str, dirs))})
+    with LogManager.open(broker, dirs) as manager:
+        manager.append(TidelogTp("t", 0), samples.record_batch(b"before"))
+    # the first write of t-0's load (a checkpoint, a snapshot) meets a full disk; space is then freed
+    rules = [FaultRule(frozenset({FileOp.WRITE, FileOp.OPEN}), f"{dirs[0]}/t-0/*", error=errno.ENOSPC, times=1)]
+    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
+         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        banner = _wait_for_line(process, r"tidelog serving .* listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
+        assert f"{dirs[0]} (OFFLINE: log dir {dirs[0]} is offline: loading of t-0 failed [ENOSPC]" in banner.string
+        _wait_for_line(process, rf"{re.escape(str(dirs[0]))}: back online, loaded with 1 partition\(s\)")
+        bootstrap = f"127.0.0.1:{banner.group(1)}"
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
+        assert producer.send("t", b"after", partition=0).get(TIMEOUT_S).offset == 1
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                                 consumer_timeout_ms=int(TIMEOUT_S * 1000))
+        consumer.assign([TopicPartition("t", 0)])
+        assert [next(consumer).value for _ in range(2)] == [b"before", b"after"]
+        consumer.close()
+        FIRED["serve_load_fault"] = 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with LogManager.open(broker, dirs) as manager:
+        assert manager.set_aside() == [] and manager.log(TidelogTp("t", 0)).log_end_offset == 2
