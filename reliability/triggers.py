@@ -37,7 +37,7 @@ KINDS = ("random", "roll", "clean", "segment-delete", "topic-delete", "after-del
 FAULT_OPS = (  # (ops, path glob) of exact kill points: the broker's own writes, renames, fsyncs, unlinks
     (["rename"], "*.swap"), (["rename"], "*.cleaned"), (["rename"], "*.deleted"), (["rename"], "*-delete"),
     (["write"], "*.log"), (["fsync"], "*.log"), (["truncate"], "*.index"), (["rename"], "*checkpoint*"),
-    (["unlink"], "*.deleted"), (["write"], "*tidelog-topics.json*"),
+    (["unlink"], "*.deleted"), (["write"], "*tidelog-topics.json*"), (["rename"], "*tidelog-topic.json*"),
 )
 _LOG_EVENTS = {
     "clean": ("cleaner ",),
