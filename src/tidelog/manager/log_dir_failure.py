@@ -37,7 +37,7 @@ then too; a full disk that only the cleaner's extra copy hits should not stop pr
 fault of a rename (the ``.cleaned`` → ``.swap`` step) or of a file the log serves from takes the
 dir offline, as in Kafka.
 
-Thread-safety: :class:`LogDirFailureChannel` is guarded by its own lock.
+Thread-safety: :class:`LogDirFailureChannel` and :class:`ReadFaults` are each guarded by their own lock.
 """
 
 from __future__ import annotations
