@@ -183,6 +183,9 @@ def test_an_unknown_tagged_field_running_past_the_frame_is_malformed() -> None:
     with pytest.raises(MalformedRequestError, match="20 bytes declared"):
         decode_request(frame[:-1] + tagged)
     assert decode_request(frame[:-1] + bytes([1, 99, 3]) + b"xyz").body.topics[0].name == "t"
+    header_tags = frame.index(b"me") + 2  # request header v2: client id, then its tagged fields
+    with pytest.raises(MalformedRequestError, match="40 bytes declared"):
+        decode_request(frame[:header_tags] + bytes([1, 7, 40]) + b"xyz")
 
 
 def test_bytes_after_a_complete_body_are_ignored_as_kafka_does() -> None:

@@ -198,7 +198,7 @@ def decode_request(frame: bytes) -> Request:
                                  api_key=api_key, api_version=version, correlation_id=correlation_id)
     flexible = supported and spec.request.flexible_version_q(version)
     try:
-        stream = io.BytesIO(frame)
+        stream = _StrictBytesIO(frame)
         header = RequestHeader.decode(stream, flexible=flexible)
         body = _decode_body(spec.request, version, memoryview(frame)[stream.tell():]) if supported else None
     except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
