@@ -215,6 +215,22 @@ def test_crash_after_the_intent_rolls_forward_on_abort(root: Path) -> None:
     assert not job_dir(job.staging_root, job.key).exists()
 
 
+def test_abort_of_a_job_whose_staging_is_gone_rolls_it_back_whole(root: Path) -> None:
+    job, manifests, _ = staged_job(root)
+    committer = owned(root)
+    entry = committer.write_intent(job, commit_order(manifests))
+    with StagedReader(job_dir(entry["staging"], entry["id"])) as staged:
+        committer.publish_partition(entry, entry["partitions"][0], staged)
+    committer.manager.shutdown()  # the driver dies here, and its staging is lost
+    for file in job_dir(job.staging_root, job.key).iterdir():
+        file.write_bytes(b"")
+
+    assert abort_job([str(root)], job).state == "rolled back"
+    assert {p: values(log_records(root), p) for p in range(3)} == {0: [], 1: [], 2: []}
+    with pytest.raises(StorageError, match="rolled back"):
+        commit_job([str(root)], job, manifests)  # a late retry of the driver's commit says so
+
+
 @pytest.mark.parametrize("partitions_done", [1, 2, 3])
 def test_crash_after_each_partition_append_rolls_forward_on_retry(root: Path, partitions_done: int) -> None:
     job, manifests, expected = staged_job(root)

@@ -31,12 +31,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import LogDirLockedError
+from tidelog.errors import LogDirLockedError, StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.staged_commit import CommitOutcome, Committer, Job, StagedReader
 from tidelog.storage.staging_dirs import job_dir, remove_job_dir
 from tidelog.spark.staging import StagedBatch, TaskManifest, stream_job_key
-from tidelog.storage.commit_log import COMMIT_LOG_FILE, COMMITTED, INTENT, MAX_BATCH_JOBS, CommitLog
+from tidelog.storage.commit_log import COMMIT_LOG_FILE, INTENT, MAX_BATCH_JOBS, ROLLED_BACK, CommitLog
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.lock import LogDirLock, read_lock_holder
 
@@ -134,13 +134,19 @@ def remove_older_batches(staging_root: str, query: str, batch: int, commits: Com
 
 def abort_job(log_dirs: Sequence[str], job: Job, *, clock: Clock = SYSTEM_CLOCK,
               lock_timeout_s: float = LOCK_TIMEOUT_S) -> CommitOutcome:
-    """Spark's ``abort()``: roll forward when the job has an intent (a commit failed halfway),
-    else delete its staging dir by prefix. Never undoes a committed job."""
+    """Spark's ``abort()``: roll forward when the job has an intent (a commit failed halfway; rolled
+    back instead when it cannot be completed), else delete its staging dir by prefix. Never undoes
+    a committed job."""
     entry = CommitLog.read(log_dirs).find(job.key)
     if entry is not None and entry["state"] == INTENT:
-        return commit_job(log_dirs, job, None, clock=clock, lock_timeout_s=lock_timeout_s)
+        try:
+            return commit_job(log_dirs, job, None, clock=clock, lock_timeout_s=lock_timeout_s)
+        except StorageError:
+            entry = CommitLog.read(log_dirs).find(job.key)
+            if entry is None or entry["state"] != ROLLED_BACK:
+                raise  # still pending: the next owner of the dir completes or rolls it back
     remove_job_dir(job.staging_root, job.key)
-    return CommitOutcome(COMMITTED if entry is not None else "aborted")
+    return CommitOutcome(entry["state"] if entry is not None else "aborted")
 
 
 def commit_order(manifests: Iterable[TaskManifest | None]) -> list[tuple[str, StagedBatch]]:

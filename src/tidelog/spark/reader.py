@@ -132,7 +132,12 @@ class _Subscribed:
         for tp in self.partitions:
             if tp in self.dirs:
                 self.views[tp] = self.view.partition(tp, self.dirs[tp])
-                self.bounds[tp] = self.views[tp].refresh()
+        jobs = self.view.pending_jobs
+        while True:  # one look at the jobs in flight for every partition: a job is seen whole or not at all
+            key, starts = jobs.snapshot()
+            self.bounds = {tp: view.refresh(starts) for tp, view in self.views.items()}
+            if jobs.unchanged(key):
+                break
 
 
 def _loss(parsed: o.SourceOptions, message: str) -> None:

@@ -203,8 +203,12 @@ class LogView:
         return view
 
     def bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        """Refreshed bounds of every live partition."""
-        return {tp: self.partition(tp, d).refresh() for tp, d in self.partitions().items()}
+        """Refreshed bounds of every live partition (one look at the staged-commit log for all)."""
+        while True:
+            key, starts = self.pending_jobs.snapshot()
+            found = {tp: self.partition(tp, d).refresh(starts) for tp, d in self.partitions().items()}
+            if self.pending_jobs.unchanged(key):
+                return found
 
     def checkpointed_log_start_offset(self, log_dir: Path, tp: TopicPartition) -> int | None:
         """``tp``'s entry in ``log_dir``'s log-start-offset checkpoint (re-read when the file
@@ -265,14 +269,16 @@ class PartitionView:
             self.refresh()
         return list(self._segments)
 
-    def refresh(self) -> PartitionBounds:
+    def refresh(self, pending: dict[TopicPartition, int] | None = None) -> PartitionBounds:
         """Re-read what changed (dir listing, checkpoint, appended bytes) and return the bounds.
+        ``pending``: the starts of jobs in flight, when the caller read them (and checks the
+        staged-commit log did not change meanwhile, as :meth:`LogView.bounds`).
 
         Raises :class:`DataLossError` when the partition dir is gone. Cost when nothing changed:
-        three ``stat`` calls, plus two per log dir for the staged-commit log."""
+        three ``stat`` calls, plus two per log dir for the staged-commit log without ``pending``."""
         for attempt in (0, 1):
             try:
-                return self._refresh()
+                return self._refresh(pending)
             except FileNotFoundError:
                 self._dir_mtime = None  # a file vanished between listing and reading: re-list
                 if attempt == 1 or not self.dir.is_dir():
@@ -280,7 +286,7 @@ class PartitionView:
                                         topic_partition=str(self.topic_partition), path=self.dir) from None
         raise AssertionError("unreachable")
 
-    def _refresh(self) -> PartitionBounds:
+    def _refresh(self, pending: dict[TopicPartition, int] | None) -> PartitionBounds:
         st = os.stat(self._dir_name)
         key = (st.st_ino, st.st_mtime_ns)
         if key != self._dir_mtime:
@@ -288,7 +294,7 @@ class PartitionView:
                 self._walk, self._index_cache = None, {}
             self._segments = _list_segments(self.dir)
             self._dir_mtime = key
-        end = self._visible_end()
+        end = self._visible_end(pending)
         start = self._segments[0].base_offset if self._segments else end
         checkpointed = self._owner.checkpointed_log_start_offset(self._log_dir, self.topic_partition)
         if checkpointed is not None:
@@ -296,15 +302,15 @@ class PartitionView:
         self._bounds = PartitionBounds(self.topic_partition, min(start, end), end)
         return self._bounds
 
-    def _visible_end(self) -> int:
+    def _visible_end(self, starts: dict[TopicPartition, int] | None) -> int:
         """The readable end, stopped at the start of a job in flight (:mod:`.commit_log`: the
         commit log's identity is read before and after the end; a change means read again)."""
-        pending = self._owner.pending_jobs
+        jobs = self._owner.pending_jobs
         while True:
-            key, starts = pending.snapshot()
+            key, found = jobs.snapshot() if starts is None else (None, starts)
             end = self._walk_end()
-            if pending.unchanged(key):
-                cap = starts.get(self.topic_partition)
+            if key is None or jobs.unchanged(key):
+                cap = found.get(self.topic_partition)
                 return end if cap is None else min(end, cap)
 
     def _walk_end(self) -> int:
