@@ -89,8 +89,11 @@ def encode_fetch_response(version: int, correlation_id: int, error_code: int, se
         for p in partitions:
             head += _partition_fields(version, p, flexible)
             head += _count(len(p.records), flexible)
-            parts += (bytes(head), p.records)
-            head = bytearray(b"\0" if flexible else b"")  # the partition's tagged fields
+            if p.records:  # empty ones (errors, nothing new) stay in one buffer with their neighbours
+                parts += (bytes(head), p.records)
+                head = bytearray()
+            if flexible:
+                head += b"\0"  # the partition's tagged fields
         if flexible:
             head += b"\0"  # the topic's
     if flexible:
