@@ -20,6 +20,13 @@ reset``: the most the attack added at any instant, not what was left afterwards.
   of peak RSS growth (lower is better); baseline: that budget in MB (a ratio at or under ~1 is the
   bound kept); the details say whether a fresh client was still answered meanwhile.
 
+* ``server_decompression_memory`` (item 6): six connections each send, at once, a Produce of one
+  gzip batch of ~306 KB whose single record inflates to 300 MiB (100 MiB with ``--quick``): a valid
+  batch Kafka stores. tidelog decompresses at most what ``max.message.bytes`` allows the batch
+  uncompressed, under the ``tidelog.produce.decompression.memory.bytes`` budget (64 MiB), and
+  answers MESSAGE_TOO_LARGE. Figure: MB of peak RSS growth (lower is better); baseline: that budget
+  in MB; the details hold the answers' error codes and how long they took.
+
 Run alone: ``python -m bench.run --only server_fetch_memory --only server_partial_requests_memory``.
 """
 
@@ -258,12 +265,81 @@ def bench_server_partial_requests_memory(settings: Settings) -> list[Row]:
                 "MB of queued.max.request.bytes (ratio: growth per budget byte; lower is better)", None, details)]
 
 
+# --- decompression bombs ------------------------------------------------------------------------------
+
+BOMB_CONNECTIONS = 6
+BOMB_MIB = (300, 100)  # full, quick: what each bomb's record inflates to
+DECOMPRESSION_MEMORY_BYTES = 67108864  # tidelog.produce.decompression.memory.bytes default
+
+
+def send_bombs(port: int, frame: bytes, connections: int) -> dict[str, Any]:
+    """Send ``frame`` (a Produce) on ``connections`` connections before reading any answer; then
+    read every answer: their error codes and the seconds until the last came."""
+    from kafka.protocol.producer import ProduceResponse
+
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=300) for _ in range(connections)]
+    try:
+        started = time.monotonic()
+        for sock in socks:
+            sock.sendall(frame)
+        answers = [ProduceResponse[9].decode(_frame(sock), header=True) for sock in socks]
+        seconds = time.monotonic() - started
+    finally:
+        for sock in socks:
+            sock.close()
+    codes = [a.responses[0].partition_responses[0].error_code for a in answers]
+    return {"connections": connections, "request_bytes": len(frame), "error_codes": codes, "seconds": seconds}
+
+
+def bomb_attack(root: Path, overrides: dict[str, str], inflated_mib: int) -> tuple[int, int, dict[str, Any]]:
+    """Start ``tidelog serve`` over ``root/data`` with ``overrides`` and send :data:`BOMB_CONNECTIONS`
+    concurrent bombs inflating to ``inflated_mib`` MiB each: ``(RSS before, peak growth, details)``."""
+    from kafka.protocol.producer import ProduceRequest
+
+    from tests.fuzz.bomb_samples import gzip_record_bomb
+
+    data = ProduceRequest.TopicProduceData
+    bomb = gzip_record_bomb(inflated_mib * MIB)
+    frame = encode_request(ProduceRequest(transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+        data(name="t", partition_data=[data.PartitionProduceData(index=0, records=bomb)])]), 9, 1)
+    serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
+    serve.start()
+    try:
+        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
+        create_topic(serve.bootstrap_servers, "t", 1)
+        fill(port, "t", 1, 1)  # warm-up: the append path has run once
+        before, growth, details = peak_growth(_serve_pid(root / "data"),
+                                              lambda: send_bombs(port, frame, BOMB_CONNECTIONS))
+        _answered_connection(port).close()  # still serving
+        serve.stop()
+    finally:
+        serve.kill()
+    details.update(rss_before_mb=before / MIB, peak_growth_mb=growth / MIB, batch_bytes=len(bomb),
+                   inflated_mib=inflated_mib)
+    return before, growth, details
+
+
+def bench_server_decompression_memory(settings: Settings) -> list[Row]:
+    with scratch_dir(settings.work_dir / "server-decompression-memory") as root:
+        before, growth, details = bomb_attack(root, {}, settings.pick(*BOMB_MIB))
+    label = (f"peak RSS growth of {BOMB_CONNECTIONS} concurrent Produce requests of a {details['batch_bytes']}-byte "
+             f"gzip batch inflating to {details['inflated_mib']} MiB (lower is better): answered "
+             f"{sorted(set(details['error_codes']))} in {details['seconds']:.1f} s, {before / MIB:.0f} MB before")
+    # baseline: the decompression budget (its default; ratio <= ~1 is the bound kept)
+    return [Row("server_decompression_memory", label, growth / MIB, "MB peak growth", DECOMPRESSION_MEMORY_BYTES / MIB,
+                "MB of tidelog.produce.decompression.memory.bytes (ratio: growth per budget byte; lower is better)",
+                None, details)]
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
     "server_fetch_memory": ("peak RSS growth of tidelog serve answering one hostile Fetch (issue 19 item 5)",
                             bench_server_fetch_memory),
     "server_partial_requests_memory": ("peak RSS growth of tidelog serve under connections sending "
                                        "100 MiB frames they never finish (issue 19 item 7)",
                                        bench_server_partial_requests_memory),
+    "server_decompression_memory": ("peak RSS growth of tidelog serve under six concurrent Produce requests of "
+                                    "306 KB gzip batches inflating to 300 MiB (issue 19 item 6)",
+                                    bench_server_decompression_memory),
 }
 
 
