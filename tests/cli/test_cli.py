@@ -108,8 +108,14 @@ def test_dump_index_files(data_dir: Path, capsys: pytest.CaptureFixture[str]) ->
     log_file = first_log(data_dir)
     code, out, _ = run(capsys, "dump", "--json", str(log_file.with_suffix(".index")), str(log_file.with_suffix(".timeindex")))
     assert code == 0
-    entries = [json.loads(line) for line in out.splitlines()]
+    items = [json.loads(line) for line in out.splitlines()]
+    index, time_index = str(log_file.with_suffix(".index")), str(log_file.with_suffix(".timeindex"))
+    starts = [i for i, item in enumerate(items) if item["kind"] == "file"]
+    assert [items[i]["file"] for i in starts] == [index, time_index] and starts[0] == 0
+    entries = [item for item in items if item["kind"] != "file"]
     assert entries and all(e["kind"] == "entry" for e in entries)
+    assert {e["file"] for e in items[:starts[1]]} == {index} and {e["file"] for e in items[starts[1]:]} == {time_index}
+    assert "position" in items[1] and "timestamp" in items[-1]
     code, out, _ = run(capsys, "dump", "--verify-index", str(log_file.with_suffix(".index")))
     assert code == 0 and "index is consistent with its log" in out
 

@@ -361,8 +361,8 @@ def json_rec(line: str) -> Rec:
             decode(item["value"]), tuple((k, decode(v)) for k, v in pairs))
 
 
-def tidelog_consume(copy: Path, topic: str) -> list[Rec]:
-    out = tidelog(copy, "consume", topic, "--from-beginning", "--format", "json", "--encoding", "base64")
+def tidelog_consume(copy: Path, topic: str, *args: str) -> list[Rec]:
+    out = tidelog(copy, "consume", topic, "--from-beginning", "--format", "json", "--encoding", "base64", *args)
     return [json_rec(line) for line in out.splitlines()]
 
 
@@ -515,6 +515,13 @@ def test_log_start_high_watermark_and_offsets_for_times_are_kafkas(kafka_dir: Ka
     if topic == TXN:
         assert last_stable == kafka.committed.end
     assert tidelog_view.by_time[topic] == kafka.topics[topic].by_time
+
+
+def test_consume_read_committed_prints_what_kafkas_read_committed_consumer_got(kafka_dir: KafkaDir) -> None:
+    kafka, tidelog_view = kafka_dir
+    committed = tidelog_consume(tidelog_view.copy, TXN, "--isolation-level", "read_committed")
+    assert committed == kafka.committed.records
+    assert len(committed) < len(kafka.records[TXN]), "the aborted records are skipped"
 
 
 def test_the_aborted_transaction_comes_from_kafkas_txn_index(kafka_dir: KafkaDir) -> None:

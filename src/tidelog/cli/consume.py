@@ -16,7 +16,13 @@ Where it starts (kafka-console-consumer's rules, with ``auto.offset.reset`` = ``
 
 Without ``--partition`` every partition is read, one after the other in partition order
 (Kafka interleaves partitions in no set order). Control batches (transaction markers) are
-skipped, as consumers do; every batch's CRC is checked (``check.crcs``). Output formats are in
+skipped, as consumers do; every batch's CRC is checked (``check.crcs``).
+
+``--isolation-level`` (the console consumer's option): ``read_uncommitted`` (the default) prints
+every data record up to the high watermark; ``read_committed`` stops at the last stable offset
+and skips the records of aborted transactions, found in the segments' ``.txnindex`` as a broker
+answers a read_committed fetch (:mod:`tidelog.storage.read_committed`); "latest" is then the
+last stable offset. Output formats are in
 :mod:`tidelog.cli.record_io`; a record the format cannot show (invalid UTF-8 in JSON) stops the
 command with an error naming its offset, after the records before it were printed.
 
@@ -44,25 +50,33 @@ from tidelog.records import iter_batches
 from tidelog.records.record import TimestampType
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.log import Log
+from tidelog.storage.read_committed import AbortedBatchFilter
 from tidelog.topic_partition import TopicPartition
 
 FETCH_MAX_BYTES = 1 << 20  # per read, as a consumer's max.partition.fetch.bytes
 TIMESTAMP_TYPE_NAMES = {TimestampType.NO_TIMESTAMP: "NoTimestampType", TimestampType.CREATE_TIME: "CreateTime",
                         TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"  # the console consumer's names
 
 
 def start_offset(log: Log, *, from_beginning: bool = False, offset: str | None = None,
-                 timestamp: int | None = None) -> tuple[int, str | None]:
-    """Where to start reading ``log`` and, when the request was reset, a note saying why."""
+                 timestamp: int | None = None, committed: bool = False) -> tuple[int, str | None]:
+    """Where to start reading ``log`` and, when the request was reset, a note saying why.
+    ``committed``: read_committed, whose latest offset is the last stable offset."""
+    latest = end_offset(log, committed)
     if from_beginning or offset == "earliest":
         return log.log_start_offset, None
     if timestamp is not None:
         found = log.fetch_offset_by_timestamp(timestamp)
-        return (found.offset, None) if found is not None else (log.high_watermark, None)
+        return (found.offset, None) if found is not None else (latest, None)
     if offset is None or offset == "latest":
-        return log.high_watermark, None
-    return checked_offset(int(offset), log.log_start_offset, log.log_end_offset, log.high_watermark,
-                          str(log.topic_partition))
+        return latest, None
+    return checked_offset(int(offset), log.log_start_offset, log.log_end_offset, latest, str(log.topic_partition))
+
+
+def end_offset(log: Log, committed: bool) -> int:
+    """Where a read stops: the last stable offset for read_committed, else the high watermark."""
+    return log.last_stable_offset if committed else log.high_watermark
 
 
 def checked_offset(wanted: int, log_start: int, log_end: int, latest: int, tp: str) -> tuple[int, str | None]:
@@ -74,20 +88,24 @@ def checked_offset(wanted: int, log_start: int, log_end: int, latest: int, tp: s
         f"starting at the latest offset {latest} (auto.offset.reset=latest, as kafka-console-consumer)")
 
 
-def iter_records(log: Log, start: int) -> Iterator[tuple[str, RecordTuple]]:
+def iter_records(log: Log, start: int, committed: bool = False) -> Iterator[tuple[str, RecordTuple]]:
     """``(timestamp type name, (offset, timestamp, key, value, headers))`` of every data record
-    from ``start`` up to the high watermark as it was when the iteration began."""
-    end = log.high_watermark
+    from ``start`` up to the high watermark (``committed``: the last stable offset, aborted
+    transactions skipped) as it was when the iteration began."""
+    end = end_offset(log, committed)
+    isolation = FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK
+    aborted = AbortedBatchFilter(log.collect_aborted_transactions(start, end)) if committed else None
     offset = start
     while offset < end:
-        batches = [batch for _, batch in iter_batches(log.read(offset, FETCH_MAX_BYTES, FetchIsolation.HIGH_WATERMARK).records)]
+        batches = [batch for _, batch in iter_batches(log.read(offset, FETCH_MAX_BYTES, isolation).records)]
         if not batches:
             return
         for batch in batches:
             if batch.next_offset <= offset:
                 continue
             batch.ensure_valid()
-            if not batch.is_control:
+            skipped = aborted is not None and aborted.skips(batch)
+            if not batch.is_control and not skipped:
                 kind = TIMESTAMP_TYPE_NAMES[batch.timestamp_type]
                 for record in _tuples(batch):
                     if offset <= record[0] < end:
@@ -144,37 +162,41 @@ def _silence_stdout() -> None:
               help="text: each value on its own line; json: one record object per line.")
 @click.option("--encoding", type=click.Choice([UTF8, BASE64]), default=UTF8, show_default=True,
               help="How keys and values are shown: UTF-8 text, or base64 (for binary data).")
+@click.option("--isolation-level", type=click.Choice([READ_UNCOMMITTED, READ_COMMITTED]), default=READ_UNCOMMITTED,
+              show_default=True, help="read_committed: stop at the last stable offset and skip aborted transactions.")
 @bootstrap_option
 @click.pass_context
 def consume(ctx: click.Context, topic: str, partition: int | None, from_beginning: bool, offset: str | None,
-            timestamp: int | None, max_messages: int | None, fmt: str, encoding: str,
+            timestamp: int | None, max_messages: int | None, fmt: str, encoding: str, isolation_level: str,
             bootstrap_server: str | None) -> None:
     """Print the records of TOPIC up to its high watermark (like kafka-console-consumer)."""
     _check_start_options(partition, from_beginning, offset, timestamp)
     out = binary(sys.stdout)
     printer = RecordPrinter(out, topic, fmt, encoding, max_messages)
+    committed = isolation_level == READ_COMMITTED
     if bootstrap_server is not None:
         from tidelog.cli.remote_consume import consume_remote  # kafka-python loads only when used
 
         check_remote_usage(ctx)
         consume_remote(bootstrap_server, topic, partition, printer, from_beginning=from_beginning, offset=offset,
-                       timestamp=timestamp)
+                       timestamp=timestamp, committed=committed)
     else:
         with open_manager(ctx, read_only=True) as manager:
-            _consume_local(manager, topic, partition, printer, from_beginning, offset, timestamp)
+            _consume_local(manager, topic, partition, printer, from_beginning, offset, timestamp, committed)
     out.flush()
     click.echo(f"Processed a total of {printer.count} messages", err=True)
 
 
 def _consume_local(manager: LogManager, topic: str, partition: int | None, printer: RecordPrinter,
-                   from_beginning: bool, offset: str | None, timestamp: int | None) -> None:
+                   from_beginning: bool, offset: str | None, timestamp: int | None, committed: bool) -> None:
     partitions = manager.partitions(topic) if partition is None else [partition]
     logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
     for log in logs:
-        start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp)
+        start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp,
+                                   committed=committed)
         if note:
             click.echo(f"note: {note}", err=True)
-        if not printer.print_partition(log.topic_partition.partition, iter_records(log, start)):
+        if not printer.print_partition(log.topic_partition.partition, iter_records(log, start, committed)):
             break
 
 

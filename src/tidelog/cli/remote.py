@@ -157,14 +157,15 @@ class RemoteClient:
         with kafka_errors_mapped(**context):
             return manager.run(call)
 
-    def consumer(self) -> KafkaConsumer:
+    def consumer(self, isolation_level: str = "read_uncommitted") -> KafkaConsumer:
         """A KafkaConsumer without a group (``assign`` only, nothing committed), reading CRC-checked
-        records of aborted transactions too (read_uncommitted, as ``tidelog consume`` locally)."""
+        records; ``read_uncommitted`` (the default, as ``tidelog consume``) includes aborted
+        transactions, ``read_committed`` stops at the last stable offset and skips them."""
         with kafka_errors_mapped():
             return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
                                  client_id=CLIENT_ID, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
                                  request_timeout_ms=REQUEST_TIMEOUT_MS, auto_offset_reset="none",
-                                 isolation_level="read_uncommitted", check_crcs=True)
+                                 isolation_level=isolation_level, check_crcs=True)
 
 
 @contextmanager

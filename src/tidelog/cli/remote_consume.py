@@ -10,7 +10,9 @@ with no group (``assign`` and ``seek``: nothing is committed, no rebalance):
   ``--offset N`` (reset to the latest offset with a note when outside [start, end]), or
   ``--timestamp`` (``offsets_for_times``; the latest offset when no record is that recent);
 * partitions are read one after the other in partition order; control batches are skipped and
-  CRCs checked by the consumer (read_uncommitted, as the local mode).
+  CRCs checked by the consumer, with the local mode's isolation level: read_uncommitted, or
+  read_committed (ListOffsets latest then answers the last stable offset, where the read stops,
+  and the consumer drops aborted transactions with the list each fetch answer carries).
 
 A partition that yields nothing for ``STALL_TIMEOUT_S`` while records remain below its end is an
 error naming it, never a hang.
@@ -26,7 +28,7 @@ import click
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
-from tidelog.cli.consume import TIMESTAMP_TYPE_NAMES, RecordPrinter, checked_offset
+from tidelog.cli.consume import READ_COMMITTED, READ_UNCOMMITTED, TIMESTAMP_TYPE_NAMES, RecordPrinter, checked_offset
 from tidelog.cli.record_io import RecordTuple
 from tidelog.cli.remote import BrokerError, REQUEST_TIMEOUT_MS, RemoteClient, connect, kafka_errors_mapped
 from tidelog.errors import UnknownTopicOrPartitionError
@@ -38,12 +40,12 @@ MAX_POLL_RECORDS = 10_000
 
 
 def consume_remote(bootstrap: str, topic: str, partition: int | None, printer: RecordPrinter, *,
-                   from_beginning: bool, offset: str | None, timestamp: int | None) -> None:
+                   from_beginning: bool, offset: str | None, timestamp: int | None, committed: bool = False) -> None:
     """Print ``topic``'s records (every partition, or only ``partition``) from the broker at
-    ``bootstrap`` with ``printer`` (see the module doc)."""
+    ``bootstrap`` with ``printer`` (see the module doc); ``committed``: read_committed."""
     with connect(bootstrap) as client:
         tps = [KafkaTopicPartition(topic, p) for p in _partitions(client, topic, partition)]
-        consumer = client.consumer()
+        consumer = client.consumer(READ_COMMITTED if committed else READ_UNCOMMITTED)
         try:
             with kafka_errors_mapped(topic=topic):
                 earliest, latest = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
