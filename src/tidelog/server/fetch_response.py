@@ -5,7 +5,7 @@ buffer, which then stays at the largest size it ever held, and out of it), and o
 follows when the transport buffers what the socket did not take. For a Fetch response, whose
 records are most of its size, that multiplied the memory a read costs. Here every field but the
 records is packed into small ``bytes`` and the records a read returned are passed through as they
-are; :func:`tidelog.server.connection` writes the parts in bounded chunks. Byte-identical to
+are; :mod:`tidelog.server.connection` writes the parts in bounded chunks. Byte-identical to
 kafka-python's encoding of the same response (tests/server/test_fetch_response.py).
 
 Layout (Kafka's FetchResponse.json; "compact" and the tagged fields from v12, the flexible versions)::
