@@ -366,8 +366,8 @@ class LogManager(OfflineDirs):
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
         if stale_copies or self._damaged_registries or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids)
-        self._sync_topic_copies(skip={tp for tp, bytes_ in current.items()
-                                      if (r := self._registry.topics.get(tp.topic)) and encode_topic_copy(r) == bytes_})
+        now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
+        self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
         self._hold_unconfirmed()
 
     def _restore_from_copies(self, topics: dict[str, TopicRecord],
