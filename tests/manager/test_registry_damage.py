@@ -158,3 +158,16 @@ def test_a_missing_partition_of_a_restored_topic_is_not_created_empty(broker: Op
     assert described.partition_count == 2 and [p.topic_partition.partition for p in described.partitions] == [0]
     assert "not created empty" in described.offline[0].reason
     assert not (one_dir[0] / "t-1").exists()
+
+
+def test_partitions_added_to_a_held_topic_are_held_too(broker: Opener, one_dir: list[Path]) -> None:
+    fill(broker, one_dir)
+    (one_dir[0] / REGISTRY_FILE).unlink()
+    for copy in one_dir[0].glob(f"*/{TOPIC_COPY_FILE}"):
+        copy.unlink()
+    manager = broker.open(one_dir)
+    manager.create_partitions("forever", 3)
+    assert manager.cleaner is not None and str(manager.cleaner.manager.state_of(tp("forever", 2))) == "paused (1)"
+    assert manager.run_retention("forever")[2].reasons[0].startswith("retention and cleaning paused")
+    assert manager.confirm_topic_configs("forever")
+    assert manager.cleaner.manager.state_of(tp("forever", 2)) is None

@@ -656,6 +656,7 @@ class LogManager(OfflineDirs):
                                    assignments=MappingProxyType({**record.assignments, **_assignments(placement)}))
             self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
             self._create_partitions(grown, placement)
+            self._hold_unconfirmed()  # new partitions of a held topic are held too
             return self.describe_topic(name)
 
     def _place(self, count: int) -> dict[int, LogDir]:
