@@ -8,7 +8,10 @@ every partition of the dir). The session broker writes a topic and stops cleanly
 * the read-only commands (``explain``, ``consume``, ``configs describe``, ``topics describe``,
   ``log-dirs``, ``offsets``) leave the marker's bytes, inode and mtime as Kafka wrote them;
 * ``tidelog serve`` (kafka-python produces through it, SIGTERM stops it) writes the marker back
-  with Kafka's broker epoch.
+  with Kafka's broker epoch;
+* a Kafka broker then started on the copy sees a clean stop: no ``handleBrokerUncleanShutdown``,
+  no unclean leader election (with the -1 tidelog used to write, it elected every partition
+  uncleanly).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from kafka_oracle import KafkaBroker
+from kafka_oracle import KafkaBroker, KafkaDistribution
 from tidelog.storage.metadata import read_clean_shutdown
 from tidelog.testing import run_cli
 
@@ -136,3 +139,26 @@ def test_serve_writes_kafkas_broker_epoch_back(copy: Path, kafka_epoch: int) -> 
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
     assert read_clean_shutdown(copy) == kafka_epoch
+
+
+def test_kafka_starts_on_the_dir_tidelog_served_without_an_unclean_election(
+        copy: Path, kafka_epoch: int, kafka4: KafkaDistribution, tmp_path: Path) -> None:
+    """Runs after the serve test: a Kafka broker started on the copy sees its own clean stop (a
+    marker with -1 makes its controller log ``handleBrokerUncleanShutdown`` and elect every
+    partition's leader uncleanly; with the epoch kept it elects from the ELR)."""
+    assert read_clean_shutdown(copy) == kafka_epoch
+    broker = KafkaBroker(kafka4, copy, tmp_path / "work", overrides={"transaction.state.log.num.partitions": "1"})
+    broker.start()
+    try:
+        broker.wait_for(lambda: f"{TOPIC}-0" in _leader_lines(broker), "a leader for the topic", TIMEOUT_S)
+    finally:
+        broker.stop()
+    log = broker.server_log.read_text()
+    assert "handleBrokerUncleanShutdown" not in log
+    assert [line for line in _leader_lines(broker).splitlines() if "unclean election" in line] == []
+
+
+def _leader_lines(broker: KafkaBroker) -> str:
+    """server.log's "Setting new leader ..." and "Leader <tp> ... starts" lines."""
+    text = broker.server_log.read_text() if broker.server_log.exists() else ""
+    return "\n".join(line for line in text.splitlines() if "new leader" in line or " starts at leader epoch" in line)
