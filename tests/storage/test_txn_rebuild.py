@@ -174,3 +174,16 @@ def test_a_log_without_transactions_checks_each_index_once_and_writes_nothing(ma
     assert log.collect_aborted_transactions(0, log.log_end_offset) == []
     assert all(s.txn_index_checked for s in log.segments)
     assert txn_files(tp_dir) == {}
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut-mid-entry"])
+def test_recovery_rebuilds_the_txn_index_at_open_as_kafka_does(make_log: MakeLog, tp_dir: Path, damage: str) -> None:
+    """A recovered segment holding transaction markers, or whose index was unreadable, has its
+    index rebuilt by the open itself (before any read), so the dir is right for Kafka too."""
+    log = write_scenario(make_log)
+    originals = txn_files(tp_dir)
+    for name in originals:
+        DAMAGE[damage](tp_dir / name)
+    reopened = make_log(config=log.config, had_clean_shutdown=False, recovery_point=0)
+    assert txn_files(tp_dir) == originals
+    assert all(s.txn_index_checked for s in reopened.segments)

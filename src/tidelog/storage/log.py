@@ -214,7 +214,7 @@ class Log:
         producer_state.remove_stray_snapshots(s.base_offset for s in loaded.segments)
         rebuild_producer_state(producer_state, loaded.segments.snapshot(), loaded.log_start_offset,
                                loaded.next_offset, clock.milliseconds())
-        return cls(
+        opened = cls(
             dir, config, loaded.segments,
             log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
             next_offset=loaded.next_offset, high_watermark=high_watermark, clock=clock,
@@ -222,6 +222,11 @@ class Log:
             leader_epoch_cache=epoch_cache, had_clean_shutdown=loaded.had_clean_shutdown,
             producer_state=producer_state, producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
         )
+        for segment in loaded.segments.snapshot():
+            if segment.txn_index_suspect:  # recovered with transaction markers in it: rebuilt now, as Kafka does
+                segment.txn_index_suspect = False
+                opened._checked_txn_index(segment)
+        return opened
 
     # --- offsets and properties ---------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from tidelog.storage.txn_index import TransactionIndex
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+_TXN_MARKER = 0x30  # a batch's transactional and control attribute bits: an end-transaction marker
 INT64_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
 
@@ -148,8 +149,10 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
         # Whether the owning log has checked the .txnindex against the ABORT markers in the .log
-        # (Log._checked_txn_index); recovery clears it again.
+        # (Log._checked_txn_index); recovery clears it again, and sets the second when the log
+        # should check it as soon as it is loaded (see _recover_txn_index).
         self.txn_index_checked = False
+        self.txn_index_suspect = False
         # The append bookkeeping below lives in the .log's tail (see the properties after open()),
         # where the compiled leader append reads and updates it in the call that writes.
         self.tail_slots = log_file.tail_slots  # a new file's tail: zeros, not armed
@@ -625,7 +628,7 @@ class LogSegment:
         mts = self.max_timestamp_and_offset_so_far  # set by rebuild_indexes
         self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
-        self._recover_txn_index(end_offset)
+        self._recover_txn_index(end_offset, headers)
         self._rolling_based_timestamp = first_batch_max_ts
         return RecoveryResult(truncated, epoch_starts)
 
@@ -715,19 +718,23 @@ class LogSegment:
         if entries + 1 > self.time_index.max_entries:
             self.time_index.resize((entries + 1) * self.time_index.ENTRY_SIZE)
 
-    def _recover_txn_index(self, end_offset: int) -> None:
+    def _recover_txn_index(self, end_offset: int, headers: BatchHeaders | None) -> None:
         """Kafka rebuilds the ``.txnindex`` here, from the producer state at the segment's base
         offset, which this segment does not have: it keeps the file's entries for transactions
         that ended below ``end_offset`` (a file that does not read is emptied) and leaves the
         rebuild to the owning log, which checks the index against the ABORT markers in the
-        ``.log`` before any entry is served (:meth:`Log._checked_txn_index`)."""
+        ``.log`` before any entry is served (:meth:`Log._checked_txn_index`), right after the
+        load when :attr:`txn_index_suspect` says so: the recovered data holds transaction markers
+        (or ``headers``, the recovered batches' columns, are not known), or the file was unreadable."""
         self.txn_index_checked = False
+        self.txn_index_suspect = headers is None or bool(np.any((headers["attributes"] & _TXN_MARKER) == _TXN_MARKER))
         try:
             self.txn_index.sanity_check()
             self.txn_index.truncate_to(end_offset)
         except CorruptIndexError as e:
             log.warning("%s: dropping an unreadable transaction index: %s", self.log.path, e)
             self.txn_index.reset()
+            self.txn_index_suspect = True
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
