@@ -151,3 +151,23 @@ def test_a_topic_held_for_unconfirmed_configs_is_reported(tmp_path: Path) -> Non
     [held] = startup(report, REGISTRY_FILE)
     assert code == 1 and "configs unconfirmed for topic(s) t" in held["message"]
     assert "tidelog topics confirm-configs" in held["broker_action"]
+
+
+def test_verify_reports_what_reconciliation_with_the_registry_will_do(tmp_path: Path) -> None:
+    """A dir whose name is not a partition's, a partition past its topic's count, a registered
+    partition whose dir is missing (an interrupted create) and a leftover cleaner swap."""
+    data = tmp_path / "data"
+    build(data)
+    with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
+        manager.create_topic("grown", 2)
+    (data / "no_partition_number").mkdir()
+    (data / "grown-1").rename(data / "t-5")  # t has 1 partition
+    (data / "t-0" / "00000000000000000099.log.swap").write_bytes(b"")
+    code, report = verify(data)
+    found = {Path(f["file"]).name: f for f in report["startup"]}
+    assert code == 1
+    assert "sets it aside" in found["no_partition_number"]["broker_action"]
+    assert "stray" in found["t-5"]["broker_action"] and found["t-5"]["problem"]
+    assert "creates it empty" in found["grown-1"]["broker_action"]
+    assert "completes the cleaner's swap" in found["00000000000000000099.log.swap"]["broker_action"]
+    assert not found["00000000000000000099.log.swap"]["problem"]

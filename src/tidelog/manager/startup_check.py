@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tidelog.errors import CheckpointError, CorruptSnapshotError, InvalidLogDirNameError, StorageError
 from tidelog.manager.staged_commit import startup_findings
+from tidelog.manager.log_dir import SKIPPED_DIRS
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE, decode_topic_copy
 from tidelog.manager.topics import REGISTRY_FILE, RegistryState, TopicRecord, decode_registry, salvage_epoch
 from tidelog.storage import files
@@ -142,16 +143,69 @@ def _partitions(segments: Sequence[SegmentSummary]) -> dict[Path, _Partition]:
 
 def _check_log_dir(root: Path, partitions: dict[Path, _Partition]) -> list[Finding]:
     findings = _check_meta(root)
-    dirs = sorted(d for d in root.iterdir() if d.is_dir() and _is_partition_dir(d))
+    children = sorted(d for d in root.iterdir() if d.is_dir() and d.name not in SKIPPED_DIRS)
+    dirs = [d for d in children if _is_partition_dir(d)]
+    findings += [_other_dir(d) for d in children if d not in dirs]
     registry, registry_findings = _check_registry(root, dirs)
     findings += registry_findings
     for name, action in UNREADABLE_CHECKPOINT.items():
         findings += _check_offsets(root / name, action, partitions)
     for dir in dirs:
-        topic = files.parse_topic_partition_name(dir.name).topic
-        findings += _check_partition(dir, partitions.get(dir), registry.topics.get(topic) if registry else None)
+        tp = files.parse_topic_partition_name(dir.name)
+        record = registry.topics.get(tp.topic) if registry else None
+        findings += _check_partition(dir, partitions.get(dir), record)
+        if registry is not None:
+            findings += _check_registered(dir, tp, record, registry)
+    if registry is not None:
+        findings += _missing_partitions(root, dirs, registry)
     findings += [Finding(*found) for found in startup_findings(root)]  # Spark jobs in flight, staging
     return findings
+
+
+def _other_dir(path: Path) -> Finding:
+    if path.name.endswith(files.DELETE_DIR_SUFFIX):
+        return Finding(path, "a deleted partition's dir", "the broker removes it after log.segment.delete.delay.ms",
+                       problem=False)
+    if files.is_renamed_partition_dir(path.name):
+        return Finding(path, "a future or stray replica dir", "the broker sets it aside, not loaded (tidelog does not "
+                       "move replicas between log dirs)", problem=False)
+    return Finding(path, "not a partition dir name (<topic>-<partition>)",
+                   "the broker sets it aside and loads the rest (Kafka refuses to start)")
+
+
+def _check_registered(dir: Path, tp: TopicPartition, record: TopicRecord | None,
+                      registry: RegistryState) -> list[Finding]:
+    """What the broker's reconciliation with the registry does to this partition dir."""
+    topic_id = _topic_id(dir)
+    if topic_id is not None and topic_id in registry.deleted_topic_ids:
+        return [Finding(dir, f"its topic id {topic_id} was deleted (an interrupted topic deletion)",
+                        "the broker finishes the deletion: the dir is renamed -delete and removed", problem=False)]
+    if record is not None and tp.partition >= record.partitions:
+        return [Finding(dir, f"topic {tp.topic} has {record.partitions} partition(s) in the registry",
+                        "the broker sets the dir aside as a stray, not served")]
+    return []
+
+
+def _missing_partitions(root: Path, dirs: list[Path], registry: RegistryState) -> list[Finding]:
+    """Registered partitions assigned to this log dir whose dir is missing (an interrupted create)."""
+    try:
+        meta = read_meta_properties(root)
+    except (CheckpointError, StorageError):
+        return []
+    here = meta.directory_id if meta is not None else None
+    present = {d.name for d in dirs}
+    return [Finding(root / files.partition_dir_name(TopicPartition(name, p)), "registered here but missing",
+                    "the broker creates it empty (an interrupted topic create; if its records were there, they "
+                    "are gone)")
+            for name, record in sorted(registry.topics.items()) for p, where in sorted(record.assignments.items())
+            if here is not None and where == here and files.partition_dir_name(TopicPartition(name, p)) not in present]
+
+
+def _topic_id(dir: Path) -> str | None:
+    try:
+        return decode_partition_metadata(read_file(dir / PARTITION_METADATA_FILE, "partition metadata")).topic_id
+    except (CheckpointError, StorageError):
+        return None
 
 
 def _check_meta(root: Path) -> list[Finding]:
@@ -228,7 +282,7 @@ def _offset_finding(path: Path, tp: TopicPartition, offset: int, p: _Partition) 
 # --- one partition dir ------------------------------------------------------------------------------
 
 def _check_partition(dir: Path, partition: _Partition | None, record: TopicRecord | None) -> list[Finding]:
-    findings = _check_epochs(dir) + _check_snapshots(dir) + _check_topic_id(dir, record)
+    findings = _check_temporary(dir) + _check_epochs(dir) + _check_snapshots(dir) + _check_topic_id(dir, record)
     copy, copy_findings = _check_copy(dir, record)
     findings += copy_findings
     known = [r for r in (record, copy) if r is not None]
@@ -240,6 +294,15 @@ def _check_partition(dir: Path, partition: _Partition | None, record: TopicRecor
                 f"the broker serves {partition.tp} across the hole: consumers skip offsets [{start}, {end}) "
                 "without an error", problem=bool(known)))
     return findings
+
+
+def _check_temporary(dir: Path) -> list[Finding]:
+    """Files a crash left mid-operation (the loader's first phase deals with them)."""
+    actions = {files.DELETED_SUFFIX: "the broker removes it (a deletion that did not finish)",
+               files.CLEANED_SUFFIX: "the broker removes it: a clean that never reached its swap is dropped",
+               files.SWAP_SUFFIX: "the broker completes the cleaner's swap (or drops it with an unfinished clean)"}
+    return [Finding(path, "left by an interrupted operation", action, problem=False)
+            for path in sorted(dir.iterdir()) for suffix, action in actions.items() if path.name.endswith(suffix)]
 
 
 def _check_epochs(dir: Path) -> list[Finding]:
