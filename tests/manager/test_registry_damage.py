@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from manager_helpers import T0, Opener, batch, registry, tp
 
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE, read_topic_copy
-from tidelog.manager.topics import REGISTRY_FILE
+from tidelog.manager.topics import REGISTRY_FILE, RegistryState, TopicRecord, read_newest_registry, write_registry
+from tidelog.storage.metadata import new_topic_id
 
 DAY_MS = 86_400_000
 OLD = T0 - 30 * DAY_MS
@@ -171,3 +173,16 @@ def test_partitions_added_to_a_held_topic_are_held_too(broker: Opener, one_dir: 
     assert manager.run_retention("forever")[2].reasons[0].startswith("retention and cleaning paused")
     assert manager.confirm_topic_configs("forever")
     assert manager.cleaner.manager.state_of(tp("forever", 2)) is None
+
+
+def test_a_registry_cut_short_keeps_its_epoch_for_the_next_write(tmp_path: Path) -> None:
+    """The epoch is the second key: a copy cut short still tells how high the next epoch must be,
+    even when no partition copy carries it (the last change was a deletion)."""
+    state = RegistryState(41, MappingProxyType({"t": TopicRecord("t", new_topic_id(), 1, epoch=40)}))
+    write_registry([tmp_path], state)
+    path = tmp_path / REGISTRY_FILE
+    path.write_bytes(path.read_bytes()[:30])
+    read = read_newest_registry([tmp_path])
+    assert (read.state, read.floor_epoch, dict(read.damaged)) == (RegistryState(), 41, {tmp_path: 41})
+    path.write_bytes(b"\x00" * 64)
+    assert dict(read_newest_registry([tmp_path]).damaged) == {tmp_path: None}
