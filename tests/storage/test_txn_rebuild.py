@@ -187,3 +187,16 @@ def test_recovery_rebuilds_the_txn_index_at_open_as_kafka_does(make_log: MakeLog
     reopened = make_log(config=log.config, had_clean_shutdown=False, recovery_point=0)
     assert txn_files(tp_dir) == originals
     assert all(s.txn_index_checked for s in reopened.segments)
+
+
+def test_a_segment_whose_headers_do_not_walk_keeps_its_index_and_reads_go_on(
+    make_log: MakeLog, tp_dir: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = write_scenario(make_log)
+    first = tp_dir / "00000000000000000000.log"
+    data = bytearray(first.read_bytes())
+    data[16] = 9  # the first batch's magic: no batch header can be walked past it
+    first.write_bytes(bytes(data))
+    reopened = make_log(config=log.config, had_clean_shutdown=True)
+    assert reopened.collect_aborted_transactions(0, 11) == KAFKA_ENTRIES[4] + KAFKA_ENTRIES[9]
+    assert "transaction index of" in caplog.text and "not checked" in caplog.text

@@ -928,12 +928,14 @@ class Log:
 
     def _check_txn_index(self, segment: LogSegment) -> None:
         try:
-            markers = abort_markers(segment)
+            self._check_txn_index_against_markers(segment)
         except FileNotFoundError:  # deleted meanwhile (retention): nothing left to serve from it
-            return
-        except CorruptRecordError as e:  # reads of it fail on their own; the index stays as it is
+            pass
+        except CorruptRecordError as e:  # reads of the bad batch fail on their own; the index stays
             log.warning("%s: transaction index of %s not checked: %s", self.topic_partition, segment.log.path, e)
-            return
+
+    def _check_txn_index_against_markers(self, segment: LogSegment) -> None:
+        markers = abort_markers(segment)
         index = segment.txn_index
         try:
             existing: list[AbortedTxn] | None = index.all_aborted_txns()
