@@ -1,4 +1,4 @@
-"""The broker's memory under hostile requests (issue 19, items 5 and 7): the peak RSS growth of a
+"""The broker's memory under hostile requests: the peak RSS growth of a
 ``tidelog serve`` process (bench_kafka_wire.TidelogServe) while one request of a kind an attacker
 can send costs it the most. Not tests: the figures are measured and printed, nothing asserts on
 them (tests/server/test_memory_soak.py holds the generous-margin soak assertions).
@@ -20,14 +20,15 @@ reset``: the most the attack added at any instant, not what was left afterwards.
   of peak RSS growth (lower is better); baseline: that budget in MB (a ratio at or under ~1 is the
   bound kept); the details say whether a fresh client was still answered meanwhile.
 
-* ``server_decompression_memory`` (item 6): six connections each send, at once, a Produce of one
+* ``server_decompression_memory``: six connections each send, at once, a Produce of one
   gzip batch of ~306 KB whose single record inflates to 300 MiB (100 MiB with ``--quick``): a valid
   batch Kafka stores. tidelog decompresses at most what ``max.message.bytes`` allows the batch
   uncompressed, under the ``tidelog.produce.decompression.memory.bytes`` budget (64 MiB), and
   answers MESSAGE_TOO_LARGE. Figure: MB of peak RSS growth (lower is better); baseline: that budget
   in MB; the details hold the answers' error codes and how long they took.
 
-Run alone: ``python -m bench.run --only server_fetch_memory --only server_partial_requests_memory``.
+Run alone: ``python -m bench.run --only server_fetch_memory --only server_partial_requests_memory
+--only server_decompression_memory``.
 """
 
 from __future__ import annotations
@@ -332,13 +333,13 @@ def bench_server_decompression_memory(settings: Settings) -> list[Row]:
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
-    "server_fetch_memory": ("peak RSS growth of tidelog serve answering one hostile Fetch (issue 19 item 5)",
+    "server_fetch_memory": ("peak RSS growth of tidelog serve answering one hostile Fetch",
                             bench_server_fetch_memory),
     "server_partial_requests_memory": ("peak RSS growth of tidelog serve under connections sending "
-                                       "100 MiB frames they never finish (issue 19 item 7)",
+                                       "100 MiB frames they never finish",
                                        bench_server_partial_requests_memory),
     "server_decompression_memory": ("peak RSS growth of tidelog serve under six concurrent Produce requests of "
-                                    "306 KB gzip batches inflating to 300 MiB (issue 19 item 6)",
+                                    "306 KB gzip batches inflating to 300 MiB",
                                     bench_server_decompression_memory),
 }
 
