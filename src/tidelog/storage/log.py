@@ -1071,12 +1071,21 @@ class Log:
     def close_handlers(self) -> None:
         """Kafka's ``closeHandlers``, for a log whose dir failed: mark it closed and release every
         segment's descriptors and maps, writing nothing (no final time-index entry, no trim of
-        the ``.log``, no snapshot): on a full disk, a write into a sparse index page is a SIGBUS."""
+        the ``.log``, no snapshot): on a full disk, a write into a sparse index page is a SIGBUS.
+        The one change it makes is a truncation of the active ``.log`` to its data, best effort:
+        it frees and never allocates, and removes the partial bytes of the append that failed
+        (the next recovery would cut them; ``verify`` finds none meanwhile)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            for segment in (*self._segments.snapshot(), *self._retired):
+            segments = self._segments.snapshot()
+            if segments:
+                try:
+                    segments[-1].log.trim()
+                except StorageError:
+                    pass  # the disk is failing: the next open's recovery cuts them
+            for segment in (*segments, *self._retired):
                 segment.close_handlers()
 
     # --- producer id expiration ---------------------------------------------------------------
