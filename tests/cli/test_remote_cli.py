@@ -207,7 +207,8 @@ def test_topics_create_alter_describe_delete(broker: Broker) -> None:
     assert code == 0 and out.startswith(f"Topic: t\tTopicId: {document['topic_id']}\tPartitionCount: 3".encode())
     broker.stop()
     [local] = orjson.loads(run_cli(broker.data, "topics", "describe", "t", "--json")[1])
-    assert document == {**local, "partitions": [{**p, "segments": None} for p in local["partitions"]]}
+    assert document == {**local, "configs_unconfirmed": None,
+                        "partitions": [{**p, "segments": None} for p in local["partitions"]]}
     restarted = start_broker(broker.data)
     try:
         assert remote(restarted, "topics", "delete", "t") == (0, b"Deleted topic t.\n", "")

@@ -138,7 +138,8 @@ def _topic_document(metadata: dict[str, Any], configs: dict[str, str],
                            "high_watermark": high_watermark, "log_end_offset": high_watermark + lag, "size": size,
                            "segments": None})
     return {"topic": name, "topic_id": _kafka_topic_id(metadata["topic_id"]), "partition_count": len(metadata["partitions"]),
-            "configs": configs, "partitions": partitions, "offline": offline}
+            "configs": configs, "partitions": partitions, "offline": offline,
+            "configs_unconfirmed": None}  # a hold is local state: the Kafka protocol has no field for it
 
 
 def _kafka_topic_id(value: object) -> str | None:
