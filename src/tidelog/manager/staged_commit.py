@@ -1,9 +1,9 @@
 """Staged commits: publish a job's staged batches to many partitions, all of them or none, once.
 
 A *job* (today a Spark ``save()`` or micro-batch; any later multi-partition write path uses the
-same steps) has staged producer batches in files under its staging dir
-(:mod:`tidelog.storage.staging_dirs`). The owner of the data dir publishes them with these steps, each durable
-before the next, recorded in the staged-commit log (:mod:`tidelog.storage.commit_log`):
+same steps) has staged producer batches in files under its staging dir (:mod:`tidelog.storage.staging_dirs`).
+The owner of the data dir publishes them with these steps, each durable before the next,
+recorded in the staged-commit log (:mod:`tidelog.storage.commit_log`):
 
 1. a committed (or rolled back) entry for the job: nothing to do; a streaming job whose batch id
    is not above its query's ``last_batch``: skipped (a replayed micro-batch);
@@ -20,9 +20,9 @@ before the next, recorded in the staged-commit log (:mod:`tidelog.storage.commit
 broker at start-up before it listens, the next job's commit, every tidelog command that opens
 the dir) runs :func:`complete_pending` on every intent before anything else can append: step 3
 and 4 again, idempotently. When the job cannot be completed (its staged data gone or damaged, an
-append refused by the log, a disk error), it is *rolled back* instead: each partition truncated to ``start`` (only when what
-follows ``start`` is the job's own batches), flushed, and the entry marked ``rolled back``; the
-driver's retry then fails saying so. Either way, then staging is reclaimed
+append refused by the log, a disk error), it is *rolled back* instead: each partition truncated
+to ``start`` (only when what follows ``start`` is the job's own batches), flushed, and the entry
+marked ``rolled back``; the driver's retry then fails saying so. Either way, then staging is reclaimed
 (:func:`~tidelog.storage.staging_dirs.reclaim_staging`).
 
 **Why a reader never sees part of a job**: the broker cannot serve a dir it has not opened, and
