@@ -118,9 +118,15 @@ class StagedDataMissing(StorageError):
 
 def complete_pending(manager: LogManager, log_dirs: Sequence[Path], clock: Clock = SYSTEM_CLOCK) -> None:
     """What :meth:`LogManager.open` runs last: finish (or roll back) every job in flight, then
-    reclaim staging dirs whose owner is dead. Never fails the open: a job it cannot finish is
-    logged and left pending (its readers keep seeing none of it)."""
-    dirs = [str(d) for d in log_dirs]
+    reclaim staging dirs whose owner is dead. Never fails the open: a job it can neither finish
+    nor roll back (another writer appended after its start) is logged and left pending."""
+    try:
+        _complete_pending(manager, [str(d) for d in log_dirs], clock)
+    except OSError as e:  # a dir failing on the disk: its own checks take it offline, the open goes on
+        log.error("cannot look for interrupted jobs: %s", e)
+
+
+def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> None:
     roots = {str(default_staging_root(d)) for d in dirs}
     if find_commit_log(dirs).exists():
         try:
