@@ -312,7 +312,7 @@ def _damage_while_stopped(env: Env) -> None:
 
 
 def damaged_files_workload() -> list[Step]:
-    """Files damaged while the broker was stopped cleanly (issue 19): the clean reopen's tail check
+    """Files damaged while the broker was stopped cleanly: the clean reopen's tail check
     and its recovery of the active segment, the ``.txnindex`` rebuilt from the ABORT markers at the
     first read (``read_state`` asks for the aborted transactions), appends after both."""
     steps = [_create(TAIL_TOPIC, **{"segment.bytes": "600"}), _create(TXN_TOPIC, **{"segment.bytes": "600"})]

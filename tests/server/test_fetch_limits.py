@@ -1,4 +1,4 @@
-"""The broker's own bounds on a Fetch (issue 19, item 5): ``fetch.max.bytes`` caps the records of a
+"""The broker's own bounds on a Fetch: ``fetch.max.bytes`` caps the records of a
 response whatever the request asks (Kafka's ``min(request max_bytes, fetch.max.bytes)``), a first
 batch larger than the cap still comes whole (KIP-74), ``min_bytes`` is lowered to the cap, and a
 partition named many times is read once. The peak-memory figures are in bench/bench_memory.py and

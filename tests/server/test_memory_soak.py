@@ -1,4 +1,4 @@
-"""Peak RSS of a ``tidelog serve`` process under hostile requests (issue 19, items 5 and 7), with
+"""Peak RSS of a ``tidelog serve`` process under hostile requests, with
 generous margins: what bench/bench_memory.py measures at full size, here at a smaller one with the
 caps lowered so that the uncapped broker would overshoot them many times over.
 

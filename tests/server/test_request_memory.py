@@ -1,4 +1,4 @@
-"""The global budget of request bytes (issue 19, item 7; Kafka's ``queued.max.request.bytes``):
+"""The global budget of request bytes (Kafka's ``queued.max.request.bytes``):
 frames larger than 64 KiB reserve their declared size before their body is read, beyond the budget
 a connection's body is left in its socket (backpressure), small requests keep flowing, and a
 connection that goes away returns what it held. Before authentication on a SASL listener a frame
