@@ -164,3 +164,13 @@ def test_log_dirs_come_from_the_config_when_no_data_dir_is_given(tmp_path: Path,
     main(["--config", str(properties), "topics", "create", "t", "--partitions", "2"])  # exits only on errors
     assert sorted(p.name for d in dirs for p in d.iterdir() if p.is_dir()) == ["t-0", "t-1"]
     assert not (tmp_path / "data").exists(), "./data is only the default when nothing names a log dir"
+
+
+def test_deleting_an_internal_topic_is_refused_and_keeps_its_data(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
+        manager.create_topic("__consumer_offsets", 1)
+    registry = (data / REGISTRY_FILE).read_bytes()
+    assert "Cannot delete internal topic __consumer_offsets" in fails(data, "topics", "delete", "__consumer_offsets")
+    assert (data / REGISTRY_FILE).read_bytes() == registry
+    assert (data / "__consumer_offsets-0").is_dir()

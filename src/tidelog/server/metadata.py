@@ -19,7 +19,7 @@ from tidelog.manager.reports import TopicDescription
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
-from tidelog.server.internal_topics import INTERNAL_TOPICS
+from tidelog.manager.internal_topics import INTERNAL_TOPICS
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Topic = MetadataResponse.MetadataResponseTopic

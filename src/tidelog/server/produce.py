@@ -45,7 +45,7 @@ from tidelog.server.errors import (
     record_errors,
 )
 from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
-from tidelog.server.internal_topics import check_appendable
+from tidelog.manager.internal_topics import check_appendable
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 

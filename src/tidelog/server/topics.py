@@ -43,7 +43,7 @@ from tidelog.server.errors import (
     error_code,
     error_message,
 )
-from tidelog.server.internal_topics import check_deletable
+from tidelog.manager.internal_topics import check_deletable
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Created = CreateTopicsResponse.CreatableTopicResult

@@ -10,7 +10,8 @@ straight to the LogManager, never through Produce), so:
   a client id is whatever the client says it is, and no client of this broker needs the door.
 * DeleteTopics of one gets INVALID_TOPIC_EXCEPTION: its data (every group's committed offsets)
   would be gone at the next start, and the coordinator would answer from what it holds in memory
-  until then.
+  until then. ``tidelog topics delete`` on a local dir refuses it too, as Kafka's
+  ``kafka-topics --delete`` does for internal topics.
 """
 
 from __future__ import annotations
