@@ -222,10 +222,14 @@ class Log:
             leader_epoch_cache=epoch_cache, had_clean_shutdown=loaded.had_clean_shutdown,
             producer_state=producer_state, producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
         )
-        for segment in loaded.segments.snapshot():
-            if segment.txn_index_suspect:  # recovered with transaction markers in it: rebuilt now, as Kafka does
-                segment.txn_index_suspect = False
-                opened._checked_txn_index(segment)
+        try:
+            for segment in loaded.segments.snapshot():
+                if segment.txn_index_suspect:  # recovered with transaction markers in it: rebuilt now, as Kafka does
+                    segment.txn_index_suspect = False
+                    opened._checked_txn_index(segment)
+        except BaseException:
+            opened.close_handlers()  # its files and its scheduled producer-expiry task go with it
+            raise
         return opened
 
     # --- offsets and properties ---------------------------------------------------------------

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tidelog.errors import CorruptSnapshotError
 from tidelog.records import read_batch_at
 from tidelog.records.control import ControlRecordType, control_record_type
@@ -52,18 +54,18 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
     """The transactional batches of ``segment`` with offsets in [start, end), in order. Reads the
     header columns (one walk of the mapped ``.log``), then each control batch whole (~78 bytes)."""
     headers = segment.log.batch_headers(segment.size)
-    attributes = headers["attributes"].tolist()
-    rows = [i for i, (attr, pid, last, base) in enumerate(zip(
-        attributes, headers["producer_id"].tolist(), headers["last_offset"].tolist(), headers["base_offset"].tolist()))
-        if attr & _TRANSACTIONAL and pid >= 0 and last >= start and base < end]
-    if not rows:
+    attributes = headers["attributes"]
+    # selected in numpy: a segment of 1-record batches has millions of rows, few of them transactional
+    rows = np.flatnonzero(((attributes & _TRANSACTIONAL) != 0) & (headers["producer_id"] >= 0)
+                          & (headers["last_offset"] >= start) & (headers["base_offset"] < end))
+    if len(rows) == 0:
         return
     path = segment.log.path
     fd = fileops.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        for i in rows:
+        for i in rows.tolist():
             pid, base = int(headers["producer_id"][i]), int(headers["base_offset"][i])
-            if not attributes[i] & _CONTROL:
+            if not int(attributes[i]) & _CONTROL:
                 yield TxnBatch(pid, base, None)
                 continue
             batch = read_batch_at(fileops.pread(fd, int(headers["size"][i]), int(headers["position"][i]), path), 0)
