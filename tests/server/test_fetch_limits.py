@@ -80,7 +80,7 @@ def test_fetch_max_bytes_caps_the_response_whatever_the_request_asks(make_broker
 
 
 def test_a_first_batch_larger_than_fetch_max_bytes_comes_whole(make_broker: Callable[..., Broker]) -> None:
-    broker = make_broker(**{"fetch.max.bytes": "1000"})
+    broker = make_broker(**{"fetch.max.bytes": "1024"})  # Kafka's minimum
     broker.manager.create_topic("t", 2)
     client = broker.connect()
     _produce(client, "t", 0, 2, values_per_batch=5)  # two ~5 KB batches

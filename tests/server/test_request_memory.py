@@ -111,11 +111,13 @@ def test_queued_max_request_bytes_is_read_and_checked_as_kafka_does() -> None:
     # not set: raised to socket.request.max.bytes so that every accepted frame can fit
     assert parse(**{"socket.request.max.bytes": "300000000"}).queued_max_request_bytes == 300000000
     assert parse(**{"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1  # Kafka's unbounded
-    assert parse(**{"fetch.max.bytes": "1000"}).fetch_max_bytes == 1000
+    assert parse(**{"fetch.max.bytes": "1024"}).fetch_max_bytes == 1024  # Kafka's minimum
     with pytest.raises(ConfigError, match="queued.max.request.bytes must be larger or equal to socket.request"):
         parse(**{"queued.max.request.bytes": "1000", "socket.request.max.bytes": "2000"})
     with pytest.raises(ConfigError, match="fetch.max.bytes"):
         parse(**{"fetch.max.bytes": "-1"})
+    with pytest.raises(ConfigError, match="fetch.max.bytes"):
+        parse(**{"fetch.max.bytes": "1023"})
 
 
 # --- the pool itself ------------------------------------------------------------------------------

@@ -559,7 +559,7 @@ _BROKER_KEYS = (
          "Bytes of requests being received or handled at once, over every connection; beyond it the broker "
          "stops reading request bodies until some are done (<= 0: unbounded, Kafka's default -1). At least "
          "socket.request.max.bytes when set; frames up to 64 KiB do not count."),
-    _key("fetch.max.bytes", _INT, 57671680, at_least(0),
+    _key("fetch.max.bytes", _INT, 57671680, at_least(1024),  # Kafka's minimum
          "Most bytes of records one Fetch response holds (min with the request's max_bytes); the first "
          "batch is returned whole even when larger."),
     _key("producer.id.expiration.ms", _INT, 86400000, at_least(1),
