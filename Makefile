@@ -18,8 +18,9 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/tidelog --data-dir $(DATA) serve
 
+# --timeout: no test of make test takes minutes; one that hangs fails with its stack instead of stalling the run
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider
+	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider --timeout 900
 
 bench: setup
 	$(PY) -m bench.run
