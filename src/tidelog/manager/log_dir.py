@@ -17,8 +17,10 @@ broker epoch it held at start-up (-1 when there was none): a Kafka broker sends 
 registers, and a -1 makes its controller treat the stop as unclean (an unclean leader election on
 every partition of the dir, KIP-966). A dir opened with ``keep_marker`` (the read-only CLI
 commands) leaves the marker alone: not deleted at start-up, not written at shutdown, its bytes
-as the broker wrote them; such a session writes no log data, so a marker stays true (and an
-absent one stays absent: the next broker start recovers as it would have).
+as the broker wrote them, so a marker stays true (and an absent one stays absent: the next broker
+start recovers as it would have). Such a session appends no records but those of a Spark job
+interrupted mid-commit (:mod:`.staged_commit`), and that can only be pending where no marker is:
+the writer's own open removed it, and a writer killed mid-commit writes none.
 
 :meth:`LogDir.scan` then sorts the sub-directories into partition dirs to load, ``-delete`` dirs
 to remove, and dirs set aside (names that do not parse, ``-future``/``-stray`` dirs): Kafka

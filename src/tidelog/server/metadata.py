@@ -15,11 +15,11 @@ from kafka.protocol.metadata import MetadataResponse
 
 from tidelog.errors import TidelogError, UnknownTopicOrPartitionError
 from tidelog.manager import LogManager
+from tidelog.manager.internal_topics import INTERNAL_TOPICS
 from tidelog.manager.reports import TopicDescription
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
-from tidelog.manager.internal_topics import INTERNAL_TOPICS
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Topic = MetadataResponse.MetadataResponseTopic

@@ -34,6 +34,8 @@ from kafka.protocol.producer import ProduceResponse
 
 from tidelog.errors import InvalidRecordError, TidelogError
 from tidelog.manager import LogManager
+from tidelog.manager.internal_topics import check_appendable
+from tidelog.records.batch import COMPRESSION_CODEC_MASK
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import (
@@ -45,7 +47,6 @@ from tidelog.server.errors import (
     record_errors,
 )
 from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
-from tidelog.manager.internal_topics import check_appendable
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 
@@ -55,7 +56,6 @@ _BATCH_LENGTH = struct.Struct(">q i i b")  # base offset, batch length, partitio
 _ATTRIBUTES = struct.Struct(">h")  # at byte 21 of a v2 batch
 _ATTRIBUTES_OFFSET = 21
 _TRANSACTIONAL_FLAG = 0x10
-_CODEC_MASK = 0x07
 _LOG_OVERHEAD = 12  # base offset + batch length
 
 
@@ -111,7 +111,7 @@ def decompression_reservation(manager: LogManager, topic_data: list[Any], capaci
         for part in topic.partition_data:
             records = part.records
             if records and len(records) > _ATTRIBUTES_OFFSET + 1 \
-                    and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _CODEC_MASK:
+                    and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & COMPRESSION_CODEC_MASK:
                 need = max(need, _decompressed_allowance(manager, TopicPartition(topic.name, part.index)))
     return min(need, capacity) if capacity > 0 else need
 

@@ -33,6 +33,7 @@ from tidelog.errors import (
     TopicExistsError,
 )
 from tidelog.manager import LogManager
+from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.topics import check_collision, validate_topic_name
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
@@ -43,7 +44,6 @@ from tidelog.server.errors import (
     error_code,
     error_message,
 )
-from tidelog.manager.internal_topics import check_deletable
 from tidelog.storage.metadata import topic_id_to_uuid
 
 Created = CreateTopicsResponse.CreatableTopicResult
