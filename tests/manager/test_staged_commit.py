@@ -137,3 +137,26 @@ def test_verify_names_an_interrupted_job_and_what_the_broker_will_do(data: Path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert f"job {job.key} was interrupted mid-commit (t-0, t-1, t-2)" in verify.stdout
     assert "completed before the broker listens" in verify.stdout
+
+
+def test_a_roll_back_never_truncates_records_appended_after_the_whole_job(data: Path) -> None:
+    """A partition holding all of the job and then someone else's acknowledged records: the
+    job cannot be completed (another partition's staging is gone) and must not be rolled back
+    by truncating those records; it stays pending, the records stay."""
+    job, refs = staged_job(data)
+    manager = open_dir(data)
+    committer = Committer(manager, [str(data)])
+    entry = committer.write_intent(job, refs)
+    with StagedReader(job_dir(job.staging_root, job.key)) as staged:
+        committer.publish_partition(entry, entry["partitions"][0], staged)
+    manager.append(TopicPartition("t", 0), batch(1))  # a produce after the whole job, acknowledged
+    manager.log(TopicPartition("t", 0)).flush()
+    crash(manager)
+    for file in job_dir(job.staging_root, job.key).iterdir():
+        file.write_bytes(b"")  # the other partitions cannot be completed
+    manager = open_dir(data)
+    try:
+        assert manager.get_log(TopicPartition("t", 0)).log_end_offset == 2 + 6 + 1  # type: ignore[union-attr]
+    finally:
+        manager.shutdown()
+    assert CommitLog.read([data]).find(job.key)["state"] == "intent"  # type: ignore[index]

@@ -232,7 +232,7 @@ class Committer:
         target = self.manager.log(tp)
         refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
         files = [r[0] for r in part["batches"]]
-        present, start = matched_prefix(target, int(part["start"]), refs, entry["id"])
+        present, start, _ = matched_prefix(target, int(part["start"]), refs, entry["id"])
         for file, ref in zip(files[present:], refs[present:]):
             data = staged.read(file, ref)
             if ref.stamp_at_commit:
@@ -249,14 +249,19 @@ class Committer:
     def roll_back(self, entry: dict[str, Any], reason: str) -> None:
         """Undo what reached the logs of a job that cannot be completed: each partition back to
         its ``start`` (flushed), then the entry marked rolled back. StorageError, changing nothing,
-        when a log holds records of someone else after ``start``."""
+        when a log holds anything but the job's own batches after ``start``: records of someone
+        else, inside the job or after it (acknowledged records are never truncated)."""
         targets = []
         for part in entry["partitions"]:
             tp = TopicPartition(part["topic"], part["partition"])
             target = self.manager.log(tp)
             refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
-            matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises on foreign records
-            targets.append((target, int(part["start"])))
+            _, start, job_end = matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises inside the job
+            if target.log_end_offset != job_end:
+                raise StorageError(f"cannot roll back the commit of {entry['id']}: the log holds other records from "
+                                   f"offset {job_end}, after the job's (appended after the interrupted commit); "
+                                   "nothing is truncated", topic_partition=str(tp), offset=job_end)
+            targets.append((target, start))
         for target, start in targets:
             if target.truncate_to(start):
                 target.flush()
@@ -309,12 +314,13 @@ def _ranges(entry: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return {tp_key(p): (int(p["start"]), int(p["end"])) for p in entry["partitions"]}
 
 
-def matched_prefix(target: Log, start: int, refs: Sequence[StagedBatch], job_key: str) -> tuple[int, int]:
-    """How many of ``refs`` the log already holds from ``start``, in order, and where the job's
-    records start. StorageError when the log holds anything else there."""
+def matched_prefix(target: Log, start: int, refs: Sequence[StagedBatch], job_key: str) -> tuple[int, int, int]:
+    """How many of ``refs`` the log already holds from ``start``, in order, where the job's records
+    start and where those present end (the log end when nothing follows them). StorageError when
+    the log holds anything else where the job's next batch should be."""
     end = target.log_end_offset
     if end <= start:  # nothing of the job (a crash lost an unflushed tail before it): all of it goes at the end
-        return 0, end
+        return 0, end, end
     if start < target.log_start_offset:
         raise StorageError(f"cannot complete the commit of {job_key}: its records from offset {start} were deleted "
                            "(retention) before they could be checked", offset=start)
@@ -326,7 +332,7 @@ def matched_prefix(target: Log, start: int, refs: Sequence[StagedBatch], job_key
             if batch.next_offset <= offset:
                 continue
             if matched == len(refs):  # all of the job is there; what follows was appended later
-                return matched, start
+                return matched, start, offset
             if batch.base_offset != offset or not _same(batch, refs[matched]):
                 raise StorageError(
                     f"cannot complete the commit of {job_key}: the log holds other records at offset {offset} "
@@ -337,7 +343,7 @@ def matched_prefix(target: Log, start: int, refs: Sequence[StagedBatch], job_key
             progressed = True
         if not progressed or matched == len(refs):
             break
-    return matched, start
+    return matched, start, offset
 
 
 def _same(batch: Any, ref: StagedBatch) -> bool:
