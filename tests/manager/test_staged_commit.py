@@ -9,19 +9,22 @@ The crash states are built with the protocol's own steps (:class:`Committer`) an
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from manager_helpers import batch, crash, read_offsets
+from manager_helpers import Opener, batch, crash, read_offsets
 
-from tidelog.errors import StorageError
+from tidelog.errors import LogDirOfflineError, StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.storage.commit_log import CommitLog, default_staging_root
+from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
+from tidelog.storage.fileops import FaultRule, FileOp
 from tidelog.storage.log_view import LogView
 from tidelog.storage.staging_dirs import Lease, job_dir, process_lease, stage_batches
 from tidelog.topic_partition import TopicPartition
@@ -160,3 +163,40 @@ def test_a_roll_back_never_truncates_records_appended_after_the_whole_job(data: 
     finally:
         manager.shutdown()
     assert CommitLog.read([data]).find(job.key)["state"] == "intent"  # type: ignore[index]
+
+
+def test_a_job_with_a_partition_in_an_offline_dir_is_not_served_until_it_completes(
+        broker: Opener, log_dirs: list[Path]) -> None:
+    """A job over two dirs, the second offline at start-up: the job cannot be completed then, so
+    none of its partitions is served nor appended to (else its first partition shows the job in
+    part, and a produce after it makes it impossible to complete); when the dir comes back the
+    job is completed and the partitions are served again, the job whole."""
+    dirs = log_dirs[:2]
+    manager = broker.open(dirs)
+    manager.create_topic("t", 2)  # partition 0 in the first dir, 1 in the second
+    assert manager.log(TopicPartition("t", 1)).dir.parent == dirs[1]
+    manager.shutdown()
+    job = Job("job-1", str(default_staging_root(dirs[0])))
+    refs = stage_batches(job.staging_root, job.key, "part-0.batches",
+                         [("t", p, batch(3)) for p in range(2)], process_lease(os.getpid()))
+    manager = broker.open(dirs)
+    committer = Committer(manager, [str(d) for d in dirs])
+    entry = committer.write_intent(job, refs)
+    with StagedReader(job_dir(job.staging_root, job.key)) as staged:
+        committer.publish_partition(entry, entry["partitions"][0], staged)  # partition 0 holds the job
+    crash(manager)
+
+    with fileops.inject(FaultRule(frozenset({FileOp.WRITE}), f"{dirs[1]}/.lock", error=errno.EIO, times=1)):
+        manager = broker.open(dirs)
+    assert [d.path for d in manager.offline_log_dirs()] == [dirs[1]]
+    with pytest.raises(LogDirOfflineError, match="job-1"):
+        manager.log(TopicPartition("t", 0))  # what fetch, list offsets and produce ask
+    with pytest.raises(LogDirOfflineError, match="job-1"):
+        manager.append(TopicPartition("t", 0), batch(1))
+    assert CommitLog.read(dirs).find(job.key)["state"] == "intent"  # type: ignore[index]
+
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [dirs[1]]
+    assert CommitLog.read(dirs).find(job.key)["state"] == "committed"  # type: ignore[index]
+    assert manager.append(TopicPartition("t", 0), batch(1)).first_offset == 3  # after the whole job
+    assert [len(read_offsets(manager.log(TopicPartition("t", p)))) for p in range(2)] == [4, 3]

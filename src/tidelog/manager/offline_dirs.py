@@ -6,7 +6,11 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
 ``_reconcile_registry``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
-``_set_partition_aside``).
+``_set_partition_aside``, ``_complete_staged_commits``).
+
+A dir that comes back finishes the staged commits (:mod:`.staged_commit`) its absence kept
+pending: their partitions, held (unserved) meanwhile, rejoin still held and are released once the
+job is completed or rolled back.
 
 A dir going offline closes only the logs the failed operation belonged to (they reopen with
 recovery when the dir is back); the dir's other logs stay open, unserved, and rejoin the live set
@@ -258,6 +262,7 @@ class OfflineDirs:
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
         log.warning("%s: back online, %d partition(s) reopened with recovery, %d resumed as they were%s",
                     log_dir.path, len(closed), len(offline) - len(closed), since)
+        self._complete_staged_commits()
 
     def _reopen_all(self, log_dir: LogDir, closed: Mapping[TopicPartition, OfflineLog]) -> dict[TopicPartition, Log]:
         """Reopen ``closed`` with recovery; a disk fault closes those reopened and raises."""
@@ -301,6 +306,7 @@ class OfflineDirs:
             failure = self._failures.mark_online(log_dir.path)
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
         log.warning("%s: back online, loaded with %d partition(s)%s", log_dir.path, len(found), since)
+        self._complete_staged_commits()
 
     def _take_late_logs(self, log_dir: LogDir, found: list[tuple[TopicPartition, Log]]) -> None:
         """Register the logs of a dir loaded late; each replaces the placeholder that set its

@@ -23,7 +23,16 @@ and 4 again, idempotently. When the job cannot be completed (its staged data gon
 append refused by the log, a disk error), it is *rolled back* instead: each partition truncated
 to ``start`` (only when what follows ``start`` is the job's own batches), flushed, and the entry
 marked ``rolled back``; the driver's retry then fails saying so. Either way, then staging is reclaimed
-(:func:`~tidelog.storage.staging_dirs.reclaim_staging`).
+(:func:`~tidelog.storage.staging_dirs.reclaim_staging`). A roll-back truncates only the job's own
+batches: when anything follows them in a log it refuses, and the job stays pending.
+
+**A job that can be neither** (one of its partitions in a log dir offline at start-up, or set
+aside; another writer's records after its start) stays pending, and every partition it names is
+*held*: :meth:`LogManager.log` and :meth:`LogManager.append` refuse it (KAFKA_STORAGE_ERROR to
+clients, who retry), so no reader sees part of the job and no produce lands after it (which would
+make it impossible to complete). The completion runs again whenever an offline dir comes back
+(:mod:`tidelog.manager.offline_dirs`, once its logs are back, still held); a job resolved then
+releases its partitions. The check costs a dict lookup only while some job is held.
 
 **Why a reader never sees part of a job**: the broker cannot serve a dir it has not opened, and
 it completes every intent while opening, before it listens; a commit needs the dir's ``.lock``, so
@@ -117,9 +126,10 @@ class StagedDataMissing(StorageError):
 # --- at open ---------------------------------------------------------------------------------
 
 def complete_pending(manager: LogManager, log_dirs: Sequence[Path], clock: Clock = SYSTEM_CLOCK) -> None:
-    """What :meth:`LogManager.open` runs last: finish (or roll back) every job in flight, then
-    reclaim staging dirs whose owner is dead. Never fails the open: a job it can neither finish
-    nor roll back (another writer appended after its start) is logged and left pending."""
+    """What :meth:`LogManager.open` runs last, and again when an offline log dir comes back:
+    finish (or roll back) every job in flight, then reclaim staging dirs whose owner is dead.
+    Never fails: a job it can neither finish nor roll back (a partition offline, another writer
+    appended after its start) is logged and left pending, its partitions held (not served)."""
     try:
         _complete_pending(manager, [str(d) for d in log_dirs], clock)
     except OSError as e:  # a dir failing on the disk: its own checks take it offline, the open goes on
@@ -135,12 +145,18 @@ def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> Non
             log.error("cannot read the staged-commit log, jobs in flight are not completed: %s", e)
             return
         committer.finish_pending()
+        manager.hold_for_staged_commits(holds(committer.commits.pending()))
         roots |= set(committer.commits.staging_roots)
         keep = {job["id"] for job in committer.commits.pending()}
         roots |= {job["staging"] for job in committer.commits.pending()}
     else:
         keep = set()
     reclaim_staging(roots, keep)
+
+
+def holds(pending: Sequence[dict[str, Any]]) -> dict[TopicPartition, str]:
+    """Every partition of the jobs ``pending`` -> its job's key: what the manager must not serve."""
+    return {TopicPartition(part["topic"], part["partition"]): job["id"] for job in pending for part in job["partitions"]}
 
 
 def startup_findings(log_dir: Path) -> list[tuple[Path, str, str, bool]]:
@@ -229,7 +245,7 @@ class Committer:
     def publish_partition(self, entry: dict[str, Any], part: dict[str, Any], staged: StagedReader) -> tuple[int, int]:
         """Append what the log lacks of the partition's batches; flush. ``(start, end)`` of the job's records."""
         tp = TopicPartition(part["topic"], part["partition"])
-        target = self.manager.log(tp)
+        target = self.manager.committing_log(tp)
         refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
         files = [r[0] for r in part["batches"]]
         present, start, _ = matched_prefix(target, int(part["start"]), refs, entry["id"])
@@ -237,7 +253,7 @@ class Committer:
             data = staged.read(file, ref)
             if ref.stamp_at_commit:
                 stamp(data, int(entry["commit_time"]))
-            self.manager.append(tp, data)
+            self.manager.committing_append(tp, data)
         target.flush()
         return start, start + sum(ref.records for ref in refs)  # the job's batches are contiguous from start
 
@@ -245,6 +261,7 @@ class Committer:
         """Step 4."""
         self.commits.mark_committed(entry, ranges)
         self.commits.write()
+        self.manager.hold_for_staged_commits(holds(self.commits.pending()))
 
     def roll_back(self, entry: dict[str, Any], reason: str) -> None:
         """Undo what reached the logs of a job that cannot be completed: each partition back to
@@ -254,7 +271,7 @@ class Committer:
         targets = []
         for part in entry["partitions"]:
             tp = TopicPartition(part["topic"], part["partition"])
-            target = self.manager.log(tp)
+            target = self.manager.committing_log(tp)
             refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
             _, start, job_end = matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises inside the job
             if target.log_end_offset != job_end:
@@ -267,6 +284,7 @@ class Committer:
                 target.flush()
         self.commits.mark_rolled_back(entry, reason)
         self.commits.write()
+        self.manager.hold_for_staged_commits(holds(self.commits.pending()))
 
     def finish_pending(self, except_key: str | None = None) -> None:
         """Roll forward every intent (except ``except_key``'s); one that cannot be completed (its
