@@ -127,7 +127,6 @@ class LogManager(OfflineDirs):
         self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
         self._read_faults = ReadFaults(clock)
         self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
-        self._cleaning_stopped: dict[Path, set[TopicPartition]] = {}  # paused while their dir is offline
         # partitions of staged commits that could not be completed nor rolled back -> the job's
         # key: not served until it is (staged_commit); replaced whole, never mutated in place
         self._staged_holds: dict[TopicPartition, str] = {}
@@ -340,13 +339,12 @@ class LogManager(OfflineDirs):
         self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
         return True
 
-    def _reconcile_registry(self, stale_copies: bool) -> list[TopicPartition]:
+    def _reconcile_registry(self, stale_copies: bool) -> None:
         """Make the registry and the dirs agree (see :mod:`.topics`): adopt topics the registry
         does not know; set aside dirs that are not a partition of their registered topic (a
         partition number past its count, another topic id); create registered partitions whose
         dir is missing when their log dir is open (a create a crash interrupted). The registry is
-        written back when anything changed or a copy is stale. Returns the partitions newly held
-        (:meth:`_hold_unconfirmed`)."""
+        written back when anything changed or a copy is stale."""
         topics = dict(self._registry.topics)
         placed: dict[str, dict[int, str]] = {}  # log dirs learned, merged once per topic
         found: dict[str, list[TopicPartition]] = {}
@@ -373,7 +371,7 @@ class LogManager(OfflineDirs):
             self._commit(topics, self._registry.deleted_topic_ids)
         now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
         self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
-        return self._hold_unconfirmed()
+        self._hold_unconfirmed()
 
     def _restore_from_copies(self, topics: dict[str, TopicRecord],
                              found: Mapping[str, list[TopicPartition]]) -> dict[TopicPartition, bytes]:
@@ -444,28 +442,19 @@ class LogManager(OfflineDirs):
             except StorageError as e:
                 log.warning("%s: cannot write the copy of topic %s's registry entry: %s", lg.dir, tp.topic, e)
 
-    def _hold_unconfirmed(self) -> list[TopicPartition]:
-        """Under the lock: pause the cleaner on each live partition of a topic whose configs are
-        unconfirmed (the retention passes check the topic themselves), and say so loudly. The
-        pause never waits here (a clean in progress is aborted; its cleaner thread may need this
-        lock to finish): callers wait with :meth:`_await_held` once the lock is released. Returns
-        the partitions newly held."""
-        held = []
-        for name in sorted(n for n, r in self._registry.topics.items() if r.unconfirmed):
+    def _hold_unconfirmed(self) -> None:
+        """Pause the cleaner on each live partition of a topic whose configs are unconfirmed (the
+        retention passes check the topic themselves), and say so loudly."""
+        unconfirmed = sorted(n for n, r in self._registry.topics.items() if r.unconfirmed)
+        for name in unconfirmed:
             newly = [tp for tp in self._logs if tp.topic == name and tp not in self._held]
             if not newly:
                 continue
             if self.cleaner is not None:
-                self.cleaner.manager.pause_cleaning(*newly)
+                for tp in newly:
+                    self.cleaner.manager.abort_and_pause_cleaning(tp)
             self._held.update(newly)
-            held.extend(newly)
             log.warning("topic %s: %s", name, unconfirmed_note(name))
-        return held
-
-    def _await_held(self, held: list[TopicPartition]) -> None:
-        """Outside the lock: wait until cleans aborted by :meth:`_hold_unconfirmed` have stopped."""
-        if self.cleaner is not None and held:
-            self.cleaner.manager.await_stopped(*held)
 
     def _unconfirmed(self, topic: str) -> bool:
         record = self._registry.topics.get(topic)
@@ -670,10 +659,8 @@ class LogManager(OfflineDirs):
                                    assignments=MappingProxyType({**record.assignments, **_assignments(placement)}))
             self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
             self._create_partitions(grown, placement)
-            held = self._hold_unconfirmed()  # new partitions of a held topic are held too
-            described = self.describe_topic(name)
-        self._await_held(held)
-        return described
+            self._hold_unconfirmed()  # new partitions of a held topic are held too
+            return self.describe_topic(name)
 
     def _place(self, count: int) -> dict[int, LogDir]:
         """Kafka's ``nextLogDirs`` for ``count`` new partitions in turn: each to the dir holding
