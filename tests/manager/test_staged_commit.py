@@ -26,7 +26,7 @@ from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
 from tidelog.storage.log_view import LogView
-from tidelog.storage.staging_dirs import Lease, job_dir, process_lease, stage_batches
+from tidelog.storage.staging_dirs import Lease, job_dir, process_lease, read_lease, stage_batches
 from tidelog.topic_partition import TopicPartition
 
 PARTITIONS = 3
@@ -200,3 +200,25 @@ def test_a_job_with_a_partition_in_an_offline_dir_is_not_served_until_it_complet
     assert CommitLog.read(dirs).find(job.key)["state"] == "committed"  # type: ignore[index]
     assert manager.append(TopicPartition("t", 0), batch(1)).first_offset == 3  # after the whole job
     assert [len(read_offsets(manager.log(TopicPartition("t", p)))) for p in range(2)] == [4, 3]
+
+
+def dead_lease() -> Lease:
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lease = process_lease(driver.pid)
+    driver.kill()
+    driver.wait()
+    return lease
+
+
+def test_a_restarted_streaming_driver_keeps_the_staging_it_reuses_from_its_killed_predecessor(data: Path) -> None:
+    """A streaming job's key (``query-<id>/batch-<n>``) is the same after a restart from the
+    checkpoint: the killed driver's dir, with its dead lease, is reused by the new driver's tasks,
+    which take it over; the next open must not delete their fresh files."""
+    key = "query-q1/batch-3"
+    staged_job(data, key, dead_lease())  # the killed driver staged batch 3
+    job, refs = staged_job(data, key)  # the restarted driver (this process) stages it again
+    assert read_lease(job_dir(job.staging_root, key)) == process_lease(os.getpid())
+    open_dir(data).shutdown()  # e.g. another job's commit, or the broker starting
+    assert (job_dir(job.staging_root, key) / "part-0.batches").exists()
+    with open_dir(data) as manager:
+        assert Committer(manager, [str(data)]).commit(job, refs).state == "published"

@@ -13,6 +13,13 @@ whose lease names a process of this host that no longer runs (no such pid, or a 
 process that started at another time) is deleted, with a log line, unless an intent of the commit
 log still needs it. A lease of another host, or a dir without one (staged by an older tidelog),
 is kept and named in the log: this host cannot tell whether its owner lives.
+
+A job dir is taken over by a driver that stages into it under another lease (a streaming query
+restarted from its checkpoint reuses its batch's key): :func:`ensure_job_dir` replaces the lease
+atomically. So a reclaim never deletes files a live driver wrote: it renames the dir to
+``.reclaiming-<uuid>`` first (tasks arriving then make a fresh dir), reads the lease again there
+and deletes only if it is still the dead owner's; a ``.reclaiming-*`` left by a crash is reclaimed
+as any dir of a dead owner.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ log = logging.getLogger(__name__)
 
 LEASE_FILE = "owner.lease"
 CREATING_PREFIX = ".creating-"
+RECLAIMING_PREFIX = ".reclaiming-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +95,21 @@ def job_dir(staging_root: str | Path, job_key: str) -> Path:
 
 def ensure_job_dir(staging_root: str | Path, job_key: str, lease: Lease | None) -> Path:
     """The job's staging dir, created with its lease when missing (several tasks may race: the
-    first rename wins, the others find it made)."""
+    first rename wins, the others find it made). An existing dir whose lease is not ``lease`` is
+    taken over: a streaming job's key is the same after a restart from the checkpoint, so a
+    restarted driver reuses the dir its killed predecessor left, and must own it, or the next
+    open would reclaim it (a dead owner) under the new driver's tasks."""
     path = job_dir(staging_root, job_key)
-    if path.is_dir():
-        return path
+    for _ in range(3):  # a dir being reclaimed right now vanishes under us: create it anew
+        if not path.is_dir():
+            break
+        if lease is None or read_lease(path) == lease:
+            return path
+        try:
+            replace_lease(path, lease)
+            return path
+        except FileNotFoundError:
+            continue
     try:
         fileops.mkdir(path.parent, parents=True, exist_ok=True)
         scratch = path.parent / scratch_name(lease)
@@ -107,6 +126,25 @@ def ensure_job_dir(staging_root: str | Path, job_key: str, lease: Lease | None) 
     except OSError as e:
         raise StorageError("cannot create the staging dir", path=path, operation="mkdir") from e
     return path
+
+
+def replace_lease(directory: Path, lease: Lease) -> None:
+    """Make ``lease`` the owner of ``directory`` atomically (a scratch file of its own, fsynced,
+    renamed over the old lease, the dir fsynced): a reader sees the old owner or the new one.
+    FileNotFoundError when the dir is gone (reclaimed meanwhile)."""
+    tmp = directory / f"{LEASE_FILE}.{uuid.uuid4().hex}.tmp"
+    try:
+        write_file(tmp, lease.to_json(), sync=True, what="staging lease")
+        fileops.rename(tmp, directory / LEASE_FILE)
+        fsync_dir(directory)
+    except StorageError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            raise e.__cause__ from None
+        raise
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise StorageError("cannot replace the staging lease", path=directory / LEASE_FILE, operation="rename") from e
 
 
 def scratch_name(lease: Lease | None) -> str:
@@ -185,12 +223,7 @@ def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
             if lease is None:
                 log.info("staging dir %s has no owner lease (an older tidelog, or not a staging dir): kept", path)
                 continue
-            if not lease.owner_is_dead():
-                continue
-            try:
-                fileops.rmtree(path)
-            except OSError as e:
-                log.warning("cannot delete the abandoned staging dir %s: %s", path, e)
+            if not lease.owner_is_dead() or not _reclaim(path, lease):
                 continue
             removed.append(path)
             log.warning("deleted the staging dir %s: its job's owner (pid %d on %s) is dead and no pending "
@@ -201,6 +234,34 @@ def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
                 except OSError:
                     pass
     return removed
+
+
+def _reclaim(path: Path, lease: Lease) -> bool:
+    """Delete the staging dir ``path`` of the dead owner ``lease``; whether it was. A live driver
+    may take the dir over at any moment (:func:`ensure_job_dir`), so it is first renamed away
+    (``.reclaiming-*``: new tasks then make a fresh dir) and its lease read again there: a
+    lease changed meanwhile puts the dir back, untouched."""
+    aside = path.parent / f"{RECLAIMING_PREFIX}{uuid.uuid4().hex}"
+    try:
+        fileops.rename(path, aside)
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError):
+            log.warning("cannot delete the abandoned staging dir %s: %s", path, e)
+        return False
+    now = read_lease(aside) or (scratch_lease(path.name) if path.name.startswith(CREATING_PREFIX) else None)
+    if now != lease:
+        try:
+            fileops.rename(aside, path)
+        except OSError as e:  # a task made a fresh dir there meanwhile: the taken-over one is kept aside
+            log.warning("staging dir %s was taken over by a live driver while being reclaimed, and cannot be "
+                        "put back (kept as %s): %s", path, aside, e)
+        return False
+    try:
+        fileops.rmtree(aside)
+    except OSError as e:
+        log.warning("cannot delete the abandoned staging dir %s (renamed %s): %s", path, aside, e)
+        return False
+    return True
 
 
 class StagedFile:
