@@ -10,6 +10,7 @@ The crash states are built with the protocol's own steps (:class:`Committer`) an
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
 from tidelog.storage.log_view import LogView
-from tidelog.storage.staging_dirs import Lease, job_dir, process_lease, read_lease, stage_batches
+from tidelog.storage.staging_dirs import Lease, job_dir, parse_start, process_lease, read_lease, stage_batches
 from tidelog.topic_partition import TopicPartition
 
 PARTITIONS = 3
@@ -222,3 +223,24 @@ def test_a_restarted_streaming_driver_keeps_the_staging_it_reuses_from_its_kille
     assert (job_dir(job.staging_root, key) / "part-0.batches").exists()
     with open_dir(data) as manager:
         assert Committer(manager, [str(data)]).commit(job, refs).state == "published"
+
+
+def test_a_lease_of_another_pid_namespace_or_boot_on_this_host_is_kept(data: Path) -> None:
+    """Containers sharing a hostname number their processes apart: a driver alive in another pid
+    namespace (or a lease of another kernel boot) looks dead here by its pid, and its staging
+    must be kept."""
+    lease = dead_lease()
+    other_ns = os.stat("/proc/self/ns/pid").st_ino + 1
+    for key, change in (("job-other-ns", {"pidns": other_ns}), ("job-other-boot", {"boot": "0" * 32})):
+        job, _ = staged_job(data, key, lease)
+        (job_dir(job.staging_root, key) / "owner.lease").write_bytes(
+            json.dumps({**json.loads(lease.to_json()), **change}).encode())
+    dead, _ = staged_job(data, "job-dead", lease)  # same namespace and boot: reclaimed
+    open_dir(data).shutdown()
+    assert job_dir(dead.staging_root, "job-other-ns").exists() and job_dir(dead.staging_root, "job-other-boot").exists()
+    assert not job_dir(dead.staging_root, "job-dead").exists()
+
+
+@pytest.mark.parametrize("stat", [b"", b"12 (x)", b"12 (x) R 1 2", b"12 (x) " + b"z " * 30, b"no parenthesis"])
+def test_a_process_stat_that_cannot_be_parsed_gives_no_start_time(stat: bytes) -> None:
+    assert parse_start(stat) is None

@@ -156,7 +156,8 @@ def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> Non
 
 def holds(pending: Sequence[dict[str, Any]]) -> dict[TopicPartition, str]:
     """Every partition of the jobs ``pending`` -> its job's key: what the manager must not serve."""
-    return {TopicPartition(part["topic"], part["partition"]): job["id"] for job in pending for part in job["partitions"]}
+    return {TopicPartition(part["topic"], part["partition"]): job["id"]
+            for job in pending for part in job["partitions"]}
 
 
 def startup_findings(log_dir: Path) -> list[tuple[Path, str, str, bool]]:

@@ -3,16 +3,19 @@
 A job stages its batches under ``<staging root>/<job key>/`` (``job-<id>`` or
 ``query-<id>/batch-<n>``) before a commit (:mod:`tidelog.manager.staged_commit`) publishes them. Every job dir
 is born holding ``owner.lease``: the host, pid and start time (in clock ticks since boot, from
-``/proc/<pid>/stat``) of the process whose life is the job's, for the Spark sink the driver's JVM.
+``/proc/<pid>/stat``) of the process whose life is the job's, for the Spark sink the driver's JVM,
+with the kernel's boot id and the inode of the pid namespace that pid lives in.
 It is created whole: built as ``.creating-<uuid>-<owner>`` and renamed into place, so no job dir
 is ever seen without its lease (and a scratch dir names its owner in its name).
 
 **Reclaiming** (:func:`reclaim_staging`, run by whoever opens the data dir: the broker at
 start-up, the next job, any tidelog command): a job dir, or a ``.creating-*`` left by a crash,
-whose lease names a process of this host that no longer runs (no such pid, or a pid reused by a
-process that started at another time) is deleted, with a log line, unless an intent of the commit
-log still needs it. A lease of another host, or a dir without one (staged by an older tidelog),
-is kept and named in the log: this host cannot tell whether its owner lives.
+whose lease names a process of this host, boot and pid namespace that no longer runs (no such
+pid, or a pid reused by a process that started at another time) is deleted, with a log line,
+unless an intent of the commit log still needs it. A lease of another host, boot or pid
+namespace (containers sharing a hostname number their processes apart: a live driver's pid
+may be unused, or another process's, here), a lease without them, or a dir without one, is
+kept: this process cannot tell whether its owner lives.
 
 A job dir is taken over by a driver that stages into it under another lease (a streaming query
 restarted from its checkpoint reuses its batch's key): :func:`ensure_job_dir` replaces the lease
@@ -51,11 +54,14 @@ RECLAIMING_PREFIX = ".reclaiming-"
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A process by host, pid and start time (None: not known, never reclaimed)."""
+    """A process by host, pid and start time, and the kernel boot and pid namespace its pid means
+    something in (None: not known, never reclaimed)."""
 
     host: str
     pid: int
     start: int | None
+    boot: str | None = None
+    pidns: int | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -64,29 +70,63 @@ class Lease:
     def from_json(cls, data: bytes) -> Lease:
         content = json.loads(data)
         return cls(str(content["host"]), int(content["pid"]),
-                   None if content.get("start") is None else int(content["start"]))
+                   None if content.get("start") is None else int(content["start"]),
+                   None if content.get("boot") is None else str(content["boot"]),
+                   None if content.get("pidns") is None else int(content["pidns"]))
 
     def owner_is_dead(self) -> bool:
-        """True only when the owner certainly no longer runs (same host, pid gone or reused)."""
-        if self.host != socket.gethostname() or self.start is None:
+        """True only when the owner certainly no longer runs: same host, same kernel boot and pid
+        namespace (containers sharing a hostname each number their processes apart), and its
+        pid gone or reused. A lease naming no boot or namespace is of an unknown owner."""
+        if self.host != socket.gethostname() or self.start is None or self.boot is None or self.pidns is None:
+            return False
+        if self.boot != boot_id() or self.pidns != pid_namespace():
             return False
         started = process_start(self.pid)
-        return started is None or started != self.start
+        if started is None:
+            return not os.path.exists(f"/proc/{self.pid}")  # there but unreadable: not known dead
+        return started != self.start
 
 
 def process_start(pid: int) -> int | None:
     """A process's start time in ticks since boot (field 22 of ``/proc/<pid>/stat``); None when
-    there is no such process (or no ``/proc``)."""
+    there is no such process (or no ``/proc``), or its stat cannot be parsed."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
+    return parse_start(stat)
+
+
+def parse_start(stat: bytes) -> int | None:
+    """The start time field of a ``/proc/<pid>/stat`` content; None when it has none."""
+    try:
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This kernel boot's id (dashes dropped), None without ``/proc``."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            found = f.read().decode("ascii", "replace").strip().replace("-", "")
+    except OSError:
+        return None
+    return found or None
+
+
+def pid_namespace(pid: int | str = "self") -> int | None:
+    """The inode of ``pid``'s pid namespace (None when unreadable)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def process_lease(pid: int) -> Lease:
-    return Lease(socket.gethostname(), pid, process_start(pid))
+    return Lease(socket.gethostname(), pid, process_start(pid), boot_id(), pid_namespace(pid) or pid_namespace())
 
 
 def job_dir(staging_root: str | Path, job_key: str) -> Path:
@@ -148,18 +188,23 @@ def replace_lease(directory: Path, lease: Lease) -> None:
 
 
 def scratch_name(lease: Lease | None) -> str:
-    """``.creating-<uuid>-<pid>-<start>@<host>``: a scratch dir names its owner itself, so one
-    left by a crash before its lease file was written is reclaimed all the same."""
-    owner = "unknown" if lease is None else f"{lease.pid}-{lease.start}@{lease.host}"
+    """``.creating-<uuid>-<pid>-<start>-<pidns>-<boot>@<host>``: a scratch dir names its owner
+    itself, so one left by a crash before its lease file was written is reclaimed all the same."""
+    owner = ("unknown" if lease is None
+             else f"{lease.pid}-{lease.start}-{lease.pidns}-{lease.boot}@{lease.host}")
     return f"{CREATING_PREFIX}{uuid.uuid4().hex}-{owner}"
 
 
 def scratch_lease(name: str) -> Lease | None:
     """The owner a scratch dir's name gives (None: none, or not a scratch dir)."""
+    owner, _, host = name.removeprefix(CREATING_PREFIX).partition("@")
+    fields = owner.split("-")
     try:
-        _, pid, start_host = name.removeprefix(CREATING_PREFIX).split("-", 2)
-        start, _, host = start_host.partition("@")
-        return Lease(host, int(pid), None if start == "None" else int(start))
+        if len(fields) == 3:  # no boot nor namespace: an owner never known dead
+            return Lease(host, int(fields[1]), None if fields[2] == "None" else int(fields[2]))
+        _, pid, start, pidns, boot = fields
+        return Lease(host, int(pid), None if start == "None" else int(start), None if boot == "None" else boot,
+                     None if pidns == "None" else int(pidns))
     except ValueError:
         return None
 
