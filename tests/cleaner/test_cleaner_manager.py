@@ -498,6 +498,39 @@ def test_done_deleting(make_log: MakeLog, tmp_path: Path, logs: Logs,
     assert not thread.is_alive() and manager.state_of(TP) == paused(1)
 
 
+def test_pause_without_waiting_stacks_on_an_abort_in_progress(make_log: MakeLog, tmp_path: Path, logs: Logs,
+                                                               manager_for: Callable[..., CleanerManager]) -> None:
+    """A log dir going offline pauses its partitions from any thread (the cleaner's own, or under
+    the log manager's lock): never waiting, and stacking on another holder's abort."""
+    [log] = filthy_logs(make_log, tmp_path, logs, WELL[:1])
+    manager = manager_for()
+    assert manager.grab_filthiest_compacted_log() is not None
+    manager.pause_cleaning(WELL[0])  # returns at once: the clean stops at its next chunk
+    assert manager.state_of(WELL[0]) == ABORTED
+    thread = abort_in_thread(manager, WELL[0], manager.pause_cleaning)  # another pause while ABORTED
+    thread.join(5)
+    assert not thread.is_alive() and manager.state_of(WELL[0]) == ABORTED
+    manager.done_cleaning(WELL[0], log.dir.parent, 0)
+    manager.await_stopped(WELL[0])
+    assert manager.state_of(WELL[0]) == paused(2)
+    manager.resume_cleaning(WELL[0], WELL[0])
+    assert manager.state_of(WELL[0]) is None
+
+
+def test_a_failed_log_dir_is_checkpointed_again_once_back(make_log: MakeLog, tmp_path: Path, logs: Logs,
+                                                          manager_for: Callable[..., CleanerManager]) -> None:
+    small_log(make_log, tmp_path, logs)
+    manager = manager_for()
+    manager.update_checkpoints(tmp_path, TP, 5)
+    manager.handle_log_dir_failure(tmp_path)
+    manager.update_checkpoints(tmp_path, TP, 9)  # nothing written into a failed dir
+    assert manager.log_dirs == [] and on_disk(tmp_path) == {TP: 5}
+    manager.handle_log_dir_online(tmp_path)
+    assert manager.all_cleaner_checkpoints() == {TP: 5}
+    manager.update_checkpoints(tmp_path, TP, 9)
+    assert on_disk(tmp_path) == {TP: 9}
+
+
 def test_abort_all_for_shutdown_does_not_wait(make_log: MakeLog, tmp_path: Path, logs: Logs,
                                               manager_for: Callable[..., CleanerManager]) -> None:
     filthy_logs(make_log, tmp_path, logs, WELL[:2])

@@ -23,6 +23,8 @@ from tidelog.errors import LogDirOfflineError, StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.log_dir_failure import PROBE_FILE, ProbeBackoff
 from tidelog.manager.recovery import RecoveryJob, recover_partition
+from tidelog.manager.topic_copies import TOPIC_COPY_FILE, read_topic_copy, write_topic_copy
+from tidelog.manager.topics import REGISTRY_FILE
 from tidelog.storage import fileops
 from tidelog.storage.fileops import FaultRule, FaultStats, FileOp, WRITE_OPS
 from tidelog.storage.metadata import has_clean_shutdown
@@ -404,3 +406,130 @@ def test_a_recovery_worker_reports_the_errno_of_a_disk_fault(request: pytest.Fix
         failure = recover_partition(job)
     assert failure is not None and failure.errno == errno.ENOSPC and "No space left" in str(failure.os_error())
     assert recover_partition(job) is None
+
+
+CLEANER = {"log.cleaner.enable": "true", "log.cleaner.threads": "0", "log.segment.bytes": "300"}
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def eio_on_lock(request: pytest.FixtureRequest, log_dir: Path):  # noqa: ANN201 - a context manager
+    """``log_dir`` fails to open at start-up (it starts offline, loaded when its probe passes)."""
+    return faults(request, FaultRule(frozenset({FileOp.WRITE}), f"{log_dir}/.lock", error=errno.EIO, times=1))
+
+
+def test_a_dir_going_offline_stops_its_cleaning_and_resumes_it_when_back(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    manager = broker.open(log_dirs[:1], CLEANER)
+    manager.create_topic("c", 2, COMPACT)
+    manager.create_topic("t", 1)
+    for _ in range(10):
+        for partition in (0, 1):
+            manager.append(tp("c", partition), batch(2))
+    assert manager.cleaner is not None
+    cleaner = manager.cleaner.manager
+    checkpoint = log_dirs[0] / "cleaner-offset-checkpoint"
+    before = checkpoint.read_bytes()
+    assert cleaner.grab_for_cleaning(tp("c", 0), force=True) is not None  # a cleaner thread is cleaning c-0
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), under(log_dirs[0]), error=errno.ENOSPC)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 0), batch())
+    assert cleaner.is_cleaning_aborted(tp("c", 0))  # the clean stops at its next chunk
+    assert str(cleaner.state_of(tp("c", 1))) == "paused (1)"
+    assert cleaner.log_dirs == []
+    cleaner.done_cleaning(tp("c", 0), log_dirs[0], 20)  # the cleaner thread acknowledges
+    assert checkpoint.read_bytes() == before  # nothing written into the failed dir
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[0]]
+    assert cleaner.state_of(tp("c", 0)) is None and cleaner.state_of(tp("c", 1)) is None
+    assert [str(d) for d in cleaner.log_dirs] == [str(log_dirs[0].resolve())]
+    result = manager.cleaner.clean_now(tp("c", 0), force=True)
+    assert result is not None and result.error is None
+
+
+def test_a_late_dir_that_holds_a_topic_being_cleaned_never_waits_for_the_cleaner_under_the_lock(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:2], CLEANER)
+    first.create_topic("c", 2, COMPACT)
+    for _ in range(10):
+        first.append(tp("c", 0), batch(2))
+    first.shutdown()
+    copy = read_topic_copy(log_dirs[1] / "c-1")  # the late dir's copy says: configs unconfirmed, newer
+    assert copy is not None
+    write_topic_copy(log_dirs[1] / "c-1", copy.replace(epoch=copy.epoch + 100, unconfirmed=True))
+    with eio_on_lock(request, log_dirs[1]):
+        manager = broker.open(log_dirs[:2], CLEANER)
+    assert manager.cleaner is not None
+    cleaner = manager.cleaner.manager
+    assert cleaner.grab_for_cleaning(tp("c", 0), force=True) is not None  # a cleaner thread is cleaning c-0
+    broker.clock.advance(1_000)
+    probing = threading.Thread(target=manager.probe_offline_dirs)
+    probing.start()
+    for _ in range(500):
+        if cleaner.is_cleaning_aborted(tp("c", 0)):
+            break
+        threading.Event().wait(0.01)
+    # the cleaner thread's failure path needs the manager's lock, as creating a topic does
+    other = threading.Thread(target=manager.create_topic, args=("other",))
+    other.start()
+    other.join(timeout=5)
+    blocked = other.is_alive()
+    cleaner.done_cleaning(tp("c", 0), log_dirs[0], None)  # the cleaner thread acknowledges
+    probing.join(timeout=10)
+    other.join(timeout=10)
+    assert not blocked
+    assert manager.offline_log_dirs() == [] and manager.describe_topic("c").configs_unconfirmed
+    assert str(cleaner.state_of(tp("c", 0))) == "paused (1)" and str(cleaner.state_of(tp("c", 1))) == "paused (1)"
+    assert str(log_dirs[1].resolve()) in [str(d) for d in cleaner.log_dirs]  # the late dir is cleaned too
+
+
+def test_a_returning_dir_keeps_its_damaged_registry_aside(request: pytest.FixtureRequest, broker: Opener,
+                                                          log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:2])
+    first.create_topic("t", 2)
+    first.shutdown()
+    damaged = os.urandom(300)
+    (log_dirs[1] / REGISTRY_FILE).write_bytes(damaged)
+    with eio_on_lock(request, log_dirs[1]):
+        manager = broker.open(log_dirs[:2])
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[1]]
+    [kept] = log_dirs[1].glob(f"{REGISTRY_FILE}.damaged-*")
+    assert kept.read_bytes() == damaged
+    assert registry(log_dirs[1]) == registry(log_dirs[0])
+
+
+def test_a_returning_dir_whose_registry_is_newer_loses_no_config_and_no_epoch(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    first = broker.open(log_dirs[:2])
+    first.create_topic("t", 2)
+    first.shutdown()
+    alone = broker.open(log_dirs[1:2])  # a config change only the second dir's registry saw
+    alone.alter_topic_config("t", {"retention.ms": "-1"})
+    newer = registry(log_dirs[1])["epoch"]
+    alone.shutdown()
+    (log_dirs[1] / "t-1" / TOPIC_COPY_FILE).unlink()  # and its partition copy is lost
+    with eio_on_lock(request, log_dirs[1]):
+        manager = broker.open(log_dirs[:2])
+    assert manager.topic_overrides("t") == {}
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [log_dirs[1]]
+    assert manager.topic_overrides("t") == {"retention.ms": "-1"}
+    assert manager.log(tp("t", 0)).config.retention_ms == -1
+    assert registry(log_dirs[0]) == registry(log_dirs[1]) and registry(log_dirs[0])["epoch"] > newer
+
+
+def test_partition_copies_of_a_dir_offline_during_a_config_change_catch_up_when_it_is_back(
+        request: pytest.FixtureRequest, broker: Opener, two) -> None:
+    manager, _, second = two
+    manager.create_topic("u", 2)
+    assert manager.log(tp("u", 1)).dir.parent == second
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), under(second), error=errno.ENOSPC)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 1), batch())  # t-1 closed, u-1 kept open
+    manager.alter_topic_config("t", {"retention.ms": "-1"})
+    manager.alter_topic_config("u", {"retention.ms": "-1"})
+    broker.clock.advance(1_000)
+    assert manager.probe_offline_dirs() == [second]
+    for name in ("t-1", "u-1"):
+        copy = read_topic_copy(second / name)
+        assert copy is not None and dict(copy.configs) == {"retention.ms": "-1"}, name

@@ -10,6 +10,7 @@ and the retention task use it to keep the cleaner off a partition while they cha
     idle --grab / deletable_logs--> IN_PROGRESS --done_cleaning / done_deleting--> idle
     idle --abort_and_pause--> PAUSED(1);  PAUSED(n) --abort_and_pause--> PAUSED(n+1)
     IN_PROGRESS --abort_and_pause--> ABORTED --done_*--> PAUSED(1)   (abort_and_pause waits for it)
+    IN_PROGRESS --pause--> ABORTED (no wait);  ABORTED --pause--> ABORTED, done_* → PAUSED(1 + such pauses)
     PAUSED(1) --resume--> idle;  PAUSED(n) --resume--> PAUSED(n-1)
 
 Any other change raises :class:`CleanerStateError`. ``abort_and_pause_cleaning`` of a partition
@@ -161,6 +162,7 @@ class CleanerManager:
         self._round_start: dict[TopicPartition, int] = {}
         self._round_failed: set[TopicPartition] = set()
         self._removed: set[TopicPartition] = set()
+        self._pending_pauses: dict[TopicPartition, int] = {}  # pauses asked while ABORTED, taken at done_*
         self._quarantine: dict[TopicPartition, QuarantineRecord] = {}
         self._last_clean: dict[TopicPartition, int] = {}
         self._live: frozenset[TopicPartition] | None = None
@@ -312,7 +314,7 @@ class CleanerManager:
                     self._write(dir_key(log_dir), tp, end_offset)
                     self._note_progress(tp, end_offset)
             elif state == ABORTED:
-                self._set_state(tp, paused(1))
+                self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
                 self._cond.notify_all()
             else:
                 raise CleanerStateError(f"done cleaning a partition that is {state or 'not being cleaned'}",
@@ -336,7 +338,7 @@ class CleanerManager:
                 if state == IN_PROGRESS:
                     del self._states[tp]
                 elif state == ABORTED:
-                    self._set_state(tp, paused(1))
+                    self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
                     self._cond.notify_all()
                 else:
                     raise CleanerStateError(f"done deleting a partition that is {state or 'not in progress'}",
@@ -361,6 +363,30 @@ class CleanerManager:
             else:
                 raise CleanerStateError(f"cannot abort and pause cleaning: it is {state}", topic_partition=str(tp))
             self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+
+    def pause_cleaning(self, *tps: TopicPartition) -> None:
+        """:meth:`abort_and_pause_cleaning` without the wait, for callers that may be a cleaner
+        thread or hold a lock the cleaner thread needs (a log dir going offline): a clean in
+        progress is aborted and stops at its next chunk; ABORTED takes the pause when its cleaner
+        thread is done. Each partition needs one :meth:`resume_cleaning`; :meth:`await_stopped`
+        waits for the aborted cleans."""
+        with self._lock:
+            for tp in tps:
+                state = self._states.get(tp)
+                if state is None:
+                    self._set_state(tp, paused(1))
+                elif state == IN_PROGRESS:
+                    self._states[tp] = ABORTED
+                elif state == ABORTED:
+                    self._pending_pauses[tp] = self._pending_pauses.get(tp, 0) + 1
+                else:
+                    self._states[tp] = paused(state.pause_count + 1)
+
+    def await_stopped(self, *tps: TopicPartition) -> None:
+        """Wait until no clean of ``tps`` is running or aborting (never call it from a cleaner
+        thread, nor holding a lock the cleaner thread needs)."""
+        with self._cond:
+            self._cond.wait_for(lambda: all(self._states.get(tp) not in (IN_PROGRESS, ABORTED) for tp in tps))
 
     def resume_cleaning(self, *tps: TopicPartition) -> None:
         """Kafka's ``resumeCleaning``: PAUSED(1) → idle, PAUSED(n) → PAUSED(n-1); any other state
@@ -494,6 +520,7 @@ class CleanerManager:
             if self._states.get(tp) == IN_PROGRESS:
                 self._states[tp] = ABORTED
             self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+            self._pending_pauses.pop(tp, None)
             if self._states.pop(tp, None) is not None:
                 self._removed.add(tp)
             if self._live is not None:
@@ -515,6 +542,14 @@ class CleanerManager:
             self._entries.pop(key, None)
             for tp in [tp for tp, r in self._quarantine.items() if r.log_dir == str(key)]:
                 del self._quarantine[tp]
+
+    def handle_log_dir_online(self, log_dir: Path | str) -> None:
+        """A log dir that failed is back: its checkpoint is read again and kept from now on
+        (nothing was written to it while it was offline)."""
+        key = dir_key(log_dir)
+        with self._lock:
+            if key not in self._files:
+                self._open_checkpoint(key)
 
     # --- quarantine ----------------------------------------------------------------------------
 

@@ -10,11 +10,11 @@ backoff, and brings it back once the probe succeeds (:meth:`LogManager.probe_off
 
 **The probe tests what failed** (:class:`FaultCause`): a write, an fsync and an unlink of a probe
 file always, plus a reservation of as many bytes as the failed write moved (an append of N bytes
-that met ENOSPC is retried as a reservation of N bytes, not one page: a nearly full disk takes a
-page and refuses the batch, and a one-page probe made the dir flap), and a re-read of every file
-region whose read failed. **Backoff is per cause**: a dir that fails again for the same kind of
-operation and errno soon after it came back starts from the doubled backoff of last time, so a
-disk that keeps filling is probed ever less often (capped), not every second.
+that met ENOSPC is retried as a reservation of N bytes, not one page: a nearly full disk may take
+a page yet refuse the batch, so the dir comes back only when the batch that failed would fit), and
+a re-read of every file region whose read failed. **Backoff is per cause**: a dir that fails again
+for the same kind of operation and errno soon after it came back starts from the doubled backoff
+of last time, so a disk that keeps filling is probed ever less often (capped), not every second.
 
 **Reads serving clients** (fetch, list offsets: :class:`ReadFaults`) fail only their partition
 (KAFKA_STORAGE_ERROR) while the rest of the dir works: one unreadable file must not stop produces

@@ -127,6 +127,7 @@ class LogManager(OfflineDirs):
         self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
         self._read_faults = ReadFaults(clock)
         self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
+        self._cleaning_stopped: dict[Path, set[TopicPartition]] = {}  # paused while their dir is offline
         # partitions of staged commits that could not be completed nor rolled back -> the job's
         # key: not served until it is (staged_commit); replaced whole, never mutated in place
         self._staged_holds: dict[TopicPartition, str] = {}
@@ -339,12 +340,13 @@ class LogManager(OfflineDirs):
         self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
         return True
 
-    def _reconcile_registry(self, stale_copies: bool) -> None:
+    def _reconcile_registry(self, stale_copies: bool) -> list[TopicPartition]:
         """Make the registry and the dirs agree (see :mod:`.topics`): adopt topics the registry
         does not know; set aside dirs that are not a partition of their registered topic (a
         partition number past its count, another topic id); create registered partitions whose
         dir is missing when their log dir is open (a create a crash interrupted). The registry is
-        written back when anything changed or a copy is stale."""
+        written back when anything changed or a copy is stale. Returns the partitions newly held
+        (:meth:`_hold_unconfirmed`)."""
         topics = dict(self._registry.topics)
         placed: dict[str, dict[int, str]] = {}  # log dirs learned, merged once per topic
         found: dict[str, list[TopicPartition]] = {}
@@ -371,7 +373,7 @@ class LogManager(OfflineDirs):
             self._commit(topics, self._registry.deleted_topic_ids)
         now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
         self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
-        self._hold_unconfirmed()
+        return self._hold_unconfirmed()
 
     def _restore_from_copies(self, topics: dict[str, TopicRecord],
                              found: Mapping[str, list[TopicPartition]]) -> dict[TopicPartition, bytes]:
@@ -442,19 +444,28 @@ class LogManager(OfflineDirs):
             except StorageError as e:
                 log.warning("%s: cannot write the copy of topic %s's registry entry: %s", lg.dir, tp.topic, e)
 
-    def _hold_unconfirmed(self) -> None:
-        """Pause the cleaner on each live partition of a topic whose configs are unconfirmed (the
-        retention passes check the topic themselves), and say so loudly."""
-        unconfirmed = sorted(n for n, r in self._registry.topics.items() if r.unconfirmed)
-        for name in unconfirmed:
+    def _hold_unconfirmed(self) -> list[TopicPartition]:
+        """Under the lock: pause the cleaner on each live partition of a topic whose configs are
+        unconfirmed (the retention passes check the topic themselves), and say so loudly. The
+        pause never waits here (a clean in progress is aborted; its cleaner thread may need this
+        lock to finish): callers wait with :meth:`_await_held` once the lock is released. Returns
+        the partitions newly held."""
+        held = []
+        for name in sorted(n for n, r in self._registry.topics.items() if r.unconfirmed):
             newly = [tp for tp in self._logs if tp.topic == name and tp not in self._held]
             if not newly:
                 continue
             if self.cleaner is not None:
-                for tp in newly:
-                    self.cleaner.manager.abort_and_pause_cleaning(tp)
+                self.cleaner.manager.pause_cleaning(*newly)
             self._held.update(newly)
+            held.extend(newly)
             log.warning("topic %s: %s", name, unconfirmed_note(name))
+        return held
+
+    def _await_held(self, held: list[TopicPartition]) -> None:
+        """Outside the lock: wait until cleans aborted by :meth:`_hold_unconfirmed` have stopped."""
+        if self.cleaner is not None and held:
+            self.cleaner.manager.await_stopped(*held)
 
     def _unconfirmed(self, topic: str) -> bool:
         record = self._registry.topics.get(topic)
@@ -659,8 +670,10 @@ class LogManager(OfflineDirs):
                                    assignments=MappingProxyType({**record.assignments, **_assignments(placement)}))
             self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
             self._create_partitions(grown, placement)
-            self._hold_unconfirmed()  # new partitions of a held topic are held too
-            return self.describe_topic(name)
+            held = self._hold_unconfirmed()  # new partitions of a held topic are held too
+            described = self.describe_topic(name)
+        self._await_held(held)
+        return described
 
     def _place(self, count: int) -> dict[int, LogDir]:
         """Kafka's ``nextLogDirs`` for ``count`` new partitions in turn: each to the dir holding
@@ -751,6 +764,7 @@ class LogManager(OfflineDirs):
             held = sorted(tp for tp in self._held if tp.topic == topic)
             self._held.difference_update(held)
         if self.cleaner is not None and held:
+            self._await_held(held)  # a clean its hold aborted may still be stopping
             self.cleaner.manager.resume_cleaning(*held)
         log.warning("topic %s: configs %s confirmed by an operator; retention and cleaning resume", topic,
                     _show_configs(record.configs))
@@ -1127,9 +1141,11 @@ class LogManager(OfflineDirs):
             log.warning("topic %s: stored override %s", topic, note)
         return self.broker.log_config(usable)
 
-    def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str]) -> None:
+    def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str],
+                returning: LogDir | None = None) -> None:
         """Write the registry with ``topics`` (each changed entry stamped with the new epoch, never
-        lower than any epoch seen), then the changed topics' copies in their partition dirs."""
+        lower than any epoch seen), then the changed topics' copies in their partition dirs.
+        ``returning``: an offline dir coming back, written too (a fault there raises: it stays offline)."""
         epoch = max(self._registry.epoch, self._epoch_floor) + 1
         stamped, changed = {}, []
         for name, record in topics.items():
@@ -1142,13 +1158,16 @@ class LogManager(OfflineDirs):
         state = RegistryState(epoch, MappingProxyType(stamped), frozenset(deleted))
         failed: list[tuple[LogDir, StorageError]] = []
         online = self._online_dirs()
+        if returning is not None:
+            self._keep_damaged_registry(returning.path)
+            write_registry([returning.path], state)
         for log_dir in online:
             try:
                 self._keep_damaged_registry(log_dir.path)
                 write_registry([log_dir.path], state)
             except StorageError as e:
                 failed.append((log_dir, e))
-        if len(failed) == len(online):  # not written anywhere: the change did not happen
+        if len(failed) == len(online) and returning is None:  # not written anywhere: the change did not happen
             if failed:
                 raise failed[0][1]
             raise LogDirOfflineError("every log dir is offline: the topic registry cannot be written",

@@ -6,7 +6,8 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
 ``_reconcile_registry``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
-``_set_partition_aside``, ``_complete_staged_commits``).
+``_set_partition_aside``, ``_complete_staged_commits``) and registry steps (``_commit``,
+``_adoptable_overrides``, ``_apply_topic_config``, ``_sync_topic_copies``, ``_await_held``).
 
 A dir that comes back finishes the staged commits (:mod:`.staged_commit`) its absence kept
 pending: their partitions, held (unserved) meanwhile, rejoin still held and are released once the
@@ -14,8 +15,12 @@ job is completed or rolled back.
 
 A dir going offline closes only the logs the failed operation belonged to (they reopen with
 recovery when the dir is back); the dir's other logs stay open, unserved, and rejoin the live set
-as they were: a dir that comes back re-recovers nothing the fault did not touch. A read serving a
-client that fails fails only its own partition unless read faults spread (:class:`ReadFaults`).
+as they were: a dir that comes back re-recovers nothing the fault did not touch. Its cleaning
+stops (a clean in progress is aborted, the cleaner checkpoint no longer written) and resumes
+when it is back. A dir coming back brings its topic registry as a dir does at start-up (a
+damaged one kept aside, a newer entry wins, epochs never lower) and its partitions' copies of
+the registry are brought up to date. A read serving a client that fails fails only its own
+partition unless read faults spread (:class:`ReadFaults`).
 
 Thread-safety: the partition map changes under the manager's lock; logs are closed and reopened
 outside it (a reopen runs recovery), and a topic deleted meanwhile is noticed when the reopened
@@ -26,12 +31,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from contextlib import contextmanager
 from pathlib import Path
 
+from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.clock import Clock
-from tidelog.errors import LogDirOfflineError, StorageError, TidelogError
+from tidelog.errors import CleanerStateError, LogDirOfflineError, StorageError, TidelogError
 from tidelog.manager.log_dir import LogDir, describe_error, one_cluster_id
 from tidelog.manager.log_dir_failure import (
     FaultCause,
@@ -46,7 +53,7 @@ from tidelog.manager.log_dir_failure import (
     probe,
 )
 from tidelog.manager.reports import SetAside
-from tidelog.manager.topics import RegistryState, write_registry
+from tidelog.manager.topics import RegistryState, read_newest_registry, write_registry
 from tidelog.scheduler import Scheduler
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
@@ -71,6 +78,10 @@ class OfflineDirs:
     _offline_deleted: dict[Path, TopicPartition]  # deleted while their dir was offline
     _read_faults: ReadFaults
     _unloaded: set[Path]  # opened, but their load met a disk fault: loaded when the probe passes
+    _cleaning_stopped: dict[Path, set[TopicPartition]]  # paused by the cleaner while their dir is offline
+    _epoch_floor: int
+    _damaged_registries: dict[Path, int | None]
+    cleaner: LogCleaner | None
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
         """The log dirs offline now, each with the operation and error that took it offline."""
@@ -166,7 +177,8 @@ class OfflineDirs:
                       touched: TopicPartition | None = None, causes: list[FaultCause] | None = None) -> None:
         """Kafka's ``handleLogDirFailure``: every log of the dir leaves the live set at once. The
         log of ``touched`` (whose operation failed) is closed, errors ignored (the disk is
-        failing); the others stay open as they are, unserved. Its cleaning stops with it."""
+        failing); the others stay open as they are, unserved. Its cleaning stops with it
+        (:meth:`_stop_cleaning`)."""
         causes = causes or [FaultCause.of(FaultKind.WRITE, error)]
         with self._lock:
             failure = self._failures.mark_offline(log_dir.path, operation, error, causes[0])
@@ -177,11 +189,79 @@ class OfflineDirs:
                 del self._logs[tp]
                 del self._log_dir_of[tp]
                 self._offline_logs[tp] = OfflineLog(lg.dir, lg.log_start_offset, lg.recovery_point, lg)
+            self._stop_cleaning(log_dir.path, [tp for tp, _ in doomed])
             closing = self._close_for_recovery(touched)
         if failure is not None:
             log.error("%s; %d partition(s) offline, the other log dirs keep serving", failure.describe(), len(doomed))
         if closing is not None:
             close_failed_log(*closing)
+
+    def _stop_cleaning(self, path: Path, tps: Iterable[TopicPartition]) -> None:
+        """Under the lock: the cleaner forgets the dir's checkpoint (Kafka's ``handleLogDirFailure``:
+        nothing is written to the dir any more) and pauses ``tps``; a clean in progress is aborted
+        and stops at its next chunk. Never waits for it: this may run on the cleaner thread whose
+        clean failed, or under this lock, which that thread may need. :meth:`_resume_cleaning`
+        waits for it before the dir's logs rejoin."""
+        if self.cleaner is None:
+            return
+        if path not in self._cleaning_stopped:
+            self.cleaner.manager.handle_log_dir_failure(path)
+        stopped = self._cleaning_stopped.setdefault(path, set())
+        newly = [tp for tp in tps if tp not in stopped]
+        self.cleaner.manager.pause_cleaning(*newly)
+        stopped.update(newly)
+
+    def _await_cleaning_stopped(self, path: Path) -> None:
+        """Outside the lock: wait for the cleans aborted when ``path`` went offline to stop."""
+        if self.cleaner is not None:
+            with self._lock:
+                stopped = list(self._cleaning_stopped.get(path, ()))
+            self.cleaner.manager.await_stopped(*stopped)
+
+    def _resume_cleaning(self, path: Path) -> None:
+        """Outside the lock, once ``path`` is back: its cleaner checkpoint is kept again and the
+        partitions paused when it went offline resume."""
+        if self.cleaner is None:
+            return
+        with self._lock:
+            stopped = sorted(self._cleaning_stopped.pop(path, ()))
+        self.cleaner.manager.handle_log_dir_online(path)
+        for tp in stopped:
+            try:
+                self.cleaner.manager.resume_cleaning(tp)
+            except CleanerStateError as e:  # e.g. deleted and created again meanwhile
+                log.warning("%s: cleaning not resumed: %s", tp, e)
+
+    def _rejoin_registry(self, log_dir: LogDir) -> None:
+        """Under the lock: the registry copy of a dir coming back joins as at start-up: a damaged
+        one is kept aside, an entry newer than ours wins (a returning dir deletes nothing), the
+        epoch never goes lower than any it shows, and the dir gets the merged registry."""
+        path = log_dir.path
+        read = read_newest_registry([path])
+        self._epoch_floor = max(self._epoch_floor, read.floor_epoch)
+        if path in read.damaged:
+            self._damaged_registries[path] = read.damaged[path]
+        ours = self._registry
+        topics = dict(ours.topics)
+        for name, theirs in read.state.topics.items():
+            mine = topics.get(name)
+            # a topic we lack is taken only if changed after all we know (else it may be one deleted)
+            if theirs.topic_id in ours.deleted_topic_ids or theirs.epoch <= (ours.epoch if mine is None else mine.epoch):
+                continue
+            if mine is not None and mine.topic_id != theirs.topic_id:
+                continue
+            configs = self._adoptable_overrides(name, theirs.configs)
+            assignments = {**theirs.assignments, **(mine.assignments if mine is not None else {})}
+            topics[name] = theirs.replace(configs=MappingProxyType(configs), assignments=MappingProxyType(assignments))
+            log.warning("topic %s: configs %s taken from the topic registry of %s (epoch %d, newer than %s)",
+                        name, configs, path, theirs.epoch, "none" if mine is None else mine.epoch)
+        if topics != dict(ours.topics) or read.floor_epoch > ours.epoch or path in self._damaged_registries:
+            self._commit(topics, ours.deleted_topic_ids, returning=log_dir)
+            for name, record in topics.items():  # live logs take the configs once they are committed
+                if ours.topics.get(name) != record:
+                    self._apply_topic_config(name, record.configs)
+        elif read.state != ours:
+            write_registry([path], ours)
 
     def _close_for_recovery(self, tp: TopicPartition | None) -> tuple[TopicPartition, Log] | None:
         """Under the lock: mark the offline log of ``tp`` for a reopen with recovery; the log to close."""
@@ -230,8 +310,9 @@ class OfflineDirs:
         if not log_dir.opened or log_dir.path in self._unloaded:
             self._load_late(log_dir)
             return
-        write_registry([log_dir.path], self._registry)  # its copy may be stale
+        self._await_cleaning_stopped(log_dir.path)
         with self._lock:
+            self._rejoin_registry(log_dir)
             offline = {tp: o for tp, o in self._offline_logs.items() if o.path.parent == log_dir.path}
         closed = {tp: o for tp, o in offline.items() if o.log is None}
         reopened = self._reopen_all(log_dir, closed)
@@ -255,8 +336,10 @@ class OfflineDirs:
             deleted = {p: tp for p, tp in self._offline_deleted.items() if p.parent == log_dir.path}
             for path in deleted:
                 del self._offline_deleted[path]
+            self._sync_topic_copies(skip=[tp for tp, d in self._log_dir_of.items() if d is not log_dir])
             failure = self._failures.mark_online(log_dir.path)
             self._read_faults.forget(log_dir.path)
+        self._resume_cleaning(log_dir.path)
         for path, tp in deleted.items():  # topics deleted while the dir was offline
             self._delete_partition_dir(path, tp)
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
@@ -290,7 +373,9 @@ class OfflineDirs:
         try:
             if not unloaded.opened:
                 log_dir.begin_loading(one_cluster_id([d for d in self._dirs if d.opened] + [log_dir]))
-            write_registry([log_dir.path], self._registry)
+            self._await_cleaning_stopped(log_dir.path)
+            with self._lock:
+                self._rejoin_registry(log_dir)
             found = self._load_dir_late(log_dir)
         except BaseException:
             if log_dir is not unloaded:
@@ -300,10 +385,12 @@ class OfflineDirs:
             self._dirs[self._dirs.index(unloaded)] = log_dir
             self._unloaded.discard(log_dir.path)
             self._take_late_logs(log_dir, found)
-            self._reconcile_registry(False)
+            held = self._reconcile_registry(False)
             log_dir.loaded_completely = not any(
                 s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
             failure = self._failures.mark_online(log_dir.path)
+        self._await_held(held)
+        self._resume_cleaning(log_dir.path)
         since = f" (offline since {failure.since_ms}: {failure.describe()})" if failure else ""
         log.warning("%s: back online, loaded with %d partition(s)%s", log_dir.path, len(found), since)
         self._complete_staged_commits()
