@@ -26,6 +26,7 @@ Method
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -223,9 +224,13 @@ def _staging_root(env: Env) -> Path:
     return default_staging_root(env.root / "logs")
 
 
-def _stage_job(key: str) -> Step:
-    """Stage a job of two batches per partition of ``sj`` (its owner: this process)."""
+def _stage_job(key: str, dead_owner: bool = False) -> Step:
+    """Stage a job of two batches per partition of ``sj`` (its owner: this process, or with
+    ``dead_owner`` a process that no longer runs: this pid with another start time)."""
     def run(env: Env) -> None:
+        lease = process_lease(os.getpid())
+        if dead_owner:
+            lease = dataclasses.replace(lease, start=(lease.start or 0) - 1)
         batches = []
         for p in range(3):
             for _ in range(2):
@@ -234,8 +239,8 @@ def _stage_job(key: str) -> Step:
                     env.counter += 1
                     builder.append(i, env.clock.milliseconds(), b"k%d" % env.counter, b"job-%d" % env.counter)
                 batches.append((JOB_TOPIC, p, bytes(builder.build())))
-        env.staged[key] = stage_batches(_staging_root(env), key, "part-0.batches", batches, process_lease(os.getpid()))
-    return (f"stage {key}", run)
+        env.staged[key] = stage_batches(_staging_root(env), key, "part-0.batches", batches, lease)
+    return (f"stage {key}{' (owner dead)' if dead_owner else ''}", run)
 
 
 def _commit_job(key: str) -> Step:
@@ -271,6 +276,11 @@ def staged_commit_workload() -> list[Step]:
     steps += [(f"append {JOB_TOPIC}-1", lambda env: env.append(JOB_TOPIC, 2, partition=1))]
     steps += [_stage_job("job-b"), _commit_dies_then_reopen("job-b")]
     steps += [(f"append {JOB_TOPIC}-2", lambda env: env.append(JOB_TOPIC, 2, partition=2))]
+    # a restarted streaming driver takes over its killed predecessor's batch dir (lease replaced),
+    # then a dead driver's staging is reclaimed by a reopen (renamed away, re-checked, deleted)
+    steps += [_stage_job("query-q/batch-1", dead_owner=True), _stage_job("query-q/batch-1"),
+              _commit_job("query-q/batch-1")]
+    steps += [_stage_job("job-c", dead_owner=True), ("reopen (reclaims job-c)", _crash_and_reopen)]
     return steps
 
 

@@ -21,8 +21,8 @@ A job dir is taken over by a driver that stages into it under another lease (a s
 restarted from its checkpoint reuses its batch's key): :func:`ensure_job_dir` replaces the lease
 atomically. So a reclaim never deletes files a live driver wrote: it renames the dir to
 ``.reclaiming-<uuid>`` first (tasks arriving then make a fresh dir), reads the lease again there
-and deletes only if it is still the dead owner's; a ``.reclaiming-*`` left by a crash is reclaimed
-as any dir of a dead owner.
+and deletes only if it is still the dead owner's; a ``.reclaiming-*`` left by a crash is deleted
+unless its lease names a live owner.
 """
 
 from __future__ import annotations
@@ -265,10 +265,18 @@ def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
             lease = read_lease(path)
             if lease is None and path.name.startswith(CREATING_PREFIX):
                 lease = scratch_lease(path.name)
+            if lease is None and path.name.startswith(RECLAIMING_PREFIX):  # a reclaim cut short after its lease
+                if _delete(path, path):
+                    removed.append(path)
+                continue
             if lease is None:
                 log.info("staging dir %s has no owner lease (an older tidelog, or not a staging dir): kept", path)
                 continue
-            if not lease.owner_is_dead() or not _reclaim(path, lease):
+            if not lease.owner_is_dead():
+                continue
+            # a job dir may be taken over by a live driver (ensure_job_dir); scratch dirs never are
+            if not (_delete(path, path) if path.name.startswith((CREATING_PREFIX, RECLAIMING_PREFIX))
+                    else _reclaim(path, lease)):
                 continue
             removed.append(path)
             log.warning("deleted the staging dir %s: its job's owner (pid %d on %s) is dead and no pending "
@@ -293,18 +301,21 @@ def _reclaim(path: Path, lease: Lease) -> bool:
         if not isinstance(e, FileNotFoundError):
             log.warning("cannot delete the abandoned staging dir %s: %s", path, e)
         return False
-    now = read_lease(aside) or (scratch_lease(path.name) if path.name.startswith(CREATING_PREFIX) else None)
-    if now != lease:
+    if read_lease(aside) != lease:
         try:
             fileops.rename(aside, path)
         except OSError as e:  # a task made a fresh dir there meanwhile: the taken-over one is kept aside
             log.warning("staging dir %s was taken over by a live driver while being reclaimed, and cannot be "
                         "put back (kept as %s): %s", path, aside, e)
         return False
+    return _delete(aside, path)
+
+
+def _delete(directory: Path, named: Path) -> bool:
     try:
-        fileops.rmtree(aside)
+        fileops.rmtree(directory)
     except OSError as e:
-        log.warning("cannot delete the abandoned staging dir %s (renamed %s): %s", path, aside, e)
+        log.warning("cannot delete the abandoned staging dir %s (as %s): %s", named, directory, e)
         return False
     return True
 
