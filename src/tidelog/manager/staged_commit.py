@@ -179,7 +179,8 @@ def startup_findings(log_dir: Path) -> list[tuple[Path, str, str, bool]]:
             parts = ", ".join(tp_key(p) for p in job["partitions"])
             found.append((path, f"job {job['id']} was interrupted mid-commit ({parts}); readers see none of it",
                           "completed before the broker listens (rolled back when it cannot be: staged data gone, "
-                          "batches refused); any tidelog command that opens the dir does the same", False))
+                          "batches refused; when neither can be done, e.g. a partition offline, its partitions are not "
+                          "served until it is); any tidelog command that opens the dir does the same", False))
     for root in sorted(roots):
         for key, directory in candidates(Path(root)):
             lease = read_lease(directory) or scratch_lease(directory.name)
