@@ -41,6 +41,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tidelog.records.varint import encode_unsigned_varint
+
 FLEXIBLE_VERSION = 12
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
@@ -122,18 +124,11 @@ def _partition_fields(version: int, p: PartitionResponse, flexible: bool) -> byt
 
 def _count(n: int, flexible: bool) -> bytes:
     """An array count or a bytes length: int32, or uvarint n+1 when compact."""
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+    return encode_unsigned_varint(n + 1) if flexible else _I32.pack(n)
 
 
 def _string(text: str, flexible: bool) -> bytes:
     data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+    return (encode_unsigned_varint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
