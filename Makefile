@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 
-.PHONY: setup run test bench soak fuzz clean
+.PHONY: setup run test bench soak fuzz shape clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ fuzz: setup
 	$(PY) -m pip install -q -e '.[test,fuzz]'
 	mkdir -p fuzz-artifacts
 	$(PY) -m fuzz.run all --seconds $(FUZZ_SECONDS) --artifacts fuzz-artifacts/
+
+# The code's shape against the architecture targets: module sizes, function lengths, upward imports,
+# package cycles (exit 1 while a target is not met; not part of make test).
+shape: setup
+	$(PY) tests/shape_report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis fuzz-artifacts
