@@ -1,15 +1,10 @@
-"""Test doubles shared by the test suite and by users testing code built on tidelog.
+"""Test doubles shared by the test suite and by users testing code built on tidelog: a clock and
+a scheduler that move only when told.
 
-Nothing here is used by production code paths.
+Nothing here is used by production code paths. Helpers only the suite needs live under ``tests/``.
 """
 
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
-
-from click.testing import CliRunner
 
 from tidelog.scheduler import Task, _TaskQueue, run_task
 
@@ -78,35 +73,3 @@ class FakeScheduler:
         """Drop the tasks not yet run and refuse new ones."""
         self._queue.close()
 
-
-def run_cli(data_dir: Path, *args: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
-    """``tidelog --data-dir DATA_DIR ARGS`` in this process with ``stdin``: (exit code, stdout
-    bytes, stderr text). Faster than a subprocess; the command sees real binary stdio."""
-    from tidelog.cli.main import main  # the front door, imported only by the tests that use it
-
-    with CliRunner().isolation(input=stdin) as (out, err, _):
-        try:
-            main(["--data-dir", str(data_dir), *args])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue(), err.getvalue().decode()
-
-
-def descriptors_under(root: Path) -> list[str]:
-    """The targets of this process's open descriptors on files below ``root``, sorted ("...
-    (deleted)" for an unlinked file still open). Linux only (``/proc/self/fd``).
-
-    Only those below ``root``: a process-wide count also moves with other tests' leftover
-    threads, or numba loading its cache."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed between listdir and readlink
-            continue
-        if target.startswith(str(root)):
-            held.append(target)
-    return sorted(held)

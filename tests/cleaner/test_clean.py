@@ -23,6 +23,7 @@ from cleaner_helpers import (
     record,
 )
 
+from tests.fd_helpers import descriptors_under
 from tidelog.cleaner.clean import Cleaner, CleanerBuffers, InProcessEngine, group_segments_by_size
 from tidelog.cleaner.offset_map import OffsetMap
 from tidelog.errors import CorruptRecordError, LogCleaningAbortedError
@@ -30,7 +31,7 @@ from tidelog.records import CompressionType
 from tidelog.storage import files
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LogSegment
-from tidelog.testing import FakeClock, descriptors_under
+from tidelog.testing import FakeClock
 
 DAY = 86_400_000
 

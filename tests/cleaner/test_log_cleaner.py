@@ -31,10 +31,12 @@ from cleaner_helpers import (
 )
 
 from tidelog.cleaner import log_cleaner as log_cleaner_module
+from tidelog.cleaner.clean import CleanerBuffers, InProcessEngine
 from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.cleaner.manager import ABORTED, CleanerManager, paused
+from tidelog.cleaner.throttler import Throttler
 from tidelog.clock import SYSTEM_CLOCK
-from tidelog.errors import CleanerStateError
+from tidelog.errors import CleanerStateError, ConfigError
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log
 from tidelog.testing import FakeClock
@@ -383,3 +385,36 @@ def test_explain_of_a_quarantined_partition_gives_its_retry_not_record_age(
     assert explained.eligible_at_ms == clock.milliseconds() + 60_000
     assert any("quarantined since" in reason and "retried at" in reason for reason in explained.reasons)
     assert not any("as its records age" in reason for reason in explained.reasons), explained.reasons
+
+
+# --- engines injected by whoever starts the cleaner ----------------------------------------------
+
+def test_an_injected_engine_is_built_per_thread_on_its_master_and_cleans(make_log: MakeLog, tmp_path: Path,
+                                                                         clock: FakeClock) -> None:
+    built: list[str] = []
+
+    def factory(buffers: CleanerBuffers, throttler: Throttler | None, master: str) -> InProcessEngine:
+        built.append(master)
+        return InProcessEngine(buffers, throttler)
+
+    log, appends = dirty_log(make_log, tmp_path)
+    broker = BrokerConfig.from_properties({"log.dirs": str(tmp_path), **BROKER, "log.cleaner.threads": "2",
+                                           "tidelog.cleaner.engine": "spark",
+                                           "tidelog.cleaner.spark.master": "spark://m:7077"})
+    cleaner = LogCleaner(broker, [tmp_path], source([log]), clock, engines={"spark": factory})
+    assert built == ["spark://m:7077"] * 2
+    cleaner.use_engine("spark", master="local[3]")
+    assert built[2:] == ["local[3]"] * 2
+    assert cleaner.clean_now(TP, force=True) is not None
+    assert read_latest(log) == latest_of(appends)
+
+
+def test_an_engine_nobody_injected_is_a_config_error_naming_the_key(tmp_path: Path, clock: FakeClock) -> None:
+    broker = BrokerConfig.from_properties({"log.dirs": str(tmp_path), **BROKER, "tidelog.cleaner.engine": "spark"})
+    with pytest.raises(ConfigError, match=r"unknown cleaner engine 'spark' \(in-process\)") as e:
+        LogCleaner(broker, [tmp_path], source([]), clock)
+    assert e.value.config == "tidelog.cleaner.engine"
+    in_process = LogCleaner(BrokerConfig.from_properties({"log.dirs": str(tmp_path), **BROKER}), [tmp_path],
+                            source([]), clock)
+    with pytest.raises(ConfigError, match="'spark'"):
+        in_process.use_engine("spark")

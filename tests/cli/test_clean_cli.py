@@ -8,6 +8,7 @@ rolls several times; the cleaner cleans below the active segment's base offset.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -228,3 +229,22 @@ def test_a_corrupt_partition_fails_alone_and_nothing_of_it_changes(tmp_path: Pat
     assert "magic" in rows["broken-0"]["detail"]
     assert {k: v for k, v in tree(data).items() if k.startswith("broken-0/")} == before
     assert segment.name in rows["broken-0"]["detail"], rows["broken-0"]["detail"]
+
+
+# --- the spark engine, handed to the cleaner by the CLI ------------------------------------------
+
+def test_the_cli_hands_the_cleaner_the_spark_engine(tmp_path: Path) -> None:
+    """``tidelog.cleaner.engine=spark`` opens (the Spark session is only taken by a clean)."""
+    compacted(tmp_path)
+    out = ok(tmp_path, "--override", "tidelog.cleaner.engine=spark", "clean", "status", "--json")
+    assert "metrics" in json.loads(out)
+
+
+def test_the_spark_engine_without_pyspark_is_a_config_error_naming_the_key(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else find_spec(name, *a))
+    compacted(tmp_path)
+    for args in (["clean", "run", "--engine", "spark"], ["--override", "tidelog.cleaner.engine=spark", "clean", "run"]):
+        code, _, err = run(tmp_path, *args)
+        assert code != 0 and "the spark cleaner engine needs pyspark" in err and "tidelog.cleaner.engine" in err, err

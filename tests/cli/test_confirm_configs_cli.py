@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE
 from tidelog.manager.topics import REGISTRY_FILE
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import run_cli
 
 
 def held_topics(data: Path, *names: str) -> None:

@@ -17,11 +17,11 @@ import orjson
 import pytest
 from test_remote_cli import start_broker
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, build_end_txn_marker_batch
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.txn_index import AbortedTxn
-from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition
 
 TP = TopicPartition("txn", 0)

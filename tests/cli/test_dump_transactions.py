@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.cli_helpers import run_cli
 from tidelog.records import BatchBuilder, build_end_txn_marker_batch
 from tidelog.storage.log import Log
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 
 T0 = 1_700_000_000_000
 INT32_MAX = 2**31 - 1

@@ -19,13 +19,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.cli_helpers import run_cli
 from tidelog.cli.produce import IDLE, ConsoleProducer, ProduceOptions, iter_line_chunks, run_producer
 from tidelog.manager import LogManager
 from tidelog.partitioner import partition_for_key
 from tidelog.records import CompressionType, FileBatch, Record, iter_batches
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
-from tidelog.testing import FakeClock, run_cli
+from tidelog.testing import FakeClock
 from tidelog.topic_partition import TopicPartition
 
 

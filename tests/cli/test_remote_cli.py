@@ -12,13 +12,14 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.cli_helpers import run_cli
 from tidelog.cli.remote_produce import BrokerTarget
 from tidelog.manager import LogManager
 from tidelog.records import build_end_txn_marker_batch
 from tidelog.server import Endpoint, ServerConfig, ServerThread
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
 
 

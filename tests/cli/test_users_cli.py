@@ -7,11 +7,11 @@ import json
 import stat
 from pathlib import Path
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.server.security.credentials import CREDENTIALS_FILE, PlainCredential, load_credentials
 from tidelog.server.security.scram import MECHANISMS, ScramCredential, new_credential
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import run_cli
 
 
 def ok(data: Path, *args: str, stdin: bytes = b"") -> str:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE
 from tidelog.manager.topics import REGISTRY_FILE
 from tidelog.records import BatchBuilder
 from tidelog.storage import files
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition
 
 BATCHES = 8

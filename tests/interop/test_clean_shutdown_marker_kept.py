@@ -29,8 +29,8 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from kafka_oracle import KafkaBroker, KafkaDistribution
+from tests.cli_helpers import run_cli
 from tidelog.storage.metadata import read_clean_shutdown
-from tidelog.testing import run_cli
 
 pytestmark = pytest.mark.xdist_group("kafka_broker")
 

@@ -56,6 +56,7 @@ from kafka_oracle.dump import (
     dump_log_segments,
     parse_dump,
 )
+from tests.cli_helpers import run_cli
 from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.records import (
     BatchBuilder,
@@ -75,7 +76,7 @@ from tidelog.storage.config import BrokerConfig, LogConfig
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 
 # One xdist worker runs the whole module: its segments and its four JVMs are built once, not per worker.
 pytestmark = pytest.mark.xdist_group("kafka_dump_log_segments")

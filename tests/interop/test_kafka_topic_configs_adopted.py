@@ -45,11 +45,12 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 
 from kafka_oracle import KafkaBroker, KafkaDistribution
 from kafka_oracle.dump import dump_log_segments
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.kraft_metadata import newest_snapshot, read_metadata_log
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.metadata import PartitionMetadataFile
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 
 pytestmark = pytest.mark.xdist_group("kafka_broker")
 

@@ -62,6 +62,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 from kafka_oracle import KAFKA_4, KafkaBroker
 from kafka_oracle.dump import DumpedBatch, dump_log_segments
 from reliability.broker import ServeProcess
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, iter_batches
 from tidelog.storage import files
@@ -71,7 +72,7 @@ from tidelog.storage.fetch_info import TimestampAndOffset
 from tidelog.storage.log import Log
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot
 from tidelog.storage.txn_index import AbortedTxn
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.xdist_group("kafka_broker")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.server.errors import ErrorCode as E
 from tidelog.server.groups.coordinator import GroupCoordinator
@@ -27,7 +28,7 @@ from tidelog.server.groups.records import (
     offsets_partition_for,
 )
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import FakeClock, FakeScheduler, run_cli
+from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
 
 

@@ -33,13 +33,13 @@ from server_helpers import TIMEOUT_S, Broker, RawClient, start_broker
 
 import server_samples as samples
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.log_dir_failure import PROBE_FILE
 from tidelog.server.errors import ErrorCode
 from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
-from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition as TidelogTp
 
 FIRED: dict[str, int] = {}

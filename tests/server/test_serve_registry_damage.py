@@ -24,12 +24,12 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from server_helpers import TIMEOUT_S
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE
 from tidelog.manager.topics import REGISTRY_FILE
 from tidelog.records import BatchBuilder
 from tidelog.storage.config import BrokerConfig
-from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition as TidelogTp
 
 DAY_MS = 86_400_000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from tidelog.testing import run_cli
+from tests.cli_helpers import run_cli
 
 KEYS = 15
 

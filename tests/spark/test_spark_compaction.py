@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from tidelog.cleaner.log_cleaner import ENGINE_SPARK, LogCleaner
+from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.manager import LogManager
 from tidelog.records import BatchBuilder, CompressionType, build_end_txn_marker_batch
+from tidelog.spark.engine import CLEANER_ENGINES, ENGINE_SPARK
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.file_records import FileRecords
 from tidelog.storage.log import Log
@@ -42,7 +43,8 @@ def broker(data: Path, **extra: str) -> BrokerConfig:
 
 
 def opened(data: Path, clock: FakeClock, **extra: str) -> LogManager:
-    return LogManager.open(broker(data, **extra), [data], clock=clock, scheduler=FakeScheduler(clock))
+    return LogManager.open(broker(data, **extra), [data], clock=clock, scheduler=FakeScheduler(clock),
+                           cleaner_engines=CLEANER_ENGINES)
 
 
 def batch(log: Log, pairs: list[tuple[bytes | None, bytes | None]], codec: int, ts: int) -> None:

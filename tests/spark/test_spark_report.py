@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.records import iter_batches
 from tidelog.records.builder import build_batch
 from tidelog.spark.report import partition_report, plan_tasks
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
-from tidelog.testing import run_cli
 from tidelog.topic_partition import TopicPartition
 
 OLD = 1_600_000_000_000  # 2020: far older than any retention.ms used here

@@ -34,6 +34,7 @@ from storage_helpers import (
     single,
 )
 
+from tests.fd_helpers import descriptors_under
 from tidelog.records import CompressionType, build_legacy_batch, iter_batches
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
@@ -41,7 +42,7 @@ from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.index import OffsetIndex
 from tidelog.storage.log import Log, segment_config
 from tidelog.storage.segment import LogSegment
-from tidelog.testing import FakeClock, FakeScheduler, descriptors_under
+from tidelog.testing import FakeClock, FakeScheduler
 
 LOG_END = FetchIsolation.LOG_END
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from storage_helpers import T0, MakeLog, batch, read_all, segment_names, single
 
+from tests.fd_helpers import descriptors_under
 from tidelog.errors import OffsetOutOfRangeError
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCheckpointFile
-from tidelog.testing import FakeClock, descriptors_under
+from tidelog.testing import FakeClock
 
 
 def test_truncate_to(make_log: MakeLog) -> None:

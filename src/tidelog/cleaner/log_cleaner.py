@@ -9,9 +9,10 @@ partitions that no longer exist. :meth:`LogCleaner.run_once` is one such iterati
 CLI and tests drive it; the threads call it too).
 
 The engine that dedupes and rewrites (:func:`cleaning_engine`) is the tidelog-only broker config
-``tidelog.cleaner.engine``: ``in-process`` (default: numba kernels in the cleaner threads) or
-``spark`` (:class:`tidelog.spark.compaction.SparkCleaningEngine` on ``tidelog.cleaner.spark.master``;
-same bytes). The Spark package is imported only when chosen.
+``tidelog.cleaner.engine``: ``in-process`` (default: numba kernels in the cleaner threads), or an
+engine injected by whoever starts the cleaner as an :data:`EngineFactory` under its name (``tidelog
+serve`` and the CLI hand over ``spark``, :mod:`tidelog.spark.engine`; same bytes). This layer knows
+only the in-process engine, so it never imports a front door.
 
 Failures never stop a thread (beyond Kafka: its thread dies on an unexpected error and counts in
 ``DeadThreadCount``): an aborted clean just stops; any other error quarantines that partition with
@@ -20,12 +21,12 @@ the error recorded (see :class:`CleanerManager`), and the thread goes on with th
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from tidelog import retention
 from tidelog.clock import Clock
@@ -43,26 +44,27 @@ logger = logging.getLogger(__name__)
 
 LogsSource = Callable[[], Iterable[tuple[TopicPartition, Log]]]
 
-ENGINE_IN_PROCESS, ENGINE_SPARK = "in-process", "spark"  # values of tidelog.cleaner.engine
+ENGINE_IN_PROCESS = "in-process"  # the default value of tidelog.cleaner.engine
+
+EngineFactory = Callable[[CleanerBuffers, Throttler | None, str], CleaningEngine]
+"""Builds one cleaner thread's engine from its buffers, the shared throttle and the engine's master
+URL (``tidelog.cleaner.spark.master``, or ``tidelog clean run --master``); raises ConfigError when
+the engine cannot run here."""
+
+NO_ENGINES: Mapping[str, EngineFactory] = MappingProxyType({})
 
 
 def cleaning_engine(name: str, buffers: CleanerBuffers, throttler: Throttler | None = None, *,
-                    master: str = "local[2]") -> CleaningEngine:
-    """A new engine ``name`` (``tidelog.cleaner.engine``): in-process, or Spark on ``master``
-    (its session is taken on first use). ConfigError for another name, or for spark when
-    pyspark or pyarrow is not installed."""
+                    master: str = "local[2]", engines: Mapping[str, EngineFactory] = NO_ENGINES) -> CleaningEngine:
+    """A new engine ``name`` (``tidelog.cleaner.engine``): in-process, or one of ``engines`` on
+    ``master``. ConfigError naming the key for a name not among them, or from the factory."""
     if name == ENGINE_IN_PROCESS:
         return InProcessEngine(buffers, throttler)
-    if name != ENGINE_SPARK:
-        raise ConfigError(f"unknown cleaner engine {name!r} (in-process or spark)", config="tidelog.cleaner.engine")
-    missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(f"the spark cleaner engine needs {' and '.join(missing)}: install the 'spark' extra "
-                          "(pip install 'tidelog[spark]')", config="tidelog.cleaner.engine", value=name)
-    # The Spark front door, imported only when chosen (nothing else below it imports it).
-    from tidelog.spark.compaction import SparkCleaningEngine
-
-    return SparkCleaningEngine(buffers, master=master)
+    factory = engines.get(name)
+    if factory is None:
+        known = " or ".join([ENGINE_IN_PROCESS, *engines])
+        raise ConfigError(f"unknown cleaner engine {name!r} ({known})", config="tidelog.cleaner.engine")
+    return factory(buffers, throttler, master)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,7 @@ class _CleanerThread:
         self.name = f"tidelog-log-cleaner-thread-{index}"
         self._owner = owner
         self.engine = cleaning_engine(owner.broker.tidelog_cleaner_engine, owner.buffers, owner.throttler,
-                                      master=owner.broker.tidelog_cleaner_spark_master)
+                                      master=owner.broker.tidelog_cleaner_spark_master, engines=owner.engines)
         self.last_stats: CleanerStats | None = None
         self.thread: threading.Thread | None = None
         self._current: Log | None = None  # the log being cleaned (one at a time)
@@ -127,11 +129,13 @@ class _CleanerThread:
 
 
 class LogCleaner:
-    """Owns the cleaner threads and the :class:`CleanerManager` (states, checkpoints, quarantine)."""
+    """Owns the cleaner threads and the :class:`CleanerManager` (states, checkpoints, quarantine).
+    ``engines``: the engines other than in-process that ``tidelog.cleaner.engine`` may name."""
 
     def __init__(self, broker: BrokerConfig, log_dirs: Sequence[Path], logs: LogsSource, clock: Clock,
-                 *, manager: CleanerManager | None = None) -> None:
+                 *, manager: CleanerManager | None = None, engines: Mapping[str, EngineFactory] = NO_ENGINES) -> None:
         self.broker = broker
+        self.engines = engines
         self.clock = clock
         self._logs = logs
         self.manager = manager or CleanerManager(list(log_dirs), logs, clock)
@@ -148,7 +152,7 @@ class LogCleaner:
         if self._started:
             raise LogCleaningError("cannot change the cleaner engine while the cleaner threads run")
         for worker in self._threads:
-            worker.use_engine(cleaning_engine(name, self.buffers, self.throttler,
+            worker.use_engine(cleaning_engine(name, self.buffers, self.throttler, engines=self.engines,
                                               master=master or self.broker.tidelog_cleaner_spark_master))
 
     # --- lifecycle ------------------------------------------------------------------------------

@@ -23,10 +23,11 @@ from tidelog.cleaner.log_cleaner import CleaningResult, DryRunReport, LogCleaner
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cli.context import open_manager
 from tidelog.cli.tables import echo_json, echo_table
-from tidelog.cleaner.log_cleaner import ENGINE_IN_PROCESS, ENGINE_SPARK
+from tidelog.cleaner.log_cleaner import ENGINE_IN_PROCESS
 from tidelog.errors import ConfigError, TidelogError
 from tidelog.manager.manager import LogManager
 from tidelog.retention import format_bytes
+from tidelog.spark.engine import ENGINE_SPARK
 from tidelog.topic_partition import TopicPartition
 
 

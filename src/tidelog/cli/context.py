@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from tidelog.cli.progress import progress_bar
 from tidelog.manager import LogManager
+from tidelog.spark.engine import CLEANER_ENGINES
 from tidelog.storage.config import BrokerConfig
 
 DEFAULT_DATA_DIR = Path("./data")
@@ -38,10 +39,11 @@ def log_dirs(ctx: click.Context) -> list[Path]:
 def open_manager(ctx: click.Context, *, read_only: bool = False) -> Iterator[LogManager]:
     """Open the LogManager over the chosen log dirs; always shut it down cleanly on exit.
     ``read_only``: the command only reads, so a clean-shutdown marker a broker left is kept
-    byte for byte (:meth:`LogManager.open`)."""
+    byte for byte (:meth:`LogManager.open`). Its cleaner may run every engine the CLI knows (spark too)."""
     broker: BrokerConfig = ctx.find_root().obj["broker"]
     with progress_bar("loading partitions", threshold=PROGRESS_THRESHOLD) as on_progress:
-        manager = LogManager.open(broker, log_dirs(ctx), on_progress=on_progress, read_only=read_only)
+        manager = LogManager.open(broker, log_dirs(ctx), on_progress=on_progress, read_only=read_only,
+                                  cleaner_engines=CLEANER_ENGINES)
     try:
         yield manager
     finally:

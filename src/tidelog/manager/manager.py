@@ -44,7 +44,7 @@ from types import MappingProxyType
 
 from tidelog import retention
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.cleaner.log_cleaner import LogCleaner
+from tidelog.cleaner.log_cleaner import NO_ENGINES, EngineFactory, LogCleaner
 from tidelog.errors import (
     CheckpointError,
     ConfigError,
@@ -112,7 +112,8 @@ class LogManager(OfflineDirs):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
-                 owns_scheduler: bool, probe_backoff: ProbeBackoff | None = None) -> None:
+                 owns_scheduler: bool, probe_backoff: ProbeBackoff | None = None,
+                 cleaner_engines: Mapping[str, EngineFactory] = NO_ENGINES) -> None:
         self.broker = broker
         self._dirs = dirs
         self._clock = clock
@@ -143,7 +144,7 @@ class LogManager(OfflineDirs):
         self.cleaner: LogCleaner | None = None
         if broker.log_cleaner_enable:
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
-                                                 on_failure=self._cleaner_failed)
+                                                 on_failure=self._cleaner_failed, engines=cleaner_engines)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -158,11 +159,13 @@ class LogManager(OfflineDirs):
         on_progress: ProgressCallback | None = None,
         probe_backoff: ProbeBackoff | None = None,
         read_only: bool = False,
+        cleaner_engines: Mapping[str, EngineFactory] = NO_ENGINES,
     ) -> LogManager:
         """Lock and load ``log_dirs`` (default: the broker's ``log.dirs``). ``probe_backoff``: how
         often a dir that went offline is probed (:mod:`.log_dir_failure`). ``read_only`` (commands
         that only read): each dir's ``.kafka_cleanshutdown`` is left exactly as it is
-        (:mod:`.log_dir`); the caller must not write records.
+        (:mod:`.log_dir`); the caller must not write records. ``cleaner_engines``: the cleaner
+        engines besides in-process that ``tidelog.cleaner.engine`` may name, from the front door.
 
         A dir that fails on the disk while it is opened (an I/O error, a read-only lock file) starts
         offline, as in Kafka, and is loaded once its probe passes, provided another dir opens.
@@ -174,7 +177,7 @@ class LogManager(OfflineDirs):
         dirs, failed = open_log_dirs(paths, keep_marker=read_only)
         own = scheduler is None
         manager = cls(broker, dirs, clock, scheduler or ThreadScheduler(clock, "tidelog-manager"), own,
-                      probe_backoff)
+                      probe_backoff, cleaner_engines)
         for path, error in failed.items():
             manager._failures.mark_offline(path, "opening the log dir", error)
             log.error("%s; the other log dirs are loaded", manager._failures.get(path).describe())
