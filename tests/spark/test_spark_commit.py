@@ -18,24 +18,15 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType, 
 
 from tidelog.errors import LogDirLockedError, StorageError
 from tidelog.manager import LogManager
+from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.records import iter_batches
-from tidelog.spark.commit import (
-    COMMIT_LOG_FILE,
-    MAX_BATCH_JOBS,
-    CommitLog,
-    Committer,
-    Job,
-    StagedReader,
-    abort_job,
-    check_not_owned,
-    commit_job,
-    commit_order,
-    open_owner,
-)
+from tidelog.spark.commit import abort_job, check_not_owned, commit_job, commit_order, open_owner
 from tidelog.spark.sink_options import SinkPlan, parse_plan
-from tidelog.spark.staging import StagedBatch, TaskIdentity, TaskManifest, batch_job_key, job_dir, stage_task, stream_job_key
+from tidelog.spark.staging import TaskIdentity, TaskManifest, batch_job_key, stage_task, stream_job_key
+from tidelog.storage.commit_log import COMMIT_LOG_FILE, MAX_BATCH_JOBS, CommitLog, StagedBatch
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage.staging_dirs import job_dir
 from tidelog.testing import FakeClock
 from tidelog.topic_partition import TopicPartition
 

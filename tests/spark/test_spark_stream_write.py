@@ -18,7 +18,7 @@ import pytest
 from tidelog.manager import LogManager
 from tidelog.partitioner import partition_for_key
 from tidelog.records import iter_batches
-from tidelog.spark.commit import COMMIT_LOG_FILE
+from tidelog.storage.commit_log import COMMIT_LOG_FILE
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
 

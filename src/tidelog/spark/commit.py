@@ -25,7 +25,6 @@ names a dead process; :mod:`tidelog.storage.staging_dirs`).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,24 +32,15 @@ from pathlib import Path
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import LogDirLockedError, StorageError
 from tidelog.manager import LogManager
-from tidelog.manager.staged_commit import CommitOutcome, Committer, Job, StagedReader
-from tidelog.storage.staging_dirs import job_dir, remove_job_dir
-from tidelog.spark.staging import StagedBatch, TaskManifest, stream_job_key
-from tidelog.storage.commit_log import COMMIT_LOG_FILE, INTENT, MAX_BATCH_JOBS, ROLLED_BACK, CommitLog
+from tidelog.manager.staged_commit import CommitOutcome, Committer, Job
+from tidelog.spark.staging import TaskManifest, stream_job_key
+from tidelog.storage.commit_log import INTENT, ROLLED_BACK, CommitLog, StagedBatch
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.lock import LogDirLock, read_lock_holder
-
-__all__ = ["COMMIT_LOG_FILE", "MAX_BATCH_JOBS", "CommitLog", "CommitOutcome", "Committer", "Job", "StagedReader",
-           "abort_job", "check_not_owned", "commit_job", "commit_order", "open_owner"]
-
-log = logging.getLogger(__name__)
+from tidelog.storage.staging_dirs import job_dir, remove_job_dir
 
 LOCK_TIMEOUT_S = 30.0  # how long a commit waits for another owner (usually another commit) to let go
 CHECK_TIMEOUT_S = 5.0  # how long writer() waits so before refusing (a running server never lets go)
-
-
-def commit_log_path(log_dirs: Sequence[str]) -> Path:
-    return Path(log_dirs[0]) / COMMIT_LOG_FILE
 
 
 # --- owning the data dir ---------------------------------------------------------------------

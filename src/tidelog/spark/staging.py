@@ -62,10 +62,7 @@ from tidelog.records.encode import encode_header_sections, encode_records, recor
 from tidelog.records.record import TimestampType
 from tidelog.spark.sink_options import SinkPlan, TopicSpec
 from tidelog.storage.commit_log import StagedBatch
-from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, job_dir, process_lease, remove_job_dir
-
-__all__ = ["StagedBatch", "TaskManifest", "TaskIdentity", "batch_job_key", "driver_lease", "job_dir",
-           "remove_job_dir", "stage_task", "staged_file_name", "stream_job_key"]
+from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, process_lease
 
 STAGED_SUFFIX = ".batches"
 COMMIT_TIME = -(1 << 62)  # the timestamp of rows that take the commit time (see the module doc)

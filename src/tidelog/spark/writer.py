@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from tidelog.manager.staged_commit import Job
     from tidelog.storage.staging_dirs import Lease
-    from tidelog.spark.commit import Job
 
 # tidelog.spark.commit (and the LogManager it imports) is imported where the driver needs it, not
 # at module level: executors unpickle the writers and only stage.
@@ -87,7 +87,7 @@ class TidelogBatchWriter(DataSourceArrowWriter):
         self.lease = lease  # the driver's: its staging dir is reclaimed once the driver is dead
 
     def job(self) -> Job:
-        from tidelog.spark.commit import Job
+        from tidelog.manager.staged_commit import Job
 
         return Job(batch_job_key(self.job_id), self.plan.staging_root)
 
@@ -144,7 +144,7 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
         abort_job(self.plan.log_dirs, job)
 
     def _job(self, messages: list[WriterCommitMessage | None], batch_id: int) -> Job | None:
-        from tidelog.spark.commit import Job
+        from tidelog.manager.staged_commit import Job
 
         query = next((m.query for m in _manifests(messages) if m.query is not None), None)
         if query is None:
