@@ -188,6 +188,22 @@ def test_an_unknown_tagged_field_running_past_the_frame_is_malformed() -> None:
         decode_request(frame[:header_tags] + bytes([1, 7, 40]) + b"xyz")
 
 
+def test_every_flexible_decoder_reads_tagged_fields_strictly_without_touching_kafka_pythons() -> None:
+    """The strict tagged-field stream replaces the ``_BytesIO`` global of kafka-python's generated
+    decoders: if a kafka-python release renames or drops it, this fails instead of strictness
+    silently disappearing. kafka-python's own decoders, which clients in this process share, keep
+    their plain stream."""
+    flexible = [(spec.request, version) for spec in codec.SUPPORTED_APIS.values()
+                for version in range(spec.min_version, spec.max_version + 1) if spec.request.flexible_version_q(version)]
+    assert len(flexible) > 50
+    decode_request(_frame(samples.metadata("t"), 12))
+    for request_class, version in flexible:
+        shared = request_class._struct.compiled_decode_from(version, compact=True, tagged=True,
+                                                            data_class=request_class)
+        assert shared.__globals__.get("_BytesIO") is io.BytesIO, f"{request_class.__name__} v{version}"
+        assert codec.body_decoder(request_class, version).__globals__["_BytesIO"] is codec.StrictBytesIO
+
+
 def test_bytes_after_a_complete_body_are_ignored_as_kafka_does() -> None:
     for version in (4, 12):
         frame = _frame(samples.metadata("t"), version)

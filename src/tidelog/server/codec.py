@@ -22,7 +22,8 @@ Decoding is strict about lengths: a string, bytes, array or tagged field whose d
 past the end of the frame makes the request malformed (Kafka's readers throw a buffer underflow
 there, and the broker closes the connection). kafka-python's compiled decoders slice such a field
 short without a word (``data[pos:pos + n]``) and carry on, so :func:`_decode_body` checks where
-the decoder stopped, and the decoders' tagged-field reader gets a stream that refuses a short read.
+the decoder stopped, and :func:`body_decoder` gives the decoders' tagged-field reader a stream that
+refuses a short read.
 Bytes left after a complete body are ignored, as Kafka 4.3 ignores them (checked on a real broker:
 a Metadata request with five trailing bytes is answered).
 """
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import io
 import struct
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +201,7 @@ def decode_request(frame: bytes) -> Request:
                                  api_key=api_key, api_version=version, correlation_id=correlation_id)
     flexible = supported and spec.request.flexible_version_q(version)
     try:
-        stream = _StrictBytesIO(frame)
+        stream = StrictBytesIO(frame)
         header = RequestHeader.decode(stream, flexible=flexible)
         body = _decode_body(spec.request, version, memoryview(frame)[stream.tell():]) if supported else None
     except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
@@ -211,18 +214,13 @@ def _decode_body(request_class: Any, version: int, data: memoryview) -> Any:
     """The body of ``request_class`` at ``version`` decoded from ``data``; ValueError when a field
     runs past the end of ``data`` (the decoder's position ends beyond it: positions only grow, and
     a short field still advances by its declared length)."""
-    flexible = request_class.flexible_version_q(version)
-    decoder = request_class._struct.compiled_decode_from(version, compact=flexible, tagged=flexible,
-                                                         data_class=request_class)
-    if decoder.__globals__.get("_BytesIO") is not None:  # tagged fields: read through a strict stream
-        decoder.__globals__["_BytesIO"] = _StrictBytesIO
-    body, end = decoder(data, 0)
+    body, end = body_decoder(request_class, version)(data, 0)
     if end > len(data):
         raise ValueError(f"a field runs {end - len(data)} bytes past the end of the {len(data)}-byte body")
     return body
 
 
-class _StrictBytesIO(io.BytesIO):
+class StrictBytesIO(io.BytesIO):
     """A stream whose ``read(n)`` refuses to return fewer than ``n`` bytes (kafka-python reads an
     unknown tagged field with ``read(size)`` and would keep a short value)."""
 
@@ -231,6 +229,28 @@ class _StrictBytesIO(io.BytesIO):
         if size is not None and size >= 0 and len(data) < size:
             raise ValueError(f"{size} bytes declared, {len(data)} left in the frame")
         return data
+
+
+Decoder = Callable[[memoryview, int], tuple[Any, int]]
+_DECODERS: dict[tuple[type, int], Decoder] = {}
+
+
+def body_decoder(request_class: type, version: int) -> Decoder:
+    """kafka-python's compiled decoder of ``request_class`` at ``version`` (``f(data, pos) -> (body,
+    end)``), copied once with its tagged-field reader's stream, the ``_BytesIO`` global of the
+    generated code, replaced by :class:`StrictBytesIO`. kafka-python's own decoder, which every
+    client in this process shares, is left as it is."""
+    decoder = _DECODERS.get((request_class, version))
+    if decoder is None:
+        flexible = request_class.flexible_version_q(version)  # type: ignore[attr-defined]
+        shared = request_class._struct.compiled_decode_from(  # type: ignore[attr-defined]
+            version, compact=flexible, tagged=flexible, data_class=request_class)
+        decoder = shared
+        if "_BytesIO" in shared.__globals__:  # tagged fields (every flexible version)
+            decoder = types.FunctionType(shared.__code__, {**shared.__globals__, "_BytesIO": StrictBytesIO},
+                                         shared.__name__, shared.__defaults__, shared.__closure__)
+        _DECODERS[request_class, version] = decoder
+    return decoder
 
 
 def encode_response(request: Request, body: Any, version: int | None = None) -> bytes:
