@@ -27,7 +27,7 @@ from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
 from tidelog.storage.log_view import LogView
-from tidelog.storage.staging_dirs import Lease, job_dir, parse_start, process_lease, read_lease, stage_batches
+from tidelog.storage.staging_dirs import Lease, job_dir, parse_stat, process_lease, read_lease, stage_batches
 from tidelog.topic_partition import TopicPartition
 
 PARTITIONS = 3
@@ -243,4 +243,4 @@ def test_a_lease_of_another_pid_namespace_or_boot_on_this_host_is_kept(data: Pat
 
 @pytest.mark.parametrize("stat", [b"", b"12 (x)", b"12 (x) R 1 2", b"12 (x) " + b"z " * 30, b"no parenthesis"])
 def test_a_process_stat_that_cannot_be_parsed_gives_no_start_time(stat: bytes) -> None:
-    assert parse_start(stat) is None
+    assert parse_stat(stat) is None

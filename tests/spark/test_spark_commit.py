@@ -10,6 +10,8 @@ every staged record exactly once, in Spark-partition order.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -370,3 +372,16 @@ def test_a_data_dir_owned_by_another_process_fails_with_how_to_write_instead(roo
     assert "owned by a running process" in message and "pid" in message
     assert 'format("kafka")' in message and "kafka.bootstrap.servers" in message
     assert job_dir(job.staging_root, job.key).exists()  # nothing was decided: the staged data stays for abort()
+
+
+def test_the_staging_lease_names_the_nearest_java_ancestor_and_none_outside_one() -> None:
+    """driver_lease walks up from this process to the first one named ``java`` (Spark's driver
+    JVM), whose staging the next opener reclaims once it is dead; without one, no lease."""
+    child = "from tidelog.spark.staging import driver_lease; lease = driver_lease(); print(lease and lease.pid)"
+    as_java = ("import subprocess, sys, os; open('/proc/self/comm', 'w').write('java'); "
+               f"out = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True, check=True).stdout; "
+               "print(os.getpid(), out.strip())")
+    run = subprocess.run([sys.executable, "-c", as_java], capture_output=True, text=True, check=True)
+    java_pid, found = run.stdout.split()
+    assert found == java_pid
+    assert subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout.strip() == "None"

@@ -62,7 +62,7 @@ from tidelog.records.encode import encode_header_sections, encode_records, recor
 from tidelog.records.record import TimestampType
 from tidelog.spark.sink_options import SinkPlan, TopicSpec
 from tidelog.storage.commit_log import StagedBatch
-from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, process_lease
+from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, process_lease, process_stat
 
 STAGED_SUFFIX = ".batches"
 COMMIT_TIME = -(1 << 62)  # the timestamp of rows that take the commit time (see the module doc)
@@ -94,18 +94,14 @@ def driver_lease() -> Lease | None:
     outside Spark), and the staging dir is then never reclaimed automatically."""
     pid = os.getpid()
     for _ in range(8):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-            comm = stat[stat.index(b"(") + 1:stat.rindex(b")")]
-            parent = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
+        stat = process_stat(pid)
+        if stat is None:
             return None
-        if comm == b"java":
+        if stat.name == b"java":
             return process_lease(pid)
-        if parent <= 1:
+        if stat.parent <= 1:
             return None
-        pid = parent
+        pid = stat.parent
     return None
 
 

@@ -88,23 +88,41 @@ class Lease:
         return started != self.start
 
 
-def process_start(pid: int) -> int | None:
-    """A process's start time in ticks since boot (field 22 of ``/proc/<pid>/stat``); None when
-    there is no such process (or no ``/proc``), or its stat cannot be parsed."""
+@dataclass(frozen=True, slots=True)
+class ProcessStat:
+    """What a lease needs of ``/proc/<pid>/stat``: the command name, the parent's pid and the
+    start time in ticks since boot (fields 2, 4 and 22)."""
+
+    name: bytes
+    parent: int
+    start: int
+
+
+def process_stat(pid: int) -> ProcessStat | None:
+    """None when there is no such process (or no ``/proc``), or its stat cannot be parsed."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    return parse_start(stat)
+    return parse_stat(stat)
 
 
-def parse_start(stat: bytes) -> int | None:
-    """The start time field of a ``/proc/<pid>/stat`` content; None when it has none."""
+def parse_stat(stat: bytes) -> ProcessStat | None:
+    """The fields of a ``/proc/<pid>/stat`` content (the name may hold spaces and parentheses:
+    it ends at the last one); None when they are not all there."""
     try:
-        return int(stat[stat.rindex(b")") + 2:].split()[19])
+        name_end = stat.rindex(b")")
+        fields = stat[name_end + 2:].split()
+        return ProcessStat(stat[stat.index(b"(") + 1:name_end], int(fields[1]), int(fields[19]))
     except (ValueError, IndexError):
         return None
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time (:func:`process_stat`)."""
+    stat = process_stat(pid)
+    return None if stat is None else stat.start
 
 
 def boot_id() -> str | None:
