@@ -149,6 +149,32 @@ def test_pool_serves_waiters_first_come_first_served_and_never_overshoots() -> N
     assert asyncio.run(scenario()) == ["first", "free", "big", "small-counted"]
 
 
+def test_the_decompression_budget_counts_small_reservations_that_request_frames_get_free(
+        make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker()
+    assert not broker.server.request_memory.counted(SMALL_FRAME_BYTES)
+    assert broker.server.decompression_memory.counted(1) and not broker.server.decompression_memory.counted(0)
+
+    async def scenario() -> int:
+        pool, gate = RequestMemoryPool(100 * 1024, free_up_to=0), asyncio.Event()
+
+        async def hold(size: int) -> None:
+            async with pool.reserve(size):
+                await gate.wait()
+
+        holder = asyncio.create_task(hold(100 * 1024))
+        await asyncio.sleep(0)
+        small = asyncio.create_task(hold(1000))  # a topic with a small max.message.bytes
+        empty = asyncio.create_task(hold(0))  # nothing compressed: never waits
+        await asyncio.sleep(0)
+        waiting = pool.waiting
+        gate.set()
+        await asyncio.gather(holder, small, empty)
+        return waiting
+
+    assert asyncio.run(scenario()) == 1
+
+
 def test_pool_forgets_a_cancelled_waiter() -> None:
     async def scenario() -> tuple[int, int]:
         pool = RequestMemoryPool(100 * 1024)

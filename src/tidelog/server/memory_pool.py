@@ -1,12 +1,17 @@
-"""The budget of request bytes being received or handled, over every connection (Kafka's
-``queued.max.request.bytes`` and its ``SimpleMemoryPool``).
+"""A budget of bytes reserved at once over every connection, first come, first served. The
+server holds two:
 
-Each connection can otherwise hold a frame of up to ``socket.request.max.bytes`` (100 MiB) that it
-sends as slowly as it likes, so N connections pin N times that. Here a frame reserves its declared
-size from one :class:`RequestMemoryPool` as soon as its size prefix is read, before its body is;
-when the budget is spent the connection waits without reading, so its bytes stay in the client's
-socket buffers (TCP pushes back) instead of the broker's memory. The reservation is returned
-once the request has been handled (Kafka releases the buffer after KafkaApis is done with it).
+* the request bytes being received or handled (Kafka's ``queued.max.request.bytes`` and its
+  ``SimpleMemoryPool``; :attr:`KafkaServer.request_memory`);
+* the records Produce validation may hold decompressed
+  (``tidelog.produce.decompression.memory.bytes``, :mod:`.produce`; tidelog only).
+
+Request frames: each connection can otherwise hold a frame of up to ``socket.request.max.bytes``
+(100 MiB) that it sends as slowly as it likes, so N connections pin N times that. Here a frame
+reserves its declared size as soon as its size prefix is read, before its body is; when the budget
+is spent the connection waits without reading, so its bytes stay in the client's socket buffers
+(TCP pushes back) instead of the broker's memory. The reservation is returned once the request has
+been handled (Kafka releases the buffer after KafkaApis is done with it).
 
 Where tidelog differs from Kafka:
 
@@ -15,10 +20,13 @@ Where tidelog differs from Kafka:
   overshoot), and waiting frames are served first come, first served, so a large request is not
   starved by a stream of small ones. Every frame fits eventually: the budget is at least
   ``socket.request.max.bytes``.
-* Frames of at most :data:`SMALL_FRAME_BYTES` (64 KiB) do not count: a connection's stream buffer
-  holds that much anyway, so they cost nothing the connection does not already cost, and the
-  requests clients send most (metadata, heartbeats, offset commits, fetches, small produces)
-  keep flowing while hostile connections hold the whole budget.
+* Request frames of at most :data:`SMALL_FRAME_BYTES` (64 KiB) do not count (``free_up_to``): a
+  connection's stream buffer holds that much anyway, so they cost nothing the connection does not
+  already cost, and the requests clients send most (metadata, heartbeats, offset commits, fetches,
+  small produces) keep flowing while hostile connections hold the whole budget.
+
+The decompression budget counts every reservation but an empty one (``free_up_to=0``): what a
+batch decompresses to is memory the broker would not hold otherwise, however small.
 
 Event-loop only.
 """
@@ -34,10 +42,13 @@ SMALL_FRAME_BYTES = 1 << 16  # asyncio's stream buffer limit: what every connect
 
 
 class RequestMemoryPool:
-    """Reserves request bytes within ``capacity`` (<= 0: unbounded), first come, first served."""
+    """Reserves bytes within ``capacity`` (<= 0: unbounded), first come, first served; a
+    reservation of at most ``free_up_to`` bytes is not counted (request frames: 64 KiB; 0 for
+    decompression, see the module doc)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, free_up_to: int = SMALL_FRAME_BYTES) -> None:
         self.capacity = capacity
+        self.free_up_to = free_up_to
         self._used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
@@ -48,12 +59,12 @@ class RequestMemoryPool:
 
     @property
     def waiting(self) -> int:
-        """Frames whose body is not read until bytes are released (a gauge)."""
+        """Reservations waiting until bytes are released (a gauge): frames whose body is not read."""
         return len(self._waiters)
 
     def counted(self, size: int) -> bool:
-        """Whether a frame of ``size`` bytes reserves from the budget."""
-        return self.capacity > 0 and size > SMALL_FRAME_BYTES
+        """Whether a reservation of ``size`` bytes takes from the budget."""
+        return self.capacity > 0 and size > self.free_up_to
 
     @asynccontextmanager
     async def reserve(self, size: int) -> AsyncIterator[None]:

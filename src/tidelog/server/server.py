@@ -19,7 +19,8 @@ A slot is free again as soon as its connection's task ends.
 
 Every connection reserves the bytes of the request frames it receives from one
 :class:`~tidelog.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``), the server's
-:attr:`KafkaServer.request_memory`.
+:attr:`KafkaServer.request_memory`. Produce validation holds decompressed records within
+:attr:`KafkaServer.decompression_memory` (``tidelog.produce.decompression.memory.bytes``).
 
 Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
 ``__consumer_offsets``, so every group and committed offset is back when the first client comes.
@@ -82,20 +83,21 @@ class KafkaServer:
         self._tls: dict[str, ssl.SSLContext] = {}
         self._sasl: dict[str, SaslSettings] = {}
         self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)  # queued.max.request.bytes
+        # tidelog.produce.decompression.memory.bytes: every decompressed byte counts, however few
+        self.decompression_memory = RequestMemoryPool(config.decompression_memory_bytes, free_up_to=0)
         self.bound: list[BoundListener] = []
 
     async def start(self) -> list[BoundListener]:
         """Bind every listener (an address in use raises OSError, nothing left bound) and accept."""
         self._executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="tidelog-io")
         node_id, cluster_id = self._identity()
-        decompression = RequestMemoryPool(self._config.decompression_memory_bytes)
         context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival(),
-                             decompression)
+                             self.decompression_memory)
         try:
             self._prepare_security()
             self._groups = await GroupService.start(context)
             self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
-                                          context.arrivals, decompression, self._groups)
+                                          context.arrivals, self.decompression_memory, self._groups)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
         except BaseException:
