@@ -420,13 +420,14 @@ class LogManager(OfflineDirs):
         self._apply_topic_config(copy.name, configs)
         return restored
 
-    def _apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> None:
+    def _apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig:
         """Live logs of ``topic`` take ``configs`` at once (they were opened with what was known then)."""
         config = self.broker.log_config(dict(configs))
         self._configs[topic] = config
         for tp, lg in self._logs.items():
             if tp.topic == topic:
                 lg.update_config(config)
+        return config
 
     def _sync_topic_copies(self, topics: Iterable[str] | None = None, skip: Iterable[TopicPartition] = ()) -> None:
         """Rewrite each live partition's copy (of ``topics``; all when None) that differs from its
@@ -791,14 +792,10 @@ class LogManager(OfflineDirs):
             check_topic_config_names([*removed, *(set or {})])
             overrides = {k: v for k, v in record.configs.items() if k not in removed}
             overrides.update({k: str(v) for k, v in (set or {}).items()})
-            config = self.broker.log_config(overrides)
+            self.broker.log_config(overrides)  # validates every override before anything is written
             updated = record.replace(configs=MappingProxyType(overrides))  # keeps the partitions' log dirs
             self._commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
-            self._configs[topic] = config
-            for tp, live in self._logs.items():
-                if tp.topic == topic:
-                    live.update_config(config)
-            return config
+            return self._apply_topic_config(topic, overrides)
 
     def describe_topic(self, name: str) -> TopicDescription:
         # under the manager lock: the server's worker threads describe while others change topics
