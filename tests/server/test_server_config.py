@@ -17,6 +17,8 @@ def test_defaults_listen_on_loopback_9092() -> None:
     default = config()
     assert default.listeners == (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     assert (default.advertised, default.socket_request_max_bytes) == ((), 104857600)
+    # a ServerConfig built in code has the key table's defaults (security: none listed is PLAINTEXT)
+    assert ServerConfig(security=default.security) == default
 
 
 def test_listeners_and_advertised_listeners_parse_as_kafka_writes_them() -> None:

@@ -45,14 +45,15 @@ from dataclasses import dataclass
 
 from tidelog.errors import ConfigError
 from tidelog.server.security.tls import TlsSettings, listener_value
-from tidelog.storage.config import BrokerConfig
+from tidelog.storage.config import BROKER_CONFIGS, BrokerConfig
 
-DEFAULT_SOCKET_REQUEST_MAX_BYTES = 104857600
-DEFAULT_SASL_MAX_RECEIVE_SIZE = 524288
-DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
-DEFAULT_QUEUED_MAX_REQUEST_BYTES = 209715200
-DEFAULT_FETCH_MAX_BYTES = 57671680
-DEFAULT_DECOMPRESSION_MEMORY_BYTES = 67108864
+# the key table's defaults (storage.config), for a ServerConfig built without a BrokerConfig
+DEFAULT_SOCKET_REQUEST_MAX_BYTES: int = BROKER_CONFIGS["socket.request.max.bytes"].default
+DEFAULT_SASL_MAX_RECEIVE_SIZE: int = BROKER_CONFIGS["sasl.server.max.receive.size"].default
+DEFAULT_CONNECTIONS_MAX_IDLE_MS: int = BROKER_CONFIGS["connections.max.idle.ms"].default
+DEFAULT_QUEUED_MAX_REQUEST_BYTES: int = BROKER_CONFIGS["queued.max.request.bytes"].default
+DEFAULT_FETCH_MAX_BYTES: int = BROKER_CONFIGS["fetch.max.bytes"].default
+DEFAULT_DECOMPRESSION_MEMORY_BYTES: int = BROKER_CONFIGS["tidelog.produce.decompression.memory.bytes"].default
 UNLIMITED_CONNECTIONS = 2147483647  # Kafka's Int.MaxValue default of the max.connections keys
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
