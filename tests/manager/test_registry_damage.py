@@ -186,3 +186,27 @@ def test_a_registry_cut_short_keeps_its_epoch_for_the_next_write(tmp_path: Path)
     assert (read.state, read.floor_epoch, dict(read.damaged)) == (RegistryState(), 41, {tmp_path: 41})
     path.write_bytes(b"\x00" * 64)
     assert dict(read_newest_registry([tmp_path]).damaged) == {tmp_path: None}
+
+
+def test_a_registry_rewrite_at_start_up_checks_each_partition_copy_once(broker: Opener, one_dir: list[Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start-up checks every partition's copy: the registry rewrite (every topic restored from its
+    copies) must not check them again before the final sync does."""
+    import tidelog.manager.manager as where
+
+    fill(broker, one_dir)
+    (one_dir[0] / REGISTRY_FILE).unlink()
+    checked: list[Path] = []
+    real = where.copy_matches
+
+    def counting(partition_dir: Path, expected: bytes) -> bool:
+        checked.append(partition_dir)
+        return real(partition_dir, expected)
+
+    monkeypatch.setattr(where, "copy_matches", counting)
+    manager = broker.open(one_dir)
+    assert manager.topic_overrides("forever") == TOPICS["forever"]
+    assert sorted(checked) == sorted(lg.dir for _, lg in manager.logs())  # one check per partition
+    for _, lg in manager.logs():
+        copy = read_topic_copy(lg.dir)
+        assert copy is not None and copy.epoch == registry(one_dir[0])["topics"][lg.topic_partition.topic]["epoch"]

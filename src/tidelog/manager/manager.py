@@ -373,7 +373,7 @@ class LogManager(OfflineDirs):
             if placed_here:
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
         if stale_copies or self._damaged_registries or topics != dict(self._registry.topics):
-            self._commit(topics, self._registry.deleted_topic_ids)
+            self._commit(topics, self._registry.deleted_topic_ids, sync_copies=False)  # all synced below
         now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
         self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
         return self._hold_unconfirmed()
@@ -1142,9 +1142,10 @@ class LogManager(OfflineDirs):
         return self.broker.log_config(usable)
 
     def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str],
-                returning: LogDir | None = None) -> None:
+                returning: LogDir | None = None, *, sync_copies: bool = True) -> None:
         """Write the registry with ``topics`` (each changed entry stamped with the new epoch, never
-        lower than any epoch seen), then the changed topics' copies in their partition dirs.
+        lower than any epoch seen), then the changed topics' copies in their partition dirs (not
+        with ``sync_copies`` False: the caller syncs every copy next).
         ``returning``: an offline dir coming back, written too (a fault there raises: it stays offline)."""
         epoch = max(self._registry.epoch, self._epoch_floor) + 1
         stamped, changed = {}, []
@@ -1175,7 +1176,8 @@ class LogManager(OfflineDirs):
         self._registry = state
         for log_dir, error in failed:
             self._handle_dir_error(log_dir, "topic registry write", error)
-        self._sync_topic_copies(changed)
+        if sync_copies:
+            self._sync_topic_copies(changed)
 
     def _keep_damaged_registry(self, log_dir: Path) -> None:
         """An unreadable registry copy is renamed aside, never overwritten (see :mod:`.topics`)."""
