@@ -35,6 +35,7 @@ from tidelog.records import (
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.testing import FakeClock, FakeScheduler
+from tests.txn_helpers import write_segments
 
 T = 1_700_000_000_000
 ABORT, COMMIT = ControlRecordType.ABORT, ControlRecordType.COMMIT
@@ -244,15 +245,9 @@ def _write_transactions(log: Log) -> None:
         return build_end_txn_marker_batch(commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0,
                                           base_offset=offset, timestamp=T)
 
-    for batches, entries in (([data(0, b"a", 1), marker(1, 1, True), data(2, b"b", 1)], []),
-                             ([data(3, b"c", 2), marker(4, 1, False), data(5, b"a", 2)], [AbortedTxn(1, 2, 4, 3)]),
-                             ([marker(6, 2, False), keyed_batch([(b"d", b"v7")], base_offset=7)], [AbortedTxn(2, 3, 6, 7)])):
-        if log.log_end_offset:
-            log.roll()
-        for one in batches:
-            log.append_as_follower(one)
-        for entry in entries:
-            log.active_segment.txn_index.append(entry)
+    write_segments(log, [([data(0, b"a", 1), marker(1, 1, True), data(2, b"b", 1)], []),
+                         ([data(3, b"c", 2), marker(4, 1, False), data(5, b"a", 2)], [AbortedTxn(1, 2, 4, 3)]),
+                         ([marker(6, 2, False), keyed_batch([(b"d", b"v7")], base_offset=7)], [AbortedTxn(2, 3, 6, 7)])])
     log.roll()
     log.update_high_watermark(log.log_end_offset)
 

@@ -4,6 +4,8 @@
   one: a killed *process* leaves the page cache in place, so ``fsync`` changes nothing a kill
   point can observe, and on tmpfs it costs nothing (on a disk it is ~5 ms, most of a run).
 * ``kill_summary``: collects outcomes and prints the summary line the issue's figures come from.
+* ``broker``: a ``tidelog serve`` process (:class:`reliability.broker.ServeProcess`) started on
+  an empty data dir, killed at the end if still running.
 """
 
 from __future__ import annotations
@@ -16,10 +18,20 @@ from pathlib import Path
 
 import pytest
 
+from reliability.broker import ServeProcess
+
 sys.path.append(str(Path(__file__).parent.parent / "manager"))  # kill_harness uses manager_helpers.crash
 from kill_harness import Summary  # noqa: E402 - needs the path above
 
 _SHM = Path("/dev/shm")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[ServeProcess]:
+    serve = ServeProcess(tmp_path / "data")
+    serve.start()
+    yield serve
+    serve.kill()  # nothing when it stopped already
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -64,15 +63,6 @@ def _consume_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, byte
         return got
     finally:
         consumer.close()
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> ServeProcess:
-    serve = ServeProcess(tmp_path / "data")
-    serve.start()
-    yield serve
-    if serve.running:
-        serve.kill()
 
 
 def test_records_acknowledged_after_a_damaged_clean_tail_are_readable_and_kept(broker: ServeProcess) -> None:

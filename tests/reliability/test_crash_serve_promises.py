@@ -4,24 +4,12 @@ log start offset, a deleted topic, an altered topic config, acknowledged records
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from reliability.broker import ServeProcess
 
 TIMEOUT_S = 10
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[ServeProcess]:
-    process = ServeProcess(tmp_path / "data")
-    process.start()
-    yield process
-    process.kill()
 
 
 def produce(broker: ServeProcess, topic: str, count: int) -> list[int]:

@@ -9,10 +9,9 @@ deleted, then cut mid-entry (each after a clean stop), and after a SIGKILL: the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -23,6 +22,8 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.testing import FakeClock, FakeScheduler
+
+from tests.txn_helpers import write_segments
 
 T0 = int(time.time() * 1000)  # retention must not take the records
 TOPIC = "txn"
@@ -54,13 +55,7 @@ COMMITTED = [(0, b"txn-0"), (1, b"txn-1"), (7, b"plain-7"), (9, b"plain-9")]
 def _write_kafka_like_partition(dir: Path) -> None:
     clock = FakeClock(T0)
     log = Log.open(dir, LogConfig.defaults(), had_clean_shutdown=True, clock=clock, scheduler=FakeScheduler(clock))
-    for batches, entries in SEGMENTS:
-        if log.log_end_offset:
-            log.roll()
-        for one in batches:
-            log.append_as_follower(one)
-        for entry in entries:
-            log.active_segment.txn_index.append(entry)
+    write_segments(log, SEGMENTS)
     log.close()
 
 
@@ -77,15 +72,6 @@ def _consume(bootstrap: str, isolation: str) -> list[tuple[int, bytes]]:
         return got
     finally:
         consumer.close()
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[ServeProcess]:
-    serve = ServeProcess(tmp_path / "data")
-    serve.start()
-    yield serve
-    if serve.running:
-        serve.kill()
 
 
 def _delete(path: Path) -> None:
