@@ -1,5 +1,5 @@
 """Rebuilding ``.txnindex`` files from the ABORT markers in the log (storage/txn_rebuild.py) and the
-log's check of each segment's index before it is served (Log._checked_txn_index).
+log's check of each segment's index before it is served (TxnIndexCheck).
 
 One scenario, three segments, the entries Kafka's producer state writes for it (kafka-storage.md
 §1.10, transactions.md §3: only an ABORT of a transaction that holds data is indexed, its last
@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import threading
+
 import pytest
 from storage_helpers import T0, MakeLog, batch, crash, read_all
 
 from tidelog.records.control import build_end_txn_marker_batch
-from tidelog.storage import files
+from tidelog.storage import fileops, files, txn_rebuild
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.txn_rebuild import abort_markers, rebuild_aborted_txns
@@ -200,3 +202,53 @@ def test_a_segment_whose_headers_do_not_walk_keeps_its_index_and_reads_go_on(
     reopened = make_log(config=log.config, had_clean_shutdown=True)
     assert reopened.collect_aborted_transactions(0, 11) == KAFKA_ENTRIES[4] + KAFKA_ENTRIES[9]
     assert "transaction index of" in caplog.text and "not checked" in caplog.text
+
+
+def test_a_txn_index_rewrite_holds_the_append_lock_for_no_fsync(
+    make_log: MakeLog, tp_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = write_scenario(make_log)
+    (tp_dir / "00000000000000000009.txnindex").unlink()
+    reopened = make_log(config=log.config, had_clean_shutdown=True)
+    under_lock: list[bool] = []
+    fsync = fileops.fsync
+
+    def watched_fsync(fd: int, path: Path) -> None:
+        free: list[bool] = []
+        other = threading.Thread(target=lambda: free.append(_try_lock(reopened)))
+        other.start()
+        other.join()
+        under_lock.append(not free[0])
+        fsync(fd, path)
+
+    monkeypatch.setattr(fileops, "fsync", watched_fsync)
+    assert reopened.collect_aborted_transactions(9, 11) == KAFKA_ENTRIES[9]
+    assert not any(under_lock), "an append would wait for the rewrite's fsync"
+
+
+def _try_lock(log: Log) -> bool:
+    if log._lock.acquire(timeout=0):
+        log._lock.release()
+        return True
+    return False
+
+
+def test_a_truncation_during_a_txn_index_check_keeps_the_stale_entries_out(
+    make_log: MakeLog, tp_dir: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = write_scenario(make_log)
+    (tp_dir / "00000000000000000009.txnindex").unlink()
+    reopened = make_log(config=log.config, had_clean_shutdown=True)
+    rebuild = txn_rebuild.rebuild_aborted_txns
+
+    def rebuild_then_truncate(*args: object, **kwargs: object) -> list[AbortedTxn]:
+        found = rebuild(*args, **kwargs)  # type: ignore[arg-type]
+        reopened.truncate_to(9)  # a follower cut the log meanwhile: the marker at 9 is gone
+        return found
+
+    monkeypatch.setattr(txn_rebuild, "rebuild_aborted_txns", rebuild_then_truncate)
+    assert reopened.collect_aborted_transactions(9, 11) == []
+    monkeypatch.undo()
+    reopened.append_as_follower(data(9, 2))
+    assert reopened.collect_aborted_transactions(0, 10) == KAFKA_ENTRIES[4]
+    assert reopened.active_segment.txn_index.all_aborted_txns() == []

@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import (
-    CorruptIndexError,
-    CorruptRecordError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     RecordBatchTooLargeError,
@@ -72,8 +70,8 @@ from tidelog.storage.producer_state import (
 )
 from tidelog.storage.segment import LogSegment, RollLimits, RollParams, SegmentConfig
 from tidelog.storage.segments import LogSegments
-from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
-from tidelog.storage.txn_rebuild import abort_markers, merge_entries, rebuild_aborted_txns
+from tidelog.storage.txn_index import AbortedTxn
+from tidelog.storage.txn_rebuild import LogState, TxnIndexCheck
 from tidelog.storage.validator import (
     LeaderRules,
     ValidatedRecords,
@@ -146,11 +144,7 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self.had_clean_shutdown = had_clean_shutdown
         self._lock = threading.RLock()
-        # Checking a segment's .txnindex against its .log (once each) is serialised on its own lock,
-        # so appends never wait for it; the open transactions found at segment bases are kept for
-        # the next check (see txn_rebuild).
-        self._txn_check_lock = threading.Lock()
-        self._open_txns_at: dict[int, dict[int, int]] = {}
+        self._txn_index_check = TxnIndexCheck(topic_partition, dir, self._lock, self._txn_log_state)
         self._last_flush_ms = clock.milliseconds()
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._hw_bound: _Bound | None = None  # the high watermark's position, kept until it moves
@@ -226,7 +220,7 @@ class Log:
             for segment in loaded.segments.snapshot():
                 if segment.txn_index_suspect:  # recovered with transaction markers in it: rebuilt now, as Kafka does
                     segment.txn_index_suspect = False
-                    opened._checked_txn_index(segment)
+                    opened._txn_index_check.checked(segment)
         except BaseException:
             opened.close_handlers()  # its files and its scheduled producer-expiry task go with it
             raise
@@ -840,7 +834,7 @@ class Log:
             self._high_watermark = self._clamp_hw(self._high_watermark)
             self._hw_bound = None
             self.leader_epoch_cache.truncate_from_end(target_offset)
-            self._open_txns_at = {}  # a check under way keeps the dict it took
+            self._txn_index_check.truncated()
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -852,7 +846,7 @@ class Log:
             self._log_start_offset = self._log_end_offset = new_offset
             self._recovery_point = self._high_watermark = new_offset
             self.leader_epoch_cache.clear()
-            self._open_txns_at = {}  # a check under way keeps the dict it took
+            self._txn_index_check.truncated()
             # Kafka's clearAndFlush: a stale checkpoint would, after a crash, be cut at the new log
             # start and claim that its last epoch starts there.
             self.leader_epoch_cache.flush()
@@ -903,70 +897,22 @@ class Log:
         files, from the segment holding ``start`` on through the later ones (an abort is indexed
         in the segment of its marker, which may lie past the upper bound) until one says the
         search is complete (Kafka's ``collectAbortedTransactions``). Each segment's index is
-        checked against its ``.log`` the first time it is asked (:meth:`_checked_txn_index`)."""
+        checked against its ``.log`` the first time it is asked (:class:`.TxnIndexCheck`)."""
         found: list[AbortedTxn] = []
         if upper_bound_offset <= start_offset:
             return found
         with self._lock:
             segments = self._segments.values_between(start_offset, INT64_MAX)
         for segment in segments:
-            result = self._checked_txn_index(segment).collect_aborted_txns(start_offset, upper_bound_offset)
+            result = self._txn_index_check.checked(segment).collect_aborted_txns(start_offset, upper_bound_offset)
             found.extend(result.aborted_transactions)
             if result.is_complete:
                 break
         return found
 
-    def _checked_txn_index(self, segment: LogSegment) -> TransactionIndex:
-        """``segment``'s transaction index, once it has been checked against the ABORT markers in
-        its ``.log`` and rebuilt from them where they disagree (a lost, truncated or corrupt
-        ``.txnindex`` would otherwise hand aborted records to read_committed consumers and to
-        the cleaner as committed). Once per segment and process: a walk of the segment's batch
-        headers, and only where markers and entries differ a replay of the transactional
-        batches since the newest producer snapshot below it. Appends wait for neither."""
-        if not segment.txn_index_checked:
-            with self._txn_check_lock:
-                if not segment.txn_index_checked:
-                    self._check_txn_index(segment)
-                    segment.txn_index_checked = True
-        return segment.txn_index
-
-    def _check_txn_index(self, segment: LogSegment) -> None:
-        try:
-            self._check_txn_index_against_markers(segment)
-        except FileNotFoundError:  # deleted meanwhile (retention): nothing left to serve from it
-            pass
-        except CorruptRecordError as e:  # reads of the bad batch fail on their own; the index stays
-            log.warning("%s: transaction index of %s not checked: %s", self.topic_partition, segment.log.path, e)
-
-    def _check_txn_index_against_markers(self, segment: LogSegment) -> None:
-        markers = abort_markers(segment)
-        index = segment.txn_index
-        try:
-            existing: list[AbortedTxn] | None = index.all_aborted_txns()
-        except CorruptIndexError as e:
-            log.warning("%s: %s", self.topic_partition, e)
-            existing = None
-        if existing is not None and [(t.producer_id, t.last_offset) for t in existing] == markers:
-            return
-        expected: list[AbortedTxn] = []
-        if markers:
-            with self._lock:
-                segments, start = self._segments.snapshot(), self._log_start_offset
-                snapshots = self.producer_state.snapshot_offsets
-            rebuilt = rebuild_aborted_txns(segments, segment, start, snapshots, self._dir, self._open_txns_at)
-            expected = merge_entries(existing or [], rebuilt)
-        if expected == existing:
-            return
+    def _txn_log_state(self) -> LogState:
         with self._lock:
-            if self._segments.get(segment.base_offset) is not segment:
-                return  # replaced or deleted meanwhile
-            log.warning("%s: rebuilding %s from the ABORT markers in its segment: %s entries, %d expected",
-                        self.topic_partition, index.path, "unreadable" if existing is None else len(existing),
-                        len(expected))
-            index.reset()
-            for txn in expected:
-                index.append(txn)
-            index.flush()
+            return LogState(self._segments.snapshot(), self._log_start_offset, self.producer_state.snapshot_offsets)
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
         """Swap cleaned segments in for the segments they replace, crash-safely (Kafka's

@@ -149,7 +149,7 @@ class LogSegment:
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
         # Whether the owning log has checked the .txnindex against the ABORT markers in the .log
-        # (Log._checked_txn_index); recovery clears it again, and sets the second when the log
+        # (TxnIndexCheck); recovery clears it again, and sets the second when the log
         # should check it as soon as it is loaded (see _recover_txn_index).
         self.txn_index_checked = False
         self.txn_index_suspect = False
@@ -723,7 +723,7 @@ class LogSegment:
         offset, which this segment does not have: it keeps the file's entries for transactions
         that ended below ``end_offset`` (a file that does not read is emptied) and leaves the
         rebuild to the owning log, which checks the index against the ABORT markers in the
-        ``.log`` before any entry is served (:meth:`Log._checked_txn_index`), right after the
+        ``.log`` before any entry is served (:class:`.TxnIndexCheck`), right after the
         load when :attr:`txn_index_suspect` says so: the recovered data holds transaction markers
         (or ``headers``, the recovered batches' columns, are not known), or the file was unreadable."""
         self.txn_index_checked = False

@@ -15,25 +15,28 @@ transactional batches between that snapshot and the segment; without one, from t
 
 :func:`abort_markers` is the cheap half (one segment's headers): a segment without ABORT markers
 needs no index, and the caller only replays when the markers and the index's entries disagree.
+:class:`TxnIndexCheck` is that caller: it checks each segment of one log once per process, before
+any entry of it is served, on its own lock so that the log's appends never wait for a check.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tidelog.errors import CorruptSnapshotError
+from tidelog.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError
 from tidelog.records import read_batch_at
 from tidelog.records.control import ControlRecordType, control_record_type
 from tidelog.storage import fileops, files
 from tidelog.storage.producer_snapshot import read_snapshot
 from tidelog.storage.segment import LogSegment
-from tidelog.storage.txn_index import AbortedTxn
+from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +153,91 @@ def merge_entries(existing: Sequence[AbortedTxn], rebuilt: Sequence[AbortedTxn])
     kept = {(txn.producer_id, txn.last_offset): txn for txn in existing}
     return [kept.get((txn.producer_id, txn.last_offset), txn) for txn in rebuilt]
 
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """What a check needs of its log, taken under the log's lock."""
+
+    segments: Sequence[LogSegment]
+    log_start_offset: int
+    snapshot_offsets: Sequence[int]
+
+
+class TxnIndexCheck:
+    """Checks each segment's ``.txnindex`` of one log against the ABORT markers in its ``.log``
+    the first time it is asked, and rewrites it where they disagree (a lost, truncated or corrupt
+    ``.txnindex`` would otherwise hand aborted records to read_committed consumers and to the
+    cleaner as committed). A check walks the segment's batch headers; only where markers and
+    entries differ does it replay the transactional batches since the newest producer snapshot
+    below the segment. Checks are serialised on a lock of their own; the log's lock
+    (``log_lock``, which ``state`` takes too) is held only for the swap of the entries, a
+    truncation and a few small writes, never an fsync: the check runs again in every process
+    before the index is served, so a rewrite a crash loses (or tears, which the load's sanity
+    check turns into a segment recovery) is done again."""
+
+    def __init__(self, name: object, dir: Path, log_lock: threading.RLock, state: Callable[[], LogState]) -> None:
+        self._name = name
+        self._dir = dir
+        self._log_lock = log_lock
+        self._state = state
+        self._lock = threading.Lock()
+        self._open_at: dict[int, dict[int, int]] = {}  # open transactions at segment bases (see rebuild_aborted_txns)
+        self._truncations = 0
+
+    def checked(self, segment: LogSegment) -> TransactionIndex:
+        """``segment``'s transaction index, checked (once per segment and process)."""
+        if not segment.txn_index_checked:
+            with self._lock:
+                if not segment.txn_index_checked:
+                    segment.txn_index_checked = self._check(segment)
+        return segment.txn_index
+
+    def truncated(self) -> None:
+        """The log was truncated (call under the log's lock): the open transactions found so
+        far no longer hold, and a check under way does not write what it found."""
+        self._open_at = {}
+        self._truncations += 1
+
+    def _check(self, segment: LogSegment) -> bool:
+        """Whether ``segment``'s index is checked now (not when a truncation overtook the check)."""
+        try:
+            return self._check_against_markers(segment)
+        except FileNotFoundError:  # deleted meanwhile (retention): nothing left to serve from it
+            return True
+        except CorruptRecordError as e:  # reads of the bad batch fail on their own; the index stays
+            log.warning("%s: transaction index of %s not checked: %s", self._name, segment.log.path, e)
+            return True
+
+    def _check_against_markers(self, segment: LogSegment) -> bool:
+        with self._log_lock:
+            truncations, open_at = self._truncations, self._open_at
+        markers = abort_markers(segment)
+        index = segment.txn_index
+        try:
+            existing: list[AbortedTxn] | None = index.all_aborted_txns()
+        except CorruptIndexError as e:
+            log.warning("%s: %s", self._name, e)
+            existing = None
+        if existing is not None and [(t.producer_id, t.last_offset) for t in existing] == markers:
+            return True
+        expected: list[AbortedTxn] = []
+        if markers:
+            state = self._state()
+            rebuilt = rebuild_aborted_txns(state.segments, segment, state.log_start_offset,
+                                           state.snapshot_offsets, self._dir, open_at)
+            expected = merge_entries(existing or [], rebuilt)
+        if expected == existing:
+            return True
+        with self._log_lock:
+            if truncations != self._truncations:
+                return False  # what was found may predate the truncation: the next ask checks again
+            if not any(s is segment for s in self._state().segments):
+                return True  # replaced or deleted meanwhile
+            log.warning("%s: rebuilding %s from the ABORT markers in its segment: %s entries, %d expected",
+                        self._name, index.path, "unreadable" if existing is None else len(existing),
+                        len(expected))
+            index.reset()
+            for txn in expected:
+                index.append(txn)
+        return True
