@@ -35,7 +35,13 @@ from kafka.protocol.producer import ProduceResponse
 from tidelog.errors import InvalidRecordError, TidelogError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import check_appendable
-from tidelog.records.batch import COMPRESSION_CODEC_MASK
+from tidelog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    LOG_OVERHEAD,
+    PREFIX,
+    TRANSACTIONAL_FLAG_MASK,
+)
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import (
@@ -52,11 +58,7 @@ from tidelog.topic_partition import TopicPartition
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
-_BATCH_LENGTH = struct.Struct(">q i i b")  # base offset, batch length, partition leader epoch, magic
-_ATTRIBUTES = struct.Struct(">h")  # at byte 21 of a v2 batch
-_ATTRIBUTES_OFFSET = 21
-_TRANSACTIONAL_FLAG = 0x10
-_LOG_OVERHEAD = 12  # base offset + batch length
+_ATTRIBUTES = struct.Struct(">h")  # at ATTRIBUTES_OFFSET of a v2 batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +111,7 @@ def decompression_reservation(manager: LogManager, topic_data: list[Any], capaci
     need = 0
     for topic in topic_data:
         for part in topic.partition_data:
-            records = part.records
-            if records and len(records) > _ATTRIBUTES_OFFSET + 1 \
-                    and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & COMPRESSION_CODEC_MASK:
+            if _attributes(part.records) & COMPRESSION_CODEC_MASK:
                 need = max(need, _decompressed_allowance(manager, TopicPartition(topic.name, part.index)))
     return min(need, capacity) if capacity > 0 else need
 
@@ -168,18 +168,26 @@ def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:
 
 def check_one_v2_batch(records: bytes | None, tp: TopicPartition) -> None:
     """Kafka's rule for Produce v3+: exactly one record batch, of magic 2 (INVALID_RECORD otherwise)."""
-    if not records or len(records) < _BATCH_LENGTH.size:
+    if not records or len(records) < PREFIX.size:
         raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
                                  topic_partition=str(tp))
-    _, length, _, magic = _BATCH_LENGTH.unpack_from(records)
+    _, length, _, magic = PREFIX.unpack_from(records)  # base offset, batch length, leader epoch, magic
     if magic != 2:
         raise InvalidRecordError("Produce requests with version 3+ are only allowed to contain record batches "
                                  f"with magic version 2 (found {magic})", topic_partition=str(tp))
-    if _LOG_OVERHEAD + length != len(records):  # trailing bytes, or a batch cut short
+    if LOG_OVERHEAD + length != len(records):  # trailing bytes, or a batch cut short
         raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
                                  topic_partition=str(tp))
-    if len(records) > _ATTRIBUTES_OFFSET + 1 and _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _TRANSACTIONAL_FLAG:
+    if _attributes(records) & TRANSACTIONAL_FLAG_MASK:
         raise InvalidTxnStateError(TRANSACTIONS_REFUSED, topic_partition=str(tp))
+
+
+def _attributes(records: bytes | None) -> int:
+    """The attributes of the v2 batch ``records`` starts with; 0 when it is too short to hold them
+    (the append refuses it)."""
+    if not records or len(records) < ATTRIBUTES_OFFSET + _ATTRIBUTES.size:
+        return 0
+    return _ATTRIBUTES.unpack_from(records, ATTRIBUTES_OFFSET)[0]
 
 
 def _refuse_all(body: Any, code: ErrorCode, message: str | None = None) -> ProduceOutcome:
