@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 SMALL_FRAME_BYTES = 1 << 16  # asyncio's stream buffer limit: what every connection may buffer anyway
 
@@ -66,17 +64,10 @@ class RequestMemoryPool:
         """Whether a reservation of ``size`` bytes takes from the budget."""
         return self.capacity > 0 and size > self.free_up_to
 
-    @asynccontextmanager
-    async def reserve(self, size: int) -> AsyncIterator[None]:
-        """Hold ``size`` bytes for the body of the ``with`` (waits while they are not free)."""
-        if not self.counted(size):
-            yield
-            return
-        await self._acquire(size)
-        try:
-            yield
-        finally:
-            self._release(size)
+    def reserve(self, size: int) -> _Reservation | _Free:
+        """``async with pool.reserve(size):`` holds ``size`` bytes for the body of the ``with``
+        (waits while they are not free). Not counted: a shared no-op, as every request enters one."""
+        return _Reservation(self, size) if self.counted(size) else _FREE
 
     async def _acquire(self, size: int) -> None:
         if not self._waiters and self._used + size <= self.capacity:
@@ -106,3 +97,33 @@ class RequestMemoryPool:
             if not future.cancelled():  # cancelled: its task is on its way out
                 self._used += size
                 future.set_result(None)
+
+
+class _Reservation:
+    """``size`` bytes of ``pool``, held from entering the ``async with`` to leaving it."""
+
+    __slots__ = ("_pool", "_size")
+
+    def __init__(self, pool: RequestMemoryPool, size: int) -> None:
+        self._pool, self._size = pool, size
+
+    async def __aenter__(self) -> None:
+        await self._pool._acquire(self._size)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._pool._release(self._size)
+
+
+class _Free:
+    """A reservation that is not counted (plain class: cheaper than a generator-based manager)."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_FREE = _Free()
