@@ -13,6 +13,8 @@ from tidelog.records import (
     control_key,
     control_record_type,
 )
+from tidelog.records.builder import build_empty_batch
+from tidelog.records.control import control_batch_type
 
 
 @pytest.mark.parametrize("control_type", [t for t in ControlRecordType if t is not ControlRecordType.UNKNOWN])
@@ -58,3 +60,13 @@ def test_read_and_write_control_batch(commit: bool) -> None:
     assert (record.offset, record.timestamp) == (42, 1234)
     assert control_record_type(record.key) is expected
     assert EndTransactionMarker.decode(record.value) == EndTransactionMarker(0, 15)
+    assert control_batch_type(batch) is expected
+
+
+def test_an_emptied_control_batch_is_of_unknown_type() -> None:
+    """The cleaner keeps a removed marker's batch header with no record in it."""
+    empty = RecordBatch(build_empty_batch(base_offset=5, last_offset_delta=0, max_timestamp=1234, timestamp_type=0,
+                                          producer_id=1, producer_epoch=0, base_sequence=-1, is_transactional=True,
+                                          is_control=True))
+    assert empty.records_count == 0
+    assert control_batch_type(empty) is ControlRecordType.UNKNOWN

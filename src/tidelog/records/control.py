@@ -23,8 +23,10 @@ Readers accept longer keys and values than these (newer versions may append fiel
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 from tidelog.errors import CorruptRecordError
 from tidelog.records.builder import BatchBuilder
@@ -69,6 +71,23 @@ def control_record_type(key: bytes | bytearray | memoryview | None) -> ControlRe
         return ControlRecordType(type_id)
     except ValueError:
         return ControlRecordType.UNKNOWN
+
+
+class _Record(Protocol):
+    @property
+    def key(self) -> bytes | bytearray | memoryview | None: ...
+
+
+class _Batch(Protocol):
+    def records(self) -> Iterable[_Record]: ...
+
+
+def control_batch_type(batch: _Batch) -> ControlRecordType:
+    """The type of a control batch: its first record's, the only one Kafka reads (its
+    ``CompletedFetch`` and producer state do likewise); UNKNOWN for a batch left empty by the
+    cleaner. Decodes the first record only; CorruptRecordError as :func:`control_record_type`."""
+    first = next(iter(batch.records()), None)
+    return ControlRecordType.UNKNOWN if first is None else control_record_type(first.key)
 
 
 @dataclass(frozen=True, slots=True)

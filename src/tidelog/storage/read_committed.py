@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
-from tidelog.records.control import ControlRecordType, control_record_type
+from tidelog.records.control import ControlRecordType, control_batch_type
+from tidelog.records.record import Record
 from tidelog.storage.txn_index import AbortedTxn
 
 NO_PRODUCER_ID = -1
@@ -34,7 +35,7 @@ class _Batch(Protocol):
     def is_transactional(self) -> bool: ...
     @property
     def is_control(self) -> bool: ...
-    def records(self) -> Iterable[object]: ...
+    def records(self) -> Iterable[Record]: ...
 
 
 class AbortedBatchFilter:
@@ -51,12 +52,8 @@ class AbortedBatchFilter:
         while self._pending and self._pending[0].first_offset <= batch.last_offset:
             self._aborted_producers.add(self._pending.popleft().producer_id)
         if batch.is_control:
-            if _is_abort_marker(batch):
+            if control_batch_type(batch) is ControlRecordType.ABORT:
                 self._aborted_producers.discard(batch.producer_id)
             return False
         return batch.is_transactional and batch.producer_id in self._aborted_producers
 
-
-def _is_abort_marker(batch: _Batch) -> bool:
-    first = next(iter(batch.records()), None)
-    return first is not None and control_record_type(getattr(first, "key", None)) is ControlRecordType.ABORT

@@ -32,7 +32,7 @@ import numpy as np
 
 from tidelog.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError
 from tidelog.records import read_batch_at
-from tidelog.records.control import ControlRecordType, control_record_type
+from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.storage import fileops, files
 from tidelog.storage.producer_snapshot import read_snapshot
 from tidelog.storage.segment import LogSegment
@@ -72,8 +72,7 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
                 yield TxnBatch(pid, base, None)
                 continue
             batch = read_batch_at(fileops.pread(fd, int(headers["size"][i]), int(headers["position"][i]), path), 0)
-            record = None if batch is None else next(iter(batch.records()), None)
-            yield TxnBatch(pid, base, ControlRecordType.UNKNOWN if record is None else control_record_type(record.key))
+            yield TxnBatch(pid, base, ControlRecordType.UNKNOWN if batch is None else control_batch_type(batch))
     finally:
         os.close(fd)
 
