@@ -41,18 +41,17 @@ import click
 
 from tidelog.cli.progress import progress_bar
 from tidelog.errors import TidelogError
-from tidelog.records import FileBatch
+from tidelog.records import NO_SEQUENCE, FileBatch
+from tidelog.records.batch import increment_sequence
 from tidelog.records.control import ControlRecordType, EndTransactionMarker, control_record_type
-from tidelog.records.varint import INT32_MAX
 from tidelog.storage import files
 from tidelog.storage.file_records import FileRecords
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot
+from tidelog.storage.producer_state import decrement_sequence
 from tidelog.storage.verify import Problem, verify_offset_index, verify_time_index
-from tidelog.storage.txn_index import TransactionIndex
+from tidelog.storage.txn_index import CURRENT_VERSION, TransactionIndex
 
 LARGE = 64 << 20  # bytes of a .log; smaller dumps finish before a bar helps
-NO_SEQUENCE = -1
-TXN_INDEX_VERSION = 0  # the only version of a .txnindex entry
 SUFFIXES = (files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX,
             files.PRODUCER_SNAPSHOT_SUFFIX)
 
@@ -153,20 +152,8 @@ def _record_item(batch: FileBatch, record: Any, print_data: bool) -> dict[str, A
 
 
 def record_sequence(base_sequence: int, offset_delta: int) -> int:
-    """Kafka's ``DefaultRecordBatch.incrementSequence``: the base sequence plus the delta, wrapping
-    past 2^31-1 to 0; -1 (no sequence) stays -1."""
-    if base_sequence == NO_SEQUENCE:
-        return NO_SEQUENCE
-    if base_sequence > INT32_MAX - offset_delta:
-        return offset_delta - (INT32_MAX - base_sequence) - 1
-    return base_sequence + offset_delta
-
-
-def _first_sequence(last_sequence: int, offset_delta: int) -> int:
-    """Kafka's ``DefaultRecordBatch.decrementSequence``: the inverse of :func:`record_sequence`."""
-    if last_sequence < offset_delta:
-        return INT32_MAX - (offset_delta - last_sequence) + 1
-    return last_sequence - offset_delta
+    """The base sequence plus the delta, wrapping past 2^31-1 to 0; -1 (no sequence) stays -1."""
+    return NO_SEQUENCE if base_sequence == NO_SEQUENCE else increment_sequence(base_sequence, offset_delta)
 
 
 def _control_fields(record: Any) -> dict[str, Any]:
@@ -210,7 +197,7 @@ def _dump_txn_index(path: Path) -> Iterator[dict[str, Any]]:
     index = TransactionIndex(path, files.offset_from_file_name(path.name))
     try:
         for txn in index.all_aborted_txns():
-            yield {"kind": "aborted_txn", "version": TXN_INDEX_VERSION, "producerId": txn.producer_id,
+            yield {"kind": "aborted_txn", "version": CURRENT_VERSION, "producerId": txn.producer_id,
                    "firstOffset": txn.first_offset,
                    "lastOffset": txn.last_offset, "lastStableOffset": txn.last_stable_offset}
     finally:
@@ -232,7 +219,7 @@ def _producer_item(e: SnapshotEntry) -> dict[str, Any]:
         "lastTimestamp": e.timestamp,
     }
     if e.last_offset >= 0:
-        item.update({"firstSequence": _first_sequence(e.last_sequence, e.offset_delta), "lastSequence": e.last_sequence,
+        item.update({"firstSequence": decrement_sequence(e.last_sequence, e.offset_delta), "lastSequence": e.last_sequence,
                      "lastOffset": e.last_offset, "offsetDelta": e.offset_delta, "timestamp": e.timestamp})
     return item
 
