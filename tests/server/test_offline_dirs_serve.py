@@ -135,6 +135,29 @@ def test_a_read_fault_in_a_fetch_fails_only_that_partition_and_the_dir_keeps_ser
         manager.shutdown()
 
 
+def test_a_read_committed_fetch_meeting_an_unreadable_later_segment_fails_that_partition_only(
+        tmp_path: Path) -> None:
+    manager, thread = start_broker(tmp_path / "data")
+    client = Broker(manager, thread.server, thread.server.bound[0].port).connect()
+    try:
+        manager.create_topic("t", 1, {"segment.bytes": "100"})  # a batch per segment
+        for value in (b"a", b"b", b"c"):
+            manager.append(TidelogTp("t", 0), samples.record_batch(value))
+        last = sorted((tmp_path / "data" / "t-0").glob("*.log"))[-1]
+        # the records come from the first segment; the search for aborted transactions walks on
+        with fileops.inject(FaultRule(frozenset({FileOp.READ}), str(last), error=errno.EIO)) as stats:
+            [topic] = client.call(samples.fetch("t", isolation_level=1), FetchResponse, 12).responses
+            assert topic.partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            FIRED["txn_walk_read_fault"] = stats.fired
+        [topic] = client.call(samples.fetch("t", isolation_level=1), FetchResponse, 12).responses  # same connection
+        assert (topic.partitions[0].error_code, topic.partitions[0].high_watermark) == (0, 3)
+        assert manager.offline_log_dirs() == []
+    finally:
+        client.close()
+        thread.stop()
+        manager.shutdown()
+
+
 def _wait_for_line(process: subprocess.Popen[str], pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
     """Read the server's stderr until a line matches ``pattern`` (waits on the pipe, never sleeps)."""
     assert process.stderr is not None

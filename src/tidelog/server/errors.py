@@ -120,10 +120,13 @@ class SaslAuthenticationError(TidelogError):
 
 def error_code(error: BaseException) -> int:
     """Kafka's code for ``error``: a tidelog error's own code, whatever it is (this module's enum
-    lists only the codes the server sends itself), else UNKNOWN_SERVER_ERROR (logged, with its
-    traceback: only a bug gets here)."""
+    lists only the codes the server sends itself); KAFKA_STORAGE_ERROR for an ``OSError`` a log
+    read let through (a disk fault, as the manager's read-fault accounting counts it); else
+    UNKNOWN_SERVER_ERROR (logged, with its traceback: only a bug gets here)."""
     if isinstance(error, TidelogError):
         return int(error.error_code)
+    if isinstance(error, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR
     log.error("unexpected error while handling a request", exc_info=error)
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
