@@ -1,12 +1,11 @@
 """A Fetch response (v4-v12) framed as a list of buffers, the records never copied.
 
-kafka-python's encoder copies every byte of a message at least twice (into its thread-local
-buffer, which then stays at the largest size it ever held, and out of it), and one copy more
-follows when the transport buffers what the socket did not take. For a Fetch response, whose
-records are most of its size, that multiplied the memory a read costs. Here every field but the
-records is packed into small ``bytes`` and the records a read returned are passed through as they
-are; :mod:`tidelog.server.connection` writes the parts in bounded chunks. Byte-identical to
-kafka-python's encoding of the same response (tests/server/test_fetch_response.py).
+Records are most of a Fetch response's size, so a read costs their bytes once: every field but
+the records is packed into small ``bytes`` and the records a read returned are passed through as
+they are (kafka-python's encoder would copy each byte into its thread-local buffer, which keeps the
+largest size it ever held, and out again); :mod:`tidelog.server.connection` writes the parts in
+bounded chunks. Byte-identical to kafka-python's encoding of the same response
+(tests/server/test_fetch_response.py).
 
 Layout (Kafka's FetchResponse.json; "compact" and the tagged fields from v12, the flexible versions)::
 
@@ -130,5 +129,3 @@ def _count(n: int, flexible: bool) -> bytes:
 def _string(text: str, flexible: bool) -> bytes:
     data = text.encode()
     return (encode_unsigned_varint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
