@@ -37,6 +37,7 @@ import select
 import socket
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,31 @@ BOMB_MIB = (300, 100)  # full, quick: what each bomb's record inflates to
 DECOMPRESSION_MEMORY_BYTES = 67108864  # tidelog.produce.decompression.memory.bytes default
 
 
+def gzip_record_bomb(value_size: int, *, timestamp: int | None = None) -> bytes:
+    """A CRC-valid gzip RecordBatch v2 of one record whose value is ``value_size`` zero bytes: a
+    well-formed batch (Kafka stores it) of about ``value_size / 1000`` bytes on the wire. The
+    stream is built 1 MiB at a time, so a 300 MiB bomb costs its builder a few MiB."""
+    from tidelog.records import build_batch, write_crc
+    from tidelog.records.batch import LENGTH_OFFSET, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
+    from tidelog.records.varint import encode_varint
+
+    ts = int(time.time() * 1000) if timestamp is None else timestamp
+    fields = b"\x00" + encode_varint(0) + encode_varint(0) + encode_varint(-1) + encode_varint(value_size)
+    body_size = len(fields) + value_size + 1  # + the header count varint (0)
+    deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [deflater.compress(encode_varint(body_size) + fields)]
+    chunk = bytes(1 << 20)
+    for start in range(0, value_size, len(chunk)):
+        parts.append(deflater.compress(chunk[:min(len(chunk), value_size - start)]))
+    parts.append(deflater.compress(encode_varint(0)) + deflater.flush())
+    area = b"".join(parts)
+    header = bytearray(build_batch([(b"k", b"v")], compression=1, timestamp=ts)[:RECORD_BATCH_OVERHEAD])
+    struct.pack_into(">i", header, LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(area))
+    batch = bytearray(header + area)
+    write_crc(batch)
+    return bytes(batch)
+
+
 def send_bombs(port: int, frame: bytes, connections: int) -> dict[str, Any]:
     """Send ``frame`` (a Produce) on ``connections`` connections before reading any answer; then
     read every answer: their error codes and the seconds until the last came."""
@@ -296,8 +322,6 @@ def bomb_attack(root: Path, overrides: dict[str, str], inflated_mib: int) -> tup
     """Start ``tidelog serve`` over ``root/data`` with ``overrides`` and send :data:`BOMB_CONNECTIONS`
     concurrent bombs inflating to ``inflated_mib`` MiB each: ``(RSS before, peak growth, details)``."""
     from kafka.protocol.producer import ProduceRequest
-
-    from tests.fuzz.bomb_samples import gzip_record_bomb
 
     data = ProduceRequest.TopicProduceData
     bomb = gzip_record_bomb(inflated_mib * MIB)

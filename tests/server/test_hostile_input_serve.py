@@ -18,7 +18,7 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
-from tests.fuzz.bomb_samples import gzip_record_bomb
+from bench.bench_memory import gzip_record_bomb
 from server_helpers import TIMEOUT_S, RawClient
 from tidelog.server.errors import ErrorCode
 
