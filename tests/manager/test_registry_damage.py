@@ -192,7 +192,7 @@ def test_a_registry_rewrite_at_start_up_checks_each_partition_copy_once(broker: 
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Start-up checks every partition's copy: the registry rewrite (every topic restored from its
     copies) must not check them again before the final sync does."""
-    import tidelog.manager.manager as where
+    import tidelog.manager.registry_sync as where
 
     fill(broker, one_dir)
     (one_dir[0] / REGISTRY_FILE).unlink()

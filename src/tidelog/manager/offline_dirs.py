@@ -5,9 +5,9 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 :class:`OfflineDirs` is a mixin of :class:`~tidelog.manager.manager.LogManager`, kept apart so the
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
-``_reconcile_registry``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
-``_set_partition_aside``, ``_complete_staged_commits``) and registry steps (``_commit``,
-``_adoptable_overrides``, ``_apply_topic_config``, ``_sync_topic_copies``, ``_await_held``).
+``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``, ``_set_partition_aside``,
+``_complete_staged_commits``) and its registry steps (:mod:`.registry_sync`: ``_rejoin_registry``,
+``_reconcile_registry``, ``_sync_topic_copies``, ``_await_held``).
 
 A dir that comes back finishes the staged commits (:mod:`.staged_commit`) its absence kept
 pending: their partitions, held (unserved) meanwhile, rejoin still held and are released once the
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from types import MappingProxyType
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,7 +52,6 @@ from tidelog.manager.log_dir_failure import (
     probe,
 )
 from tidelog.manager.reports import SetAside
-from tidelog.manager.topics import RegistryState, read_newest_registry, write_registry
 from tidelog.scheduler import Scheduler
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
@@ -72,15 +70,12 @@ class OfflineDirs:
     _logs: dict[TopicPartition, Log]
     _log_dir_of: dict[TopicPartition, LogDir]
     _set_aside: dict[Path, SetAside]
-    _registry: RegistryState
     _failures: LogDirFailureChannel
     _offline_logs: dict[TopicPartition, OfflineLog]
     _offline_deleted: dict[Path, TopicPartition]  # deleted while their dir was offline
     _read_faults: ReadFaults
     _unloaded: set[Path]  # opened, but their load met a disk fault: loaded when the probe passes
     _cleaning_stopped: dict[Path, set[TopicPartition]]  # paused by the cleaner while their dir is offline
-    _epoch_floor: int
-    _damaged_registries: dict[Path, int | None]
     cleaner: LogCleaner | None
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
@@ -231,37 +226,6 @@ class OfflineDirs:
                 self.cleaner.manager.resume_cleaning(tp)
             except CleanerStateError as e:  # e.g. deleted and created again meanwhile
                 log.warning("%s: cleaning not resumed: %s", tp, e)
-
-    def _rejoin_registry(self, log_dir: LogDir) -> None:
-        """Under the lock: the registry copy of a dir coming back joins as at start-up: a damaged
-        one is kept aside, an entry newer than ours wins (a returning dir deletes nothing), the
-        epoch never goes lower than any it shows, and the dir gets the merged registry."""
-        path = log_dir.path
-        read = read_newest_registry([path])
-        self._epoch_floor = max(self._epoch_floor, read.floor_epoch)
-        if path in read.damaged:
-            self._damaged_registries[path] = read.damaged[path]
-        ours = self._registry
-        topics = dict(ours.topics)
-        for name, theirs in read.state.topics.items():
-            mine = topics.get(name)
-            # a topic we lack is taken only if changed after all we know (else it may be one deleted)
-            if theirs.topic_id in ours.deleted_topic_ids or theirs.epoch <= (ours.epoch if mine is None else mine.epoch):
-                continue
-            if mine is not None and mine.topic_id != theirs.topic_id:
-                continue
-            configs = self._adoptable_overrides(name, theirs.configs)
-            assignments = {**theirs.assignments, **(mine.assignments if mine is not None else {})}
-            topics[name] = theirs.replace(configs=MappingProxyType(configs), assignments=MappingProxyType(assignments))
-            log.warning("topic %s: configs %s taken from the topic registry of %s (epoch %d, newer than %s)",
-                        name, configs, path, theirs.epoch, "none" if mine is None else mine.epoch)
-        if topics != dict(ours.topics) or read.floor_epoch > ours.epoch or path in self._damaged_registries:
-            self._commit(topics, ours.deleted_topic_ids, returning=log_dir)
-            for name, record in topics.items():  # live logs take the configs once they are committed
-                if ours.topics.get(name) != record:
-                    self._apply_topic_config(name, record.configs)
-        elif read.state != ours:
-            write_registry([path], ours)
 
     def _close_for_recovery(self, tp: TopicPartition | None) -> tuple[TopicPartition, Log] | None:
         """Under the lock: mark the offline log of ``tp`` for a reopen with recovery; the log to close."""
