@@ -23,11 +23,14 @@ from tidelog.manager import LogManager
 from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.records import iter_batches
 from tidelog.spark.commit import abort_job, check_not_owned, commit_job, commit_order, open_owner
+from tidelog.spark.options import parse_source_options
+from tidelog.spark.reader import TidelogBatchReader
 from tidelog.spark.sink_options import SinkPlan, parse_plan
 from tidelog.spark.staging import TaskIdentity, TaskManifest, batch_job_key, stage_task, stream_job_key
 from tidelog.storage.commit_log import COMMIT_LOG_FILE, MAX_BATCH_JOBS, CommitLog, StagedBatch
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage.log_view import PartitionBounds, PartitionView
 from tidelog.storage.staging_dirs import job_dir
 from tidelog.testing import FakeClock
 from tidelog.topic_partition import TopicPartition
@@ -222,6 +225,30 @@ def test_abort_of_a_job_whose_staging_is_gone_rolls_it_back_whole(root: Path) ->
     assert {p: values(log_records(root), p) for p in range(3)} == {0: [], 1: [], 2: []}
     with pytest.raises(StorageError, match="rolled back"):
         commit_job([str(root)], job, manifests)  # a late retry of the driver's commit says so
+
+
+def test_a_read_planned_while_the_job_is_marked_committed_sees_all_of_it_or_none(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed mark lands after the plan refreshed partition 0 and before the others: the plan
+    looks again, so every partition ends after the job (never partition 0 before it, 1 and 2 after)."""
+    job, manifests, expected = staged_job(root)
+    committer = owned(root)
+    entry = committer.write_intent(job, commit_order(manifests))
+    with StagedReader(job_dir(entry["staging"], entry["id"])) as staged:
+        ranges = {f"t-{part['partition']}": committer.publish_partition(entry, part, staged)
+                  for part in entry["partitions"]}
+    refresh = PartitionView.refresh
+
+    def refresh_then_commit(view: PartitionView, pending: dict[TopicPartition, int] | None = None) -> PartitionBounds:
+        found = refresh(view, pending)
+        if view.topic_partition.partition == 0 and CommitLog.read([str(root)]).find(job.key)["state"] == "intent":  # type: ignore[index]
+            committer.mark_committed(entry, ranges)
+        return found
+
+    monkeypatch.setattr(PartitionView, "refresh", refresh_then_commit)
+    reader = TidelogBatchReader(parse_source_options({"path": str(root), "subscribe": "t"}, streaming=False))
+    committer.manager.shutdown()
+    assert {r.partition: r.end for r in reader.partitions()} == {p: len(expected[p]) for p in range(3)}
 
 
 @pytest.mark.parametrize("partitions_done", [1, 2, 3])

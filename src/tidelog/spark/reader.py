@@ -127,17 +127,9 @@ class _Subscribed:
         self.view = view_of(parsed.log_dirs)
         self.dirs = self.view.partitions()
         self.partitions = parsed.subscription.select(list(self.dirs))
-        self.views: dict[TopicPartition, PartitionView] = {}
-        self.bounds: dict[TopicPartition, PartitionBounds] = {}
-        for tp in self.partitions:
-            if tp in self.dirs:
-                self.views[tp] = self.view.partition(tp, self.dirs[tp])
-        jobs = self.view.pending_jobs
-        while True:  # one look at the jobs in flight for every partition: a job is seen whole or not at all
-            key, starts = jobs.snapshot()
-            self.bounds = {tp: view.refresh(starts) for tp, view in self.views.items()}
-            if jobs.unchanged(key):
-                break
+        live = {tp: self.dirs[tp] for tp in self.partitions if tp in self.dirs}
+        self.views: dict[TopicPartition, PartitionView] = {tp: self.view.partition(tp, d) for tp, d in live.items()}
+        self.bounds: dict[TopicPartition, PartitionBounds] = self.view.bounds(live)
 
 
 def _loss(parsed: o.SourceOptions, message: str) -> None:

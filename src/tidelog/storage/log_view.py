@@ -38,7 +38,7 @@ segment's first byte. Instances are not thread-safe (one per thread or process).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,11 +202,13 @@ class LogView:
             self._views[tp] = view
         return view
 
-    def bounds(self) -> dict[TopicPartition, PartitionBounds]:
-        """Refreshed bounds of every live partition (one look at the staged-commit log for all)."""
+    def bounds(self, partitions: Mapping[TopicPartition, Path] | None = None) -> dict[TopicPartition, PartitionBounds]:
+        """Refreshed bounds of ``partitions`` (each with its dir; by default every live partition),
+        with one look at the staged-commit log for all: a job in flight is seen whole or not at all."""
         while True:
             key, starts = self.pending_jobs.snapshot()
-            found = {tp: self.partition(tp, d).refresh(starts) for tp, d in self.partitions().items()}
+            chosen = self.partitions() if partitions is None else partitions
+            found = {tp: self.partition(tp, d).refresh(starts) for tp, d in chosen.items()}
             if self.pending_jobs.unchanged(key):
                 return found
 
