@@ -38,6 +38,7 @@ from tests.fd_helpers import descriptors_under
 from tidelog.records import CompressionType, build_legacy_batch, iter_batches
 from tidelog.storage import files
 from tidelog.storage.config import LogConfig
+from tidelog.storage.file_records import SCAN_CHUNK_BYTES, FileRecords
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.index import OffsetIndex
 from tidelog.storage.log import Log, segment_config
@@ -960,3 +961,30 @@ def test_opened_logs_hold_no_descriptors_until_used(tmp_path: Path, make_log: Ma
     assert logs[0].active_segment.offset_index.length == logs[0].config.segment_index_bytes // 8 * 8
     held = descriptors_under(tmp_path)
     assert held and all(path.startswith(str(dirs[0])) for path in held)  # only the used log opened files
+
+
+@pytest.mark.parametrize("garbage", [b"\x7f", b"\x00"], ids=["partial", "zeros"])
+def test_a_clean_reopen_checks_a_large_garbage_tail_a_chunk_at_a_time(
+    make_log: MakeLog, monkeypatch: pytest.MonkeyPatch, garbage: bytes,
+) -> None:
+    """A torn or overwritten active tail after a clean stop is cut; the check reads it a chunk at
+    a time, as recovery does, however much garbage there is."""
+    log = make_log()
+    for i in range(10):
+        log.append_as_leader(single(T0 + i))
+    log.close()
+    path = log.segments[-1].log.path
+    whole = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(garbage * (3 * SCAN_CHUNK_BYTES // len(garbage)))
+    reads: list[int] = []
+    read = FileRecords.read
+
+    def recorded(self: FileRecords, position: int, size: int) -> bytes:
+        reads.append(size)
+        return read(self, position, size)
+
+    monkeypatch.setattr(FileRecords, "read", recorded)
+    reopened = make_log(config=log.config, had_clean_shutdown=True, recovery_point=10)
+    assert reopened.log_end_offset == 10 and path.stat().st_size == whole
+    assert max(reads) <= SCAN_CHUNK_BYTES

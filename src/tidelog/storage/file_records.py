@@ -29,18 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from crc32c import crc32c
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
-from tidelog.records.batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    HEADER_SIZE_UP_TO_MAGIC,
-    LAST_OFFSET_DELTA_OFFSET,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-)
+from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
 from tidelog.records.scan import BATCH_COLUMNS, TAIL_ARMED, TAIL_SIZE, TAIL_SLOTS, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
 
@@ -62,7 +54,6 @@ SEARCH_CHUNK_BYTES = 16 << 10
 # A header search reads baseOffset, length and magic, then lastOffsetDelta (v2), nothing more.
 _PREFIX = struct.Struct(">qiib")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
-_STORED_CRC = struct.Struct(">I")
 _SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + _LAST_OFFSET_DELTA.size  # 27 bytes
 # What the leader patches into a produced batch: baseOffset, batchLength, partitionLeaderEpoch.
 _PATCHED_PREFIX = struct.Struct(">qii")
@@ -401,35 +392,6 @@ class FileRecords:
         columns["leader_epoch"] = epochs
         return columns
 
-    def valid_batches_end(self, start: int) -> tuple[int, int | None]:
-        """Where the complete batches from byte ``start`` stop being valid (size, magic, CRC), and
-        the last offset among them (None: no valid batch); the end of the data when all are. One
-        read of ``[start, end)``, which the caller bounds (from the last index entry: at most
-        ``index.interval.bytes`` plus one batch), then a plain loop: a few batches cost less so
-        than the column kernels' fixed cost (this runs once per partition opened). Never raises
-        on content: garbage ends the run."""
-        if start > self._size:
-            return start, None
-        data = self.read(start, self._size - start)
-        view, position, last, length = memoryview(data), 0, None, len(data)
-        while position + HEADER_SIZE_UP_TO_MAGIC <= length:
-            base, declared, _epoch, magic = _PREFIX.unpack_from(data, position)
-            size = LOG_OVERHEAD + declared
-            if declared < 14 or size > length - position:
-                break
-            if magic == 2:
-                stored = _STORED_CRC.unpack_from(data, position + CRC_OFFSET)[0]
-                if size < RECORD_BATCH_OVERHEAD or crc32c(view[position + ATTRIBUTES_OFFSET:position + size]) != stored:
-                    break
-                last = base + _LAST_OFFSET_DELTA.unpack_from(data, position + LAST_OFFSET_DELTA_OFFSET)[0]
-            else:
-                legacy = _valid_legacy_entry(view, position)
-                if legacy is None:
-                    break
-                last = legacy.last_offset
-            position += size
-        return start + position, last
-
     def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
         """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.
 
@@ -477,15 +439,6 @@ class FileRecords:
         batch = read_batch_at(self.read(location.position, location.size), 0)
         base = batch.base_offset if batch is not None else location.base_offset
         return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)
-
-
-def _valid_legacy_entry(view: memoryview, position: int) -> FileBatch | None:
-    """The complete, valid legacy (v0/v1) entry at ``position`` of ``view``, else None."""
-    try:
-        entry = read_batch_at(view, position)
-    except CorruptRecordError:
-        return None
-    return entry if entry is not None and entry.magic < 2 and entry.is_valid() else None
 
 
 def _walk_headers(data: np.ndarray, mapped: mmap.mmap, parts: list[BatchHeaders]) -> int | None:

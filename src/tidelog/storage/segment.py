@@ -569,17 +569,17 @@ class LogSegment:
         return next_offset
 
     def check_tail(self) -> TailCheck:
-        """Whether the ``.log`` ends with the end of a complete, valid batch: the batches from the
-        last offset-index entry to the end are walked and CRC-checked (after a clean stop the
-        index is whole, so that is at most ``index.interval.bytes`` plus one batch; the data
-        before the entry is not read). For an active segment reopened after a clean stop, whose
-        tail nothing else checks before the next append is written after it."""
+        """Whether the ``.log`` ends with the end of a batch recovery would keep: recovery's batch
+        by batch check runs from the last offset-index entry to the end (after a clean stop the
+        index is whole, so that is at most ``index.interval.bytes`` plus one batch, read a chunk at
+        a time; the data before the entry is not read). For an active segment reopened after a
+        clean stop, whose tail nothing else checks before the next append is written after it."""
         start = self._last_entry_position()
-        end, last_offset = self.log.valid_batches_end(start)
-        next_offset = self.base_offset if last_offset is None else last_offset + 1
+        state = self._recover_batches_one_by_one(_RecoveryState(self.base_offset, start))
+        found = state.first_batch_max_ts is not None
         # An index entry points at a batch: from it on there must be one, unless the log is empty.
-        whole = end == self.log.size_in_bytes and (last_offset is not None or end == 0)
-        return TailCheck(next_offset, end, whole)
+        whole = state.valid_bytes == self.log.size_in_bytes and (found or state.valid_bytes == 0)
+        return TailCheck(state.end_offset, state.valid_bytes, whole)
 
     def _last_entry_position(self) -> int:
         checked, self._checked_offset_entry = self._checked_offset_entry, None
