@@ -67,6 +67,7 @@ from tidelog.manager.log_dir_failure import (
 from tidelog.manager.offline_dirs import OfflineDirs, close_failed_log
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
 from tidelog.manager.staged_commit import complete_pending
+from tidelog.manager.staged_holds import StagedHolds
 from tidelog.manager.registry_sync import RegistrySync, placed_assignments, read_topic_id, unconfirmed_note
 from tidelog.manager.topic_copies import write_topic_copy
 from tidelog.manager.topics import (
@@ -94,7 +95,7 @@ ProgressCallback = Callable[[int, int], None]
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
-class LogManager(OfflineDirs, RegistrySync):
+class LogManager(OfflineDirs, RegistrySync, StagedHolds):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -115,9 +116,7 @@ class LogManager(OfflineDirs, RegistrySync):
         self._read_faults = ReadFaults(clock)
         self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
         self._cleaning_stopped: dict[Path, set[TopicPartition]] = {}  # paused while their dir is offline
-        # partitions of staged commits that could not be completed nor rolled back -> the job's
-        # key: not served until it is (staged_commit); replaced whole, never mutated in place
-        self._staged_holds: dict[TopicPartition, str] = {}
+        self._staged_holds: dict[TopicPartition, str] = {}  # see staged_holds
         self._registry = RegistryState()
         self._epoch_floor = 0  # the next registry epoch is above this (and above the registry's)
         self._damaged_registries: dict[Path, int | None] = {}  # kept aside before their dir's next write
@@ -531,30 +530,26 @@ class LogManager(OfflineDirs, RegistrySync):
 
     def log(self, tp: TopicPartition) -> Log:
         """The live log of ``tp``; :class:`UnknownTopicOrPartitionError`, or :class:`LogDirOfflineError`
-        when it exists but was set aside, or belongs to an interrupted staged commit not resolved yet."""
+        when it exists but was set aside, or belongs to an interrupted staged commit not resolved yet
+        (:mod:`.staged_holds`). Thread-safe: a lookup in the partition map, which is only replaced
+        entry by entry under the lock."""
         found = self._logs.get(tp)
-        if found is not None:
-            if self._staged_holds and tp in self._staged_holds:
-                raise LogDirOfflineError(
-                    f"partition {tp} is not available: the interrupted commit of {self._staged_holds[tp]} "
-                    "could not be completed nor rolled back yet (see the log); it is served once that is done",
-                    topic_partition=str(tp))
-            return found
-        return self.committing_log(tp)
+        if found is None:
+            raise self._no_log_error(tp)
+        if self._staged_holds and tp in self._staged_holds:
+            raise self._staged_hold_error(tp)
+        return found
 
-    def committing_log(self, tp: TopicPartition) -> Log:
-        """:meth:`log`, for the staged commit only: also the log of a partition its pending job holds."""
-        found = self._logs.get(tp)
-        if found is not None:
-            return found
+    def _no_log_error(self, tp: TopicPartition) -> TidelogError:
+        """Why ``tp`` has no live log: its topic or partition is unknown, or it is offline."""
         record = self._record(tp.topic)
         offline = self._offline_logs.get(tp)
         if offline is not None:
-            raise self._offline_error(tp, offline.path.parent)
+            return self._offline_error(tp, offline.path.parent)
         if 0 <= tp.partition < record.partitions:
             entry = self._offline_entry(tp)
-            raise LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
-        raise UnknownTopicOrPartitionError(
+            return LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
+        return UnknownTopicOrPartitionError(
             f"topic {tp.topic!r} has no partition {tp.partition} (it has {record.partitions})",
             topic_partition=str(tp),
         )
@@ -571,31 +566,16 @@ class LogManager(OfflineDirs, RegistrySync):
 
     def append(self, tp: TopicPartition, records: bytes | bytearray | memoryview,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
-        """Append record batches as the partition's leader; the high watermark follows the log end."""
-        target = self.log(tp)
+        """Append record batches as the partition's leader; the high watermark follows the log end.
+        Thread-safe: the log serializes its appends."""
+        return self._append_to(tp, self.log(tp), records, origin)
+
+    def _append_to(self, tp: TopicPartition, target: Log, records: bytes | bytearray | memoryview,
+                   origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         with self._storage_op(tp, target, "append", len(records)):
             info = target.append_as_leader(records, origin=origin)
         target.maybe_increment_high_watermark(target.log_end_offset)
         return info
-
-    def committing_append(self, tp: TopicPartition, records: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """:meth:`append`, for the staged commit only: also to a partition its pending job holds."""
-        target = self.committing_log(tp)
-        with self._storage_op(tp, target, "append", len(records)):
-            info = target.append_as_leader(records)
-        target.maybe_increment_high_watermark(target.log_end_offset)
-        return info
-
-    def _complete_staged_commits(self) -> None:
-        """An offline dir came back: finish (or roll back) the staged commits left pending, whose
-        partitions are held meanwhile (their logs rejoined, still unserved)."""
-        if self._staged_holds:
-            complete_pending(self, [d.path for d in self._dirs], self._clock)
-
-    def hold_for_staged_commits(self, holds: Mapping[TopicPartition, str]) -> None:
-        """The partitions (-> job key) of staged commits left pending: not served nor appended to
-        through :meth:`log` / :meth:`append` until a later completion resolves them."""
-        self._staged_holds = dict(holds)
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """Kafka's DeleteRecords (offset -1 = the high watermark); returns the new log start offset.
