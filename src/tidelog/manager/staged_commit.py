@@ -246,9 +246,8 @@ class Committer:
 
     def publish_partition(self, entry: dict[str, Any], part: dict[str, Any], staged: StagedReader) -> tuple[int, int]:
         """Append what the log lacks of the partition's batches; flush. ``(start, end)`` of the job's records."""
-        tp = TopicPartition(part["topic"], part["partition"])
+        tp, refs = intent_batches(part)
         target = self.manager.committing_log(tp)
-        refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
         files = [r[0] for r in part["batches"]]
         present, start, _ = matched_prefix(target, int(part["start"]), refs, entry["id"])
         for file, ref in zip(files[present:], refs[present:]):
@@ -272,9 +271,8 @@ class Committer:
         else, inside the job or after it (acknowledged records are never truncated)."""
         targets = []
         for part in entry["partitions"]:
-            tp = TopicPartition(part["topic"], part["partition"])
+            tp, refs = intent_batches(part)
             target = self.manager.committing_log(tp)
-            refs = [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
             _, start, job_end = matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises inside the job
             if target.log_end_offset != job_end:
                 raise StorageError(f"cannot roll back the commit of {entry['id']}: the log holds other records from "
@@ -311,6 +309,13 @@ class Committer:
                 remove_job_dir(entry["staging"], entry["id"])
             except StorageError as e:
                 log.warning("cannot delete the staging dir of %s (reclaimed later): %s", entry["id"], e)
+
+
+def intent_batches(part: dict[str, Any]) -> tuple[TopicPartition, list[StagedBatch]]:
+    """One partition of an intent (as :meth:`Committer.write_intent` records it): the partition
+    and its batches in commit order."""
+    tp = TopicPartition(part["topic"], part["partition"])
+    return tp, [StagedBatch(tp.topic, tp.partition, r[1], r[2], r[3], r[4], bool(r[5])) for r in part["batches"]]
 
 
 def check_staged(job: Job, staged: Sequence[StagedRef]) -> None:
