@@ -33,12 +33,11 @@ class Module:
     @property
     def package(self) -> str:
         """The layer's package (``storage``), or the module itself for a top-level module."""
-        parts = self.name.split(".")
-        return parts[1] if len(parts) > 1 else parts[0]
+        return package_of(self.name)
 
     @property
     def layer(self) -> int:
-        return LAYERS.get(self.package, 0)
+        return layer_of(self.name)
 
 
 def modules() -> Iterator[Module]:
@@ -70,6 +69,16 @@ def function_lengths(module: Module) -> Iterator[tuple[str, int]]:
 def package_of(name: str) -> str:
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_of(name: str) -> int:
+    """The layer of a module (or of any name inside it)."""
+    return LAYERS.get(package_of(name), 0)
+
+
+def upward_imports(module: Module) -> list[str]:
+    """The imports of ``module`` from a higher layer than its own."""
+    return [f"{module.name}:{line} imports {name}" for name, line in imported(module) if layer_of(name) > module.layer]
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -106,19 +115,16 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def main() -> int:
     found = list(modules())
-    layer_of = {m.name: m.layer for m in found}
     big = sorted(((m.lines, m.name) for m in found if m.lines > MAX_MODULE_LINES), reverse=True)
     lengths = sorted((n for m in found for _, n in function_lengths(m)))
     long_functions = sorted(((n, where) for m in found for where, n in function_lengths(m) if n > MAX_FUNCTION),
                             reverse=True)
-    upward, edges = [], defaultdict(set)
+    upward = [line for m in found for line in upward_imports(m)]
+    edges = defaultdict(set)
     for m in found:
-        for name, line in imported(m):
-            target = name if name in layer_of else name.rsplit(".", 1)[0]
-            if layer_of.get(target, 0) > m.layer:
-                upward.append(f"{m.name}:{line} imports {name}")
-            if package_of(target) != m.package:
-                edges[m.package].add(package_of(target))
+        for name, _ in imported(m):
+            if package_of(name) != m.package:
+                edges[m.package].add(package_of(name))
     median, p90 = statistics.median(lengths), lengths[int(0.9 * (len(lengths) - 1))]
     package_cycles = cycles(edges)
 
