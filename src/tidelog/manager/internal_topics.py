@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from tidelog.errors import InvalidTopicError
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+CONSUMER_OFFSETS = "__consumer_offsets"
+TRANSACTION_STATE = "__transaction_state"
+SHARE_GROUP_STATE = "__share_group_state"
+#: The one list of their names: the configs Kafka creates them with
+#: (:data:`~tidelog.manager.kraft_metadata.INTERNAL_TOPIC_CONFIGS`) and the group coordinator's
+#: topic take their names from here.
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE})
 
 
 def is_internal(topic: str) -> bool:

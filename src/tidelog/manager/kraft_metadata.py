@@ -61,6 +61,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tidelog.errors import CorruptRecordError, InvalidLogFileNameError, InvalidRecordError, StorageError
+from tidelog.manager.internal_topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE
 from tidelog.records import RECORD_ERRORS, RecordBatch, iter_batches
 from tidelog.records.varint import decode_unsigned_varint
 from tidelog.storage import files
@@ -78,10 +79,10 @@ TOPIC_RESOURCE_TYPE = 2  # Kafka's ConfigResource.Type.TOPIC
 #: TransactionStateManager, ShareCoordinatorService, with the default segment sizes): what tidelog
 #: adopts them with when Kafka's metadata log is not there to say.
 INTERNAL_TOPIC_CONFIGS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    "__consumer_offsets": MappingProxyType({"cleanup.policy": "compact", "segment.bytes": "104857600"}),
-    "__transaction_state": MappingProxyType({"cleanup.policy": "compact", "segment.bytes": "104857600"}),
-    "__share_group_state": MappingProxyType({"cleanup.policy": "delete", "retention.ms": "-1",
-                                             "segment.bytes": "104857600"}),
+    CONSUMER_OFFSETS: MappingProxyType({"cleanup.policy": "compact", "segment.bytes": "104857600"}),
+    TRANSACTION_STATE: MappingProxyType({"cleanup.policy": "compact", "segment.bytes": "104857600"}),
+    SHARE_GROUP_STATE: MappingProxyType({"cleanup.policy": "delete", "retention.ms": "-1",
+                                         "segment.bytes": "104857600"}),
 })
 
 _INT8 = struct.Struct(">b")
