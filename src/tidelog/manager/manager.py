@@ -9,8 +9,10 @@ Kafka's ``LogManager`` (kafka-storage.md §3.6, §3.9), minus replication:
   partition that fails to load is *set aside* (reported by :meth:`set_aside`, its checkpoint
   entries kept so nothing resurfaces once it is repaired) and the others load: Kafka would take
   the whole dir offline. The registry and the dirs are then reconciled (restored, adopted,
-  completed, stray dirs set aside: :mod:`.registry_sync`). Last, multi-partition jobs a crash interrupted (a Spark write) are
-  completed or rolled back, and their abandoned staging dirs deleted (:mod:`.staged_commit`).
+  completed, stray dirs set aside: :mod:`.registry_sync`). Last, multi-partition jobs a crash
+  interrupted (a Spark write) are completed or rolled back, and their abandoned staging dirs
+  deleted (:mod:`.staged_commit`; partitions of one that can be neither are held:
+  :mod:`.staged_holds`).
 * **Topics**: create (partitions placed in the dir with the fewest), add partitions, delete
   (dirs renamed ``-delete``, removed after the broker's ``log.segment.delete.delay.ms``), alter
   per-topic overrides (persisted in the registry, applied to live logs at once).
