@@ -4,13 +4,7 @@ topic name runs past its frame, and compressed batches that inflate far beyond t
 from __future__ import annotations
 
 import re
-import signal
-import socket
 import struct
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from kafka.protocol.admin import CreateTopicsResponse
@@ -19,33 +13,10 @@ from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
 from bench.bench_memory import gzip_record_bomb
-from server_helpers import TIMEOUT_S, RawClient
+from server_helpers import serve
 from tidelog.server.errors import ErrorCode
 
 MIB = 1 << 20
-
-
-@contextmanager
-def serve(data: Path, *overrides: str) -> Iterator[tuple[int, int]]:
-    """``tidelog serve`` on a free loopback port: yields (port, pid); stopped by SIGTERM afterwards."""
-    args = [arg for override in ("listeners=PLAINTEXT://127.0.0.1:0", *overrides) for arg in ("--override", override)]
-    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data), *args, "serve"],
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        banner = process.stderr.readline()
-        match = re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", banner)
-        assert match, banner
-        yield int(match.group(1)), process.pid
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-
-def _connect(port: int) -> RawClient:
-    return RawClient(socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S))
 
 
 def _framed(request: object, version: int) -> bytes:
@@ -55,13 +26,13 @@ def _framed(request: object, version: int) -> bytes:
 
 
 def test_a_metadata_request_whose_topic_name_runs_past_its_frame_creates_nothing(tmp_path: Path) -> None:
-    with serve(tmp_path / "data") as (port, _):
+    with serve(data=tmp_path / "data") as served:
         frame = _framed(samples.metadata("abcdefghijklmnop", auto_create=True), 1)  # v1 auto-creates
         cut = frame[4:frame.index(b"abcdefghijklmnop") + 3]  # the name declares 16 bytes, "abc" follows
-        attacker = _connect(port)
+        attacker = served.connect()
         attacker.send_bytes(struct.pack(">i", len(cut)) + cut)
         assert attacker.closed_by_server()
-        listing = _connect(port).call(_all_topics(), MetadataResponse, 12)
+        listing = served.connect().call(_all_topics(), MetadataResponse, 12)
         assert [t.name for t in listing.topics] == []
     assert not any((tmp_path / "data").glob("abc*")), "no partition dir was created"
 
@@ -81,17 +52,19 @@ def _peak_rss_mib(pid: int) -> int:
 def test_concurrent_decompression_bombs_are_refused_as_too_large_holding_little_memory(tmp_path: Path) -> None:
     bomb = gzip_record_bomb(100 * MIB)  # ~100 KB that inflate to 100 MiB: a valid batch Kafka would store
     assert len(bomb) < 120_000
-    with serve(tmp_path / "data") as (port, pid):
-        _connect(port).call(samples.create_topics("t"), CreateTopicsResponse, 7)
-        _connect(port).call(samples.produce("t", records=samples.record_batch(b"warm", codec_id=1)), ProduceResponse, 9)
+    with serve(data=tmp_path / "data") as served:
+        pid = served.process.pid
+        served.connect().call(samples.create_topics("t"), CreateTopicsResponse, 7)
+        served.connect().call(samples.produce("t", records=samples.record_batch(b"warm", codec_id=1)),
+                              ProduceResponse, 9)
         before = _peak_rss_mib(pid)
-        attackers = [_connect(port) for _ in range(6)]
+        attackers = [served.connect() for _ in range(6)]
         for attacker in attackers:  # all six are in flight before the first answer is read
             attacker.send(samples.produce("t", records=bomb), 9)
         answers = [a.receive(ProduceResponse, 9).responses[0].partition_responses[0] for a in attackers]
         grown = _peak_rss_mib(pid) - before
         assert [a.error_code for a in answers] == [ErrorCode.MESSAGE_TOO_LARGE] * 6
         assert "max.message.bytes 1048588" in answers[0].error_message
-        after = _connect(port).call(samples.produce("t", records=samples.record_batch(b"next")), ProduceResponse, 9)
+        after = served.connect().call(samples.produce("t", records=samples.record_batch(b"next")), ProduceResponse, 9)
         assert after.responses[0].partition_responses[0].base_offset == 1, "no bomb was stored"
     assert grown < 64, f"the broker's peak RSS grew by {grown} MiB"

@@ -13,11 +13,7 @@ import errno
 import json
 import os
 import re
-import select
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +25,7 @@ from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
-from server_helpers import TIMEOUT_S, Broker, RawClient, start_broker
+from server_helpers import TIMEOUT_S, Broker, RawClient, serve, start_broker
 
 import server_samples as samples
 
@@ -158,47 +154,24 @@ def test_a_read_committed_fetch_meeting_an_unreadable_later_segment_fails_that_p
         manager.shutdown()
 
 
-def _wait_for_line(process: subprocess.Popen[str], pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
-    """Read the server's stderr until a line matches ``pattern`` (waits on the pipe, never sleeps)."""
-    assert process.stderr is not None
-    deadline = time.monotonic() + timeout_s
-    seen = []
-    while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([process.stderr], [], [], left)
-        if not ready:
-            break
-        line = process.stderr.readline()
-        if not line:
-            break
-        seen.append(line)
-        if found := re.search(pattern, line):
-            return found
-    raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen)}")
-
-
 def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: Path) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
     _create_topic(dirs)
     # the first append to dir a fails (a full disk), and so does the first probe; the second passes
     rules = [FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/t-0/*", error=errno.ENOSPC, times=1),
              FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/{PROBE_FILE}", error=errno.ENOSPC, times=1)]
-    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.initial.task.delay.ms=600000",
-         "serve"], stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        port = _wait_for_line(process, r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)").group(1)
-        bootstrap = f"127.0.0.1:{port}"
+    env = {fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    with serve(f"log.dirs={dirs[0]},{dirs[1]}", "log.initial.task.delay.ms=600000", env=env) as served:
+        bootstrap = served.bootstrap
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, enable_idempotence=False)
         acked = {0: [], 1: []}
         for i in range(3):
             acked[1].append(producer.send("t", b"b-%d" % i, partition=1).get(TIMEOUT_S).offset)
         with pytest.raises(KafkaStorageError):
             producer.send("t", b"a-refused", partition=0).get(TIMEOUT_S)
-        offline = _wait_for_line(process, r"log dir (\S+) is offline: append of t-0 failed \[ENOSPC\]")
+        offline = served.wait_for_line(r"log dir (\S+) is offline: append of t-0 failed \[ENOSPC\]")
         assert offline.group(1) == str(dirs[0])
-        client = RawClient(socket.create_connection(("127.0.0.1", int(port)), timeout=TIMEOUT_S))
+        client = served.connect()
         assert _log_dirs(client)[str(dirs[0])][0] == ErrorCode.KAFKA_STORAGE_ERROR
         assert _metadata(client)[0] == (ErrorCode.LEADER_NOT_AVAILABLE, -1, [1])
         code, out, err = run_cli(tmp_path / "unused", "log-dirs", "--json", "--bootstrap-server", bootstrap)
@@ -214,8 +187,8 @@ def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: P
         assert [p["partition"] for p in described["offline"]] == [0]
         for i in range(3, 6):  # the healthy dir keeps accepting meanwhile
             acked[1].append(producer.send("t", b"b-%d" % i, partition=1).get(TIMEOUT_S).offset)
-        _wait_for_line(process, r"still offline, probe failed")
-        _wait_for_line(process, rf"{re.escape(str(dirs[0]))}: back online, 1 partition\(s\) reopened")
+        served.wait_for_line(r"still offline, probe failed")
+        served.wait_for_line(rf"{re.escape(str(dirs[0]))}: back online, 1 partition\(s\) reopened")
         assert _log_dirs(client)[str(dirs[0])][0] == 0 and _metadata(client)[0] == (0, 1, [])
         client.close()
         producer.close()
@@ -234,12 +207,6 @@ def test_serve_with_a_faulty_dir_keeps_serving_the_other_and_resumes(tmp_path: P
         consumer.close()
         assert got == {0: [b"a-%d" % i for i in range(4)], 1: [b"b-%d" % i for i in range(6)]}
         FIRED["serve_subprocess"] = 2  # the rules' times: one append, one probe
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     with LogManager.open(BrokerConfig.from_properties({}), dirs) as manager:
         assert manager.log(TidelogTp("t", 0)).log_end_offset == 4
         assert manager.log(TidelogTp("t", 1)).log_end_offset == 6
@@ -249,25 +216,15 @@ def test_serve_starts_with_a_dir_that_fails_to_open_and_loads_it_when_its_probe_
     dirs = [tmp_path / "a", tmp_path / "b"]
     _create_topic(dirs)
     rules = [FaultRule(frozenset({FileOp.WRITE}), f"{dirs[1]}/.lock", error=errno.EIO, times=1)]
-    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"], stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        banner = _wait_for_line(process, r"tidelog serving .* listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
-        assert f"{dirs[1]} (OFFLINE: log dir {dirs[1]} is offline: opening the log dir failed [EIO]" in banner.string
-        _wait_for_line(process, rf"{re.escape(str(dirs[1]))}: back online, loaded with 1 partition\(s\)")
-        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{banner.group(1)}", acks="all",
-                                 enable_idempotence=False)
+    env = {fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    with serve(f"log.dirs={dirs[0]},{dirs[1]}", env=env) as served:
+        assert re.search(r"tidelog serving .* listening on", served.banner.string)
+        assert f"{dirs[1]} (OFFLINE: log dir {dirs[1]} is offline: opening the log dir failed [EIO]" in served.banner.string
+        served.wait_for_line(rf"{re.escape(str(dirs[1]))}: back online, loaded with 1 partition\(s\)")
+        producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", enable_idempotence=False)
         assert producer.send("t", b"b", partition=1).get(TIMEOUT_S).offset == 0
         producer.close()
         FIRED["serve_start_up"] = 1
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_serve_neither_a_full_disk_nor_an_unreadable_file_flaps_and_healthy_paths_keep_producing(
@@ -284,16 +241,10 @@ def test_serve_neither_a_full_disk_nor_an_unreadable_file_flaps_and_healthy_path
     rules = [FaultRule(frozenset({FileOp.READ}), f"{dirs[0]}/t-0/00000000000000000001.log", error=errno.EIO),
              FaultRule(frozenset({FileOp.WRITE, FileOp.TRUNCATE}), f"{dirs[1]}/*", error=errno.ENOSPC,
                        min_size=4096)]
-    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tidelog.cli.main", "--override", "log.dirs=" + ",".join(map(str, dirs)),
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "log.initial.task.delay.ms=600000",
-         "serve"], stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        port = int(_wait_for_line(process, r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)").group(1))
-        client = RawClient(socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S))
-        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks="all", retries=0,
-                                 enable_idempotence=False)
+    env = {fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    with serve("log.dirs=" + ",".join(map(str, dirs)), "log.initial.task.delay.ms=600000", env=env) as served:
+        client = served.connect()
+        producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", retries=0, enable_idempotence=False)
         assert [_produce(client, 0, b"t-%d" % i) for i in range(2)] == [(0, 0), (0, 1)]
         acked: dict[int, list[int]] = {0: [], 2: []}
         refused = 0
@@ -309,14 +260,9 @@ def test_serve_neither_a_full_disk_nor_an_unreadable_file_flaps_and_healthy_path
         assert refused > 20 and all(offsets == list(range(len(offsets))) for offsets in acked.values())
         client.close()
         FIRED["serve_no_flap"] = 1 + len(acked[0])
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-        assert process.stderr is not None
-        err = process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=60) == 0
+        err = served.rest()
     assert f"log dir {dirs[0]} is offline" not in err  # one unreadable file: only its reads failed
     assert err.count(f"log dir {dirs[1]} is offline: append of u-1 failed [ENOSPC]") == 1
     assert f"{dirs[1]}: back online" not in err and f"{dirs[1]}: still offline, probe failed" in err
@@ -332,15 +278,12 @@ def test_serve_with_a_full_disk_while_a_partition_loads_brings_it_back_instead_o
         manager.append(TidelogTp("t", 0), samples.record_batch(b"before"))
     # the first write of t-0's load (a checkpoint, a snapshot) meets a full disk; space is then freed
     rules = [FaultRule(frozenset({FileOp.WRITE, FileOp.OPEN}), f"{dirs[0]}/t-0/*", error=errno.ENOSPC, times=1)]
-    env = {**os.environ, fileops.ENV_VAR: fileops.rules_to_json(rules)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tidelog.cli.main", "--override", f"log.dirs={dirs[0]},{dirs[1]}",
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"], stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        banner = _wait_for_line(process, r"tidelog serving .* listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
-        assert f"{dirs[0]} (OFFLINE: log dir {dirs[0]} is offline: loading of t-0 failed [ENOSPC]" in banner.string
-        _wait_for_line(process, rf"{re.escape(str(dirs[0]))}: back online, loaded with 1 partition\(s\)")
-        bootstrap = f"127.0.0.1:{banner.group(1)}"
+    env = {fileops.ENV_VAR: fileops.rules_to_json(rules)}
+    with serve(f"log.dirs={dirs[0]},{dirs[1]}", env=env) as served:
+        assert re.search(r"tidelog serving .* listening on", served.banner.string)
+        assert f"{dirs[0]} (OFFLINE: log dir {dirs[0]} is offline: loading of t-0 failed [ENOSPC]" in served.banner.string
+        served.wait_for_line(rf"{re.escape(str(dirs[0]))}: back online, loaded with 1 partition\(s\)")
+        bootstrap = served.bootstrap
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
         assert producer.send("t", b"after", partition=0).get(TIMEOUT_S).offset == 1
         producer.close()
@@ -350,11 +293,5 @@ def test_serve_with_a_full_disk_while_a_partition_loads_brings_it_back_instead_o
         assert [next(consumer).value for _ in range(2)] == [b"before", b"after"]
         consumer.close()
         FIRED["serve_load_fault"] = 1
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     with LogManager.open(broker, dirs) as manager:
         assert manager.set_aside() == [] and manager.log(TidelogTp("t", 0)).log_end_offset == 2

@@ -3,8 +3,6 @@ SIGTERM stops it cleanly, and the records are in the log dir afterwards."""
 
 from __future__ import annotations
 
-import re
-import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +10,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from server_helpers import TIMEOUT_S
+from server_helpers import TIMEOUT_S, serve
 from tidelog.manager import LogManager
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.metadata import read_clean_shutdown
@@ -21,30 +19,18 @@ from tidelog.topic_partition import TopicPartition as TidelogTp
 
 def test_serve_listens_until_sigterm(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data),
-                                "--override", "listeners=PLAINTEXT://127.0.0.1:0", "serve"],
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        banner = process.stderr.readline()
-        match = re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", banner)
-        assert match, banner
-        bootstrap = f"127.0.0.1:{match.group(1)}"
-        producer = KafkaProducer(bootstrap_servers=bootstrap)
+    with serve(data=data) as served:
+        producer = KafkaProducer(bootstrap_servers=served.bootstrap)
         offsets = [producer.send("events", b"event-%d" % i).get(TIMEOUT_S).offset for i in range(3)]
         producer.close()
         assert offsets == [0, 1, 2]
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+        consumer = KafkaConsumer(bootstrap_servers=served.bootstrap, group_id=None, auto_offset_reset="earliest",
                                  consumer_timeout_ms=int(TIMEOUT_S * 1000))
         consumer.assign([TopicPartition("events", 0)])
         values = [next(consumer).value for _ in range(3)]
         consumer.close()
         assert values == [b"event-0", b"event-1", b"event-2"]
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
+    # serve() sent SIGTERM and checked the exit code 0
     assert read_clean_shutdown(data) == -1
     with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
         assert manager.log(TidelogTp("events", 0)).log_end_offset == 3

@@ -11,10 +11,6 @@ must still read every record, and the configs must be the ones the topics were c
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +19,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from server_helpers import TIMEOUT_S
+from server_helpers import TIMEOUT_S, serve
 from tests.cli_helpers import run_cli
 from tidelog.manager import LogManager
 from tidelog.manager.topic_copies import TOPIC_COPY_FILE
@@ -61,21 +57,8 @@ def tidelog(data: Path, *args: str) -> str:
 @contextmanager
 def serving(data: Path) -> Iterator[tuple[str, list[str]]]:
     """``tidelog serve`` with fast background tasks: (bootstrap, stderr lines before its banner)."""
-    overrides = [arg for o in ("listeners=PLAINTEXT://127.0.0.1:0", *FAST_TASKS) for arg in ("--override", o)]
-    process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data), *overrides,
-                                "serve"], stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        lines = []
-        while not (match := re.search(r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", line := process.stderr.readline())):
-            assert line, "serve exited: " + "".join(lines)
-            lines.append(line)
-        yield f"127.0.0.1:{match.group(1)}", lines
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
+    with serve(*FAST_TASKS, data=data) as served:
+        yield served.bootstrap, served.before_banner
 
 
 def consume_all(bootstrap: str, topic: str) -> list[bytes]:
