@@ -18,12 +18,14 @@ only by the owner of the data dir (its ``.lock``)::
      "staging_roots": [every staging root a job used]}
 
 ``generation`` grows by one on every write: readers that do not own the dir use it as a
-sequence lock (below).
+sequence lock (below). A stat identity would not do: a replaced file may get the inode number
+its predecessor freed, within one tick of the coarse mtime clock, at the same size.
 
 **The read-side rule** (what makes a job atomic for readers that never take the lock): while a
 job's entry is an ``intent``, each of its partitions is readable only up to the intent's
-``start``. A reader takes the file's identity (:func:`file_key`), its pending starts, then the
-partition's end, then the file's identity again; if it changed, it reads again. An intent is
+``start``. A reader takes the file's generation and pending starts, then the partition's end,
+then the generation again; if it changed, it reads again (:meth:`PendingJobs.consistent`, a
+bounded number of times). An intent is
 durable before the first byte of its job reaches a log and is replaced by the committed entry
 only after every byte is flushed, so a reader whose two identities agree saw either no job in
 flight (the end it read holds no part of one) or the intent (and caps the end at its start).
@@ -32,13 +34,12 @@ flight (the end it read holds no part of one) or the intent (and caps the end at
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tidelog.errors import CheckpointError
+from tidelog.errors import CheckpointError, StorageError
 from tidelog.storage.atomic import read_file, write_atomically
 from tidelog.topic_partition import TopicPartition
 
@@ -50,7 +51,10 @@ COMMITTED = "committed"
 ROLLED_BACK = "rolled back"
 STAGING_SUFFIX = ".tidelog-staging"  # the default staging root: a sibling of the first log dir
 
-FileKey = tuple[tuple[int, int, int] | None, ...]
+MAX_CONSISTENT_READS = 100  # a reader overtaken by this many writes in a row gives up (PendingJobs.consistent)
+
+Generations = tuple[int | None, ...]  # per log dir; None: no readable file
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,51 +183,50 @@ def tp_key(part: dict[str, Any]) -> str:
 
 # --- the read side ---------------------------------------------------------------------------
 
-def file_key(log_dirs: Sequence[str | Path]) -> FileKey:
-    """The identity of the commit-log file of each log dir (inode, mtime, size; None: absent).
-    Every write replaces the file (a new inode), so an unchanged key means an unchanged file."""
-    keys = []
-    for log_dir in log_dirs:
-        try:
-            st = os.stat(Path(log_dir) / COMMIT_LOG_FILE)
-            keys.append((st.st_ino, st.st_mtime_ns, st.st_size))
-        except OSError:
-            keys.append(None)
-    return tuple(keys)
+def _read_pending(log_dir: str | Path) -> tuple[int | None, list[dict[str, Any]]]:
+    """The generation and the intents of ``log_dir``'s file; (None, []) when it is absent or
+    unreadable: it hides nothing (and is the owner's to report: it cannot commit past it)."""
+    path = Path(log_dir) / COMMIT_LOG_FILE
+    try:
+        commits = CommitLog.parse(path, path.read_bytes())
+    except (OSError, CheckpointError):
+        return None, []
+    return commits.generation, commits.pending()
 
 
-def pending_starts(log_dirs: Sequence[str | Path]) -> dict[TopicPartition, int]:
-    """Per partition of a job in flight (an intent), the offset its readers must stop at.
-    An unreadable file hides nothing (and is the owner's to report: it cannot commit past it)."""
+def _pending_starts(intents: Sequence[dict[str, Any]]) -> dict[TopicPartition, int]:
+    """Per partition of a job in flight (an intent), the offset its readers must stop at."""
     starts: dict[TopicPartition, int] = {}
-    for log_dir in log_dirs:
-        path = Path(log_dir) / COMMIT_LOG_FILE
-        try:
-            commits = CommitLog.parse(path, path.read_bytes())
-        except (OSError, CheckpointError):
-            continue
-        for job in commits.pending():
-            for part in job["partitions"]:
-                tp = TopicPartition(part["topic"], int(part["partition"]))
-                starts[tp] = min(int(part["start"]), starts.get(tp, int(part["start"])))
+    for job in intents:
+        for part in job["partitions"]:
+            tp = TopicPartition(part["topic"], int(part["partition"]))
+            starts[tp] = min(int(part["start"]), starts.get(tp, int(part["start"])))
     return starts
 
 
 class PendingJobs:
-    """A reader's cached view of the jobs in flight in a set of log dirs (see the module doc);
-    re-read only when the file changed. Not thread-safe (one per reader, as the views)."""
+    """A reader's view of the jobs in flight in a set of log dirs (see the module doc): reads
+    the small file of each on every call. Not thread-safe (one per reader, as the views)."""
 
     def __init__(self, log_dirs: Sequence[str | Path]) -> None:
         self.log_dirs = list(log_dirs)
-        self._key: FileKey | None = None
-        self._starts: dict[TopicPartition, int] = {}
 
-    def snapshot(self) -> tuple[FileKey, dict[TopicPartition, int]]:
-        key = file_key(self.log_dirs)
-        if key != self._key:
-            self._starts = pending_starts(self.log_dirs) if any(k is not None for k in key) else {}
-            self._key = key
-        return key, self._starts
+    def snapshot(self) -> tuple[Generations, dict[TopicPartition, int]]:
+        """The generation of each log dir's file and the pending starts they name."""
+        read = [_read_pending(log_dir) for log_dir in self.log_dirs]
+        return tuple(generation for generation, _ in read), _pending_starts([job for _, jobs in read for job in jobs])
 
-    def unchanged(self, key: FileKey) -> bool:
-        return file_key(self.log_dirs) == key
+    def unchanged(self, generations: Generations) -> bool:
+        return tuple(_read_pending(log_dir)[0] for log_dir in self.log_dirs) == generations
+
+    def consistent(self, read: Callable[[dict[TopicPartition, int]], T]) -> T:
+        """``read(pending starts)``, done again until no write of the files came in between (the
+        sequence lock of the module doc). StorageError when writes overtook it
+        :data:`MAX_CONSISTENT_READS` times in a row."""
+        for _ in range(MAX_CONSISTENT_READS):
+            generations, starts = self.snapshot()
+            found = read(starts)
+            if self.unchanged(generations):
+                return found
+        raise StorageError(f"the staged-commit log changed during each of {MAX_CONSISTENT_READS} reads",
+                           path=find_commit_log(self.log_dirs))

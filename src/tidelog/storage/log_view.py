@@ -205,12 +205,11 @@ class LogView:
     def bounds(self, partitions: Mapping[TopicPartition, Path] | None = None) -> dict[TopicPartition, PartitionBounds]:
         """Refreshed bounds of ``partitions`` (each with its dir; by default every live partition),
         with one look at the staged-commit log for all: a job in flight is seen whole or not at all."""
-        while True:
-            key, starts = self.pending_jobs.snapshot()
+        def read(starts: dict[TopicPartition, int]) -> dict[TopicPartition, PartitionBounds]:
             chosen = self.partitions() if partitions is None else partitions
-            found = {tp: self.partition(tp, d).refresh(starts) for tp, d in chosen.items()}
-            if self.pending_jobs.unchanged(key):
-                return found
+            return {tp: self.partition(tp, d).refresh(starts) for tp, d in chosen.items()}
+
+        return self.pending_jobs.consistent(read)
 
     def checkpointed_log_start_offset(self, log_dir: Path, tp: TopicPartition) -> int | None:
         """``tp``'s entry in ``log_dir``'s log-start-offset checkpoint (re-read when the file
@@ -277,7 +276,7 @@ class PartitionView:
         staged-commit log did not change meanwhile, as :meth:`LogView.bounds`).
 
         Raises :class:`DataLossError` when the partition dir is gone. Cost when nothing changed:
-        three ``stat`` calls, plus two per log dir for the staged-commit log without ``pending``."""
+        three ``stat`` calls, plus two reads per log dir of the staged-commit log without ``pending``."""
         for attempt in (0, 1):
             try:
                 return self._refresh(pending)
@@ -306,14 +305,12 @@ class PartitionView:
 
     def _visible_end(self, starts: dict[TopicPartition, int] | None) -> int:
         """The readable end, stopped at the start of a job in flight (:mod:`.commit_log`: the
-        commit log's identity is read before and after the end; a change means read again)."""
-        jobs = self._owner.pending_jobs
-        while True:
-            key, found = jobs.snapshot() if starts is None else (None, starts)
-            end = self._walk_end()
-            if key is None or jobs.unchanged(key):
-                cap = found.get(self.topic_partition)
-                return end if cap is None else min(end, cap)
+        commit log's generation is read before and after the end, unless the caller did)."""
+        def capped(found: dict[TopicPartition, int]) -> int:
+            end, cap = self._walk_end(), found.get(self.topic_partition)
+            return end if cap is None else min(end, cap)
+
+        return capped(starts) if starts is not None else self._owner.pending_jobs.consistent(capped)
 
     def _walk_end(self) -> int:
         """The readable end: continue the last segment's header walk over appended bytes."""
