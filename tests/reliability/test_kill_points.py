@@ -16,7 +16,6 @@ import pytest
 from kill_harness import (
     RERUN_ENV,
     SEED_ENV,
-    WORKLOADS,
     KillPoint,
     Outcome,
     Plan,
@@ -30,6 +29,7 @@ from kill_harness import (
     sample_points,
     seed,
 )
+from kill_workloads import WORKLOADS
 
 from tidelog.storage import fileops
 

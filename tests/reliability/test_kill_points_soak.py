@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kill_harness import WORKLOADS, Summary, all_points, chosen_points, counting_run, run_points
+from kill_harness import Summary, all_points, chosen_points, counting_run, run_points
+from kill_workloads import WORKLOADS
 
 
 @pytest.mark.soak
