@@ -17,7 +17,7 @@ from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.cli.tables import echo_json, echo_table, parse_key_values
 from tidelog.manager import TopicDescription
 from tidelog.manager.internal_topics import check_deletable
-from tidelog.manager.manager import unconfirmed_note
+from tidelog.manager.registry_sync import unconfirmed_note
 from tidelog.manager.topics import COLLISION_WARNING, has_collision_chars
 
 PARTITION_COLUMNS = ("Topic", "Partition", "LogDir", "LogStartOffset", "HighWatermark", "LogEndOffset",
