@@ -71,6 +71,15 @@ class TidelogServe:
             time.sleep(0.05)
         self.bootstrap_servers = f"127.0.0.1:{match[1]}"
 
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap_servers.rsplit(":", 1)[1])
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "not started"
+        return self._process.pid
+
     def stop(self) -> None:
         """SIGTERM, as an operator stops it: a clean shutdown (exit status 0) or an error."""
         process, self._process = self._process, None

@@ -43,37 +43,31 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_kafka_wire import TidelogServe, encode_request
-from bench.bench_server import _answered_connection, _serve_pid
+from bench.bench_server import answered_connection, read_exactly, status_bytes
 from bench.bench_storage import MIB, Row, Settings, scratch_dir
+from tidelog.storage.config import BROKER_CONFIGS
 
 FETCH_PARTITIONS = 4
 FETCH_REPEATS = 8  # times each partition is named in the hostile Fetch
 FETCH_PARTITION_MIB = (20, 2)  # full, quick
-FETCH_MAX_BYTES = 57671680  # Kafka's fetch.max.bytes default, what the broker should cap at
+FETCH_MAX_BYTES: int = BROKER_CONFIGS["fetch.max.bytes"].default  # what the broker should cap at (Kafka's too)
 INT32_MAX = 2**31 - 1
 BATCH_RECORDS, VALUE_SIZE = 900, 1024  # ~0.9 MiB batches, under max.message.bytes
 PARTIAL_CONNECTIONS = (8, 3)  # full, quick
-REQUEST_MAX_BYTES = 104857600  # socket.request.max.bytes default: the size prefix each connection sends
-QUEUED_MAX_REQUEST_BYTES = 209715200  # its default: what the broker should stop reading at
+REQUEST_MAX_BYTES: int = BROKER_CONFIGS["socket.request.max.bytes"].default  # the size prefix each connection sends
+QUEUED_MAX_REQUEST_BYTES: int = BROKER_CONFIGS["queued.max.request.bytes"].default  # where the broker stops reading
 STALL_S = 2.0  # a connection whose bytes the broker has not taken for this long is stalled (backpressure)
 _SIZE = struct.Struct(">i")
 
 
 # --- RSS of the serve process ----------------------------------------------------------------------
 
-def _status_kb(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} for pid {pid}")
-
-
 def peak_growth(pid: int, attack: Callable[[], dict[str, Any]]) -> tuple[int, int, dict[str, Any]]:
     """``(RSS before, peak RSS growth during attack(), attack's details)`` of ``pid``, in bytes."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # the high-water mark restarts from the current RSS
-    before = _status_kb(pid, "VmRSS") * 1024
+    before = status_bytes(pid, "VmRSS")
     details = attack()
-    return before, _status_kb(pid, "VmHWM") * 1024 - before, details
+    return before, status_bytes(pid, "VmHWM") - before, details
 
 
 # --- filling partitions through the wire -----------------------------------------------------------
@@ -109,18 +103,7 @@ def fill(port: int, topic: str, partitions: int, mib_each: int) -> None:
 
 
 def _frame(sock: socket.socket) -> bytes:
-    return _exactly(sock, _SIZE.unpack(_exactly(sock, _SIZE.size))[0])
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, MIB))
-        if not chunk:
-            raise RuntimeError("tidelog serve closed a benchmark connection")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+    return read_exactly(sock, _SIZE.unpack(read_exactly(sock, _SIZE.size))[0])
 
 
 # --- the hostile Fetch --------------------------------------------------------------------------
@@ -143,7 +126,7 @@ def send_hostile_fetch(port: int, frame: bytes) -> dict[str, Any]:
     """Send ``frame`` and read its response without holding it (counted, then dropped)."""
     with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
         sock.sendall(frame)
-        size = _SIZE.unpack(_exactly(sock, _SIZE.size))[0]
+        size = _SIZE.unpack(read_exactly(sock, _SIZE.size))[0]
         left = size
         while left:
             chunk = sock.recv(min(left, MIB))
@@ -160,13 +143,13 @@ def fetch_attack(root: Path, overrides: dict[str, str], mib_each: int) -> tuple[
     serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
     serve.start()
     try:
-        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
+        port = serve.port
         create_topic(serve.bootstrap_servers, "t", FETCH_PARTITIONS)
         fill(port, "t", FETCH_PARTITIONS, mib_each)
         frame = hostile_fetch("t", FETCH_PARTITIONS, FETCH_REPEATS)
         send_hostile_fetch(port, hostile_fetch("t", FETCH_PARTITIONS, 2, max_bytes=MIB))  # warm-up, small
-        before, growth, details = peak_growth(_serve_pid(root / "data"), lambda: send_hostile_fetch(port, frame))
-        _answered_connection(port).close()  # still serving
+        before, growth, details = peak_growth(serve.pid, lambda: send_hostile_fetch(port, frame))
+        answered_connection(port).close()  # still serving
         serve.stop()
     finally:
         serve.kill()
@@ -230,7 +213,7 @@ def _send_until_stalled(socks: list[socket.socket], sent: dict[int, int], chunk:
 
 def _fresh_client_answered(port: int) -> bool:
     try:
-        _answered_connection(port).close()
+        answered_connection(port).close()
         return True
     except (OSError, RuntimeError):
         return False
@@ -243,9 +226,9 @@ def partial_attack(root: Path, overrides: dict[str, str], connections: int,
     serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
     serve.start()
     try:
-        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
-        _answered_connection(port).close()  # warm-up
-        before, growth, details = peak_growth(_serve_pid(root / "data"),
+        port = serve.port
+        answered_connection(port).close()  # warm-up
+        before, growth, details = peak_growth(serve.pid,
                                               lambda: trickle(port, connections, request_size))
         serve.stop()
     finally:
@@ -271,7 +254,7 @@ def bench_server_partial_requests_memory(settings: Settings) -> list[Row]:
 
 BOMB_CONNECTIONS = 6
 BOMB_MIB = (300, 100)  # full, quick: what each bomb's record inflates to
-DECOMPRESSION_MEMORY_BYTES = 67108864  # tidelog.produce.decompression.memory.bytes default
+DECOMPRESSION_MEMORY_BYTES: int = BROKER_CONFIGS["tidelog.produce.decompression.memory.bytes"].default
 
 
 def gzip_record_bomb(value_size: int, *, timestamp: int | None = None) -> bytes:
@@ -330,12 +313,12 @@ def bomb_attack(root: Path, overrides: dict[str, str], inflated_mib: int) -> tup
     serve = TidelogServe(root / "data", root / "serve.stderr", overrides)
     serve.start()
     try:
-        port = int(serve.bootstrap_servers.rsplit(":", 1)[1])
+        port = serve.port
         create_topic(serve.bootstrap_servers, "t", 1)
         fill(port, "t", 1, 1)  # warm-up: the append path has run once
-        before, growth, details = peak_growth(_serve_pid(root / "data"),
+        before, growth, details = peak_growth(serve.pid,
                                               lambda: send_bombs(port, frame, BOMB_CONNECTIONS))
-        _answered_connection(port).close()  # still serving
+        answered_connection(port).close()  # still serving
         serve.stop()
     finally:
         serve.kill()

@@ -48,43 +48,30 @@ _SIZE = struct.Struct(">i")
 
 # --- idle connections ---------------------------------------------------------------------------
 
-def _serve_pid(data_dir: Path) -> int:
-    """The pid of the ``tidelog serve`` over ``data_dir`` (its command line names the dir)."""
-    wanted = str(data_dir).encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                arguments = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in arguments and wanted in arguments:
-                return int(proc.name)
-    raise RuntimeError(f"no tidelog serve process over {data_dir}")
-
-
-def _rss_bytes(pid: int) -> int:
+def status_bytes(pid: int, field: str) -> int:
+    """A memory figure of ``pid`` from /proc/<pid>/status (``VmRSS``, ``VmHWM``), in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
-def _answered_connection(port: int) -> socket.socket:
+def answered_connection(port: int) -> socket.socket:
     """A connection that sent one ApiVersions and read its answer (the server now holds its state)."""
     from kafka.protocol.metadata import ApiVersionsRequest
 
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     request = ApiVersionsRequest(client_software_name="tidelog-bench", client_software_version="1")
     sock.sendall(encode_request(request, 3, 1))
-    size = _SIZE.unpack(_exactly(sock, _SIZE.size))[0]
-    _exactly(sock, size)
+    read_exactly(sock, _SIZE.unpack(read_exactly(sock, _SIZE.size))[0])
     return sock
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``, received at most 1 MiB at a time (``recv(n)`` allocates ``n``)."""
     chunks = []
     while n:
-        chunk = sock.recv(n)
+        chunk = sock.recv(min(n, MIB))
         if not chunk:
             raise RuntimeError("tidelog serve closed a benchmark connection")
         chunks.append(chunk)
@@ -116,14 +103,14 @@ asyncio.run(main())
 
 def _hold(port: int, pid: int, count: int) -> tuple[int, int]:
     """RSS of ``pid`` before and while holding ``count`` answered connections to ``port``."""
-    _answered_connection(port).close()  # warm-up: the first request's imports and caches
+    answered_connection(port).close()  # warm-up: the first request's imports and caches
     time.sleep(0.2)  # lets the server drop the warm-up connection
-    before = _rss_bytes(pid)
+    before = status_bytes(pid, "VmRSS")
     held: list[socket.socket] = []
     try:
-        held.extend(_answered_connection(port) for _ in range(count))
-        after = _rss_bytes(pid)
-        _answered_connection(port).close()  # still serving
+        held.extend(answered_connection(port) for _ in range(count))
+        after = status_bytes(pid, "VmRSS")
+        answered_connection(port).close()  # still serving
     finally:
         for sock in held:
             sock.close()
@@ -148,7 +135,7 @@ def bench_server_idle_connections(settings: Settings) -> list[Row]:
         serve = TidelogServe(root / "data", root / "serve.stderr", {})
         serve.start()
         try:
-            ours = _hold(int(serve.bootstrap_servers.rsplit(":", 1)[1]), _serve_pid(root / "data"), count)
+            ours = _hold(serve.port, serve.pid, count)
             serve.stop()
         finally:
             serve.kill()
