@@ -9,6 +9,7 @@ import struct
 
 import cramjam
 import lz4.frame
+import numpy as np
 import pytest
 import zstandard
 from records_strategies import ALL_CODECS
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import CompressionType, compress, decompress
-from tidelog.records.compression import XERIAL_HEADER, xxh32
+from tidelog.records.compression import _WRITE_ZERO, XERIAL_HEADER, xxh32
 
 PAYLOADS = [b"", b"x", bytes(range(256)) * 40, os.urandom(70_000), b"abc" * 50_000]
 
@@ -141,3 +142,14 @@ def test_corrupt_data_raises_corrupt_record_from_library_error(codec: Compressio
     if damage == "garbage":  # the library's own error is chained
         assert err.value.__cause__ is not None and not isinstance(err.value.__cause__, CorruptRecordError)
         assert codec.kafka_name in str(err.value)
+
+
+def test_cramjam_says_an_output_buffer_is_full_in_the_words_the_zstd_bound_looks_for() -> None:
+    """The bounded zstd decode tells "more than max_size" from "not zstd" by cramjam's message (its
+    error has no kind); pinned here against the installed cramjam: a frame without content size,
+    as Kafka's Java clients write them, into a buffer one byte too small."""
+    payload = b"tidelog " * 4096
+    stream = zstandard.ZstdCompressor(write_content_size=False).compress(payload)
+    assert cramjam.zstd.decompress_into(stream, np.empty(len(payload), np.uint8)) == len(payload)
+    with pytest.raises(cramjam.DecompressionError, match=_WRITE_ZERO):
+        cramjam.zstd.decompress_into(stream, np.empty(len(payload) - 1, np.uint8))
