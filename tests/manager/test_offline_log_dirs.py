@@ -533,3 +533,35 @@ def test_partition_copies_of_a_dir_offline_during_a_config_change_catch_up_when_
     for name in ("t-1", "u-1"):
         copy = read_topic_copy(second / name)
         assert copy is not None and dict(copy.configs) == {"retention.ms": "-1"}, name
+
+
+def test_a_registry_read_failing_on_the_disk_is_no_damage_its_dir_waits_offline_until_it_reads(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    """EIO reading a registry copy says nothing of its content: it is not renamed aside as damaged
+    (and its epoch and entries lost), its dir goes offline and joins once the copy reads."""
+    first = broker.open(log_dirs[:2])
+    first.create_topic("t", 2)
+    first.shutdown()
+    alone = broker.open(log_dirs[1:2])  # a config change only the second dir's registry saw
+    alone.alter_topic_config("t", {"retention.ms": "-1"})
+    newer = registry(log_dirs[1])["epoch"]
+    alone.shutdown()
+    (log_dirs[1] / "t-1" / TOPIC_COPY_FILE).unlink()  # and its partition copy is lost
+    copy = log_dirs[1] / REGISTRY_FILE
+    kept = copy.read_bytes()
+    with faults(request, FaultRule(frozenset({FileOp.READ}), str(copy), error=errno.EIO)):
+        manager = broker.open(log_dirs[:2])
+        [offline] = manager.offline_log_dirs()
+        assert (offline.path, offline.operation, offline.errno) == (log_dirs[1], "reading the topic registry",
+                                                                     errno.EIO)
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("t", 1), batch())
+        assert acknowledged(manager, 0, 1) == [0]  # the other dir serves
+        broker.clock.advance(1_000)
+        assert manager.probe_offline_dirs() == []  # the copy still does not read
+    assert copy.read_bytes() == kept and not list(log_dirs[1].glob(f"{REGISTRY_FILE}.damaged-*"))
+    broker.clock.advance(2_000)
+    assert manager.probe_offline_dirs() == [log_dirs[1]]
+    assert manager.topic_overrides("t") == {"retention.ms": "-1"}
+    assert manager.log(tp("t", 0)).config.retention_ms == -1
+    assert registry(log_dirs[0]) == registry(log_dirs[1]) and registry(log_dirs[0])["epoch"] > newer

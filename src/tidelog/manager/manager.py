@@ -59,6 +59,8 @@ from tidelog.errors import (
 from tidelog.manager import recovery
 from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
 from tidelog.manager.log_dir_failure import (
+    FaultCause,
+    FaultKind,
     FaultReportingCleaner,
     LogDirFailureChannel,
     OfflineLog,
@@ -179,6 +181,12 @@ class LogManager(OfflineDirs, RegistrySync, StagedHolds):
 
     def _load(self, on_progress: ProgressCallback | None) -> None:
         read = read_newest_registry([d.path for d in self._online_dirs()])
+        for log_dir in self._online_dirs():  # a disk fault: the dir is loaded once its probe passes
+            if (error := read.unreadable.get(log_dir.path)) is not None:
+                cause = FaultCause.of(FaultKind.READ, error)  # the probe reads the registry again
+                self._failed_loading(log_dir, "reading the topic registry", error, cause)
+        if read.unreadable and not self._online_dirs():  # as when no dir opens
+            raise next(iter(read.unreadable.values()))
         self._registry = read.state
         self._epoch_floor = read.floor_epoch
         self._damaged_registries = dict(read.damaged)
@@ -219,7 +227,7 @@ class LogManager(OfflineDirs, RegistrySync, StagedHolds):
         try:
             return self._load_dir(log_dir, to_load, progress, recovered)
         except _PartitionLoadFault as e:
-            self._failed_loading(log_dir, e.topic_partition, e)
+            self._failed_loading(log_dir, f"loading of {e.topic_partition}", e)
             return []
 
     def _load_dir(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: _Progress,

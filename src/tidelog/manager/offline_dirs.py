@@ -236,14 +236,15 @@ class OfflineDirs:
         self._offline_logs[tp] = OfflineLog(offline.path, lg.log_start_offset, lg.recovery_point)
         return tp, lg
 
-    def _failed_loading(self, log_dir: LogDir, tp: TopicPartition, error: BaseException) -> None:
-        """A partition of ``log_dir`` met a disk fault while the dir loaded at start-up: the dir
-        goes offline, unloaded (its logs loaded so far were closed), and is loaded, with recovery,
-        when its probe passes."""
+    def _failed_loading(self, log_dir: LogDir, operation: str, error: BaseException,
+                        cause: FaultCause | None = None) -> None:
+        """``operation`` (reading the dir's registry, loading a partition) met a disk fault while
+        ``log_dir`` loaded at start-up: the dir goes offline, unloaded (its logs loaded so far
+        were closed), and is loaded, with recovery, when its probe passes."""
         with self._lock:
             self._unloaded.add(log_dir.path)
             log_dir.had_clean_shutdown = False  # a load cut short: recover when it is loaded again
-            failure = self._failures.mark_offline(log_dir.path, f"loading of {tp}", error)
+            failure = self._failures.mark_offline(log_dir.path, operation, error, cause)
         if failure is not None:
             log.error("%s; the log dir is loaded when its probe passes, the other log dirs are loaded",
                       failure.describe())

@@ -367,9 +367,12 @@ class RegistrySync:
     def _rejoin_registry(self, log_dir: LogDir) -> None:
         """Under the lock: the registry copy of a dir coming back joins as at start-up: a damaged
         one is kept aside, an entry newer than ours wins (a returning dir deletes nothing), the
-        epoch never goes lower than any it shows, and the dir gets the merged registry."""
+        epoch never goes lower than any it shows, and the dir gets the merged registry. A copy
+        whose read fails on the disk raises that error: the dir stays offline."""
         path = log_dir.path
         read = read_newest_registry([path])
+        if path in read.unreadable:
+            raise read.unreadable[path]
         self._epoch_floor = max(self._epoch_floor, read.floor_epoch)
         if path in read.damaged:
             self._damaged_registries[path] = read.damaged[path]

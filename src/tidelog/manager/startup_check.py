@@ -231,11 +231,14 @@ def _check_registry(root: Path, dirs: list[Path]) -> tuple[RegistryState | None,
             return None, [Finding(path, "missing: no tidelog registry or topic copy here (a Kafka data dir not "
                                         "opened by tidelog yet, or both were lost)", rebuilt, problem=False)]
         return None, [Finding(path, "missing", rebuilt)]
-    data = b""
     try:
         data = read_file(path, "topic registry")
+    except StorageError as e:
+        return None, [Finding(path, f"unreadable: {e}", "a disk fault, not damage: the broker leaves the file as it "
+                              "is and keeps the log dir offline (KAFKA_STORAGE_ERROR) until it reads")]
+    try:
         registry = decode_registry(data, path)
-    except (CheckpointError, StorageError) as e:
+    except CheckpointError as e:
         epoch = salvage_epoch(data)
         kept = f"kept aside as {REGISTRY_FILE}.damaged-<ms> (never overwritten); " + rebuilt
         return None, [Finding(path, f"unreadable (epoch {'unknown' if epoch is None else epoch}): {e}", kept)]

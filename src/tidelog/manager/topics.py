@@ -28,9 +28,10 @@ between two dirs' writes, or a dir that was offline during a change, resolves to
 
 A copy is never the only record of a topic's configs: each partition dir also holds its topic's
 entry (:mod:`.topic_copies`), the newer of the two winning at start-up. A registry copy that does
-not read is renamed aside (``tidelog-topics.json.damaged-<ms>``), never overwritten, and the
+not parse is renamed aside (``tidelog-topics.json.damaged-<ms>``), never overwritten, and the
 registry is rewritten with an epoch above every epoch still readable (the damaged copy's, salvaged
-from its first bytes, and the partition copies'), never a lower one.
+from its first bytes, and the partition copies'), never a lower one. A copy whose read fails on
+the disk (EIO) is no damage: it is left as it is and its log dir goes offline until it reads.
 
 Partition dirs found on disk that neither the registry nor a partition copy knows (a data dir
 written by Kafka, or both lost) are adopted: with the topic id and overrides Kafka's KRaft
@@ -211,15 +212,19 @@ class RegistryRead:
     """The newest registry copy, and the dirs whose copy is missing, unreadable or older (with why),
     which the manager rewrites.
 
-    ``damaged``: the unreadable copies that may hold more than ``state`` (their epoch, salvaged
-    from the bytes when it can be, is not lower than the newest readable one's), with the epoch
-    salvaged (None: none could be). ``floor_epoch``: the highest epoch any copy shows, readable or
-    salvaged; the next registry written must be above it."""
+    ``damaged``: the copies that do not parse and may hold more than ``state`` (their epoch,
+    salvaged from the bytes when it can be, is not lower than the newest readable one's), with the
+    epoch salvaged (None: none could be). ``floor_epoch``: the highest epoch any copy shows,
+    readable or salvaged; the next registry written must be above it. ``unreadable``: the copies
+    whose read failed on the disk (EIO ...), with the error: nothing is known of them, not even
+    that they are damaged, so they are neither stale nor damaged (their dir must not be written
+    until they read)."""
 
     state: RegistryState
     stale: Mapping[Path, str]
     damaged: Mapping[Path, int | None] = field(default_factory=lambda: MappingProxyType({}))
     floor_epoch: int = 0
+    unreadable: Mapping[Path, StorageError] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def read_newest_registry(log_dirs: Sequence[Path]) -> RegistryRead:
@@ -227,16 +232,21 @@ def read_newest_registry(log_dirs: Sequence[Path]) -> RegistryRead:
     copies: dict[Path, RegistryState] = {}
     stale: dict[Path, str] = {}
     salvaged: dict[Path, int | None] = {}
+    unreadable: dict[Path, StorageError] = {}
     for log_dir in log_dirs:
         path = registry_file(log_dir)
         if not path.exists():
             stale[log_dir] = "missing"
             continue
-        data = b""
         try:
             data = read_file(path, "topic registry")
+        except StorageError as e:  # a disk fault, not damage: the copy may be whole
+            log.warning("cannot read the topic registry: %s", e)
+            unreadable[log_dir] = e
+            continue
+        try:
             copies[log_dir] = decode_registry(data, path)
-        except (CheckpointError, StorageError) as e:
+        except CheckpointError as e:
             log.warning("unreadable topic registry: %s", e)
             stale[log_dir] = str(e)
             salvaged[log_dir] = salvage_epoch(data)
@@ -246,7 +256,7 @@ def read_newest_registry(log_dirs: Sequence[Path]) -> RegistryRead:
             stale[log_dir] = f"epoch {state.epoch} is older than {newest.epoch}"
     damaged = {d: e for d, e in salvaged.items() if not copies or e is None or e >= newest.epoch}
     floor = max([newest.epoch, *(e for e in salvaged.values() if e is not None)])
-    return RegistryRead(newest, MappingProxyType(stale), MappingProxyType(damaged), floor)
+    return RegistryRead(newest, MappingProxyType(stale), MappingProxyType(damaged), floor, MappingProxyType(unreadable))
 
 
 _EPOCH = re.compile(rb'"epoch":\s*(\d{1,18})[,}\s]')
