@@ -19,11 +19,10 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
+from tidelog.records.batch import NO_PRODUCER_ID
 from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.records.record import Record
 from tidelog.storage.txn_index import AbortedTxn
-
-NO_PRODUCER_ID = -1
 
 
 class _Batch(Protocol):
