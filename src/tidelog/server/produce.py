@@ -32,7 +32,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from tidelog.errors import InvalidRecordError, TidelogError
+from tidelog.errors import InvalidRecordError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import check_appendable
 from tidelog.records.batch import (
@@ -117,10 +117,8 @@ def decompression_reservation(manager: LogManager, topic_data: list[Any], capaci
 
 
 def _decompressed_allowance(manager: LogManager, tp: TopicPartition) -> int:
-    try:
-        return decompressed_records_limit(manager.log(tp).config.max_message_bytes)
-    except TidelogError:  # no such partition: the append answers why, decompressing nothing
-        return 0
+    log = manager.get_log(tp)  # none: the append answers why, decompressing nothing
+    return 0 if log is None else decompressed_records_limit(log.config.max_message_bytes)
 
 
 class AcksZeroFailure(Exception):
