@@ -314,8 +314,7 @@ class CleanerManager:
                     self._write(dir_key(log_dir), tp, end_offset)
                     self._note_progress(tp, end_offset)
             elif state == ABORTED:
-                self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
-                self._cond.notify_all()
+                self._aborted_clean_done(tp)
             else:
                 raise CleanerStateError(f"done cleaning a partition that is {state or 'not being cleaned'}",
                                         topic_partition=str(tp))
@@ -338,8 +337,7 @@ class CleanerManager:
                 if state == IN_PROGRESS:
                     del self._states[tp]
                 elif state == ABORTED:
-                    self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
-                    self._cond.notify_all()
+                    self._aborted_clean_done(tp)
                 else:
                     raise CleanerStateError(f"done deleting a partition that is {state or 'not in progress'}",
                                             topic_partition=str(tp))
@@ -353,16 +351,10 @@ class CleanerManager:
         ``done_deleting``); ABORTED raises :class:`CleanerStateError`. Each call needs one
         :meth:`resume_cleaning`."""
         with self._cond:
-            state = self._states.get(tp)
-            if state is None:
-                self._set_state(tp, paused(1))
-            elif state == IN_PROGRESS:
-                self._states[tp] = ABORTED
-            elif state.is_paused:
-                self._states[tp] = paused(state.pause_count + 1)
-            else:
-                raise CleanerStateError(f"cannot abort and pause cleaning: it is {state}", topic_partition=str(tp))
-            self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+            if self._states.get(tp) == ABORTED:
+                raise CleanerStateError(f"cannot abort and pause cleaning: it is {ABORTED}", topic_partition=str(tp))
+            self._pause(tp)
+            self._cond.wait_for(lambda: self._stopped(tp))
 
     def pause_cleaning(self, *tps: TopicPartition) -> None:
         """:meth:`abort_and_pause_cleaning` without the wait, for callers that may be a cleaner
@@ -372,21 +364,35 @@ class CleanerManager:
         waits for the aborted cleans."""
         with self._lock:
             for tp in tps:
-                state = self._states.get(tp)
-                if state is None:
-                    self._set_state(tp, paused(1))
-                elif state == IN_PROGRESS:
-                    self._states[tp] = ABORTED
-                elif state == ABORTED:
-                    self._pending_pauses[tp] = self._pending_pauses.get(tp, 0) + 1
-                else:
-                    self._states[tp] = paused(state.pause_count + 1)
+                self._pause(tp)
 
     def await_stopped(self, *tps: TopicPartition) -> None:
         """Wait until no clean of ``tps`` is running or aborting (never call it from a cleaner
         thread, nor holding a lock the cleaner thread needs)."""
         with self._cond:
-            self._cond.wait_for(lambda: all(self._states.get(tp) not in (IN_PROGRESS, ABORTED) for tp in tps))
+            self._cond.wait_for(lambda: all(self._stopped(tp) for tp in tps))
+
+    def _pause(self, tp: TopicPartition) -> None:
+        """Under the lock: one more pause of ``tp``; a clean in progress is aborted (the pause
+        taken when its thread is done: :meth:`_aborted_clean_done`)."""
+        state = self._states.get(tp)
+        if state is None:
+            self._set_state(tp, paused(1))
+        elif state == IN_PROGRESS:
+            self._states[tp] = ABORTED
+        elif state == ABORTED:
+            self._pending_pauses[tp] = self._pending_pauses.get(tp, 0) + 1
+        else:
+            self._states[tp] = paused(state.pause_count + 1)
+
+    def _aborted_clean_done(self, tp: TopicPartition) -> None:
+        """Under the lock: the cleaner thread is done with an aborted ``tp``: ABORTED → PAUSED by
+        the abort and every pause asked while it was stopping; the waiters wake."""
+        self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
+        self._cond.notify_all()
+
+    def _stopped(self, tp: TopicPartition) -> bool:
+        return self._states.get(tp) not in (IN_PROGRESS, ABORTED)
 
     def resume_cleaning(self, *tps: TopicPartition) -> None:
         """Kafka's ``resumeCleaning``: PAUSED(1) → idle, PAUSED(n) → PAUSED(n-1); any other state
@@ -519,7 +525,7 @@ class CleanerManager:
         with self._cond:
             if self._states.get(tp) == IN_PROGRESS:
                 self._states[tp] = ABORTED
-            self._cond.wait_for(lambda: self._states.get(tp) not in (IN_PROGRESS, ABORTED))
+            self._cond.wait_for(lambda: self._stopped(tp))
             self._pending_pauses.pop(tp, None)
             if self._states.pop(tp, None) is not None:
                 self._removed.add(tp)
