@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 from kafka.protocol.sasl import SaslHandshakeResponse
 
@@ -75,11 +74,6 @@ def handshake(client: RawClient, mechanism: str, version: int = 1) -> Any:
 
 def authenticate(client: RawClient, token: bytes, version: int = 2) -> Any:
     return client.call(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, version)
-
-
-def api_versions(client: RawClient) -> Any:
-    request = ApiVersionsRequest(client_software_name="tests", client_software_version="1")
-    return client.call(request, ApiVersionsResponse, 3)
 
 
 # --- a throwaway PKI ---------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
 from tidelog.manager import LogManager
 from tidelog.server import Endpoint, ServerConfig, ServerThread
 from tidelog.server.server import KafkaServer
@@ -110,6 +112,12 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def api_versions(client: RawClient) -> Any:
+    """An ApiVersions v3 round trip (the cheapest request: the connection is still served)."""
+    request = ApiVersionsRequest(client_software_name="tests", client_software_version="1")
+    return client.call(request, ApiVersionsResponse, 3)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> None:

@@ -18,8 +18,8 @@ import server_samples as samples
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
-from security_helpers import api_versions, client_context, make_pki, start_secure_broker
-from server_helpers import TIMEOUT_S, RawClient, wait_until
+from security_helpers import client_context, make_pki, start_secure_broker
+from server_helpers import TIMEOUT_S, RawClient, api_versions, wait_until
 from tidelog.errors import ConfigError
 from tidelog.manager import LogManager
 from tidelog.server import Endpoint, ServerConfig, ServerThread

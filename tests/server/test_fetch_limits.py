@@ -10,11 +10,10 @@ import socket
 from collections.abc import Callable
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
-from server_helpers import TIMEOUT_S, Broker, RawClient, wait_until
+from server_helpers import TIMEOUT_S, Broker, RawClient, api_versions, wait_until
 from tidelog.records import iter_batches
 
 INT32_MAX = 2**31 - 1
@@ -43,11 +42,6 @@ def _offsets(records: bytes | None) -> list[int]:
     return [r.offset for _, b in iter_batches(records or b"") for r in b.records()]
 
 
-def _healthy(client: RawClient) -> bool:
-    request = ApiVersionsRequest(client_software_name="tests", client_software_version="1")
-    return client.call(request, ApiVersionsResponse, 3).error_code == 0
-
-
 def test_a_partition_named_many_times_is_read_once(broker: Broker) -> None:
     broker.manager.create_topic("t", 2)
     client = broker.connect()
@@ -59,7 +53,7 @@ def test_a_partition_named_many_times_is_read_once(broker: Broker) -> None:
     assert [p.partition_index for p in parts] == [1, 0]  # each once, at its first place
     assert _offsets(parts[0].records) == list(range(5, 20))  # with the offset of its last mention
     assert _offsets(parts[1].records) == list(range(20))
-    assert _healthy(client)
+    assert api_versions(client).error_code == 0
 
 
 def test_fetch_max_bytes_caps_the_response_whatever_the_request_asks(make_broker: Callable[..., Broker]) -> None:
@@ -76,7 +70,7 @@ def test_fetch_max_bytes_caps_the_response_whatever_the_request_asks(make_broker
     assert _offsets(parts[0].records)[0] == 0 and not parts[1].records and not parts[2].records
     smaller = client.call(_fetch([0], max_bytes=3000), FetchResponse, 12)  # the request's own limit, if lower
     assert 2000 < len(smaller.responses[0].partitions[0].records) <= 3000
-    assert _healthy(client)
+    assert api_versions(client).error_code == 0
 
 
 def test_a_first_batch_larger_than_fetch_max_bytes_comes_whole(make_broker: Callable[..., Broker]) -> None:

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
 from security_helpers import start_secure_broker
-from server_helpers import Broker, RawClient, wait_until
+from server_helpers import Broker, RawClient, api_versions, wait_until
 from tidelog.errors import ConfigError
 from tidelog.server import ServerConfig
 from tidelog.server.memory_pool import SMALL_FRAME_BYTES, RequestMemoryPool
@@ -27,11 +26,6 @@ from tidelog.storage.config import BrokerConfig
 
 MIB = 1 << 20
 LIMITS = {"socket.request.max.bytes": str(MIB), "queued.max.request.bytes": str(MIB)}
-
-
-def _healthy(client: RawClient) -> bool:
-    request = ApiVersionsRequest(client_software_name="tests", client_software_version="1")
-    return client.call(request, ApiVersionsResponse, 3).error_code == 0
 
 
 def _big_produce(client: RawClient) -> None:
@@ -61,12 +55,12 @@ def test_beyond_the_budget_bodies_wait_unread_while_small_requests_flow(make_bro
     _big_produce(producer)
     wait_until(lambda: pool.waiting == 1)
     assert _nothing_answered(producer)  # its body stays in the socket
-    assert _healthy(broker.connect())  # small frames do not wait for the budget
+    assert api_versions(broker.connect()).error_code == 0  # small frames do not wait for the budget
     hog.close()  # going away returns what it held: the waiting produce is read and answered
     response = producer.receive(ProduceResponse, 9)
     assert response.responses[0].partition_responses[0].error_code == 0
     wait_until(lambda: (pool.used, pool.waiting) == (0, 0))
-    assert _healthy(producer)
+    assert api_versions(producer).error_code == 0
 
 
 def test_a_connection_leaving_while_it_waits_gives_nothing_back_twice(make_broker: Callable[..., Broker]) -> None:

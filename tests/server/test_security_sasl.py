@@ -16,8 +16,8 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.sasl import SaslHandshakeResponse
 
 import server_samples as samples
-from security_helpers import SecureBroker, add_user, api_versions, authenticate, handshake, start_secure_broker
-from server_helpers import TIMEOUT_S
+from security_helpers import SecureBroker, add_user, authenticate, handshake, start_secure_broker
+from server_helpers import TIMEOUT_S, api_versions
 from tidelog.server import codec
 from tidelog.topic_partition import TopicPartition as TidelogTp
 

@@ -14,8 +14,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import MetadataResponse
 
 import server_samples as samples
-from security_helpers import Pki, SecureBroker, add_user, api_versions, client_context, make_pki, start_secure_broker
-from server_helpers import TIMEOUT_S
+from security_helpers import Pki, SecureBroker, add_user, client_context, make_pki, start_secure_broker
+from server_helpers import TIMEOUT_S, api_versions
 from tidelog.errors import ConfigError
 
 
