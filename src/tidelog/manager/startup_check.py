@@ -41,7 +41,7 @@ from tidelog.storage.checkpoints import (
     OFFSET_ENTRY_FORMAT,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
-    parse_checkpoint,
+    read_checkpoint,
 )
 from tidelog.storage.metadata import PARTITION_METADATA_FILE, decode_partition_metadata, read_meta_properties
 from tidelog.storage.producer_snapshot import read_snapshot
@@ -253,8 +253,8 @@ def _check_offsets(path: Path, unreadable: str, partitions: dict[Path, _Partitio
     if not path.is_file():
         return []
     try:
-        entries = parse_checkpoint(read_file(path, "checkpoint file").decode("utf-8"), OFFSET_ENTRY_FORMAT, path)
-    except (CheckpointError, StorageError, UnicodeDecodeError) as e:
+        entries = read_checkpoint(path, OFFSET_ENTRY_FORMAT)
+    except (CheckpointError, StorageError) as e:
         return [Finding(path, f"unreadable: {e}", unreadable)]
     findings = []
     for tp, offset in entries:
@@ -313,8 +313,8 @@ def _check_epochs(dir: Path) -> list[Finding]:
     if not path.is_file():
         return []
     try:
-        parse_checkpoint(read_file(path, "checkpoint file").decode("utf-8"), EPOCH_ENTRY_FORMAT, path)
-    except (CheckpointError, StorageError, UnicodeDecodeError) as e:
+        read_checkpoint(path, EPOCH_ENTRY_FORMAT)
+    except (CheckpointError, StorageError) as e:
         return [Finding(path, f"unreadable: {e}", SET_ASIDE + " (Kafka takes the whole log dir offline)")]
     return []
 

@@ -237,18 +237,23 @@ class CheckpointFile(Generic[T]):
         _create_if_missing(path)
 
     def read_entries(self) -> list[T]:
-        return parse_checkpoint(self._read_text(), self._format, self.path, self._version)
+        return read_checkpoint(self.path, self._format, self._version)
 
     def write_entries(self, entries: Iterable[T]) -> None:
         text = format_checkpoint(entries, self._format, self._version)
         write_atomically(self.path, text.encode("utf-8"))
 
-    def _read_text(self) -> str:
-        data = read_file(self.path, "checkpoint file")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CheckpointError("checkpoint file is not valid UTF-8", path=self.path, position=e.start) from e
+
+def read_checkpoint(path: Path, entry_format: EntryFormat[T], version: int = CHECKPOINT_VERSION) -> list[T]:
+    """The entries of the checkpoint file ``path``, read whole; unlike :class:`CheckpointFile`,
+    a missing file is not created (for readers that write nothing). :class:`StorageError` when it
+    cannot be read, :class:`CheckpointError` when it does not parse."""
+    data = read_file(path, "checkpoint file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError("checkpoint file is not valid UTF-8", path=path, position=e.start) from e
+    return parse_checkpoint(text, entry_format, path, version)
 
 
 def _create_if_missing(path: Path) -> None:
