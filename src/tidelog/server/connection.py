@@ -4,10 +4,10 @@ Framing: ``int32 size`` then ``size`` bytes. A size below 0 or above ``socket.re
 closes the connection before anything is read or allocated for it (Kafka's
 InvalidReceiveException). A frame then reserves its size from the server's
 :class:`~tidelog.server.memory_pool.RequestMemoryPool` (``queued.max.request.bytes``) before its
-body is read, and keeps it until the request has been handled. Requests are handled one after the other, as Kafka's broker mutes a
-connection until its response is sent: a client may pipeline requests (they wait, buffered, in
-the socket), and gets the responses in the order it sent them; appends from one producer
-connection land in its order.
+body is read, and keeps it until the request has been handled. Requests are handled one after
+the other, as Kafka's broker mutes a connection until its response is sent: a client may pipeline
+requests (they wait, buffered, in the socket), and gets the responses in the order it sent them;
+appends from one producer connection land in its order.
 
 Closed instead of answered, as Kafka does: a frame that does not parse, an unknown API key, an
 unsupported version (but ApiVersions), an acks=0 Produce that failed. Responses already sent
