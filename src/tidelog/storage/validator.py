@@ -395,19 +395,13 @@ def _rebuild_one(
     batch: FileBatch, position: int, base: int, config: LogConfig, leader_epoch: int, now: int,
     log_append: bool, target: CompressionType, topic_partition: object,
 ) -> tuple[bytes, int, int, int]:
-    records = list(batch.records())
-    if batch.magic < 2 and not batch.inner_magics_match:  # type: ignore[union-attr]  # legacy here
+    """One pass over the records, re-encoding each as it is decoded (no list of them is held);
+    the legacy checks (keys of a compacted topic, timestamps) are raised after it."""
+    legacy = batch.magic < 2
+    if legacy and not batch.inner_magics_match:  # type: ignore[union-attr]  # legacy here
         raise InvalidRecordError(
             f"inner message magic differs from wrapper magic {batch.magic} (KAFKA-4298 data is read, not accepted)",
             topic_partition=topic_partition, position=position)
-    if batch.magic < 2 and config.compact and any(r.key is None for r in records):  # v2: checked on its summary
-        bad = [(i, "record has no key") for i, r in enumerate(records) if r.key is None]
-        raise InvalidRecordError("compacted topic cannot accept message without key",
-                                 topic_partition=topic_partition, record_errors=bad)
-    if batch.magic < 2:
-        stamped = [r.timestamp for r in records if r.timestamp != NO_TIMESTAMP]
-        _check_timestamps(min(stamped, default=_LONG_MAX), max(stamped, default=NO_TIMESTAMP),
-                          batch, position, config, now, log_append)
     builder = BatchBuilder(
         compression=target,
         compression_level=_level(config, target),
@@ -420,11 +414,25 @@ def _rebuild_one(
         timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
         log_append_time=now if log_append else None,
     )
-    for delta, record in enumerate(records):
+    count, keyless = 0, []
+    low, high, latest = _LONG_MAX, NO_TIMESTAMP, None  # latest: the max over every record, stamped or not
+    for delta, record in enumerate(batch.records()):
         builder.append(base + delta, record.timestamp, record.key, record.value, record.headers)
-    last = base + max(len(records) - 1, 0)
-    batch_max = now if log_append else max((r.timestamp for r in records), default=NO_TIMESTAMP)
-    return builder.build(), last, batch_max, len(records)
+        count += 1
+        timestamp = record.timestamp
+        latest = timestamp if latest is None else max(latest, timestamp)
+        if timestamp != NO_TIMESTAMP:
+            low, high = min(low, timestamp), max(high, timestamp)
+        if record.key is None:
+            keyless.append((delta, "record has no key"))
+    if legacy and config.compact and keyless:  # v2: checked on its summary
+        raise InvalidRecordError("compacted topic cannot accept message without key",
+                                 topic_partition=topic_partition, record_errors=keyless)
+    if legacy:
+        _check_timestamps(low, high, batch, position, config, now, log_append)
+    last = base + max(count - 1, 0)
+    batch_max = now if log_append else (NO_TIMESTAMP if latest is None else latest)
+    return builder.build(), last, batch_max, count
 
 
 def _level(config: LogConfig, codec: CompressionType) -> int | None:
