@@ -88,9 +88,10 @@ from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.checkpoints import OffsetCheckpointFile
-from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names, loadable_overrides
+from tidelog.storage.config import BrokerConfig, LogConfig, check_topic_config_names
 from tidelog.storage.log import Log
 from tidelog.storage.metadata import PartitionMetadataFile, new_topic_id
+from tidelog.storage.stored_overrides import loadable_overrides
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)

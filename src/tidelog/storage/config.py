@@ -40,10 +40,7 @@ Defaults are Kafka 4.x's (``message.timestamp.after.max.ms`` = 3600000,
 * ``cleanup.policy`` may be empty (neither delete nor compact), as Kafka 4.2 allows (KAFKA-19112).
 * ``log.dirs`` items: empty items are dropped, duplicates rejected.
 
-**Stored values** (:func:`loadable_overrides`): an override read back from a topic registry
-written under older rules (or adopted from a Kafka broker, whose minimums are lower) is never a
-reason to leave a partition unloaded: a number outside its range loads as the nearest bound, and
-anything else unusable is left out, each with a note the caller logs.
+Stored overrides that no longer validate are made loadable by :mod:`.stored_overrides`.
 
 Keys removed in Kafka 4.0 (``message.timestamp.difference.max.ms``, ``message.format.version``,
 ``message.downconversion.enable`` and their ``log.`` broker forms) are rejected with a message
@@ -287,6 +284,24 @@ class ConfigKey:
     def format(self, value: Any) -> str:
         """The value as Kafka prints it in properties and DescribeConfigs."""
         return format_value(self.type, value)
+
+    def nearest_bound(self, raw: object) -> int | float | None:
+        """The bound of this key's range nearest to ``raw``, when ``raw`` is a number of the key's
+        type outside it; else None (in range, not a number, NaN, or a key with no range)."""
+        if not isinstance(self.validator, (Range, RangeOrSentinel)):
+            return None
+        try:
+            value = _PARSERS[self.type](self.name, raw)
+        except ConfigError:
+            return None
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        low, high = self.validator.min, self.validator.max
+        if low is not None and value < low:
+            return low
+        if high is not None and value > high:
+            return high
+        return None
 
 
 def _parse_integer(name: str, raw: object, lo: int, hi: int, type_name: str) -> int:
@@ -920,54 +935,6 @@ def _check_compaction_lags(min_lag_ms: int, max_lag_ms: int) -> None:
             f"max.compaction.lag.ms ({max_lag_ms})",
             config="min.compaction.lag.ms",
         )
-
-
-def loadable_overrides(broker: BrokerConfig,
-                       overrides: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
-    """Stored topic overrides made loadable (module doc): ``(overrides, notes)``, where a number
-    out of range is replaced by the nearest bound and any other unusable override is dropped (a
-    compaction lag in conflict with the other one too, the minimum first), each change explained
-    by one note. What comes back passes ``broker.log_config``."""
-    usable: dict[str, object] = {}
-    notes: list[str] = []
-    for name, raw in sorted(overrides.items()):
-        try:
-            check_topic_config_names([name])
-            TOPIC_CONFIGS[name].parse(raw)
-            usable[name] = raw
-        except ConfigError as e:
-            nearest = _nearest_usable(TOPIC_CONFIGS.get(name), raw)
-            if nearest is None:
-                notes.append(f"{name}={_show(raw)} left out: {e.message}")
-            else:
-                usable[name] = TOPIC_CONFIGS[name].format(nearest)
-                notes.append(f"{name}={_show(raw)} loaded as {usable[name]}: {e.message}")
-    for lag in ("min.compaction.lag.ms", "max.compaction.lag.ms"):
-        try:
-            broker.log_config(usable)
-            break
-        except ConfigError as e:
-            if lag in usable:
-                notes.append(f"{lag}={_show(usable.pop(lag))} left out: {e.message}")
-    return usable, notes
-
-
-def _nearest_usable(key: ConfigKey | None, raw: object) -> int | float | None:
-    """The bound nearest to a number outside ``key``'s range, or None when there is none."""
-    if key is None or not isinstance(key.validator, (Range, RangeOrSentinel)):
-        return None
-    try:
-        value = _PARSERS[key.type](key.name, raw)
-    except ConfigError:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    low, high = key.validator.min, key.validator.max
-    if low is not None and value < low:
-        return low
-    if high is not None and value > high:
-        return high
-    return None
 
 
 def _broker_from_mapping(props: Mapping[str, object]) -> BrokerConfig:
