@@ -215,12 +215,11 @@ def scratch_name(lease: Lease | None) -> str:
 
 def scratch_lease(name: str) -> Lease | None:
     """The owner a scratch dir's name gives (None: none, or not a scratch dir)."""
+    if not name.startswith(CREATING_PREFIX):
+        return None
     owner, _, host = name.removeprefix(CREATING_PREFIX).partition("@")
-    fields = owner.split("-")
     try:
-        if len(fields) == 3:  # no boot nor namespace: an owner never known dead
-            return Lease(host, int(fields[1]), None if fields[2] == "None" else int(fields[2]))
-        _, pid, start, pidns, boot = fields
+        _, pid, start, pidns, boot = owner.split("-")
         return Lease(host, int(pid), None if start == "None" else int(start), None if boot == "None" else boot,
                      None if pidns == "None" else int(pidns))
     except ValueError:
