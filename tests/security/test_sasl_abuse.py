@@ -23,8 +23,8 @@ from kafka.net.sasl.scram import ScramClient
 
 import server_samples as samples
 from abuse_helpers import Served, start_serve, tidelog
-from security_helpers import api_versions, authenticate, handshake
-from server_helpers import RawClient
+from security_helpers import authenticate, handshake
+from server_helpers import RawClient, api_versions
 from tidelog.errors import TidelogError
 from tidelog.server import codec
 from tidelog.server.security.credentials import DEFAULT_ITERATIONS, new_plain_credential, new_user_credential

@@ -17,8 +17,8 @@ from kafka.protocol.metadata import MetadataResponse
 
 import server_samples as samples
 from abuse_helpers import Served
-from security_helpers import Pki, api_versions, client_context, make_pki
-from server_helpers import TIMEOUT_S, RawClient
+from security_helpers import Pki, client_context, make_pki
+from server_helpers import TIMEOUT_S, RawClient, api_versions
 
 _CA_CONFIG = """[ca]
 default_ca = backdated
