@@ -565,3 +565,36 @@ def test_a_registry_read_failing_on_the_disk_is_no_damage_its_dir_waits_offline_
     assert manager.topic_overrides("t") == {"retention.ms": "-1"}
     assert manager.log(tp("t", 0)).config.retention_ms == -1
     assert registry(log_dirs[0]) == registry(log_dirs[1]) and registry(log_dirs[0])["epoch"] > newer
+
+
+def test_deleting_a_topic_whose_clean_a_dir_failure_aborted_waits_for_the_clean_to_stop(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    """The dir's failure aborts the clean without waiting (ABORTED until the cleaner thread's next
+    chunk); a deletion meanwhile waits for it like any other pause, and is not refused."""
+    manager = broker.open(log_dirs[:2], CLEANER)
+    manager.create_topic("c", 2, COMPACT)
+    assert manager.log(tp("c", 0)).dir.parent == log_dirs[0]
+    assert manager.cleaner is not None
+    cleaner = manager.cleaner.manager
+    for _ in range(5):
+        manager.append(tp("c", 0), batch(2))
+    assert cleaner.grab_for_cleaning(tp("c", 0), force=True) is not None  # a cleaner thread is cleaning c-0
+    with faults(request, FaultRule(frozenset({FileOp.WRITE}), under(log_dirs[0]), error=errno.ENOSPC)):
+        with pytest.raises(LogDirOfflineError):
+            manager.append(tp("c", 0), batch())
+    assert cleaner.is_cleaning_aborted(tp("c", 0))
+    errors: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            manager.delete_topic("c")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    deleter = threading.Thread(target=delete, daemon=True)
+    deleter.start()
+    deleter.join(0.2)
+    assert errors == [] and deleter.is_alive()  # waiting for the aborted clean
+    cleaner.done_cleaning(tp("c", 0), log_dirs[0], None)  # the cleaner thread acknowledges
+    deleter.join(5)
+    assert errors == [] and not deleter.is_alive() and not manager.has_topic("c")

@@ -447,12 +447,13 @@ class LogManager(OfflineDirs, RegistrySync, StagedHolds):
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: recorded in the registry first, then each partition dir is renamed
         ``-delete`` and removed after the broker's ``log.segment.delete.delay.ms``. A clean in
-        progress on one of its partitions is aborted first (outside the manager's lock: the
-        cleaner thread may need it to finish its current step)."""
+        progress on one of its partitions is aborted first, or waited for when a dir failure or
+        a hold aborted it already (outside the manager's lock: the cleaner thread may need it to
+        finish its current step)."""
         doomed_tps = [TopicPartition(name, p) for p in self.partitions(name)]
         if self.cleaner is not None:
-            for tp in doomed_tps:
-                self.cleaner.manager.abort_and_pause_cleaning(tp)
+            self.cleaner.manager.pause_cleaning(*doomed_tps)
+            self.cleaner.manager.await_stopped(*doomed_tps)
         try:
             self._delete_topic(name)
         except BaseException:
