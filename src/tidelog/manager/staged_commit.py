@@ -145,10 +145,10 @@ def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> Non
             log.error("cannot read the staged-commit log, jobs in flight are not completed: %s", e)
             return
         committer.finish_pending()
-        manager.hold_for_staged_commits(holds(committer.commits.pending()))
-        roots |= set(committer.commits.staging_roots)
-        keep = {job["id"] for job in committer.commits.pending()}
-        roots |= {job["staging"] for job in committer.commits.pending()}
+        pending = committer.commits.pending()
+        manager.hold_for_staged_commits(holds(pending))
+        roots |= {*committer.commits.staging_roots, *(job["staging"] for job in pending)}
+        keep = {job["id"] for job in pending}
     else:
         keep = set()
     reclaim_staging(roots, keep)
