@@ -217,10 +217,7 @@ class Log:
             producer_state=producer_state, producer_id_expiration_check_interval_ms=producer_id_expiration_check_interval_ms,
         )
         try:
-            for segment in loaded.segments.snapshot():
-                if segment.txn_index_suspect:  # recovered with transaction markers in it: rebuilt now, as Kafka does
-                    segment.txn_index_suspect = False
-                    opened._txn_index_check.checked(segment)
+            opened._txn_index_check.check_recovered(loaded.segments.snapshot())
         except BaseException:
             opened.close_handlers()  # its files and its scheduled producer-expiry task go with it
             raise

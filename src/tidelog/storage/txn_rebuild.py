@@ -192,6 +192,15 @@ class TxnIndexCheck:
                     segment.txn_index_checked = self._check(segment)
         return segment.txn_index
 
+    def check_recovered(self, segments: Sequence[LogSegment]) -> None:
+        """Check now, as Kafka's recovery rebuilds them, the indexes of the ``segments`` that
+        recovery marked (:attr:`LogSegment.txn_index_suspect`: transaction markers in the
+        recovered data, or an unreadable file), so the dir is right for Kafka too."""
+        for segment in segments:
+            if segment.txn_index_suspect:
+                segment.txn_index_suspect = False
+                self.checked(segment)
+
     def truncated(self) -> None:
         """The log was truncated (call under the log's lock): the open transactions found so
         far no longer hold, and a check under way does not write what it found."""
