@@ -31,6 +31,7 @@ from tidelog.errors import (
     LogSegmentOffsetOverflowError,
 )
 from tidelog.records import FileBatch
+from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.scan import (
     INDEX_STATE_SLOTS,
     PRODUCED_INDEX_DUE,
@@ -70,7 +71,7 @@ from tidelog.storage.txn_index import TransactionIndex
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
-_TXN_MARKER = 0x30  # a batch's transactional and control attribute bits: an end-transaction marker
+_TXN_MARKER = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK  # both bits: an end-transaction marker
 INT64_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from tidelog.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError
 from tidelog.records import read_batch_at
+from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.storage import fileops, files
 from tidelog.storage.producer_snapshot import read_snapshot
@@ -39,10 +40,6 @@ from tidelog.storage.segment import LogSegment
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger(__name__)
-
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
-
 
 @dataclass(frozen=True, slots=True)
 class TxnBatch:
@@ -59,7 +56,7 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
     headers = segment.log.batch_headers(segment.size)
     attributes = headers["attributes"]
     # selected in numpy: a segment of 1-record batches has millions of rows, few of them transactional
-    rows = np.flatnonzero(((attributes & _TRANSACTIONAL) != 0) & (headers["producer_id"] >= 0)
+    rows = np.flatnonzero(((attributes & TRANSACTIONAL_FLAG_MASK) != 0) & (headers["producer_id"] >= 0)
                           & (headers["last_offset"] >= start) & (headers["base_offset"] < end))
     if len(rows) == 0:
         return
@@ -68,7 +65,7 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
     try:
         for i in rows.tolist():
             pid, base = int(headers["producer_id"][i]), int(headers["base_offset"][i])
-            if not int(attributes[i]) & _CONTROL:
+            if not int(attributes[i]) & CONTROL_FLAG_MASK:
                 yield TxnBatch(pid, base, None)
                 continue
             batch = read_batch_at(fileops.pread(fd, int(headers["size"][i]), int(headers["position"][i]), path), 0)
