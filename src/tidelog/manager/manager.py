@@ -207,9 +207,12 @@ class LogManager(OfflineDirs, RegistrySync, StagedHolds):
         self._register_loaded(loaded)
         self._reconcile_registry(bool(read.stale))
         for log_dir in self._online_dirs():
-            log_dir.loaded_completely = not any(
-                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values()
-            )
+            self._note_loaded(log_dir)
+
+    def _note_loaded(self, log_dir: LogDir) -> None:
+        """Whether every partition of ``log_dir`` loaded (else it gets no clean-shutdown marker)."""
+        log_dir.loaded_completely = not any(
+            s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
 
     def _loading_plan(self, log_dir: LogDir) -> dict[TopicPartition, Path]:
         """The partition dirs of ``log_dir`` to load; ``-delete`` dirs (and dirs of deleted topics,

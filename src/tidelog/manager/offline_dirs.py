@@ -5,9 +5,10 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 :class:`OfflineDirs` is a mixin of :class:`~tidelog.manager.manager.LogManager`, kept apart so the
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
-``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``, ``_set_partition_aside``,
-``_complete_staged_commits``) and its registry steps (:mod:`.registry_sync`: ``_rejoin_registry``,
-``_reconcile_registry``, ``_sync_topic_copies``, ``_await_held``).
+``_note_loaded``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
+``_set_partition_aside``), its staged-commit step (:mod:`.staged_holds`:
+``_complete_staged_commits``) and its registry steps (:mod:`.registry_sync`:
+``_rejoin_registry``, ``_reconcile_registry``, ``_sync_topic_copies``, ``_await_held``).
 
 A dir that comes back finishes the staged commits (:mod:`.staged_commit`) its absence kept
 pending: their partitions, held (unserved) meanwhile, rejoin still held and are released once the
@@ -351,8 +352,7 @@ class OfflineDirs:
             self._unloaded.discard(log_dir.path)
             self._take_late_logs(log_dir, found)
             held = self._reconcile_registry(False)
-            log_dir.loaded_completely = not any(
-                s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
+            self._note_loaded(log_dir)
             failure = self._failures.mark_online(log_dir.path)
         self._await_held(held)
         self._resume_cleaning(log_dir.path)
