@@ -29,7 +29,7 @@ from pathlib import Path
 from tidelog.errors import CheckpointError, CorruptSnapshotError, InvalidLogDirNameError, StorageError
 from tidelog.manager.staged_commit import startup_findings
 from tidelog.manager.log_dir import SKIPPED_DIRS
-from tidelog.manager.topic_copies import TOPIC_COPY_FILE, decode_topic_copy
+from tidelog.manager.topic_copies import TOPIC_COPY_FILE, read_topic_copy
 from tidelog.manager.topics import REGISTRY_FILE, RegistryState, TopicRecord, decode_registry, salvage_epoch
 from tidelog.storage import files
 from tidelog.storage.atomic import read_file
@@ -347,12 +347,12 @@ def _check_topic_id(dir: Path, record: TopicRecord | None) -> list[Finding]:
 
 def _check_copy(dir: Path, record: TopicRecord | None) -> tuple[TopicRecord | None, list[Finding]]:
     path = dir / TOPIC_COPY_FILE
-    if not path.is_file():
-        return None, []
     try:
-        copy = decode_topic_copy(read_file(path, "topic copy"), path)
+        copy = read_topic_copy(dir)
     except (CheckpointError, StorageError) as e:
         return None, [Finding(path, f"unreadable: {e}", "ignored; the broker rewrites it from the registry")]
+    if copy is None:
+        return None, []
     if record is None or copy.replace(assignments=record.assignments) == record:
         return copy, []
     if copy.epoch > record.epoch:
