@@ -51,7 +51,7 @@ from tidelog.manager.reports import SetAside
 from tidelog.manager.topic_copies import copy_matches, encode_topic_copy, read_topic_copy, write_topic_copy
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry, write_registry
 from tidelog.storage import files
-from tidelog.storage.config import BrokerConfig, LogConfig
+from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log
 from tidelog.storage.metadata import (
     PARTITION_METADATA_FILE,
@@ -77,7 +77,6 @@ class RegistrySync:
     _log_dir_of: dict[TopicPartition, LogDir]
     _set_aside: dict[Path, SetAside]
     _offline_logs: dict[TopicPartition, OfflineLog]
-    _configs: dict[str, LogConfig]
     _registry: RegistryState
     _epoch_floor: int  # the next registry epoch is above this (and above the registry's)
     _damaged_registries: dict[Path, int | None]  # kept aside before their dir's next write
