@@ -59,9 +59,10 @@ import struct
 from dataclasses import dataclass
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError
+from tidelog.manager.internal_topics import CONSUMER_OFFSETS
 from tidelog.records.varint import decode_unsigned_varint
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = CONSUMER_OFFSETS  # the name from the one list of internal topics
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
