@@ -29,6 +29,7 @@ from manager_helpers import (
 
 from tidelog import retention
 from tidelog.errors import (
+    InvalidTopicError,
     LogDirLockedError,
     OffsetOutOfRangeError,
     StorageError,
@@ -607,3 +608,12 @@ def test_dirs_of_different_clusters_are_refused(broker: Opener, log_dirs: list[P
     broker.open(log_dirs[1:2]).shutdown()
     with pytest.raises(TidelogError, match="cluster"):
         broker.open(log_dirs[:2])
+
+
+def test_an_internal_topic_is_refused_by_the_manager_itself_and_keeps_its_data(tmp_path: Path) -> None:
+    with LogManager.open(BrokerConfig.from_properties({}), [tmp_path]) as manager:
+        manager.create_topic("__consumer_offsets", 1)
+        with pytest.raises(InvalidTopicError, match="Cannot delete internal topic __consumer_offsets"):
+            manager.delete_topic("__consumer_offsets")
+        assert manager.partitions("__consumer_offsets") == [0]
+    assert (tmp_path / "__consumer_offsets-0").is_dir()

@@ -16,7 +16,6 @@ from tidelog.cli.context import open_manager
 from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.cli.tables import echo_json, echo_table, parse_key_values
 from tidelog.manager import TopicDescription
-from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.registry_sync import unconfirmed_note
 from tidelog.manager.topics import COLLISION_WARNING, has_collision_chars
 
@@ -157,7 +156,6 @@ def delete(ctx: click.Context, name: str, bootstrap_server: str | None) -> None:
         check_remote_usage(ctx)
         remote_admin.delete_topic(bootstrap_server, name)
     else:
-        check_deletable(name)  # as through the broker, and as Kafka's kafka-topics --delete refuses
         with open_manager(ctx) as manager:
             manager.delete_topic(name)
     click.echo(f"Deleted topic {name}.")

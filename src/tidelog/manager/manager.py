@@ -57,6 +57,7 @@ from tidelog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tidelog.manager import recovery
+from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
 from tidelog.manager.log_dir_failure import (
     FaultCause,
@@ -70,9 +71,9 @@ from tidelog.manager.log_dir_failure import (
 )
 from tidelog.manager.offline_dirs import OfflineDirs, close_failed_log
 from tidelog.manager.reports import LogDirInfo, PartitionInfo, SetAside, TopicDescription
+from tidelog.manager.registry_sync import RegistrySync, placed_assignments, read_topic_id, unconfirmed_note
 from tidelog.manager.staged_commit import complete_pending
 from tidelog.manager.staged_holds import StagedHolds
-from tidelog.manager.registry_sync import RegistrySync, placed_assignments, read_topic_id, unconfirmed_note
 from tidelog.manager.topic_copies import write_topic_copy
 from tidelog.manager.topics import (
     RegistryState,
@@ -452,7 +453,9 @@ class LogManager(OfflineDirs, RegistrySync, StagedHolds):
         ``-delete`` and removed after the broker's ``log.segment.delete.delay.ms``. A clean in
         progress on one of its partitions is aborted first, or waited for when a dir failure or
         a hold aborted it already (outside the manager's lock: the cleaner thread may need it to
-        finish its current step)."""
+        finish its current step). An internal topic is refused (:func:`.internal_topics.check_deletable`):
+        every door, the broker's DeleteTopics and the CLI alike, gets the same answer."""
+        check_deletable(name)
         doomed_tps = [TopicPartition(name, p) for p in self.partitions(name)]
         if self.cleaner is not None:
             self.cleaner.manager.pause_cleaning(*doomed_tps)

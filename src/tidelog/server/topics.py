@@ -33,7 +33,6 @@ from tidelog.errors import (
     TopicExistsError,
 )
 from tidelog.manager import LogManager
-from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.topics import check_collision, validate_topic_name
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
@@ -166,7 +165,6 @@ def delete_topics(manager: LogManager, wanted: list[tuple[str | None, Any]]) -> 
             continue
         try:
             found_id = topic_id_to_uuid(manager.describe_topic(target).topic_id)
-            check_deletable(target)
             manager.delete_topic(target)
             results.append(Deleted(name=target, topic_id=found_id, error_code=0))
         except Exception as e:  # noqa: BLE001 - every failure becomes this topic's error code
