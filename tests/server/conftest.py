@@ -20,7 +20,7 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     def make(**props: object) -> Broker:
         manager, thread = start_broker(tmp_path / "data", **props)
         started.append((manager, thread))
-        return Broker(manager, thread.server, thread.server.bound[0].port)
+        return Broker(manager, thread.server, thread.server.bound[0].port, thread.loop)
 
     yield make
     for manager, thread in started:

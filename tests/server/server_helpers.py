@@ -8,6 +8,7 @@ runs. Tests never sleep: they wait on sockets with timeouts, or poll a server ga
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import queue
@@ -41,6 +42,7 @@ class Broker:
     manager: LogManager
     server: KafkaServer
     port: int
+    loop: asyncio.AbstractEventLoop | None = None  # the server's event loop, where the fixture knows it
 
     @property
     def bootstrap(self) -> str:

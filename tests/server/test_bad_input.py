@@ -3,8 +3,11 @@ server still answers other connections, and nothing refused was stored."""
 
 from __future__ import annotations
 
+import asyncio
+import select
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -182,7 +185,28 @@ def test_a_produce_reserves_the_largest_decompressed_allowance_of_its_compressed
 
 def test_compressed_produces_beyond_the_decompression_budget_wait_their_turn(make_broker: Callable[..., Broker]) -> None:
     broker = make_broker(**{"tidelog.produce.decompression.memory.bytes": str(1 << 20)})
-    broker.manager.create_topic("t", 1, {"max.message.bytes": str(4 << 20)})  # each produce takes the whole budget
+    for topic in ("held", "t"):  # each produce takes the whole budget
+        broker.manager.create_topic(topic, 1, {"max.message.bytes": str(4 << 20)})
+    pool, loop = broker.server.decompression_memory, broker.loop
+    assert loop is not None
+
+    def on_loop(coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(timeout=10)
+
+    async def waiting() -> int:
+        return pool.waiting
+
+    # while the budget is held, a compressed produce is not validated, appended nor answered
+    held = pool.reserve(1 << 20)
+    on_loop(held.__aenter__())
+    first = broker.connect()
+    first.send(samples.produce("held", records=samples.record_batch(b"v" * 100_000, codec_id=1)), 9)
+    assert select.select([first.sock], [], [], 0.5)[0] == []
+    assert on_loop(waiting()) == 1 and broker.manager.log(TopicPartition("held", 0)).log_end_offset == 0
+    on_loop(held.__aexit__(None, None, None))
+    answer = first.receive(ProduceResponse, 9).responses[0].partition_responses[0]
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+
     clients = [broker.connect() for _ in range(4)]
     for client in clients:
         client.send(samples.produce("t", records=samples.record_batch(b"v" * 100_000, codec_id=1)), 9)

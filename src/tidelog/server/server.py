@@ -239,6 +239,12 @@ class ServerThread:
         self._error: BaseException | None = None
         self._stop: asyncio.Event | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the server runs on: another thread reaches the server's event-loop
+        methods through it (``asyncio.run_coroutine_threadsafe``, ``call_soon_threadsafe``)."""
+        return self._loop
+
     def start(self) -> list[BoundListener]:
         self._thread.start()
         self._started.wait()
