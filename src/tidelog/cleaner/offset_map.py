@@ -7,7 +7,7 @@ Kafka's ``SkimpyOffsetMap`` (kafka-storage.md §3.7.4), re-done for speed and si
   than its budget (the cleaner gives it ``log.cleaner.dedupe.buffer.size / log.cleaner.threads``).
   The cleaner stops putting at ``max_entries = int(slots * load_factor)`` keys, so a key costs
   ``24 / load_factor`` bytes: 26.7 at Kafka's default load factor 0.9, 32 at 0.75 (a Python dict
-  of ``bytes`` keys: ~130, bench/bench_offset_map.py).
+  of ``bytes`` keys costs several times that).
 * **murmur3 x64_128, not MD5.** Kafka hashes each key with MD5 through a ``MessageDigest``; here a
   numba kernel hashes and probes a whole scan's keys in one call (no Python per key). Two keys
   with the same 128-bit hash count as one key, as in Kafka (a collision needs ~2**64 keys).
@@ -193,9 +193,8 @@ class OffsetMap:
 
         A map holding at least one key per page of slots (most pages touched) is zeroed in place,
         as Kafka's ``clear`` fills its buffer: its pages stay resident, and the next round does not
-        fault them in again (~3 us a page on first touch in a VM here, 0.45 s for 128 MiB, against
-        ~10 ms to zero them). A sparser map gets a fresh zero-filled table instead: zeroing would
-        touch pages it never used."""
+        fault them in again (a first touch costs far more per page than zeroing it). A sparser map
+        gets a fresh zero-filled table instead: zeroing would touch pages it never used."""
         if self.size >= self.slots // SLOTS_PER_PAGE:
             self._table.fill(0)
         elif self.size:

@@ -3,7 +3,7 @@
 Why a seam
 ----------
 A log store is trusted only when it survives a failing disk and a killed process at *any* file
-operation (issue 8). Storage therefore never calls ``os.write``, ``os.replace``, ``os.fsync``,
+operation. Storage therefore never calls ``os.write``, ``os.replace``, ``os.fsync``,
 ``Path.unlink``, ``shutil.rmtree`` ... itself: it calls the same-named function of this module,
 which does the operation and, only while a fault plan is installed, first asks the plan whether
 to fail it (``OSError`` with a chosen errno) or to ``SIGKILL`` the process before or after it.
