@@ -6,7 +6,9 @@ metadata and committed offsets in the compacted ``__consumer_offsets`` topic, in
 | `records`     | the ``__consumer_offsets`` key/value records (byte layouts), group hash  |
 | `group`       | :class:`ClassicGroup`, its members and states                            |
 | `messages`    | the coordinator's configuration, store protocol, requests and answers    |
-| `coordinator` | :class:`GroupCoordinator`: the rebalance state machine and offsets       |
+| `coordinator` | :class:`GroupCoordinator`: the rebalance state machine, the one door     |
+| `sessions`    | :class:`MemberSessions`: heartbeat and pending-member timers             |
+| `offset_manager` | :class:`OffsetMetadataManager`: commit, fetch, delete, expire offsets |
 | `offsets`     | ``__consumer_offsets`` through the LogManager: create, append, load      |
 | `service`     | the coordinator as the server runs it (event-loop timers, loading)       |
 | `apis`        | the ten group APIs' handlers                                             |

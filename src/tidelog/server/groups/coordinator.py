@@ -28,14 +28,14 @@ instance id and no member id takes over the old member's place (the old id is th
 FENCED_INSTANCE_ID), without a rebalance when the group is Stable and its protocol would not change.
 A new member's parked JoinGroup is dropped after five minutes (Kafka's new-member join timeout).
 
-Committed offsets are written as OffsetCommit records and applied in memory once stored; OffsetFetch
-answers from memory. The offsets of an empty group expire ``offsets.retention.minutes`` after it
-emptied, and the group goes with its last offset (:meth:`GroupCoordinator.expire_offsets`). Writes go through a :class:`GroupStore` and complete through a callback; the
-coordinator itself never blocks.
+Committed offsets, DeleteGroups and offsets expiration are the :class:`~.offset_manager.OffsetMetadataManager`'s;
+session timers are :class:`~.sessions.MemberSessions`'. Writes go through a :class:`GroupStore` and
+complete through a callback; the coordinator itself never blocks.
 
-Threading: every method runs on one thread (the server's event loop); timers come from the
-injected :class:`~tidelog.scheduler.Scheduler` and time from the :class:`~tidelog.clock.Clock`
-(deadlines in monotonic ms), so tests drive it with ``FakeClock``/``FakeScheduler``.
+Threading: not thread-safe and takes no lock; every method runs on one thread (the server's event
+loop). Timers come from the injected :class:`~tidelog.scheduler.Scheduler` and time from the
+:class:`~tidelog.clock.Clock` (deadlines in monotonic ms), so tests drive it with
+``FakeClock``/``FakeScheduler``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from tidelog.server.groups.group import ClassicGroup, GroupState, Member
 from tidelog.server.groups.messages import (
     CommitRequest,
     DescribedMember,
-    Done,
     GroupConfig,
     GroupDescription,
     GroupListing,
@@ -60,28 +59,28 @@ from tidelog.server.groups.messages import (
     JoinedMember,
     JoinRequest,
     JoinResult,
-    StoreRecord,
     SyncRequest,
     SyncResult,
+    log_failure,
 )
+from tidelog.server.groups.offset_manager import OffsetMetadataManager
 from tidelog.server.groups.records import (
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitValue,
     encode_group_metadata_key,
     encode_group_metadata_value,
-    encode_offset_commit_key,
-    encode_offset_commit_value,
 )
+from tidelog.server.groups.sessions import MemberSessions
 
 log = logging.getLogger(__name__)
 E = ErrorCode
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's group.classic.new.member.join.timeout.ms
 
 
 class GroupCoordinator:
-    """Classic groups and their offsets (see the module doc). Single-threaded."""
+    """Classic groups and their offsets (see the module doc). Single-threaded: no method is
+    thread-safe and none takes a lock."""
 
     def __init__(self, config: GroupConfig, store: GroupStore, clock: Clock, scheduler: Scheduler) -> None:
         self._config = config
@@ -89,10 +88,9 @@ class GroupCoordinator:
         self._clock = clock
         self._scheduler = scheduler
         self._groups: dict[str, ClassicGroup] = {}
-
-    def _now(self) -> int:
-        """Monotonic ms: deadlines."""
-        return self._clock.nanoseconds() // 1_000_000
+        self._sessions = MemberSessions(self._groups, clock, scheduler, self._maybe_prepare_rebalance,
+                                        self._try_complete_join)
+        self._offsets = OffsetMetadataManager(self._groups, config, store, clock, self._sessions.arm)
 
     def _wall(self) -> int:
         """Wall-clock ms: commit and state timestamps."""
@@ -132,7 +130,7 @@ class GroupCoordinator:
         group.leader_id = value.leader if value.leader in group.members else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         for member in group.members.values():
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
         return group
 
     # --- JoinGroup -------------------------------------------------------------------------------
@@ -174,7 +172,7 @@ class GroupCoordinator:
             return
         member_id = f"{request.client_id}-{uuid.uuid4()}"
         if request.require_known_member_id:
-            self._add_pending(group, member_id, request.session_timeout_ms)
+            self._sessions.add_pending(group, member_id, request.session_timeout_ms)
             respond(JoinResult(E.MEMBER_ID_REQUIRED, member_id))
             return
         self._add_and_rebalance(group, member_id, request, respond)
@@ -198,10 +196,10 @@ class GroupCoordinator:
         nothing changed and no rebalance runs (Kafka's rule), else (re)balance."""
         unchanged = member.same_protocols(request.protocols)
         if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
             respond(self._join_result(group, member))
         elif group.state is GroupState.STABLE and unchanged and not group.is_leader(member.member_id):
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
             respond(self._join_result(group, member))
         else:
             self._update_and_rebalance(group, member, request, respond)
@@ -234,7 +232,7 @@ class GroupCoordinator:
         member = group.replace_member(old_id, f"{request.group_instance_id}-{uuid.uuid4()}")
         before = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         self._update_member(member, request, respond)
-        self._arm_heartbeat(group, member)
+        self._sessions.arm(group, member)
         if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
             self._store_static_replacement(group, member, old_id, old_leader, before, request.supports_skip_assignment)
         elif group.state is GroupState.COMPLETING_REBALANCE:
@@ -254,7 +252,7 @@ class GroupCoordinator:
                 log.warning("group %s: storing static member %s failed: %s", group_id, new_id, failure)
                 group.replace_member(new_id, old_id)
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = before
-                self._arm_heartbeat(group, member)
+                self._sessions.arm(group, member)
                 answer(JoinResult(E.COORDINATOR_NOT_AVAILABLE, "", generation, group.protocol_type,
                                   group.protocol_name, old_leader or ""))
                 return
@@ -276,22 +274,6 @@ class GroupCoordinator:
             member.awaiting_sync, answer = None, member.awaiting_sync
             answer(SyncResult(E.FENCED_INSTANCE_ID))
 
-    def _add_pending(self, group: ClassicGroup, member_id: str, session_timeout_ms: int) -> None:
-        group.pending_members[member_id] = self._now() + session_timeout_ms
-        self._schedule(f"pending-member-{member_id}", session_timeout_ms,
-                       lambda: self._pending_expired(group.group_id, member_id))
-
-    def _pending_expired(self, group_id: str, member_id: str) -> None:
-        group = self._groups.get(group_id)
-        if group is None or member_id not in group.pending_members:
-            return
-        remaining = group.pending_members[member_id] - self._now()
-        if remaining > 0:
-            self._schedule(f"pending-member-{member_id}", remaining, lambda: self._pending_expired(group_id, member_id))
-            return
-        del group.pending_members[member_id]
-        if group.state is GroupState.PREPARING_REBALANCE:
-            self._try_complete_join(group)
 
     def _add_and_rebalance(self, group: ClassicGroup, member_id: str, request: JoinRequest,
                            respond: Callable[[JoinResult], None]) -> None:
@@ -300,13 +282,13 @@ class GroupCoordinator:
                         request.protocols, awaiting_join=respond, is_new=True)
         group.add(member)
         group.new_member_added = True
-        self._arm_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._sessions.arm(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
         self._maybe_prepare_rebalance(group)
 
     def _update_and_rebalance(self, group: ClassicGroup, member: Member, request: JoinRequest,
                               respond: Callable[[JoinResult], None]) -> None:
         self._update_member(member, request, respond)
-        self._arm_heartbeat(group, member)
+        self._sessions.arm(group, member)
         self._maybe_prepare_rebalance(group)
 
     @staticmethod
@@ -397,7 +379,7 @@ class GroupCoordinator:
             group.protocol_name = None
             group.leader_id = None
             group.transition(GroupState.EMPTY, self._wall())
-            self._store.write(group.group_id, [self._group_record(group, {})], _log_failure(group.group_id))
+            self._store.write(group.group_id, [self._group_record(group, {})], log_failure(group.group_id))
             return
         group.protocol_name = group.select_protocol()
         group.transition(GroupState.COMPLETING_REBALANCE, self._wall())
@@ -405,7 +387,7 @@ class GroupCoordinator:
         for member in list(group.members.values()):
             answer, member.awaiting_join = member.awaiting_join, None
             member.is_new = False
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
             if answer is not None:
                 answer(self._join_result(group, member))
         generation, group_id = group.generation_id, group.group_id
@@ -419,7 +401,7 @@ class GroupCoordinator:
         if not group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
             return
         for member_id in list(group.pending_sync):
-            self._drop(group, member_id)
+            self._sessions.drop(group, member_id)
         self._maybe_prepare_rebalance(group)
 
     # --- SyncGroup -------------------------------------------------------------------------------
@@ -436,12 +418,12 @@ class GroupCoordinator:
             respond(SyncResult(E.REBALANCE_IN_PROGRESS))
         elif group.state is GroupState.STABLE:
             group.pending_sync.discard(member.member_id)
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
             respond(SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment))
         elif group.state is GroupState.COMPLETING_REBALANCE:
             group.pending_sync.discard(member.member_id)
             member.awaiting_sync = respond
-            self._arm_heartbeat(group, member)
+            self._sessions.arm(group, member)
             if group.is_leader(member.member_id):
                 self._store_assignment(group, request.assignments)
         else:
@@ -454,7 +436,7 @@ class GroupCoordinator:
             return E.UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
-        error = _check_member(group, request.member_id, request.group_instance_id)
+        error = group.member_error(request.member_id, request.group_instance_id)
         if error is not E.NONE:
             return error
         if request.generation_id != group.generation_id:
@@ -484,7 +466,7 @@ class GroupCoordinator:
             member.assignment = assignments.get(member.member_id, b"")
             if member.awaiting_sync is not None:
                 member.awaiting_sync, answer = None, member.awaiting_sync
-                self._arm_heartbeat(group, member)
+                self._sessions.arm(group, member)
                 answer(SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment))
         group.transition(GroupState.STABLE, self._wall())
 
@@ -510,51 +492,13 @@ class GroupCoordinator:
             return E.UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
-        error = _check_member(group, member_id, group_instance_id)
+        error = group.member_error(member_id, group_instance_id)
         if error is not E.NONE:
             return error
         if generation_id != group.generation_id:
             return E.ILLEGAL_GENERATION
-        self._arm_heartbeat(group, group.members[member_id])
+        self._sessions.arm(group, group.members[member_id])
         return E.REBALANCE_IN_PROGRESS if group.state is GroupState.PREPARING_REBALANCE else E.NONE
-
-    def _arm_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
-        """The member is alive now and until ``timeout_ms`` (its session timeout by default) passes."""
-        timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        member.heartbeat_deadline = self._now() + timeout
-        member.heartbeat_token += 1
-        self._schedule_expiry(group.group_id, member.member_id, member.heartbeat_token, timeout)
-
-    def _schedule_expiry(self, group_id: str, member_id: str, token: int, delay_ms: int) -> None:
-        self._schedule(f"heartbeat-{member_id}", delay_ms, lambda: self._heartbeat_due(group_id, member_id, token))
-
-    def _heartbeat_due(self, group_id: str, member_id: str, token: int) -> None:
-        group = self._groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None or member.heartbeat_token != token:
-            return
-        remaining = member.heartbeat_deadline - self._now()
-        if remaining > 0:  # a timer that fired early (another clock than ours)
-            self._schedule_expiry(group_id, member_id, token, remaining)
-        elif (member.awaiting_join is not None and not member.is_new) or member.awaiting_sync is not None:
-            self._arm_heartbeat(group, member)  # parked requests keep a member alive (Kafka's shouldKeepAlive)
-        else:  # its session ran out, or (a new member) its JoinGroup waited NEW_MEMBER_JOIN_TIMEOUT_MS
-            log.info("group %s: member %s removed, its session timed out", group_id, member_id)
-            self._drop(group, member_id)
-            self._maybe_prepare_rebalance(group)
-
-    def _drop(self, group: ClassicGroup, member_id: str) -> None:
-        """Remove a member, answering its parked requests with UNKNOWN_MEMBER_ID."""
-        member = group.remove(member_id)
-        if member is None:
-            return
-        member.heartbeat_token += 1
-        if member.awaiting_join is not None:
-            member.awaiting_join, answer = None, member.awaiting_join
-            answer(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
-        if member.awaiting_sync is not None:
-            member.awaiting_sync, answer_sync = None, member.awaiting_sync
-            answer_sync(SyncResult(E.UNKNOWN_MEMBER_ID))
 
     # --- LeaveGroup ------------------------------------------------------------------------------
 
@@ -586,79 +530,8 @@ class GroupCoordinator:
             return E.NONE
         if member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
-        self._drop(group, member_id)
+        self._sessions.drop(group, member_id)
         return E.NONE
-
-    # --- offsets ---------------------------------------------------------------------------------
-
-    def commit_offsets(self, request: CommitRequest, respond: Callable[[dict[tuple[str, int], ErrorCode]], None]) -> None:
-        """Store ``request.offsets``; ``respond`` gets one error per partition once written."""
-        group = self._groups.get(request.group_id)
-        error = self._check_commit(group, request)
-        if error is not E.NONE:
-            respond({tp: error for tp in request.offsets})
-            return
-        results: dict[tuple[str, int], ErrorCode] = {}
-        accepted: dict[tuple[str, int], OffsetCommitValue] = {}
-        for tp, value in request.offsets.items():
-            if value.commit_timestamp < 0:
-                value = replace(value, commit_timestamp=self._wall())
-            too_large = len(value.metadata.encode()) > OFFSET_METADATA_MAX_BYTES
-            results[tp] = E.OFFSET_METADATA_TOO_LARGE if too_large else E.NONE
-            if not too_large:
-                accepted[tp] = value
-        if group is None:
-            group = self._groups[request.group_id] = ClassicGroup(request.group_id, current_state_timestamp=self._wall())
-        if not accepted:
-            respond(results)
-            return
-        records: list[StoreRecord] = [(encode_offset_commit_key(request.group_id, topic, partition),
-                                       encode_offset_commit_value(value)) for (topic, partition), value in accepted.items()]
-        group_id = request.group_id
-
-        def stored(failure: BaseException | None) -> None:
-            if failure is not None:
-                log.warning("group %s: storing committed offsets failed: %s", group_id, failure)
-                results.update({tp: E.COORDINATOR_NOT_AVAILABLE for tp in accepted})
-            else:
-                target = self._groups.get(group_id)
-                if target is None or target.state is GroupState.DEAD:
-                    target = self._groups[group_id] = ClassicGroup(group_id, current_state_timestamp=self._wall())
-                target.offsets.update(accepted)
-            respond(results)
-
-        self._store.write(group_id, records, stored)
-
-    def _check_commit(self, group: ClassicGroup | None, request: CommitRequest) -> ErrorCode:
-        if not request.group_id:
-            return E.INVALID_GROUP_ID
-        simple = request.generation_id < 0 and not request.member_id and request.group_instance_id is None
-        if group is None:
-            return E.NONE if request.generation_id < 0 else E.ILLEGAL_GENERATION
-        if group.state is GroupState.DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
-        if group.state is GroupState.EMPTY and request.generation_id < 0:
-            return E.NONE
-        if simple:
-            return E.UNKNOWN_MEMBER_ID
-        error = _check_member(group, request.member_id, request.group_instance_id)
-        if error is not E.NONE:
-            return error
-        if request.generation_id != group.generation_id:
-            return E.ILLEGAL_GENERATION
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return E.REBALANCE_IN_PROGRESS
-        self._arm_heartbeat(group, group.members[request.member_id])
-        return E.NONE
-
-    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
-                      ) -> dict[tuple[str, int], OffsetCommitValue | None]:
-        """Committed offsets of ``partitions`` (None: every partition with one); None where none is."""
-        group = self._groups.get(group_id)
-        committed = group.offsets if group is not None and group.state is not GroupState.DEAD else {}
-        if partitions is None:
-            return dict(sorted(committed.items()))
-        return {tp: committed.get(tp) for tp in partitions}
 
     # --- admin -----------------------------------------------------------------------------------
 
@@ -678,93 +551,22 @@ class GroupCoordinator:
         return [GroupListing(g.group_id, g.protocol_type or "", g.state)
                 for g in self._groups.values() if g.state is not GroupState.DEAD]
 
+    # --- offsets (the OffsetMetadataManager's) ---------------------------------------------------
+
+    def commit_offsets(self, request: CommitRequest, respond: Callable[[dict[tuple[str, int], ErrorCode]], None]) -> None:
+        """Store ``request.offsets``; ``respond`` gets one error per partition once written."""
+        self._offsets.commit_offsets(request, respond)
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], OffsetCommitValue | None]:
+        """Committed offsets of ``partitions`` (None: every partition with one); None where none is."""
+        return self._offsets.fetch_offsets(group_id, partitions)
+
     def delete_groups(self, group_ids: list[str], respond: Callable[[dict[str, ErrorCode]], None]) -> None:
         """Delete empty groups (tombstones for the group and its offsets); one error per id."""
-        results: dict[str, ErrorCode] = {}
-        writing: list[tuple[str, list[StoreRecord]]] = []
-        for group_id in dict.fromkeys(group_ids):
-            group = self._groups.get(group_id)
-            if group is None or group.state is GroupState.DEAD:
-                results[group_id] = E.GROUP_ID_NOT_FOUND
-            elif group.state is not GroupState.EMPTY:
-                results[group_id] = E.NON_EMPTY_GROUP
-            else:
-                group.transition(GroupState.DEAD, self._wall())
-                writing.append((group_id, self._tombstones(group)))
-        if not writing:
-            respond(results)
-            return
-        remaining = [len(writing)]
-        for group_id, records in writing:
-            self._store.write(group_id, records, self._deleted(group_id, results, remaining, respond))
-
-    def _deleted(self, group_id: str, results: dict[str, ErrorCode], remaining: list[int],
-                 respond: Callable[[dict[str, ErrorCode]], None]) -> Done:
-        def done(failure: BaseException | None) -> None:
-            group = self._groups.get(group_id)
-            if failure is not None:
-                log.warning("group %s: writing its tombstones failed: %s", group_id, failure)
-                results[group_id] = E.COORDINATOR_NOT_AVAILABLE
-                if group is not None and group.state is GroupState.DEAD:
-                    group.transition(GroupState.EMPTY, self._wall())
-            else:
-                results[group_id] = E.NONE
-                if group is not None and group.state is GroupState.DEAD:
-                    del self._groups[group_id]
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                respond(results)
-        return done
-
-    # --- expiration ------------------------------------------------------------------------------
+        self._offsets.delete_groups(group_ids, respond)
 
     def expire_offsets(self) -> int:
-        """Kafka's offsets expiration (KIP-211), for empty groups: an offset goes once
-        ``offsets.retention.minutes`` have passed since the group emptied (for a group that never
-        had members, since the commit); a group left empty with no offsets is deleted. Tombstones
-        are written for both. Returns the number of offsets expired. Run it periodically."""
-        expired = 0
-        for group in [g for g in self._groups.values() if g.state is GroupState.EMPTY]:
-            gone = self._expired(group)
-            records: list[StoreRecord] = [(encode_offset_commit_key(group.group_id, *tp), None) for tp in gone]
-            for tp in gone:
-                del group.offsets[tp]
-            expired += len(gone)
-            if not group.offsets:
-                records.append((encode_group_metadata_key(group.group_id), None))
-                group.transition(GroupState.DEAD, self._wall())
-                del self._groups[group.group_id]
-            if records:
-                self._store.write(group.group_id, records, _log_failure(group.group_id))
-        return expired
-
-    def _expired(self, group: ClassicGroup) -> list[tuple[str, int]]:
-        now, retention = self._wall(), self._config.offsets_retention_ms
-        emptied = group.current_state_timestamp if group.protocol_type is not None else -1
-        return sorted(tp for tp, value in group.offsets.items()
-                      if now - (emptied if emptied >= 0 else value.commit_timestamp) >= retention)
-
-    @staticmethod
-    def _tombstones(group: ClassicGroup) -> list[StoreRecord]:
-        records: list[StoreRecord] = [(encode_offset_commit_key(group.group_id, topic, partition), None)
-                                      for topic, partition in sorted(group.offsets)]
-        records.append((encode_group_metadata_key(group.group_id), None))
-        return records
-
-
-def _check_member(group: ClassicGroup, member_id: str, group_instance_id: str | None) -> ErrorCode:
-    """UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID unless ``member_id`` (with its instance id) is a member."""
-    if group_instance_id is not None:
-        known = group.static_members.get(group_instance_id)
-        if known is None:
-            return E.UNKNOWN_MEMBER_ID
-        if known != member_id:
-            return E.FENCED_INSTANCE_ID
-    return E.NONE if member_id in group.members else E.UNKNOWN_MEMBER_ID
-
-
-def _log_failure(group_id: str) -> Done:
-    def done(failure: BaseException | None) -> None:
-        if failure is not None:
-            log.warning("group %s: storing its metadata failed: %s", group_id, failure)
-    return done
+        """Expire the offsets of empty groups past ``offsets.retention.minutes`` (see
+        :meth:`.OffsetMetadataManager.expire_offsets`); the number expired."""
+        return self._offsets.expire_offsets()

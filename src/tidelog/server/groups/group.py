@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tidelog.server.errors import ErrorCode
 from tidelog.server.groups.records import OffsetCommitValue
 
 
@@ -171,3 +172,13 @@ class ClassicGroup:
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
+
+    def member_error(self, member_id: str, group_instance_id: str | None) -> ErrorCode:
+        """UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID unless ``member_id`` (with its instance id) is a member."""
+        if group_instance_id is not None:
+            known = self.static_members.get(group_instance_id)
+            if known is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if known != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        return ErrorCode.NONE if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID

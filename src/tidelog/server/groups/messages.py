@@ -4,6 +4,7 @@ its configuration, the store it writes through, and one frozen value per request
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -15,6 +16,16 @@ from tidelog.storage.config import BrokerConfig
 
 StoreRecord = tuple[bytes, bytes | None]  # key, value (None: tombstone)
 Done = Callable[[BaseException | None], None]
+
+log = logging.getLogger("tidelog.server.groups.coordinator")
+
+
+def log_failure(group_id: str) -> Done:
+    """A :data:`Done` that only logs a failed write of ``group_id``'s metadata."""
+    def done(failure: BaseException | None) -> None:
+        if failure is not None:
+            log.warning("group %s: storing its metadata failed: %s", group_id, failure)
+    return done
 
 
 class GroupStore(Protocol):
