@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 from cleaner_helpers import T0, MakeLog, append_records, write_batches
 
-from tidelog.cleaner.manager import (
-    ABORTED,
-    IN_PROGRESS,
-    PHASE_CLEANING,
-    PHASE_RETENTION,
-    PHASE_STATS,
-    CleanerManager,
-    describe_error,
-    paused,
-)
+from tidelog.cleaner.cleaning_state import ABORTED, IN_PROGRESS, paused
+from tidelog.cleaner.manager import CleanerManager
+from tidelog.cleaner.quarantine import PHASE_CLEANING, PHASE_RETENTION, PHASE_STATS, describe_error
 from tidelog.cleaner.plan import log_to_clean
 from tidelog.errors import (
     CleanerStateError,

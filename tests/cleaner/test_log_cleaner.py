@@ -33,7 +33,8 @@ from cleaner_helpers import (
 from tidelog.cleaner import log_cleaner as log_cleaner_module
 from tidelog.cleaner.clean import CleanerBuffers, InProcessEngine
 from tidelog.cleaner.log_cleaner import LogCleaner
-from tidelog.cleaner.manager import ABORTED, CleanerManager, paused
+from tidelog.cleaner.cleaning_state import ABORTED, paused
+from tidelog.cleaner.manager import CleanerManager
 from tidelog.cleaner.throttler import Throttler
 from tidelog.clock import SYSTEM_CLOCK
 from tidelog.errors import CleanerStateError, ConfigError

@@ -31,8 +31,9 @@ from types import MappingProxyType
 from tidelog import retention
 from tidelog.clock import Clock
 from tidelog.cleaner.clean import Cleaner, CleanerBuffers, CleaningEngine, InProcessEngine
-from tidelog.cleaner.manager import PHASE_CLEANING, PHASE_RETENTION, CleanerManager
+from tidelog.cleaner.manager import CleanerManager
 from tidelog.cleaner.plan import LogToClean
+from tidelog.cleaner.quarantine import PHASE_CLEANING, PHASE_RETENTION
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
 from tidelog.errors import ConfigError, LogCleaningAbortedError, LogCleaningError

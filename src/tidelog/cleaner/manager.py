@@ -17,32 +17,11 @@ Any other change raises :class:`CleanerStateError`. ``abort_and_pause_cleaning``
 being cleaned blocks until the cleaner thread notices (it calls :meth:`check_cleaning_aborted`
 before every chunk and then ``done_cleaning``), so that when it returns nothing touches the log.
 
-**Checkpoints.** ``cleaner-offset-checkpoint`` in each log dir holds each partition's first dirty
-offset. The files are read once, at construction (one that does not parse counts as empty, with a
-warning, as the log manager does for its checkpoints), kept in memory, and rewritten whole on
-every change; a rewrite keeps only partitions that exist (Kafka's rule), as last seen by the
-``logs`` callable. A write that fails is logged and the in-memory value kept: the cleaner then
-goes on from memory, and at worst re-cleans from the old offset after a restart.
-
-**Quarantine** (beyond Kafka). Kafka sets a partition whose cleaning failed aside as
-"uncleanable" until the broker restarts. Here it is *quarantined*: the error, the phase that
-failed (``stats``, ``cleaning``, ``retention``), the time and the attempt count are recorded, and
-the partition is skipped by both the cleaning choice and the cleaner's retention pass until its
-retry time, when it is offered again. The backoff starts at 60 s and doubles up to 1 h: the
-cleaner loop runs every ``log.cleaner.backoff.ms`` (15 s) when idle, and re-reading a corrupt
-segment on every loop would waste I/O and flood the log, while a transient failure (a full disk,
-a race with a deletion) clears within a minute and a permanent one costs one attempt an hour
-while ``tidelog explain`` and the metrics show it. A success clears the quarantine:
-``done_cleaning`` after a round that advanced the first dirty offset and had no failure marked
-clears ``stats`` and ``cleaning`` records; a grab clears a ``stats`` record when the stats compute
-again; the cleaner clears a ``retention`` record with :meth:`clear_uncleanable` after a retention
-pass that worked. A failed round should be marked before its ``done_cleaning`` (then even a round
-that finished some passes before failing keeps the record and its backoff); marked after it, as
-Kafka orders the calls, only a round that made progress loses the attempt count.
-
-If computing one log's stats fails during a grab, that partition is quarantined on the spot and
-the choice goes on with the others (Kafka throws ``LogCleaningException`` and the whole pass is
-lost until the thread's next loop): one bad partition never stops the cleaner.
+**Checkpoints** are :class:`~.cleaner_checkpoints.CleanerCheckpoints`' (one
+``cleaner-offset-checkpoint`` per log dir), **quarantine** (uncleanable partitions, retried with a
+backoff, and what ends a quarantine) :class:`~.quarantine.Quarantine`'s; both are held under the
+manager lock. A log whose stats fail during a grab is quarantined and the choice goes on with the
+others: one bad partition never stops the cleaner.
 
 **Locks.** One re-entrant lock and a Condition on it guard everything here. ``logs`` is always
 called *without* that lock, so it may take the log manager's lock, and the log manager may call
@@ -55,7 +34,6 @@ thread.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -69,58 +47,27 @@ from tidelog.cleaner.plan import (
     choose_filthiest,
     explain_log,
     failed_explanation,
-    format_time,
     is_compacted,
     log_to_clean,
 )
-from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import (
-    CheckpointError,
-    CleanerStateError,
-    LogCleaningAbortedError,
-    LogCleaningError,
-    StorageError,
-    UnknownTopicOrPartitionError,
+from tidelog.cleaner.cleaner_checkpoints import CleanerCheckpoints, dir_key
+from tidelog.cleaner.cleaning_state import ABORTED, IN_PROGRESS, CleaningState, paused
+from tidelog.cleaner.quarantine import (
+    DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
+    DEFAULT_QUARANTINE_MAX_BACKOFF_MS,
+    PHASE_CLEANING,
+    PHASE_STATS,
+    Quarantine,
+    describe_error,
 )
-from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.errors import CleanerStateError, LogCleaningAbortedError, LogCleaningError, UnknownTopicOrPartitionError
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
 LogsSource = Callable[[], Iterable[tuple[TopicPartition, Log]]]
-
-PHASE_STATS = "stats"
-PHASE_CLEANING = "cleaning"
-PHASE_RETENTION = "retention"
-
-DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS = 60_000
-DEFAULT_QUARANTINE_MAX_BACKOFF_MS = 3_600_000
-
-
-@dataclass(frozen=True, slots=True)
-class CleaningState:
-    """Kafka's ``LogCleaningState``: :data:`IN_PROGRESS`, :data:`ABORTED` or ``paused(n)``."""
-
-    name: str
-    pause_count: int = 0
-
-    @property
-    def is_paused(self) -> bool:
-        return self.name == "paused"
-
-    def __str__(self) -> str:
-        return f"paused ({self.pause_count})" if self.is_paused else self.name
-
-
-IN_PROGRESS = CleaningState("in progress")
-ABORTED = CleaningState("aborted")
-
-
-def paused(count: int) -> CleaningState:
-    """``Paused(count)``: ``count`` holders must resume before the cleaner may touch the partition."""
-    return CleaningState("paused", count)
-
 
 @dataclass(frozen=True, slots=True)
 class SelectionStats:
@@ -148,37 +95,20 @@ class CleanerManager:
     def __init__(self, log_dirs: Iterable[Path | str], logs: LogsSource, clock: Clock = SYSTEM_CLOCK, *,
                  quarantine_initial_backoff_ms: int = DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
                  quarantine_max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS) -> None:
-        if quarantine_initial_backoff_ms < 0 or quarantine_max_backoff_ms < quarantine_initial_backoff_ms:
-            raise ValueError("quarantine backoffs must satisfy 0 <= initial <= max")
+        self._quarantine = Quarantine(quarantine_initial_backoff_ms, quarantine_max_backoff_ms)
         self._logs = logs
         self._clock = clock
-        self._initial_backoff_ms = quarantine_initial_backoff_ms
-        self._max_backoff_ms = quarantine_max_backoff_ms
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._files: dict[Path, OffsetCheckpointFile] = {}
-        self._entries: dict[Path, dict[TopicPartition, int]] = {}
         self._states: dict[TopicPartition, CleaningState] = {}
         self._round_start: dict[TopicPartition, int] = {}
         self._round_failed: set[TopicPartition] = set()
         self._removed: set[TopicPartition] = set()
         self._pending_pauses: dict[TopicPartition, int] = {}  # pauses asked while ABORTED, taken at done_*
-        self._quarantine: dict[TopicPartition, QuarantineRecord] = {}
         self._last_clean: dict[TopicPartition, int] = {}
-        self._live: frozenset[TopicPartition] | None = None
         self._time_of_last_run = clock.milliseconds()
         self._selection = SelectionStats(self._time_of_last_run)
-        for log_dir in log_dirs:
-            self._open_checkpoint(dir_key(log_dir))
-
-    def _open_checkpoint(self, key: Path) -> None:
-        try:
-            checkpoint = OffsetCheckpointFile(key / CLEANER_OFFSET_CHECKPOINT_FILE)
-        except StorageError as e:
-            log.error("%s: cannot open the cleaner checkpoint, not cleaning this dir: %s", key, e)
-            return
-        self._files[key] = checkpoint
-        self._entries[key] = _read_checkpoint(checkpoint)
+        self._checkpoints = CleanerCheckpoints(log_dirs)
 
     # --- what exists ---------------------------------------------------------------------------
 
@@ -186,15 +116,11 @@ class CleanerManager:
         """The current logs; called without the lock (``logs`` may take the log manager's)."""
         pairs = list(self._logs())
         with self._lock:
-            self._live = frozenset(tp for tp, _ in pairs)
+            self._checkpoints.live = frozenset(tp for tp, _ in pairs)
         return pairs
 
-    def _waiting_in_quarantine(self, tp: TopicPartition, now: int) -> bool:
-        record = self._quarantine.get(tp)
-        return record is not None and now < record.retry_at_ms
-
     def _selectable(self, tp: TopicPartition, lg: Log, now: int) -> bool:
-        return is_compacted(lg) and tp not in self._states and not self._waiting_in_quarantine(tp, now)
+        return is_compacted(lg) and tp not in self._states and not self._quarantine.waiting(tp, now)
 
     # --- choosing ------------------------------------------------------------------------------
 
@@ -226,15 +152,15 @@ class CleanerManager:
         if it is compacted, idle, has cleanable bytes, and is a candidate (``force``: whatever its
         ratio, and even in quarantine). None otherwise (:meth:`explain` says why). Raises
         :class:`UnknownTopicOrPartitionError`, or :class:`LogCleaningError` (and quarantines the
-        partition) when its stats fail."""
+        partition) when its stats fail. Thread-safe (manager lock, taken after ``logs`` has run)."""
         lg = self._find(tp)
         with self._lock:
             now = self._clock.milliseconds()
-            if not is_compacted(lg) or tp in self._states or (not force and self._waiting_in_quarantine(tp, now)):
+            if not is_compacted(lg) or tp in self._states or (not force and self._quarantine.waiting(tp, now)):
                 return None
             stats = self._stats(tp, lg, now)
             if stats is None:
-                raise self._quarantine_error(tp)
+                raise self._quarantine.error(tp)
             if stats.cleanable_bytes <= 0 or not (force or stats.is_candidate):
                 return None
             self._begin(stats)
@@ -252,8 +178,8 @@ class CleanerManager:
         if stats.offsets.checkpoint_reset:
             log.warning("%s: cleaner checkpoint outside [%d, %d], reset to the log start offset",
                         tp, lg.log_start_offset, lg.log_end_offset)
-            self._write(dir_key(lg.dir.parent), tp, stats.first_dirty_offset)
-        self._clear(tp, (PHASE_STATS,))
+            self._checkpoints.write(dir_key(lg.dir.parent), tp, stats.first_dirty_offset)
+        self._quarantine.clear(tp, (PHASE_STATS,))
         return stats
 
     def _begin(self, stats: LogToClean) -> None:
@@ -271,8 +197,7 @@ class CleanerManager:
         self._round_failed.discard(tp)
 
     def _checkpoint_for(self, tp: TopicPartition, lg: Log) -> int | None:
-        own = self._entries.get(dir_key(lg.dir.parent))
-        return own.get(tp) if own is not None else self._merged().get(tp)
+        return self._checkpoints.offset_for(tp, dir_key(lg.dir.parent))
 
     def _find(self, tp: TopicPartition) -> Log:
         for found, lg in self._snapshot_logs():
@@ -280,13 +205,10 @@ class CleanerManager:
                 return lg
         raise UnknownTopicOrPartitionError("no such partition", topic_partition=str(tp))
 
-    def _quarantine_error(self, tp: TopicPartition) -> LogCleaningError:
-        record = self._quarantine[tp]
-        return LogCleaningError(f"cannot clean: {record.error}", topic_partition=str(tp))
-
     def deletable_logs(self) -> list[tuple[TopicPartition, Log]]:
         """Kafka's ``deletableLogs``: the compacted logs for the cleaner's retention pass (no state,
-        not waiting in quarantine), each now IN_PROGRESS; give them back with :meth:`done_deleting`."""
+        not waiting in quarantine), each now IN_PROGRESS; give them back with :meth:`done_deleting`.
+        Thread-safe (manager lock)."""
         pairs = self._snapshot_logs()
         with self._lock:
             now = self._clock.milliseconds()
@@ -305,13 +227,13 @@ class CleanerManager:
 
         A round that moved the first dirty offset forward records its time; if no failure was
         marked for the partition during the round (call :meth:`mark_uncleanable` *before* this),
-        it also ends a ``stats``/``cleaning`` quarantine."""
+        it also ends a ``stats``/``cleaning`` quarantine. Thread-safe (manager lock; wakes its waiters)."""
         with self._lock:
             state = self._states.get(tp)
             if state == IN_PROGRESS:
                 del self._states[tp]
                 if end_offset is not None:
-                    self._write(dir_key(log_dir), tp, end_offset)
+                    self._checkpoints.write(dir_key(log_dir), tp, end_offset)
                     self._note_progress(tp, end_offset)
             elif state == ABORTED:
                 self._aborted_clean_done(tp)
@@ -326,11 +248,12 @@ class CleanerManager:
             return
         self._last_clean[tp] = self._clock.milliseconds()
         if tp not in self._round_failed:
-            self._clear(tp, (PHASE_STATS, PHASE_CLEANING))
+            self._quarantine.clear(tp, (PHASE_STATS, PHASE_CLEANING))
 
     def done_deleting(self, tps: Iterable[TopicPartition]) -> None:
         """Kafka's ``doneDeleting``: each partition IN_PROGRESS → idle, ABORTED → PAUSED(1); any
-        other state raises :class:`CleanerStateError` (partitions before it are done)."""
+        other state raises :class:`CleanerStateError` (partitions before it are done).
+        Thread-safe (manager lock; wakes its waiters)."""
         with self._lock:
             for tp in tps:
                 state = self._states.get(tp)
@@ -397,7 +320,7 @@ class CleanerManager:
     def resume_cleaning(self, *tps: TopicPartition) -> None:
         """Kafka's ``resumeCleaning``: PAUSED(1) → idle, PAUSED(n) → PAUSED(n-1); any other state
         raises :class:`CleanerStateError` (partitions before it are resumed). Resuming a partition
-        removed (:meth:`remove_partition`) since it was paused does nothing."""
+        removed (:meth:`remove_partition`) since it was paused does nothing. Thread-safe (manager lock)."""
         with self._lock:
             for tp in tps:
                 state = self._states.get(tp)
@@ -413,7 +336,8 @@ class CleanerManager:
 
     def abort_cleaning(self, tp: TopicPartition) -> None:
         """Kafka's ``abortCleaning``: stop any running clean (waiting for it) and leave the state as
-        it was before, minus that clean (idle, or the pauses others hold)."""
+        it was before, minus that clean (idle, or the pauses others hold).
+        Thread-safe (manager lock); waits like :meth:`abort_and_pause_cleaning`."""
         with self._lock:
             self.abort_and_pause_cleaning(tp)
             self.resume_cleaning(tp)
@@ -428,18 +352,20 @@ class CleanerManager:
             return running
 
     def is_cleaning_aborted(self, tp: TopicPartition) -> bool:
+        """``tp``'s clean was aborted and its thread has not acknowledged yet. Thread-safe (manager lock)."""
         with self._lock:
             return self._states.get(tp) == ABORTED
 
     def check_cleaning_aborted(self, tp: TopicPartition) -> None:
         """Raise :class:`LogCleaningAbortedError` if the clean of ``tp`` was aborted (the cleaner
-        calls this before every chunk it reads)."""
+        calls this before every chunk it reads). Thread-safe (manager lock)."""
         if self.is_cleaning_aborted(tp):
             raise LogCleaningAbortedError("cleaning aborted", topic_partition=str(tp))
 
     def pause_cleaning_for_non_compacted_partitions(self) -> list[tuple[TopicPartition, Log]]:
         """Kafka's ``pauseCleaningForNonCompactedPartitions`` (the retention task): pause every idle
-        log without ``compact`` and return them; resume them with :meth:`resume_cleaning`."""
+        log without ``compact`` and return them; resume them with :meth:`resume_cleaning`.
+        Thread-safe (manager lock); never waits."""
         pairs = self._snapshot_logs()
         with self._lock:
             chosen = [(tp, lg) for tp, lg in pairs if not is_compacted(lg) and tp not in self._states]
@@ -457,7 +383,7 @@ class CleanerManager:
             self.resume_cleaning(*(tp for tp, _ in chosen))
 
     def state_of(self, tp: TopicPartition) -> CleaningState | None:
-        """The partition's state; None when idle."""
+        """The partition's state; None when idle. Thread-safe (manager lock)."""
         with self._lock:
             return self._states.get(tp)
 
@@ -465,63 +391,46 @@ class CleanerManager:
 
     @property
     def log_dirs(self) -> list[Path]:
-        """The online log dirs (absolute) whose checkpoints this manager keeps."""
+        """The online log dirs (absolute) whose checkpoints this manager keeps. Thread-safe (manager lock)."""
         with self._lock:
-            return list(self._files)
+            return self._checkpoints.dirs
 
     def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
-        """Every dir's entries merged (a partition in two dirs: the later dir's value)."""
+        """Every dir's entries merged (a partition in two dirs: the later dir's value). Thread-safe
+        (manager lock)."""
         with self._lock:
-            return self._merged()
-
-    def _merged(self) -> dict[TopicPartition, int]:
-        merged: dict[TopicPartition, int] = {}
-        for entries in self._entries.values():
-            merged.update(entries)
-        return merged
+            return self._checkpoints.merged()
 
     def update_checkpoints(self, log_dir: Path | str, tp: TopicPartition, offset: int | None) -> None:
         """Set ``tp``'s first dirty offset in ``log_dir``'s checkpoint, or remove it (None); the
-        file is rewritten (two fsyncs) without entries of partitions that no longer exist."""
+        file is rewritten (two fsyncs) without entries of partitions that no longer exist.
+        Thread-safe (manager lock, held over the write)."""
         with self._lock:
-            self._write(dir_key(log_dir), tp, offset)
-
-    def _write(self, key: Path, tp: TopicPartition, offset: int | None) -> None:
-        checkpoint = self._files.get(key)
-        if checkpoint is None:
-            log.warning("%s: not an online log dir of the cleaner; checkpoint of %s not written", key, tp)
-            return
-        live = self._live
-        entries = {t: o for t, o in self._entries[key].items() if live is None or t in live}
-        if offset is None:
-            entries.pop(tp, None)
-        else:
-            entries[tp] = offset
-        self._entries[key] = entries
-        try:
-            checkpoint.write(entries)
-        except (StorageError, CheckpointError) as e:
-            log.error("%s: cannot write the cleaner checkpoint: %s", key, e)
+            self._checkpoints.write(dir_key(log_dir), tp, offset)
 
     def maybe_truncate_checkpoint(self, log_dir: Path | str, tp: TopicPartition, offset: int) -> None:
-        """After truncating ``tp`` to ``offset``: lower its checkpoint to ``offset`` if above it."""
+        """After truncating ``tp`` to ``offset``: lower its checkpoint to ``offset`` if above it.
+        Thread-safe (manager lock)."""
         key = dir_key(log_dir)
         with self._lock:
-            if self._entries.get(key, {}).get(tp, 0) > offset:
-                self._write(key, tp, offset)
+            if (self._checkpoints.get(key, tp) or 0) > offset:
+                self._checkpoints.write(key, tp, offset)
 
     def alter_checkpoint_dir(self, tp: TopicPartition, source: Path | str, destination: Path | str) -> None:
-        """Move ``tp``'s entry from ``source``'s checkpoint to ``destination``'s (a moved replica)."""
+        """Move ``tp``'s entry from ``source``'s checkpoint to ``destination``'s (a moved replica).
+        Thread-safe (manager lock)."""
         with self._lock:
-            offset = self._entries.get(dir_key(source), {}).get(tp)
+            offset = self._checkpoints.get(dir_key(source), tp)
             if offset is not None:
-                self._write(dir_key(source), tp, None)
-                self._write(dir_key(destination), tp, offset)
+                self._checkpoints.write(dir_key(source), tp, None)
+                self._checkpoints.write(dir_key(destination), tp, offset)
 
     def remove_partition(self, tp: TopicPartition) -> None:
         """A partition is deleted: stop any running clean of it (waiting for the cleaner thread),
         then forget everything about it: state (pauses included), checkpoint entries, quarantine
-        and clean time. A later :meth:`resume_cleaning` of it by a pause holder does nothing."""
+        and clean time. A later :meth:`resume_cleaning` of it by a pause holder does nothing.
+        Thread-safe (manager lock); blocks while a clean of ``tp`` stops: never call it from a
+        cleaner thread."""
         with self._cond:
             if self._states.get(tp) == IN_PROGRESS:
                 self._states[tp] = ABORTED
@@ -529,33 +438,28 @@ class CleanerManager:
             self._pending_pauses.pop(tp, None)
             if self._states.pop(tp, None) is not None:
                 self._removed.add(tp)
-            if self._live is not None:
-                self._live = self._live - {tp}
-            for key, entries in list(self._entries.items()):
-                if tp in entries:
-                    self._write(key, tp, None)
-            self._quarantine.pop(tp, None)
+            self._checkpoints.remove(tp)
+            self._quarantine.forget(tp)
             self._last_clean.pop(tp, None)
             self._end_round(tp)
 
     def handle_log_dir_failure(self, log_dir: Path | str) -> None:
         """Kafka's ``handleLogDirFailure``: forget the dir's checkpoint (never written again) and
-        the quarantine records of its partitions."""
+        the quarantine records of its partitions. Thread-safe (manager lock)."""
         key = dir_key(log_dir)
         log.warning("%s: stopping cleaning of logs in this dir", key)
         with self._lock:
-            self._files.pop(key, None)
-            self._entries.pop(key, None)
-            for tp in [tp for tp, r in self._quarantine.items() if r.log_dir == str(key)]:
-                del self._quarantine[tp]
+            self._checkpoints.close(key)
+            for record in self._quarantine.records(str(key)):
+                self._quarantine.forget(record.topic_partition)
 
     def handle_log_dir_online(self, log_dir: Path | str) -> None:
         """A log dir that failed is back: its checkpoint is read again and kept from now on
-        (nothing was written to it while it was offline)."""
+        (nothing was written to it while it was offline). Thread-safe (manager lock)."""
         key = dir_key(log_dir)
         with self._lock:
-            if key not in self._files:
-                self._open_checkpoint(key)
+            if key not in self._checkpoints:
+                self._checkpoints.open(key)
 
     # --- quarantine ----------------------------------------------------------------------------
 
@@ -563,101 +467,86 @@ class CleanerManager:
                          phase: str = PHASE_CLEANING) -> QuarantineRecord:
         """Quarantine ``tp`` after ``error`` in ``phase`` (Kafka's ``markPartitionUncleanable``):
         skipped until its retry time, ``quarantine_initial_backoff_ms`` after the first failure,
-        doubling with each failure in a row up to ``quarantine_max_backoff_ms``."""
+        doubling with each failure in a row up to ``quarantine_max_backoff_ms``. Thread-safe
+        (manager lock)."""
         with self._lock:
             return self._mark(tp, dir_key(log_dir), error, phase, self._clock.milliseconds())
 
     def _mark(self, tp: TopicPartition, key: Path, error: BaseException | str, phase: str, now: int) -> QuarantineRecord:
-        previous = self._quarantine.get(tp)
-        attempts = previous.attempts + 1 if previous is not None else 1
-        record = QuarantineRecord(
-            topic_partition=tp, log_dir=str(key), error=describe_error(error), phase=phase,
-            since_ms=previous.since_ms if previous is not None else now, last_failure_ms=now,
-            attempts=attempts, retry_at_ms=now + self._backoff_ms(attempts),
-        )
-        self._quarantine[tp] = record
+        record = self._quarantine.mark(tp, key, error, phase, now)
         if tp in self._round_start:
             self._round_failed.add(tp)
-        log.warning("%s: quarantined (%s failed, attempt %d), retry at %s: %s",
-                    tp, phase, attempts, format_time(record.retry_at_ms), record.error)
         return record
 
-    def _backoff_ms(self, attempts: int) -> int:
-        return min(self._initial_backoff_ms << min(attempts - 1, 62), self._max_backoff_ms)
-
     def clear_uncleanable(self, tp: TopicPartition, phase: str | None = None) -> bool:
-        """End ``tp``'s quarantine (only if it was for ``phase``, when given); True if it was."""
+        """End ``tp``'s quarantine (only if it was for ``phase``, when given); True if it was.
+        Thread-safe (manager lock)."""
         with self._lock:
-            return self._clear(tp, None if phase is None else (phase,))
-
-    def _clear(self, tp: TopicPartition, phases: tuple[str, ...] | None) -> bool:
-        record = self._quarantine.get(tp)
-        if record is None or (phases is not None and record.phase not in phases):
-            return False
-        del self._quarantine[tp]
-        log.info("%s: out of quarantine after %d failed attempt(s)", tp, record.attempts)
-        return True
+            return self._quarantine.clear(tp, None if phase is None else (phase,))
 
     def is_uncleanable(self, tp: TopicPartition) -> bool:
-        """``tp`` is quarantined (waiting for its retry or due for it)."""
+        """``tp`` is quarantined (waiting for its retry or due for it). Thread-safe (manager lock)."""
         with self._lock:
             return tp in self._quarantine
 
     def quarantined(self, log_dir: Path | str | None = None) -> list[QuarantineRecord]:
-        """The quarantine records (of one log dir), by partition."""
+        """The quarantine records (of one log dir), by partition. Thread-safe (manager lock)."""
         key = None if log_dir is None else str(dir_key(log_dir))
         with self._lock:
-            return sorted((r for r in self._quarantine.values() if key is None or r.log_dir == key),
-                          key=lambda r: r.topic_partition)
+            return self._quarantine.records(key)
 
     def maintain_uncleanable(self) -> None:
         """Kafka's ``maintainUncleanablePartitions``: drop the records of partitions that no longer
-        exist, or that now live in another log dir."""
+        exist, or that now live in another log dir. Thread-safe (manager lock, taken after the
+        ``logs`` callable has run)."""
         where = {tp: str(dir_key(lg.dir.parent)) for tp, lg in self._snapshot_logs()}
         with self._lock:
-            for tp in [tp for tp, r in self._quarantine.items() if where.get(tp) != r.log_dir]:
-                del self._quarantine[tp]
+            self._quarantine.keep_only(where)
+
 
     # --- metrics -------------------------------------------------------------------------------
 
     @property
     def last_selection(self) -> SelectionStats:
+        """Thread-safe (manager lock)."""
         with self._lock:
             return self._selection
 
     @property
     def max_dirty_percent(self) -> int:
-        """``max-dirty-percent``: 100 × the highest dirty ratio of the last selection."""
+        """``max-dirty-percent``: 100 × the highest dirty ratio of the last selection. Thread-safe (manager lock)."""
         return int(100 * self.last_selection.max_dirty_ratio)
 
     @property
     def max_compaction_delay_ms(self) -> int:
-        """The largest ``max.compaction.lag.ms`` delay of the last selection."""
+        """The largest ``max.compaction.lag.ms`` delay of the last selection. Thread-safe (manager lock)."""
         return self.last_selection.max_compaction_delay_ms
 
     def update_last_run(self) -> None:
-        """Mark a cleaner run now (a grab does it too)."""
+        """Mark a cleaner run now (a grab does it too). Thread-safe (manager lock)."""
         with self._lock:
             self._time_of_last_run = self._clock.milliseconds()
 
     @property
     def time_since_last_run_ms(self) -> int:
-        """``time-since-last-run-ms``."""
+        """``time-since-last-run-ms``. Thread-safe (manager lock)."""
         with self._lock:
             return self._clock.milliseconds() - self._time_of_last_run
 
     def last_clean_time(self, tp: TopicPartition) -> int | None:
-        """When a clean of ``tp`` last advanced its first dirty offset (None: not since start-up)."""
+        """When a clean of ``tp`` last advanced its first dirty offset (None: not since start-up).
+        Thread-safe (manager lock)."""
         with self._lock:
             return self._last_clean.get(tp)
 
     def uncleanable_partitions_count(self, log_dir: Path | str) -> int:
-        """``uncleanable-partitions-count`` of one log dir."""
+        """``uncleanable-partitions-count`` of one log dir. Thread-safe (manager lock)."""
         return len(self.quarantined(log_dir))
 
     def uncleanable_bytes(self, log_dir: Path | str) -> int:
         """``uncleanable-bytes`` of one log dir: the cleanable bytes of its quarantined partitions'
-        current ranges (a partition whose stats fail, or that is gone, counts 0)."""
+        current ranges (a partition whose stats fail, or that is gone, counts 0).
+        Thread-safe (manager lock per partition); reads segment metadata of each quarantined log."""
         records = {r.topic_partition for r in self.quarantined(log_dir)}
         now = self._clock.milliseconds()
         total = 0
@@ -680,7 +569,7 @@ class CleanerManager:
         return self._explain(tp, self._find(tp))
 
     def explain_all(self, topic: str | None = None) -> list[CleaningExplanation]:
-        """:meth:`explain` for every partition (of ``topic``), by partition."""
+        """:meth:`explain` for every partition (of ``topic``), by partition. Thread-safe, like :meth:`explain`."""
         pairs = sorted(((tp, lg) for tp, lg in self._snapshot_logs() if topic is None or tp.topic == topic),
                        key=lambda pair: pair[0])
         return [self._explain(tp, lg) for tp, lg in pairs]
@@ -698,30 +587,3 @@ class CleanerManager:
         except Exception as e:  # explain every partition, even one whose stats fail
             return failed_explanation(tp, lg, checkpoint, now, describe_error(e), state=shown,
                                       quarantine=quarantine, last_clean_ms=last_clean)
-
-
-def dir_key(log_dir: Path | str) -> Path:
-    """A log dir as this manager keys it: absolute, not resolved (Kafka's ``getAbsolutePath``)."""
-    return Path(os.path.abspath(log_dir))
-
-
-def _read_checkpoint(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
-    try:
-        return checkpoint.read()
-    except (CheckpointError, StorageError) as e:
-        log.warning("%s: ignoring unreadable cleaner checkpoint: %s", checkpoint.path, e)
-        return {}
-
-
-def describe_error(error: BaseException | str) -> str:
-    """``Type: message``, followed by each cause: what a quarantine record and explain show."""
-    if isinstance(error, str):
-        return error
-    parts = []
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.append(f"{type(current).__name__}: {current}")
-        current = current.__cause__ or current.__context__
-    return "; caused by ".join(parts)
