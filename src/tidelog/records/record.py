@@ -32,11 +32,10 @@ Varints longer than allowed, and input ending inside a varint of 3 or more bytes
 Header keys are decoded and encoded as UTF-8 with ``surrogateescape``, so a key that is not valid
 UTF-8 survives a decode/encode round trip byte for byte (Kafka would replace such bytes).
 
-Speed (1000-record batches, 16 B keys, 100 B values, this 2-core build box): decoding runs at
-about 0.78 M records/s into tuples (:func:`record_tuple`) and 0.55 M records/s into
-:class:`Record` objects (setting five frozen slots costs as much as decoding); kafka-python's
-reader does 0.25 M/s. :func:`decode_records` inlines the 1- and 2-byte varint cases and reads
-from one ``bytes`` object. Bulk key scans belong to :mod:`tidelog.records.scan`.
+Cost: :func:`decode_records` reads from one ``bytes`` object with the 1- and 2-byte varint cases
+inlined, two Python calls per record (its key/value helper and ``make``); building a
+:class:`Record` costs about as much as decoding it, so hot loops pass :func:`record_tuple`. Bulk
+key scans belong to :mod:`tidelog.records.scan`.
 """
 
 from __future__ import annotations
@@ -182,32 +181,34 @@ def decode_records(
 ) -> Iterator[T]:
     """Decode ``count`` records filling exactly ``data``; yield ``make(offset, ts, key, value, headers)``.
 
-    ``log_append_time`` (when not None) replaces every record timestamp. Raises
-    InvalidRecordError ("Incorrect declared batch size") when ``data`` ends early or has bytes
-    left after ``count`` records, and for the per-record checks in the module docstring.
+    ``log_append_time`` (when not None) replaces every record timestamp. Lazy: each record is
+    decoded when it is asked for. Raises InvalidRecordError ("Incorrect declared batch size") when
+    ``data`` ends early or has bytes left after ``count`` records, and for the per-record checks in
+    the module docstring.
     """
-    # Long on purpose: the 1- and 2-byte cases of every varint are inlined (3x faster than calls).
-    end = len(data)
-    pos = 0
-    index = 0
+    return _records(data, count, base_offset, base_timestamp, log_append_time, make)
+
+
+def _records(data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
+             make: RecordFactory[T]) -> Iterator[T]:
+    """:func:`decode_records`' loop. The 1- and 2-byte cases of the varints are inlined (3x faster
+    than calls): a record costs two Python calls, :func:`_key_and_value` and ``make``."""
+    pos = index = 0
     try:
         for index in range(count):
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
             elif data[pos + 1] < 0x80:
-                raw = (raw & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
+                raw, pos = (raw & 0x7F) | (data[pos + 1] << 7), pos + 2
             else:
                 raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
-            length = (raw >> 1) ^ -(raw & 1)
-            start = pos
+            start, length = pos, (raw >> 1) ^ -(raw & 1)
             raw = data[pos + 1]  # pos + 1: skip the unused attributes byte
             if raw < 0x80:
                 pos += 2
             elif data[pos + 2] < 0x80:
-                raw = (raw & 0x7F) | (data[pos + 2] << 7)
-                pos += 3
+                raw, pos = (raw & 0x7F) | (data[pos + 2] << 7), pos + 3
             else:
                 raw, pos = read_raw_varint(data, pos + 1, VARLONG_MAX_BYTES)
             timestamp = base_timestamp + ((raw >> 1) ^ -(raw & 1))
@@ -215,57 +216,58 @@ def decode_records(
             if raw < 0x80:
                 pos += 1
             elif data[pos + 1] < 0x80:
-                raw = (raw & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
+                raw, pos = (raw & 0x7F) | (data[pos + 1] << 7), pos + 2
             else:
                 raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
-            offset = base_offset + ((raw >> 1) ^ -(raw & 1))
-            raw = data[pos]
-            if raw < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                raw = (raw & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
-            if raw & 1:  # a negative length: null
-                key = None
-            else:
-                raw = pos + (raw >> 1)
-                key = data[pos:raw]
-                pos = raw
-            raw = data[pos]
-            if raw < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                raw = (raw & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
-            if raw & 1:
-                value = None
-            else:
-                raw = pos + (raw >> 1)
-                value = data[pos:raw]
-                pos = raw
+            key, value, pos = _key_and_value(data, pos)
             if data[pos] == 0:
                 pos += 1
                 headers: tuple[Header, ...] = ()
             else:
                 headers, pos = _decode_headers(data, pos, start + length, base_offset, index)
             if pos - start != length:
-                raise InvalidRecordError(
-                    f"Invalid record size: expected to read {length} bytes in record payload, "
-                    f"but instead read {pos - start}", offset=base_offset, record=index)
-            yield make(offset, timestamp if log_append_time is None else log_append_time, key, value, headers)
+                raise _size_mismatch(length, pos - start, base_offset, index)
+            yield make(base_offset + ((raw >> 1) ^ -(raw & 1)),
+                       timestamp if log_append_time is None else log_append_time, key, value, headers)
     except IndexError:
-        raise InvalidRecordError(
-            "Incorrect declared batch size, premature EOF reached",
-            offset=base_offset, record=index) from None
-    if pos != end:
-        raise InvalidRecordError(
-            f"Incorrect declared batch size, {end - pos} bytes remain after {count} records",
-            offset=base_offset)
+        raise InvalidRecordError("Incorrect declared batch size, premature EOF reached",
+                                 offset=base_offset, record=index) from None
+    if pos != len(data):
+        raise InvalidRecordError(f"Incorrect declared batch size, {len(data) - pos} bytes remain after "
+                                 f"{count} records", offset=base_offset)
+
+
+def _key_and_value(data: bytes, pos: int) -> tuple[bytes | None, bytes | None, int]:
+    """The key and the value at ``pos`` (each a length varint, odd = negative = null, then the
+    bytes) and the position after them; IndexError when ``data`` ends inside a length."""
+    raw = data[pos]
+    if raw < 0x80:
+        pos += 1
+    elif data[pos + 1] < 0x80:
+        raw, pos = (raw & 0x7F) | (data[pos + 1] << 7), pos + 2
+    else:
+        raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
+    if raw & 1:
+        key = None
+    else:
+        raw = pos + (raw >> 1)
+        key, pos = data[pos:raw], raw
+    raw = data[pos]
+    if raw < 0x80:
+        pos += 1
+    elif data[pos + 1] < 0x80:
+        raw, pos = (raw & 0x7F) | (data[pos + 1] << 7), pos + 2
+    else:
+        raw, pos = read_raw_varint(data, pos, VARINT_MAX_BYTES)
+    if raw & 1:
+        return key, None, pos
+    raw = pos + (raw >> 1)
+    return key, data[pos:raw], raw
+
+
+def _size_mismatch(length: int, read: int, base_offset: int, index: int) -> InvalidRecordError:
+    return InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
+                              f"but instead read {read}", offset=base_offset, record=index)
 
 
 def _decode_headers(
