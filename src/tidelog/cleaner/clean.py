@@ -40,6 +40,7 @@ from tidelog.cleaner.throttler import Throttler
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError, InvalidRecordError, LogCleaningError, UnsupportedCompressionError
 from tidelog.records import read_batch_at
+from tidelog.records.layout import LOG_OVERHEAD, declared_size
 from tidelog.records.legacy import LegacyBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
@@ -369,11 +370,11 @@ def _grown(read_size: int, max_size: int, data: bytes, path: Path, position: int
     or fail when the next batch claims more bytes than the segment has left."""
     if read_size < max_size:
         return min(read_size * 2, max_size)
-    if len(data) < 12:
+    if len(data) < LOG_OVERHEAD:
         raise CorruptRecordError("cannot read the next batch's size", path=path, position=position)
-    next_size = int.from_bytes(data[8:12], "big", signed=True) + 12
+    next_size = declared_size(data)
     left = size - position
-    if next_size <= 12:
+    if next_size <= LOG_OVERHEAD:
         raise CorruptRecordError(f"invalid batch size {next_size}", path=path, position=position)
     if next_size > left:
         raise CorruptRecordError(f"log segment may be corrupt: batch size {next_size} > {left} bytes left in segment",

@@ -45,7 +45,6 @@ buffer the fixed cost per chunk (about 60 numpy calls) dominates: see bench ``cl
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -59,11 +58,17 @@ from tidelog.cleaner.producers import ProducerLastBatch
 from tidelog.cleaner.retain_legacy import filter_legacy, offset_at
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError, InvalidRecordError
-from tidelog.records.batch import (
+from tidelog.records.layout import (
+    BASE_SEQUENCE_OFFSET,
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    CRC_SIZE,
     DELETE_HORIZON_FLAG_MASK,
+    HEADER,
+    HEADER_DTYPE,
     LOG_OVERHEAD,
+    PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
@@ -457,7 +462,7 @@ def _empty_batches(source: memoryview, scan: ScanResult, batches: np.ndarray) ->
     return out
 
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER = HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,13 +526,7 @@ def _rebuild(source: memoryview, scan: ScanResult, kept: _Kept, attributes: np.n
     return run, out
 
 
-_HEADER_DTYPE = np.dtype([
-    ("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
-    ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
-    ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
-    ("records_count", ">i4"),
-])  # the 61-byte v2 header, packed: one numpy record per rebuilt batch
-assert _HEADER_DTYPE.itemsize == 61
+_HEADER_DTYPE = HEADER_DTYPE  # the v2 header, packed: one numpy record per rebuilt batch
 
 
 def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, batches: np.ndarray,
@@ -546,7 +545,7 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     headers = np.zeros(len(ids), _HEADER_DTYPE)
     headers["base_offset"] = scan.batch_base_offset[ids]
     headers["batch_length"] = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + (end[fast] - begin[fast])
-    headers["partition_leader_epoch"] = _gather_int32(data, position + 12)
+    headers["partition_leader_epoch"] = _gather_int32(data, position + PARTITION_LEADER_EPOCH_OFFSET)
     headers["magic"] = 2
     headers["attributes"] = (attributes & FLAG_BITS) | np.where(horizon, DELETE_HORIZON_FLAG_MASK, 0)
     headers["last_offset_delta"] = scan.batch_last_offset[ids] - scan.batch_base_offset[ids]
@@ -555,7 +554,7 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     headers["max_timestamp"] = np.where(log_append, scan.batch_max_timestamp[ids], kept.max_timestamp[ids])
     headers["producer_id"] = scan.batch_producer_id[ids]
     headers["producer_epoch"] = scan.batch_producer_epoch[ids]
-    headers["base_sequence"] = _gather_int32(data, position + 53)
+    headers["base_sequence"] = _gather_int32(data, position + BASE_SEQUENCE_OFFSET)
     headers["records_count"] = kept.count[ids]
     starts = begin[fast] - RECORD_BATCH_OVERHEAD  # the kernel left room for each header
     buffer = areas.obj
@@ -563,7 +562,7 @@ def _uncompressed_batches(source: memoryview, scan: ScanResult, kept: _Kept, bat
     target[starts[:, None] + np.arange(RECORD_BATCH_OVERHEAD)] = headers.view(np.uint8).reshape(-1, RECORD_BATCH_OVERHEAD)
     stops = end[fast]
     crcs = batch_crcs(buffer, starts, stops - starts)
-    target[(starts + 17)[:, None] + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
+    target[(starts + CRC_OFFSET)[:, None] + np.arange(CRC_SIZE)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
     return _RebuiltRun(buffer, ids, starts, stops)
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
-from tidelog.records.batch import COMPRESSION_CODEC_MASK, LOG_OVERHEAD
 from tidelog.records.builder import BatchBuilder
+from tidelog.records.layout import BASE_OFFSET_OFFSET, COMPRESSION_CODEC_MASK, LENGTH_OFFSET, declared_size
 from tidelog.records.legacy import LegacyBatch
 from tidelog.records.record import Record, TimestampType
 
@@ -28,17 +28,16 @@ NO_TIMESTAMP = -1
 
 
 def offset_at(data: np.ndarray, pos: int) -> int | None:
-    if len(data) - pos < 8:
+    if len(data) - pos < LENGTH_OFFSET:
         return None
-    return int.from_bytes(data[pos:pos + 8].tobytes(), "big", signed=True)
+    return int.from_bytes(data[pos + BASE_OFFSET_OFFSET:pos + LENGTH_OFFSET].tobytes(), "big", signed=True)
 
 
 def filter_legacy(data: np.ndarray, source: memoryview, pos: int, round: CleaningRound,
                   txn: CleanedTransactionMetadata, retain_tombstones: bool, result: FilteredChunk) -> int:
     """Filter the complete v0/v1 entry at ``pos`` (the scan stopped there) into ``result``;
     returns its size. CorruptRecordError (``position``, ``offset``) if it does not read."""
-    length = int.from_bytes(source[pos + 8:pos + 12], "big", signed=True)
-    size = LOG_OVERHEAD + length
+    size = declared_size(source, pos)
     try:
         batch = LegacyBatch(source[pos:pos + size])
         batch.ensure_valid(position=pos)

@@ -44,6 +44,7 @@ from tidelog.errors import TidelogError
 from tidelog.records import NO_SEQUENCE, FileBatch
 from tidelog.records.batch import increment_sequence
 from tidelog.records.control import ControlRecordType, EndTransactionMarker, control_record_type
+from tidelog.records.layout import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from tidelog.storage import files
 from tidelog.storage.file_records import FileRecords
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot
@@ -90,10 +91,10 @@ def _dump_file(path: Path, deep: bool, print_data: bool, verify_index: bool) -> 
         elif name.endswith((files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)) and verify_index:
             yield from _verify_index(path, name)
         elif name.endswith(files.INDEX_SUFFIX):
-            yield from _dump_entries(path, ">ii", lambda base, e: {"offset": base + e[0], "position": e[1]},
+            yield from _dump_entries(path, OFFSET_INDEX_ENTRY, lambda base, e: {"offset": base + e[0], "position": e[1]},
                                      say_empty=True)
         elif name.endswith(files.TIME_INDEX_SUFFIX):
-            yield from _dump_entries(path, ">qi", lambda base, e: {"timestamp": e[0], "offset": base + e[1]})
+            yield from _dump_entries(path, TIME_INDEX_ENTRY, lambda base, e: {"timestamp": e[0], "offset": base + e[1]})
         elif name.endswith(files.TXN_INDEX_SUFFIX):
             yield from _dump_txn_index(path)
         else:
@@ -177,14 +178,14 @@ def _text_or_hex(data: bytes | None) -> str | None:
         return "0x" + data.hex()
 
 
-def _dump_entries(path: Path, layout: str, render: Any, say_empty: bool = False) -> Iterator[dict[str, Any]]:
+def _dump_entries(path: Path, layout: struct.Struct, render: Any, say_empty: bool = False) -> Iterator[dict[str, Any]]:
     """The entries of an index file; ``say_empty``: one ``empty`` item when there is none
     (kafka-dump-log says so of an offset index)."""
     base = files.offset_from_file_name(path.name)
     data = path.read_bytes()
-    size = struct.calcsize(layout)
+    size = layout.size
     found = False
-    for i, entry in enumerate(struct.iter_unpack(layout, data[: len(data) // size * size])):
+    for i, entry in enumerate(layout.iter_unpack(data[: len(data) // size * size])):
         if i > 0 and entry == (0, 0):
             break  # preallocated tail of an index that was never trimmed
         found = True

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +57,8 @@ from crc32c import crc32c
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import CheckpointError, StorageError
-from tidelog.records.batch import BASE_TIMESTAMP_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches, write_crc
+from tidelog.records.batch import iter_batches, write_crc
+from tidelog.records.layout import BASE_TIMESTAMP_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD, TIMESTAMP
 from tidelog.storage import fileops
 from tidelog.storage.commit_log import (
     COMMIT_LOG_FILE,
@@ -90,7 +90,6 @@ log = logging.getLogger(__name__)
 
 PUBLISH_THREADS = 4
 _READ_BYTES = 8 << 20
-_TIMESTAMP = struct.Struct(">q")
 
 StagedRef = tuple[str, StagedBatch]  # (file name in the job dir, batch)
 
@@ -378,8 +377,8 @@ def _same(batch: Any, ref: StagedBatch) -> bool:
 
 def stamp(data: bytearray, commit_time: int) -> None:
     """Give a batch staged without timestamps the commit time (deltas are 0: every record gets it)."""
-    _TIMESTAMP.pack_into(data, BASE_TIMESTAMP_OFFSET, commit_time)
-    _TIMESTAMP.pack_into(data, MAX_TIMESTAMP_OFFSET, commit_time)
+    TIMESTAMP.pack_into(data, BASE_TIMESTAMP_OFFSET, commit_time)
+    TIMESTAMP.pack_into(data, MAX_TIMESTAMP_OFFSET, commit_time)
     write_crc(data)
 
 

@@ -9,7 +9,8 @@ Each module opens with the byte layout it encodes.
 |---------------|-----------------------------------------------------------------|
 | `varint`      | zig-zag varint/varlong, unsigned varint                          |
 | `record`      | one v2 record, :class:`Record`, the records-area decoder         |
-| `batch`       | the 61-byte v2 header, :class:`RecordBatch`, log reading, patchers |
+| `layout`      | byte layouts: v2 batch header, v0/v1 header, index entries        |
+| `batch`       | :class:`RecordBatch` over the v2 header, log reading, patchers    |
 | `builder`     | :class:`BatchBuilder`, empty batches, convenience builders       |
 | `compression` | gzip / snappy (xerial) / lz4 (Kafka frame) / zstd                 |
 | `control`     | control record keys, transaction markers                         |
@@ -18,7 +19,7 @@ Each module opens with the byte layout it encodes.
 
 from __future__ import annotations
 
-from tidelog.records.batch import (
+from tidelog.records.layout import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
     BASE_SEQUENCE_OFFSET,
@@ -30,17 +31,19 @@ from tidelog.records.batch import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+)
+from tidelog.records.batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
-    PARTITION_LEADER_EPOCH_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORD_BATCH_OVERHEAD,
     RECORD_ERRORS,
-    RECORDS_COUNT_OFFSET,
     FileBatch,
     RecordBatch,
     increment_sequence,

@@ -1,24 +1,8 @@
 """RecordBatch v2 (magic 2) as a read-only view over bytes, the batch reader of a ``.log``, and
 in-place patchers for the fields the broker rewrites.
 
-Header of a v2 batch, 61 bytes (``RECORD_BATCH_OVERHEAD``), all integers big-endian:
-
-| offset | size | field                | notes                                                          |
-|--------|------|----------------------|----------------------------------------------------------------|
-| 0      | 8    | baseOffset           | offset of the first record (kept by compaction)                |
-| 8      | 4    | batchLength          | batch size - 12 (``LOG_OVERHEAD``)                             |
-| 12     | 4    | partitionLeaderEpoch | -1 = unknown; **not covered by the CRC**                       |
-| 16     | 1    | magic                | 2 (bytes 0-16 are common to every magic: ``HEADER_SIZE_UP_TO_MAGIC``) |
-| 17     | 4    | crc                  | uint32 CRC-32C of bytes [21, end of batch)                     |
-| 21     | 2    | attributes           | bits 0-2 codec, 3 LogAppendTime, 4 transactional, 5 control, 6 delete horizon |
-| 23     | 4    | lastOffsetDelta      | lastOffset - baseOffset                                        |
-| 27     | 8    | baseTimestamp        | first record's timestamp, the delete horizon (bit 6), or -1 (empty batch) |
-| 35     | 8    | maxTimestamp         | max record timestamp (CreateTime) or the broker time (LogAppendTime) |
-| 43     | 8    | producerId           | -1 = none                                                      |
-| 51     | 2    | producerEpoch        | -1 = none                                                      |
-| 53     | 4    | baseSequence         | -1 = none                                                      |
-| 57     | 4    | recordsCount         | records in the batch (0 for an empty batch)                   |
-| 61     | ...  | records              | v2 records (:mod:`tidelog.records.record`), or one compressed stream of them |
+The header layout (field offsets, sizes, formats) is declared in :mod:`tidelog.records.layout`;
+this module re-exports its names.
 
 Because baseOffset and partitionLeaderEpoch lie outside the CRC, :func:`set_base_offset`,
 :func:`set_last_offset` and :func:`set_partition_leader_epoch` patch them without touching the CRC;
@@ -46,6 +30,29 @@ from crc32c import crc32c
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError
 from tidelog.records.compression import CompressionType, decompress
+from tidelog.records.layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG_MASK,
+    HEADER,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_ENTRY_LENGTH,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PREFIX,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+)
 from tidelog.records.legacy import RECORD_OVERHEAD_V1, LegacyBatch
 from tidelog.records.varint import INT32_MAX
 from tidelog.records.record import (
@@ -56,58 +63,13 @@ from tidelog.records.record import (
     record_tuple,
 )
 
-# --- layout ----------------------------------------------------------------------------------
-
-BASE_OFFSET_OFFSET = 0
-LENGTH_OFFSET = 8
-PARTITION_LEADER_EPOCH_OFFSET = 12
-MAGIC_OFFSET = 16
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21
-LAST_OFFSET_DELTA_OFFSET = 23
-BASE_TIMESTAMP_OFFSET = 27
-MAX_TIMESTAMP_OFFSET = 35
-PRODUCER_ID_OFFSET = 43
-PRODUCER_EPOCH_OFFSET = 51
-BASE_SEQUENCE_OFFSET = 53
-RECORDS_COUNT_OFFSET = 57
-RECORDS_OFFSET = 61
-
-LOG_OVERHEAD = 12
-HEADER_SIZE_UP_TO_MAGIC = 17
-RECORD_BATCH_OVERHEAD = 61
-MIN_ENTRY_LENGTH = 14  # Kafka RECORD_OVERHEAD_V0: the smallest legal length field
-
-CURRENT_MAGIC = 2
-COMPRESSION_CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG_MASK = 0x10
-CONTROL_FLAG_MASK = 0x20
-DELETE_HORIZON_FLAG_MASK = 0x40
-
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
-HEADER = struct.Struct(
-    ">q"  # baseOffset
-    "i"   # batchLength
-    "i"   # partitionLeaderEpoch
-    "b"   # magic
-    "I"   # crc (unsigned)
-    "h"   # attributes
-    "i"   # lastOffsetDelta
-    "q"   # baseTimestamp
-    "q"   # maxTimestamp
-    "q"   # producerId
-    "h"   # producerEpoch
-    "i"   # baseSequence
-    "i"   # recordsCount
-)
-PREFIX = struct.Struct(">qiib")  # baseOffset, length, (epoch or legacy crc), magic
-_INT64 = struct.Struct(">q")
+_INT64 = struct.Struct(">q")  # field codecs; where each field sits comes from the layout
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")

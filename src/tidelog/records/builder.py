@@ -25,31 +25,30 @@ With ``magic`` 0 or 1 the builder writes a legacy message set instead (see
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from crc32c import crc32c
 
 from tidelog.errors import InvalidRecordError, UnsupportedCompressionError
-from tidelog.records.batch import (
+from tidelog.records.batch import INT32_MAX, NO_TIMESTAMP
+from tidelog.records.compression import CompressionType, compress
+from tidelog.records.layout import (
+    AFTER_CRC,
+    BEFORE_CRC,
     CONTROL_FLAG_MASK,
+    CRC,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG_MASK,
-    INT32_MAX,
     LOG_OVERHEAD,
-    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
-from tidelog.records.compression import CompressionType, compress
 from tidelog.records.legacy import LegacyMessage, build_legacy_batch
 from tidelog.records.record import Header, TimestampType, encode_record
 
-_BEFORE_CRC = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
-_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
-_CRC = struct.Struct(">I")
+_BEFORE_CRC, _AFTER_CRC, _CRC = BEFORE_CRC, AFTER_CRC, CRC
 
 Bytes = bytes | bytearray | memoryview
 

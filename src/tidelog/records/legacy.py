@@ -36,18 +36,24 @@ from typing import Any
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 from tidelog.records.compression import CompressionType, compress, decompress
+from tidelog.records.layout import (
+    COMPRESSION_CODEC_MASK,
+    LEGACY_HEADER,
+    LEGACY_TIMESTAMP_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_OVERHEAD_V0,
+    RECORD_OVERHEAD_V1,
+    TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+)
 from tidelog.records.record import Record, TimestampType, make_record
 
-LOG_OVERHEAD = 12
-MAGIC_OFFSET = 16
-RECORD_OVERHEAD_V0 = 14
-RECORD_OVERHEAD_V1 = 22
-TIMESTAMP_TYPE_MASK = 0x08
-CODEC_MASK = 0x07
+CODEC_MASK = COMPRESSION_CODEC_MASK
 
-_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-_TIMESTAMP = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
+_HEADER = LEGACY_HEADER
+_TIMESTAMP = TIMESTAMP
+_INT32 = struct.Struct(">i")  # key and value lengths
 
 Buffer = bytes | bytearray | memoryview
 LegacyMessage = tuple[int, int, bytes | None, bytes | None]
@@ -70,7 +76,7 @@ class _Entry:
         if self.magic not in (0, 1) or self.size < record_overhead(self.magic) or end > len(buf):
             raise CorruptRecordError(
                 f"invalid legacy message (magic {self.magic}, size {self.size})", position=pos)
-        at = pos + 18
+        at = pos + LEGACY_TIMESTAMP_OFFSET
         self.timestamp = -1
         if self.magic == 1:
             (self.timestamp,) = _TIMESTAMP.unpack_from(buf, at)
@@ -310,7 +316,7 @@ def encode_legacy_message(
         if field is not None:
             body += field
     crc = zlib.crc32(body)
-    return struct.pack(">qiI", offset, len(body) + 4, crc) + body
+    return _HEADER.pack(offset, len(body) + 4, crc, magic, attributes) + body[2:]
 
 
 def build_legacy_batch(

@@ -45,6 +45,7 @@ from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
 from tidelog.records.batch import COMPRESSION_CODEC_MASK, RecordBatch
 from tidelog.records.compression import MAX_DECOMPRESSED_BYTES, decompress
+from tidelog.records.layout import CRC_OFFSET, CRC_SIZE, RECORD_BATCH_OVERHEAD
 from tidelog import twins
 
 
@@ -372,7 +373,7 @@ def _verify_crcs(twin: ScanKernels, data: np.ndarray, batches: dict[str, np.ndar
     positions = batches["position"]
     if len(positions) == 0:
         return
-    offsets = positions[:, None] + np.arange(17, 21)
+    offsets = positions[:, None] + np.arange(CRC_OFFSET, CRC_OFFSET + CRC_SIZE)
     stored = data[offsets].astype(np.int64) @ np.array([1 << 24, 1 << 16, 1 << 8, 1], np.int64)
     bad = np.flatnonzero(twin.batch_crcs(data, positions, batches["size"]) != stored)
     for b in bad.tolist():
@@ -400,7 +401,7 @@ def _decompress(data: np.ndarray,
     Returns the arena (None when nothing was compressed) and each batch's records area
     ``[begin, end)``: in the input for uncompressed batches, in the arena for compressed ones.
     """
-    begin = batches["position"] + k.RECORD_BATCH_OVERHEAD
+    begin = batches["position"] + RECORD_BATCH_OVERHEAD
     end = batches["position"] + batches["size"]
     codecs = batches["attributes"] & COMPRESSION_CODEC_MASK
     compressed = np.flatnonzero((codecs != 0) & (batches["records_count"] != 0))
@@ -416,7 +417,7 @@ def _decompress(data: np.ndarray,
 
 def _decompress_batch(view: memoryview, batches: dict[str, np.ndarray], b: int, codec: int) -> bytes:
     pos = int(batches["position"][b])
-    payload = view[pos + k.RECORD_BATCH_OVERHEAD:pos + int(batches["size"][b])]
+    payload = view[pos + RECORD_BATCH_OVERHEAD:pos + int(batches["size"][b])]
     return _decompress_payload(codec, payload, pos, int(batches["base_offset"][b]))
 
 
@@ -521,7 +522,7 @@ def summarize_batch_records(batch: RecordBatch, position: int = 0, *, kernels: S
     twin = kernels or _ACTIVE
     attributes, base_offset = batch.attributes, batch.base_offset
     codec = attributes & COMPRESSION_CODEC_MASK
-    area = batch.buffer[k.RECORD_BATCH_OVERHEAD:batch.size_in_bytes]
+    area = batch.buffer[RECORD_BATCH_OVERHEAD:batch.size_in_bytes]
     if codec != 0:
         area = memoryview(_decompress_payload(codec, area, position, base_offset, max_decompressed))
     error, at, low, high, keyless, first_keyless, sequential = twin.summarize_records(

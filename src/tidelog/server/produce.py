@@ -26,7 +26,6 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a transactional batch INVALID_TXN_STATE.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,8 @@ from kafka.protocol.producer import ProduceResponse
 from tidelog.errors import InvalidRecordError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import check_appendable
-from tidelog.records.batch import (
+from tidelog.records.layout import (
+    ATTRIBUTES,
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
     LOG_OVERHEAD,
@@ -58,7 +58,7 @@ from tidelog.topic_partition import TopicPartition
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
-_ATTRIBUTES = struct.Struct(">h")  # at ATTRIBUTES_OFFSET of a v2 batch
+_ATTRIBUTES = ATTRIBUTES  # at ATTRIBUTES_OFFSET of a v2 batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError, InvalidRecordError, TidelogError, UnsupportedCompressionError
 from tidelog.records import read_batch_at
-from tidelog.records.batch import CONTROL_FLAG_MASK, LOG_OVERHEAD
+from tidelog.records.layout import CONTROL_FLAG_MASK, LOG_OVERHEAD, declared_size
 from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage.segment import SegmentConfig
 from tidelog.storage.txn_index import AbortedTxn
@@ -108,7 +108,7 @@ def _scan_range(spec: KeyScan, r: ScanRange) -> Iterator[pa.RecordBatch]:
             if consumed == 0:
                 if len(data) >= r.end - position or len(data) < LOG_OVERHEAD:
                     raise CorruptRecordError("batch runs past the planned range", path=r.path, position=position)
-                read_size = max(read_size * 2, LOG_OVERHEAD + int.from_bytes(data[8:12], "big", signed=True))
+                read_size = max(read_size * 2, declared_size(data))
             position += consumed
 
 

@@ -39,7 +39,8 @@ from tidelog.errors import CheckpointError, StorageError
 from tidelog.manager.topics import read_newest_registry
 from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
 from tidelog.storage.config import BROKER_CONFIGS, BrokerConfig
-from tidelog.storage.log_view import LogView, SegmentInfo, read_whole_batches
+from tidelog.storage.log_view import LogView, SegmentInfo
+from tidelog.storage.segment_reader import open_segment
 from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -152,9 +153,9 @@ def _segment_stats(segment: SegmentInfo, end_offset: int) -> _SegmentStats:
     """Walk every batch header of ``segment`` (up to the readable end)."""
     records = 0
     oldest, largest, next_offset = -1, -1, segment.base_offset
-    with open(segment.log_path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        for _, walked in read_whole_batches(f.fileno(), 0, size, READ_CHUNK):
+    with open_segment(segment.log_path, segment.base_offset) as reader:
+        size = reader.limit
+        for _, walked in reader.whole_batches(0, READ_CHUNK):
             batches = walked.batches
             keep = batches["base_offset"] < end_offset
             if not keep.any():

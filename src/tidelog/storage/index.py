@@ -1,6 +1,7 @@
 """A segment's offset index (``.index``) and time index (``.timeindex``): sparse, sorted, memory-mapped.
 
-Byte layouts (big-endian, no header, no checksum; shared/reference/kafka-storage.md §1.8, §1.9)::
+Byte layouts (big-endian, no header, no checksum; shared/reference/kafka-storage.md §1.8, §1.9;
+declared in :mod:`tidelog.records.layout`)::
 
     .index — 8-byte entries
     +------+------+----------------+----------------------------------------------------------+
@@ -71,6 +72,14 @@ from tidelog.errors import (
     InvalidOffsetError,
     StorageError,
 )
+from tidelog.records.layout import (
+    OFFSET_INDEX_DTYPE,
+    OFFSET_INDEX_ENTRY,
+    OFFSET_INDEX_ENTRY_SIZE,
+    TIME_INDEX_DTYPE,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_ENTRY_SIZE,
+)
 from tidelog.records.scan import (
     INDEX_CAPACITY,
     INDEX_ENTRIES,
@@ -90,8 +99,9 @@ WARM_SECTION_BYTES = 8192  # bytes at the end of an index searched first
 _INT32_MAX = 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _EMPTY = b""
-_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])  # .index, 8 bytes
-_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])  # .timeindex, 12 bytes
+_OFFSET_ENTRY = OFFSET_INDEX_DTYPE  # .index, 8 bytes
+_TIME_ENTRY = TIME_INDEX_DTYPE  # .timeindex, 12 bytes
+_INT32, _INT64 = struct.Struct(">i"), struct.Struct(">q")  # one column of an entry
 
 _Unpack = Callable[[Any, int], tuple[Any, ...]]
 
@@ -485,11 +495,10 @@ class _MappedIndex(IndexFile):
 class OffsetIndex(_MappedIndex):
     """Sparse map from offset to ``.log`` byte position for one segment (``<base>.index``)."""
 
-    ENTRY_SIZE = 8
-    _ENTRY = struct.Struct(">ii")
-    _RELATIVE = struct.Struct(">i")
-    _OFFSET_COLUMN = (_RELATIVE.unpack_from, 0)
-    _POSITION_COLUMN = (_RELATIVE.unpack_from, 4)
+    ENTRY_SIZE = OFFSET_INDEX_ENTRY_SIZE
+    _ENTRY = OFFSET_INDEX_ENTRY
+    _OFFSET_COLUMN = (_INT32.unpack_from, OFFSET_INDEX_DTYPE.fields["relative_offset"][1])
+    _POSITION_COLUMN = (_INT32.unpack_from, OFFSET_INDEX_DTYPE.fields["position"][1])
     _KIND = "offset index"
 
     _last_offset = TailSlot(INDEX_LAST_KEY)
@@ -605,11 +614,11 @@ class OffsetIndex(_MappedIndex):
 class TimeIndex(_MappedIndex):
     """Sparse map from timestamp to offset for one segment (``<base>.timeindex``)."""
 
-    ENTRY_SIZE = 12
+    ENTRY_SIZE = TIME_INDEX_ENTRY_SIZE
     _FREE_SLOTS_KEPT = 1  # for the final entry a roll or close appends with ``skip_full_check``
-    _ENTRY = struct.Struct(">qi")
-    _TIMESTAMP_COLUMN = (struct.Struct(">q").unpack_from, 0)
-    _OFFSET_COLUMN = (struct.Struct(">i").unpack_from, 8)
+    _ENTRY = TIME_INDEX_ENTRY
+    _TIMESTAMP_COLUMN = (_INT64.unpack_from, TIME_INDEX_DTYPE.fields["timestamp"][1])
+    _OFFSET_COLUMN = (_INT32.unpack_from, TIME_INDEX_DTYPE.fields["relative_offset"][1])
     _KIND = "time index"
 
     @property

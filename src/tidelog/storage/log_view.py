@@ -21,15 +21,18 @@ appends) plus a walk over the bytes appended since (their CRCs checked). An acti
 for the last non-zero entry, then kept only while they strictly increase (an entry being written
 concurrently is dropped).
 
-**Lookups.** :meth:`PartitionView.locate` gives the segment and byte position of the first batch
-whose last offset is >= a target: the offset index's largest entry <= the target, then a header
-walk. :meth:`PartitionView.offset_for_timestamp` is Kafka's ListOffsets by time (the first offset
-whose record timestamp is >= T, via ``.timeindex`` and batch max timestamps).
+**Lookups.** Reads go through the segment read path the broker uses
+(:mod:`~tidelog.storage.segment_reader`). :meth:`PartitionView.locate` gives the segment and byte
+position of the first batch whose last offset is >= a target: the offset index's largest entry <=
+the target, then a header walk. :meth:`PartitionView.offset_for_timestamp` is Kafka's ListOffsets
+by time (the first offset whose record timestamp is >= T), Kafka's ``findOffsetByTimestamp`` on
+the first segment that can hold such a record.
 
 **Concurrency.** Files are read with ``pread`` (never ``mmap``: a file truncated under a mapping
 raises SIGBUS). A segment deleted or swapped between listing and opening shows up as
-``FileNotFoundError``: the view re-lists once and retries; when the wanted offset is then below the
-log start offset, the data is gone and :class:`DataLossError` tells the caller (who applies
+:class:`~tidelog.storage.segment_reader.SegmentReplacedError` (or ``FileNotFoundError`` for its
+index files): the view re-lists once and retries; when the wanted offset is then below the log
+start offset, the data is gone and :class:`DataLossError` tells the caller (who applies
 ``failOnDataLoss``). A cleaner swap can also put a different file behind a position read from the
 old index; a position whose batch header does not check out falls back to walking from the
 segment's first byte. Instances are not thread-safe (one per thread or process).
@@ -39,24 +42,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from crc32c import crc32c
 
-from tidelog.errors import CheckpointError, OffsetOutOfRangeError, StorageError
-from tidelog.records.scan import HeaderWalk, scan_batches, walk_batch_headers
+from tidelog.errors import CheckpointError, CorruptRecordError, OffsetOutOfRangeError, StorageError
+from tidelog.records.layout import CRC_OFFSET, CRC_SIZE, CRC_START, OFFSET_INDEX_DTYPE, TIME_INDEX_DTYPE
 from tidelog.storage import files
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
 from tidelog.storage.commit_log import PendingJobs
+from tidelog.storage.file_records import BatchLocation
+from tidelog.storage.segment_reader import SegmentReader, index_floor, offset_for_timestamp, open_segment
 from tidelog.topic_partition import TopicPartition
 
-_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
-_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
-_LOG_OVERHEAD = 12
-_CRC_START = 21
-_HEADER = 61
+_OFFSET_ENTRY = OFFSET_INDEX_DTYPE
+_TIME_ENTRY = TIME_INDEX_DTYPE
 WALK_CHUNK = 4 << 20  # bytes read per header walk / read step
 READ_CHUNK = 8 << 20  # bytes per chunk handed to readers (whole batches, more for one big batch)
 
@@ -325,8 +328,8 @@ class PartitionView:
             position, next_offset = _last_index_entry(last)
             walk = _Walk(last.base_offset, st.st_ino, position, next_offset)
         if size > walk.position:
-            with open(last.log_path, "rb", buffering=0) as f:
-                walk.position, walk.next_offset = _walk_checked(f.fileno(), walk.position, size, walk.next_offset)
+            with open_segment(last.log_path, last.base_offset, size) as reader:
+                walk.position, walk.next_offset = _walk_checked(reader, walk.position, walk.next_offset)
         self._walk = walk
         return walk.next_offset
 
@@ -368,20 +371,21 @@ class PartitionView:
         first = self._segment_index(offset)
         for i in range(first, len(self._segments)):
             segment = self._segments[i]
-            start = self._index_floor(segment, offset) if i == first else 0
-            found = _first_batch_reaching(segment, start, offset)
+            with open_segment(segment.log_path, segment.base_offset) as reader:
+                start = reader.checked_start(self._index_floor(segment, offset)) if i == first else 0
+                found = _first_batch_reaching(reader, segment, start, offset)
             if found is not None:
                 return found if found.base_offset < end else None
         return None
 
     def _segment_index(self, offset: int) -> int:
         bases = [s.base_offset for s in self._segments]
-        return max(0, int(np.searchsorted(np.asarray(bases, np.int64), offset, side="right")) - 1)
+        return max(0, index_floor(np.asarray(bases, np.int64), offset))
 
     def _index_floor(self, segment: SegmentInfo, offset: int) -> int:
         """Byte position of the offset index's largest entry <= ``offset`` (0 when none)."""
         entries = self._offset_entries(segment)
-        i = int(np.searchsorted(entries["relative_offset"], offset - segment.base_offset, side="right")) - 1
+        i = index_floor(entries["relative_offset"], offset - segment.base_offset)
         return int(entries["position"][i]) if i >= 0 else 0
 
     def _offset_entries(self, segment: SegmentInfo) -> np.ndarray:
@@ -431,26 +435,27 @@ class PartitionView:
         first = self._segments.index(found.segment) if found.segment in self._segments else 0
         position = found.position
         for segment in self._segments[first:]:
-            with open(segment.log_path, "rb", buffering=0) as f:
-                limit = self._read_limit(segment, f.fileno())
-                for buf, walked in read_whole_batches(f.fileno(), position, limit, chunk_bytes):
+            with self._open(segment) as reader:
+                for buf, walked in reader.whole_batches(position, chunk_bytes):
                     last = int(walked.batches["last_offset"][-1])
                     yield buf, last
                     if last >= end - 1 or last >= bound - 1:
                         return
             position = 0
 
-    def _read_limit(self, segment: SegmentInfo, fd: int) -> int:
+    def _open(self, segment: SegmentInfo) -> AbstractContextManager[SegmentReader]:
+        """A reader of ``segment`` up to its readable end: for the last segment, only what the last
+        refresh checked; else the file's size."""
         walk = self._walk
-        if walk is not None and segment.base_offset == walk.segment_base:
-            return walk.position  # the active segment: only what the last refresh checked
-        return os.fstat(fd).st_size
+        limit = walk.position if walk is not None and segment.base_offset == walk.segment_base else None
+        return open_segment(segment.log_path, segment.base_offset, limit)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Kafka's ListOffsets by time: the first offset >= the log start offset whose record
         timestamp is >= ``timestamp`` (control records count, as in Kafka); None when no record
         qualifies. Reads each segment's last time-index entry (and walks its tail) until one can
-        hold such a record, then scans from the time index's floor entry."""
+        hold such a record, then searches it as the broker does
+        (:func:`~tidelog.storage.segment_reader.offset_for_timestamp`), below the readable end."""
         bounds = self.bounds
         for attempt in (0, 1):
             try:
@@ -462,15 +467,23 @@ class PartitionView:
         return None
 
     def _offset_for_timestamp(self, timestamp: int, bounds: PartitionBounds) -> int | None:
+        if bounds.log_start_offset >= bounds.end_offset:
+            return None
         for segment in self._segments:
             if self._segment_max_timestamp(segment) < timestamp:
                 continue
             times = _time_entries(segment)
-            i = int(np.searchsorted(times["timestamp"], timestamp, side="right")) - 1
+            i = index_floor(times["timestamp"], timestamp)
             floor = segment.base_offset + int(times["relative_offset"][i]) if i >= 0 else segment.base_offset
-            found = self._first_record_from(segment, max(floor, bounds.log_start_offset), timestamp, bounds)
+            with self._open(segment) as reader:
+                try:
+                    found = offset_for_timestamp(
+                        reader, floor, lambda offset: reader.checked_start(self._index_floor(segment, offset)),
+                        timestamp, bounds.log_start_offset, bounds.end_offset)
+                except CorruptRecordError:  # bytes that are not batches (a file swapped in): no record here
+                    found = None
             if found is not None:
-                return found
+                return found.offset
         return None
 
     def _segment_max_timestamp(self, segment: SegmentInfo) -> int:
@@ -480,37 +493,10 @@ class PartitionView:
         best = int(times["timestamp"][-1]) if len(times) else -1
         entries = self._offset_entries(segment)
         position = int(entries["position"][-1]) if len(entries) else 0
-        with open(segment.log_path, "rb", buffering=0) as f:
-            limit = self._read_limit(segment, f.fileno())
-            for _, walked in read_whole_batches(f.fileno(), position, limit, WALK_CHUNK):
+        with self._open(segment) as reader:
+            for _, walked in reader.whole_batches(position, WALK_CHUNK):
                 best = max(best, int(walked.batches["max_timestamp"].max()))
         return best
-
-    def _first_record_from(self, segment: SegmentInfo, start: int, timestamp: int,
-                           bounds: PartitionBounds) -> int | None:
-        """The first record at or above the log start offset whose timestamp is >= ``timestamp``,
-        scanning from the batch holding ``start`` (the time index's floor entry names the batch
-        where its timestamp was reached, so a record of that timestamp may come before ``start``
-        in that batch; Kafka's ``searchForTimestamp`` likewise filters by the log start offset
-        only)."""
-        if start >= bounds.end_offset:
-            return None
-        offset = bounds.log_start_offset
-        found = self._locate(start, bounds.end_offset)
-        if found is None or found.segment.base_offset != segment.base_offset:
-            return None
-        with open(segment.log_path, "rb", buffering=0) as f:
-            limit = self._read_limit(segment, f.fileno())
-            for buf, walked in read_whole_batches(f.fileno(), found.position, limit, READ_CHUNK):
-                batches = walked.batches
-                for j in np.flatnonzero(batches["max_timestamp"] >= timestamp).tolist():
-                    position = int(batches["position"][j])
-                    result = scan_batches(buf, position, position + int(batches["size"][j]))
-                    rows = np.flatnonzero((result.timestamp >= timestamp) & (result.offset >= offset)
-                                          & (result.offset < bounds.end_offset))
-                    if len(rows):
-                        return int(result.offset[rows[0]])
-        return None
 
 
 def _time_entries(segment: SegmentInfo) -> np.ndarray:
@@ -570,105 +556,49 @@ def _last_index_entry(segment: SegmentInfo) -> tuple[int, int]:
         entries = _read_index(segment.index_path, _OFFSET_ENTRY)
     except FileNotFoundError:
         return 0, segment.base_offset
-    for i in range(len(entries) - 1, max(-1, len(entries) - 4), -1):
-        position = int(entries["position"][i])
-        found = _first_batch_reaching(segment, position, segment.base_offset, check_position=True)
-        if found is not None and found.position == position:
-            return position, found.base_offset
+    with open_segment(segment.log_path, segment.base_offset) as reader:
+        for i in range(len(entries) - 1, max(-1, len(entries) - 4), -1):
+            position = int(entries["position"][i])
+            if reader.checked_start(position) != position:
+                continue
+            found = next(_v2_batches_from(reader, position), None)
+            if found is not None and found.position == position:
+                return position, found.base_offset
     return 0, segment.base_offset
 
 
-def _walk_checked(fd: int, position: int, size: int, next_offset: int) -> tuple[int, int]:
-    """Walk complete batches in ``[position, size)``, checking their CRCs; stop at the first
-    partial, unparsable or CRC-failing batch. Returns the new ``(position, next offset)``."""
-    while position < size:
-        data = os.pread(fd, min(WALK_CHUNK, size - position), position)
-        walked = walk_batch_headers(data)
+def _walk_checked(reader: SegmentReader, position: int, next_offset: int) -> tuple[int, int]:
+    """Walk complete batches from ``position`` to the reader's end, checking their CRCs; stop at
+    the first partial, unparsable or CRC-failing batch. Returns the new ``(position, next offset)``."""
+    for data, walked in reader.whole_batches(position, WALK_CHUNK):
         positions, sizes = walked.batches["position"], walked.batches["size"]
-        if len(positions) == 0:
-            big = _batch_size_at(data)
-            if big is None or big <= len(data) or position + big > size:
-                break
-            data = os.pread(fd, big, position)
-            walked = walk_batch_headers(data)
-            positions, sizes = walked.batches["position"], walked.batches["size"]
-            if len(positions) == 0:
-                break
         view = memoryview(data)
         for j in range(len(positions)):
             p, n = int(positions[j]), int(sizes[j])
-            if crc32c(view[p + _CRC_START:p + n]) != int.from_bytes(view[p + 17:p + 21], "big"):
+            stored = int.from_bytes(view[p + CRC_OFFSET:p + CRC_OFFSET + CRC_SIZE], "big")
+            if crc32c(view[p + CRC_START:p + n]) != stored:
                 return position + p, next_offset
             next_offset = int(walked.batches["last_offset"][j]) + 1
-        position += walked.end_position
-        if walked.stop_position is not None:
-            break
+        position += len(data)
     return position, next_offset
 
 
-def _batch_size_at(data: bytes) -> int | None:
-    """The full size of the batch starting at ``data[0]`` per its length field (None if unreadable)."""
-    if len(data) < _LOG_OVERHEAD:
-        return None
-    length = int.from_bytes(data[8:12], "big", signed=True)
-    return length + _LOG_OVERHEAD if length >= _HEADER - _LOG_OVERHEAD else None
+def _v2_batches_from(reader: SegmentReader, position: int) -> Iterator[BatchLocation]:
+    """The v2 batch headers from ``position`` on, up to the first v0/v1 entry or bytes that are
+    not a batch (a lock-free reader's walk: it stops rather than raise)."""
+    try:
+        for location in reader.batch_locations(position):
+            if location.magic != 2:
+                return
+            yield location
+    except CorruptRecordError:
+        return
 
 
-def _first_batch_reaching(segment: SegmentInfo, position: int, offset: int,
-                          check_position: bool = False) -> BatchPosition | None:
-    """The first batch at or after ``position`` whose last offset is >= ``offset`` (headers only).
-    A position whose header does not parse (a swapped file, a torn index entry) restarts the walk
-    at 0 unless ``check_position`` (then None)."""
-    with open(segment.log_path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        size = os.fstat(fd).st_size
-        at = position
-        while at < size:
-            data = os.pread(fd, min(WALK_CHUNK, size - at), at)
-            walked = walk_batch_headers(data)
-            last = walked.batches["last_offset"]
-            if len(last) == 0:
-                big = _batch_size_at(data)
-                if big is not None and big > len(data) and at + big <= size:
-                    walked = walk_batch_headers(os.pread(fd, big, at))
-                    last = walked.batches["last_offset"]
-                if len(last) == 0:
-                    if at == position and position != 0 and not check_position:
-                        at = position = 0
-                        continue
-                    return None
-            if at == position and int(walked.batches["base_offset"][0]) < segment.base_offset:
-                if check_position or position == 0:
-                    return None
-                at = position = 0
-                continue
-            hit = np.flatnonzero(last >= offset)
-            if len(hit):
-                j = int(hit[0])
-                return BatchPosition(segment, at + int(walked.batches["position"][j]),
-                                     int(walked.batches["base_offset"][j]), int(last[j]))
-            at += walked.end_position
-            if walked.stop_position is not None:
-                return None
+def _first_batch_reaching(reader: SegmentReader, segment: SegmentInfo, position: int,
+                          offset: int) -> BatchPosition | None:
+    """The first v2 batch at or after ``position`` whose last offset is >= ``offset`` (headers only)."""
+    for location in _v2_batches_from(reader, position):
+        if location.last_offset >= offset:
+            return BatchPosition(segment, location.position, location.base_offset, location.last_offset)
     return None
-
-
-def read_whole_batches(fd: int, position: int, limit: int, chunk_bytes: int) -> Iterator[tuple[bytes, HeaderWalk]]:
-    """``(buffer, its header walk)`` for consecutive whole batches in ``[position, limit)``; each
-    buffer holds at least one batch (a batch larger than ``chunk_bytes`` comes alone)."""
-    while position < limit:
-        data = os.pread(fd, min(chunk_bytes, limit - position), position)
-        walked = walk_batch_headers(data)
-        if len(walked.batches["position"]) == 0:
-            big = _batch_size_at(data)
-            if big is None or big <= len(data) or position + big > limit:
-                return
-            data = os.pread(fd, big, position)
-            walked = walk_batch_headers(data)
-            if len(walked.batches["position"]) == 0:
-                return
-        end = walked.end_position
-        yield (data if end == len(data) else data[:end]), walked
-        position += end
-        if walked.stop_position is not None:
-            return

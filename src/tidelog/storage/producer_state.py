@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from tidelog.errors import CorruptSnapshotError, InvalidProducerEpochError, OutO
 from tidelog.records import FileBatch
 from tidelog.records.batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, increment_sequence, read_batch_at
 from tidelog.records.control import EndTransactionMarker
+from tidelog.records.layout import HEADER
 from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot, write_snapshot
@@ -57,7 +57,7 @@ NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000  # producer.id.expiration.check.interval.ms
 
-_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header, to read base sequences
+_BATCH_HEAD = HEADER  # the v2 header, to read base sequences
 _BASE_SEQUENCE_INDEX = 11
 _CONTROL_FLAG = 0x20
 

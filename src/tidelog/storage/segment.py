@@ -66,6 +66,7 @@ from tidelog.storage.file_records import (
     set_file_mtime,
 )
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from tidelog.storage.segment_reader import SegmentReader, offset_for_timestamp
 from tidelog.storage.txn_index import TransactionIndex
 
 log = logging.getLogger(__name__)
@@ -388,13 +389,11 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self._rolling_based_timestamp is None:
-            for _, batch in self.log.batches(0, self._first_batch_end()):
+            reader = self.reader()
+            location = next(reader.batch_locations(0), None)
+            for _, batch in reader.batches(0, 0 if location is None else location.size):
                 self._rolling_based_timestamp = batch.max_timestamp
                 break
-
-    def _first_batch_end(self) -> int:
-        location = next(self.log.batch_locations(0), None)
-        return 0 if location is None else location.size
 
     # --- append -------------------------------------------------------------------------------
 
@@ -537,9 +536,15 @@ class LogSegment:
 
     # --- read ---------------------------------------------------------------------------------
 
+    def reader(self) -> SegmentReader:
+        """A :class:`~tidelog.storage.segment_reader.SegmentReader` of the ``.log`` up to its
+        current size (the segment's own descriptor, opened now if it was not). Under the log's
+        lock, or for a sealed segment."""
+        return SegmentReader(self.log.descriptor(), self.log.size_in_bytes, self.base_offset, self.log.path)
+
     def translate_offset(self, offset: int) -> BatchLocation | None:
         """Locate the first batch whose last offset is >= ``offset`` (index lookup, then header scan)."""
-        return self.log.search_for_offset(offset, self.offset_index.lookup(offset).position)
+        return self.reader().search_for_offset(offset, self.offset_index.lookup(offset).position)
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False) -> FetchDataInfo | None:
         """Bytes from the batch holding ``start_offset``; None when no batch in this segment reaches it.
@@ -551,7 +556,8 @@ class LogSegment:
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for segment read")
-        location = self.translate_offset(start_offset)
+        reader = self.reader()
+        location = reader.search_for_offset(start_offset, self.offset_index.lookup(start_offset).position)
         if location is None:
             return None
         metadata = LogOffsetMetadata(start_offset, self.base_offset, location.position)
@@ -559,13 +565,13 @@ class LogSegment:
         if adjusted == 0 or max_position is None:
             return FetchDataInfo(metadata, b"")
         fetch_size = max(0, min(max_position - location.position, adjusted))
-        data = self.log.read(location.position, fetch_size)
+        data = reader.read(location.position, fetch_size)
         return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < location.size)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (scans from the last offset-index entry)."""
         next_offset = self.base_offset
-        for location in self.log.batch_locations(self._last_entry_position()):
+        for location in self.reader().batch_locations(self._last_entry_position()):
             next_offset = location.last_offset + 1
         return next_offset
 
@@ -591,15 +597,8 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``start_offset`` (§3.4)."""
-        ts_entry = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(ts_entry.offset, start_offset)).position
-        for _, batch in self.log.batches(position):
-            if batch.max_timestamp < timestamp:
-                continue
-            for record in batch.records():
-                if record.timestamp >= timestamp and record.offset >= start_offset:
-                    return TimestampAndOffset(record.timestamp, record.offset, _leader_epoch(batch))
-        return None
+        return offset_for_timestamp(self.reader(), self.time_index.lookup(timestamp).offset,
+                                    lambda offset: self.offset_index.lookup(offset).position, timestamp, start_offset)
 
     # --- recovery and truncation --------------------------------------------------------------
 
@@ -791,7 +790,7 @@ class LogSegment:
         last = self.time_index.last_entry
         best = TimestampOffset(last.timestamp, last.offset)
         start = self.offset_index.lookup(last.offset).position
-        for _, batch in self.log.batches(start):
+        for _, batch in self.reader().batches(start):
             if batch.max_timestamp > best.timestamp:
                 best = TimestampOffset(batch.max_timestamp, batch.last_offset)
         self._set_max_timestamp(best)
@@ -913,11 +912,6 @@ def _note_epoch_start(epoch_starts: list[tuple[int, int]], batch: FileBatch) -> 
     epoch = batch.partition_leader_epoch
     if batch.magic >= 2 and epoch >= 0 and (not epoch_starts or epoch_starts[-1][0] != epoch):
         epoch_starts.append((epoch, batch.base_offset))
-
-
-def _leader_epoch(batch: FileBatch) -> int | None:
-    epoch = batch.partition_leader_epoch
-    return epoch if epoch >= 0 else None
 
 
 def _index_entry_batches(positions: np.ndarray, interval: int) -> np.ndarray:

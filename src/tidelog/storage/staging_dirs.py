@@ -40,7 +40,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from tidelog.errors import StorageError
-from tidelog.records.batch import RECORD_BATCH_OVERHEAD, RECORDS_COUNT_OFFSET
+from tidelog.records.layout import RECORD_BATCH_OVERHEAD, RECORDS_COUNT_OFFSET
 from tidelog.storage import fileops
 from tidelog.storage.atomic import fsync_dir, read_file, write_file
 from tidelog.storage.commit_log import StagedBatch

@@ -10,12 +10,12 @@ within the segment. Nothing is modified; every problem names the file and byte p
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.errors import CorruptRecordError, TidelogError
+from tidelog.records.layout import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from tidelog.storage import files
 from tidelog.storage.file_records import FileRecords
 
@@ -165,16 +165,17 @@ def verify_offset_index(path: Path, problems: list[Problem], segment: SegmentSum
     """Check ``path`` against its segment's batches (``segment``; scanned here when not given)."""
     data = path.read_bytes()
     base = files.offset_from_file_name(path.name)
-    if len(data) % 8:
-        problems.append(Problem(path, None, f"length {len(data)} is not a multiple of the 8-byte entry size"))
+    size = OFFSET_INDEX_ENTRY.size
+    if len(data) % size:
+        problems.append(Problem(path, None, f"length {len(data)} is not a multiple of the {size}-byte entry size"))
     segment = segment or _segment_of(path, base)
     previous = base - 1
-    for i, (relative, position) in enumerate(struct.iter_unpack(">ii", data[: len(data) // 8 * 8])):
+    for i, (relative, position) in enumerate(OFFSET_INDEX_ENTRY.iter_unpack(data[: len(data) // size * size])):
         if relative == 0 and position == 0 and i > 0:
             break  # preallocated zeros of a segment that was never closed
         offset = base + relative
         if relative < 0 or (i > 0 and offset <= previous):
-            problems.append(Problem(path, i * 8, f"entry {i} offset {offset} does not increase"))
+            problems.append(Problem(path, i * OFFSET_INDEX_ENTRY.size, f"entry {i} offset {offset} does not increase"))
         previous = offset
         if segment is not None and segment.last_offset is not None:
             _check_index_target(path, i, offset, position, segment.batch_starts, segment.last_offset, problems)
@@ -188,11 +189,11 @@ def _check_index_target(
     after ``offset`` (or the batch holding it would be skipped)."""
     batch = starts.get(position)
     if batch is None:
-        problems.append(Problem(path, i * 8, f"entry {i} (offset {offset}) points to byte {position}, not a batch start"))
+        problems.append(Problem(path, i * OFFSET_INDEX_ENTRY.size, f"entry {i} (offset {offset}) points to byte {position}, not a batch start"))
     elif batch[0] > offset:
-        problems.append(Problem(path, i * 8, f"entry {i} (offset {offset}) points to a batch starting at offset {batch[0]}"))
+        problems.append(Problem(path, i * OFFSET_INDEX_ENTRY.size, f"entry {i} (offset {offset}) points to a batch starting at offset {batch[0]}"))
     elif offset > segment_last:
-        problems.append(Problem(path, i * 8, f"entry {i} offset {offset} is past the segment's last offset {segment_last}"))
+        problems.append(Problem(path, i * OFFSET_INDEX_ENTRY.size, f"entry {i} offset {offset} is past the segment's last offset {segment_last}"))
 
 
 def _segment_of(index_path: Path, base: int) -> SegmentSummary | None:
@@ -203,12 +204,13 @@ def _segment_of(index_path: Path, base: int) -> SegmentSummary | None:
 def verify_time_index(path: Path, problems: list[Problem]) -> None:
     data = path.read_bytes()
     base = files.offset_from_file_name(path.name)
-    if len(data) % 12:
-        problems.append(Problem(path, None, f"length {len(data)} is not a multiple of the 12-byte entry size"))
+    size = TIME_INDEX_ENTRY.size
+    if len(data) % size:
+        problems.append(Problem(path, None, f"length {len(data)} is not a multiple of the {size}-byte entry size"))
     previous_ts, previous_offset = -1, base
-    for i, (timestamp, relative) in enumerate(struct.iter_unpack(">qi", data[: len(data) // 12 * 12])):
+    for i, (timestamp, relative) in enumerate(TIME_INDEX_ENTRY.iter_unpack(data[: len(data) // size * size])):
         if timestamp == 0 and relative == 0 and i > 0:
             break  # preallocated zeros
         if timestamp < previous_ts or base + relative < previous_offset:
-            problems.append(Problem(path, i * 12, f"entry {i} ({timestamp}, offset {base + relative}) goes backwards"))
+            problems.append(Problem(path, i * size, f"entry {i} ({timestamp}, offset {base + relative}) goes backwards"))
         previous_ts, previous_offset = timestamp, base + relative
