@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
 from tidelog.cleaner.producers import ProducerLastBatch
-from tidelog.cleaner.retain import CleaningRound, FilteredChunk, filter_chunk, get_kernels
+from tidelog.cleaner.retain import CleaningRound, FilteredChunk, filter_chunk
+from tidelog.cleaner.retain_twins import get_kernels
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import CorruptRecordError
 from tidelog.records import (
