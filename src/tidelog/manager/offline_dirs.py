@@ -5,8 +5,8 @@ channel and the probe itself; ``docs/faults.md`` the whole story).
 :class:`OfflineDirs` is a mixin of :class:`~tidelog.manager.manager.LogManager`, kept apart so the
 manager's module stays about topics, loading and background tasks. It works on the manager's
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
-``_note_loaded``, ``_config_for``, ``_producer_state_settings``, ``_delete_partition_dir``,
-``_set_partition_aside``), its staged-commit step (:mod:`.staged_holds`:
+``_note_loaded``, ``_delete_partition_dir``, ``_set_partition_aside``, and its
+:class:`~.loading.PartitionLoader` to reopen logs), its staged-commit step (:mod:`.staged_holds`:
 ``_complete_staged_commits``) and its registry steps (:mod:`.registry_sync`:
 ``_rejoin_registry``, ``_reconcile_registry``, ``_sync_topic_copies``, ``_await_held``).
 
@@ -40,6 +40,7 @@ from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.clock import Clock
 from tidelog.errors import CleanerStateError, LogDirOfflineError, StorageError, TidelogError
 from tidelog.manager.log_dir import LogDir, describe_error, one_cluster_id
+from tidelog.manager.loading import PartitionLoader, close_failed_log
 from tidelog.manager.log_dir_failure import (
     FaultCause,
     FaultKind,
@@ -78,15 +79,18 @@ class OfflineDirs:
     _unloaded: set[Path]  # opened, but their load met a disk fault: loaded when the probe passes
     _cleaning_stopped: dict[Path, set[TopicPartition]]  # paused by the cleaner while their dir is offline
     cleaner: LogCleaner | None
+    _loader: PartitionLoader
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
-        """The log dirs offline now, each with the operation and error that took it offline."""
+        """The log dirs offline now, each with the operation and error that took it offline.
+        Thread-safe: the failure channel has its own lock."""
         return self._failures.offline_dirs()
 
     def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
         """Take ``tp``'s log dir offline when ``error`` is a disk fault (for callers that use a
         :class:`Log` directly); returns whether it is offline now. Reads serving clients report
-        through :meth:`report_read_error` instead."""
+        through :meth:`report_read_error` instead. Thread-safe: a dir goes offline under the
+        manager's lock."""
         log_dir = self._log_dir_of.get(tp) or self._offline_dir_of(tp, None, error)
         if log_dir is None:
             return tp in self._offline_logs
@@ -95,7 +99,9 @@ class OfflineDirs:
     def report_read_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
         """A read serving a client (fetch, list offsets) of ``tp`` failed: when ``error`` is a
         disk fault, only this read fails (KAFKA_STORAGE_ERROR) unless read faults spread over
-        the dir, which then goes offline (see the module doc). Returns whether ``tp`` is offline now."""
+        the dir, which then goes offline (see the module doc). Returns whether ``tp`` is offline now.
+        Thread-safe: the read-fault counts have their own lock; a dir goes offline under the
+        manager's lock. Costs nothing but one lookup for an error that is no disk fault."""
         log_dir = self._log_dir_of.get(tp)
         if log_dir is None:
             return tp in self._offline_logs
@@ -255,7 +261,8 @@ class OfflineDirs:
         :func:`~.log_dir_failure.probe`); bring back those that pass: their logs closed by the
         fault reopen with recovery (no clean shutdown) from the lower of their last recovery point
         and the checkpointed one, the others rejoin as they were. Returns the dirs that are
-        online again. The periodic probe task runs this."""
+        online again. The periodic probe task runs this. Thread-safe: the partition map changes
+        under the manager's lock; logs are reopened (with recovery) outside it."""
         back = []
         for path in self._failures.due_for_probe():
             log_dir = next(d for d in self._dirs if d.path == path)
@@ -382,12 +389,9 @@ class OfflineDirs:
         """One log of a dir coming back; None when it fails to load for a reason other than the
         disk (it is set aside)."""
         try:
-            return Log.open(
-                offline.path, self._config_for(tp.topic),
-                log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
-                recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)),
-                had_clean_shutdown=False, clock=self._clock, scheduler=self._scheduler, topic_partition=tp,
-                **self._producer_state_settings())
+            return self._loader.open_log(
+                offline.path, tp, log_start_offset=max(offline.log_start_offset, start_offsets.get(tp, 0)),
+                recovery_point=min(offline.recovery_point, recovery_points.get(tp, 0)), had_clean_shutdown=False)
         except (StorageError, OSError) as e:
             if is_storage_fault(e):
                 raise
@@ -411,13 +415,3 @@ class OfflineDirs:
         for tp, lg in kept:
             close_failed_log(tp, lg)
 
-
-def close_failed_log(tp: TopicPartition, lg: Log) -> None:
-    """Close a log whose dir failed as Kafka's ``closeHandlers`` does: descriptors and maps
-    released, nothing written (a final time-index entry into a full disk's sparse page would be a
-    SIGBUS); it is marked closed under its lock, so no append can start after. Errors are logged,
-    never raised."""
-    try:
-        lg.close_handlers()
-    except Exception as e:  # noqa: BLE001 - the disk is failing; what matters is that the log is out
-        log.warning("%s: closing after its log dir went offline failed: %s", tp, describe_error(e))

@@ -49,6 +49,7 @@ from tidelog.manager.log_dir import LogDir
 from tidelog.manager.log_dir_failure import OfflineLog
 from tidelog.manager.reports import SetAside
 from tidelog.manager.topic_copies import copy_matches, encode_topic_copy, read_topic_copy, write_topic_copy
+from tidelog.manager.topic_registry import TopicRegistry
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry, write_registry
 from tidelog.storage import files
 from tidelog.storage.config import BrokerConfig
@@ -78,8 +79,7 @@ class RegistrySync:
     _set_aside: dict[Path, SetAside]
     _offline_logs: dict[TopicPartition, OfflineLog]
     _registry: RegistryState
-    _epoch_floor: int  # the next registry epoch is above this (and above the registry's)
-    _damaged_registries: dict[Path, int | None]  # kept aside before their dir's next write
+    _topic_registry: TopicRegistry
     _held: set[TopicPartition]  # cleaning paused here until the topic's configs are confirmed
 
     def _reconcile_registry(self, stale_copies: bool) -> list[TopicPartition]:
@@ -111,7 +111,7 @@ class RegistrySync:
             placed_here = {**placed.get(name, {}), **self._complete_partitions(record, name not in restored)}
             if placed_here:
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
-        if stale_copies or self._damaged_registries or topics != dict(self._registry.topics):
+        if stale_copies or self._topic_registry.has_damaged() or topics != dict(self._registry.topics):
             self._commit(topics, self._registry.deleted_topic_ids, sync_copies=False)  # all synced below
         now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
         self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
@@ -139,7 +139,7 @@ class RegistrySync:
                 copy = _read_copy(lg.dir)
                 if copy is None or copy.name != name:
                     continue
-                self._epoch_floor = max(self._epoch_floor, copy.epoch)
+                self._topic_registry.raise_floor(copy.epoch)
                 if newest is None or copy.epoch > newest.epoch:
                     newest = copy
             if newest is None or newest.topic_id in self._registry.deleted_topic_ids:
@@ -372,9 +372,9 @@ class RegistrySync:
         read = read_newest_registry([path])
         if path in read.unreadable:
             raise read.unreadable[path]
-        self._epoch_floor = max(self._epoch_floor, read.floor_epoch)
+        self._topic_registry.raise_floor(read.floor_epoch)
         if path in read.damaged:
-            self._damaged_registries[path] = read.damaged[path]
+            self._topic_registry.note_damaged(path, read.damaged[path])
         ours = self._registry
         topics = dict(ours.topics)
         for name, theirs in read.state.topics.items():
@@ -389,7 +389,7 @@ class RegistrySync:
             topics[name] = theirs.replace(configs=MappingProxyType(configs), assignments=MappingProxyType(assignments))
             log.warning("topic %s: configs %s taken from the topic registry of %s (epoch %d, newer than %s)",
                         name, configs, path, theirs.epoch, "none" if mine is None else mine.epoch)
-        if topics != dict(ours.topics) or read.floor_epoch > ours.epoch or path in self._damaged_registries:
+        if topics != dict(ours.topics) or read.floor_epoch > ours.epoch or self._topic_registry.has_damaged(path):
             self._commit(topics, ours.deleted_topic_ids, returning=log_dir)
             for name, record in topics.items():  # live logs take the configs once they are committed
                 if ours.topics.get(name) != record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tidelog.manager.log_dir_failure import OfflineLogDir
 from tidelog.topic_partition import TopicPartition
@@ -22,6 +23,27 @@ class PartitionInfo:
     recovery_point: int
     size: int
     segments: int
+
+
+class PartitionOffsets(NamedTuple):
+    """A live partition's offsets, read one after another (a tuple: cheap on the read path)."""
+
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_end_offset: int
+
+
+class PartitionFetch(NamedTuple):
+    """One partition's fetch (:meth:`~tidelog.manager.manager.LogManager.fetch`): the raw batches
+    and the offsets taken after the read; ``aborted`` (producer id, first offset) pairs for
+    ``read_committed`` only. A tuple: built once per partition of every fetch."""
+
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: tuple[tuple[int, int], ...] | None
 
 
 @dataclass(frozen=True, slots=True)

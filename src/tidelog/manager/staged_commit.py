@@ -228,7 +228,7 @@ class Committer:
         entry = {"id": job.key, "state": INTENT, "commit_time": self.clock.milliseconds(),
                  "staging": job.staging_root, "query": job.query, "batch": job.batch,
                  "partitions": [{"topic": t, "partition": p,
-                                 "start": self.manager.log(TopicPartition(t, p)).log_end_offset,
+                                 "start": self.manager.offsets(TopicPartition(t, p)).log_end_offset,
                                  "batches": refs} for (t, p), refs in sorted(parts.items())]}
         self.commits.add(entry)
         self.commits.write()

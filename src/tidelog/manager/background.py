@@ -1,0 +1,186 @@
+"""The LogManager's background work: retention, the ``flush.ms`` flusher and the recovery-point,
+log-start-offset and high-watermark checkpoints, scheduled by :meth:`BackgroundTasks.startup`
+after ``log.initial.task.delay.ms`` (the probe of offline log dirs at once); each task is also a
+public method, run on demand by the CLI and tests.
+
+:class:`BackgroundTasks` is the part of :class:`~tidelog.manager.manager.LogManager` kept in
+this file (a mixin over the manager's state, as :mod:`.offline_dirs` is): it reads the partition
+map under the manager's lock and runs each storage operation through ``_storage_op`` (a disk
+fault takes the dir offline).
+
+Thread-safety: every task is thread-safe. Retention and the flusher take a snapshot of the live
+logs (:meth:`~tidelog.manager.manager.LogManager.logs`) and work on each log under its own lock;
+a checkpoint holds the manager's lock while it writes (a log dir's checkpoint files are written
+by one thread at a time), and takes a failed dir offline after releasing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tidelog import retention
+from tidelog.cleaner.log_cleaner import LogCleaner
+from tidelog.clock import Clock
+from tidelog.errors import CheckpointError, StorageError, TidelogError
+from tidelog.manager.log_dir import LogDir
+from tidelog.manager.log_dir_failure import LogDirFailureChannel
+from tidelog.manager.registry_sync import unconfirmed_note
+from tidelog.manager.reports import SetAside
+from tidelog.scheduler import Scheduler
+from tidelog.storage.checkpoints import OffsetCheckpointFile
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundTasks:
+    """Periodic and on-demand maintenance of the LogManager (see the module doc)."""
+
+    # the LogManager's state this part works on
+    broker: BrokerConfig
+    cleaner: LogCleaner | None
+    _lock: threading.RLock
+    _clock: Clock
+    _scheduler: Scheduler
+    _failures: LogDirFailureChannel
+    _logs: dict[TopicPartition, Log]
+    _log_dir_of: dict[TopicPartition, LogDir]
+    _set_aside: dict[Path, SetAside]
+    _started: bool
+    _closed: bool
+
+    def startup(self) -> None:
+        """Schedule the periodic tasks (what ``tidelog serve`` runs), and the probe of offline log
+        dirs, and start the cleaner; idempotent. Thread-safe: under the manager's lock."""
+        b = self.broker
+        delay = b.log_initial_task_delay_ms
+        with self._lock:
+            self._ensure_open()
+            if self._started:
+                return
+            self._started = True
+            tasks = (
+                ("tidelog-log-retention", self.retention_task, b.log_retention_check_interval_ms),
+                ("tidelog-log-flusher", self.flush_dirty_logs, b.log_flush_scheduler_interval_ms),
+                ("tidelog-recovery-point-checkpoint", self.checkpoint_recovery_points,
+                 b.log_flush_offset_checkpoint_interval_ms),
+                ("tidelog-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
+                 b.log_flush_start_offset_checkpoint_interval_ms),
+                ("tidelog-high-watermark-checkpoint", self.checkpoint_high_watermarks,
+                 b.replica_high_watermark_checkpoint_interval_ms),
+            )
+            for name, task, period in tasks:
+                self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
+            # not held back by log.initial.task.delay.ms: a dir may fail (and recover) at once
+            probe_every = self._failures.backoff.initial_ms
+            self._scheduler.schedule_periodic("tidelog-log-dir-probe", self._while_open(self.probe_offline_dirs),
+                                              probe_every, probe_every)
+            if self.cleaner is not None:
+                self.cleaner.startup()
+
+    def _while_open(self, task: Callable[[], object]) -> Callable[[], None]:
+        """A periodic task that does nothing once the manager is shut down (a scheduler the
+        caller passed in outlives the manager, and the dirs may have a new owner by then)."""
+        def run() -> None:
+            if not self._closed:
+                task()
+        return run
+
+    def retention_task(self) -> list[retention.RetentionPlan]:
+        """The periodic retention task, as Kafka's: logs without ``compact`` only (compacted logs
+        get their retention from the cleaner threads, after each cleaning attempt), each paused
+        for the cleaner while the pass runs, so a policy switched to ``compact`` meanwhile cannot
+        have the cleaner and retention on one log at once. Thread-safe: each log's deletion takes
+        that log's lock; the pause takes the cleaner's."""
+        if self.cleaner is None:
+            return self._retention_over([(tp, lg) for tp, lg in self.logs() if not lg.config.compact], dry_run=False)
+        with self.cleaner.manager.paused_non_compacted() as held:
+            return self._retention_over(held, dry_run=False)
+
+    def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
+        """One retention pass over every live log (of ``topic``), on demand: what was deleted (or,
+        with ``dry_run``, would be) and why. Compacted logs get what their policy allows (only
+        the log-start-offset pass for ``compact``). Thread-safe as :meth:`retention_task`, without
+        the cleaner's pause."""
+        return self._retention_over(self.logs(topic), dry_run=dry_run)
+
+    def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
+        now = self._clock.milliseconds()
+        decide = retention.plan_retention if dry_run else retention.delete_old_segments
+        plans = []
+        for tp, lg in logs:
+            if self._unconfirmed(tp.topic):
+                plans.append(retention.held_plan(lg, now, dry_run=dry_run, reason=unconfirmed_note(tp.topic)))
+                continue
+            try:
+                with self._storage_op(tp, lg, "retention"):
+                    plans.append(decide(lg, now))
+            except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
+                log.error("%s: retention failed: %s", tp, e)
+        return plans
+
+    def explain_retention(self, topic: str | None = None) -> list[retention.RetentionPlan]:
+        """What the next retention pass would delete, and why or why not, per partition. Thread-safe:
+        reads each log's segments under that log's lock; changes nothing."""
+        return self.run_retention(topic, dry_run=True)
+
+    def flush_dirty_logs(self) -> None:
+        """Kafka's ``flushDirtyLogs``: flush every log whose last flush is ``flush.ms`` old.
+        Thread-safe: each flush takes its log's lock."""
+        now = self._clock.milliseconds()
+        for tp, lg in self.logs():
+            if now - lg.last_flush_time >= lg.config.flush_ms:
+                try:
+                    with self._storage_op(tp, lg, "flush"):
+                        lg.flush(include_active=False)
+                except StorageError as e:
+                    log.error("%s: flush failed: %s", tp, e)
+
+    def checkpoint_recovery_points(self) -> None:
+        """Rewrite every online dir's recovery-point checkpoint. Thread-safe: under the manager's lock."""
+        self._checkpoint(lambda d: d.recovery_points, lambda d: d.checkpointed_recovery_points,
+                         lambda lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Rewrite every online dir's log-start-offset checkpoint: only logs whose start offset is past
+        their first segment's base are listed (Kafka's rule). Thread-safe: under the manager's lock."""
+        self._checkpoint(lambda d: d.log_start_offsets, lambda d: d.checkpointed_log_start_offsets,
+                         _log_start_entry)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Rewrite every online dir's high-watermark checkpoint. Thread-safe: under the manager's lock."""
+        self._checkpoint(lambda d: d.high_watermarks, lambda d: d.checkpointed_high_watermarks,
+                         lambda lg: lg.high_watermark)
+
+    def _checkpoint(self, file_of: Callable[[LogDir], OffsetCheckpointFile],
+                    loaded_of: Callable[[LogDir], dict[TopicPartition, int]],
+                    value_of: Callable[[Log], int | None]) -> None:
+        """Rewrite one checkpoint file in every dir: the live logs' values, plus the entries read at
+        start-up for partitions set aside (forgetting a set-aside partition's log start offset
+        would bring its deleted records back once it is repaired)."""
+        failed: list[tuple[LogDir, BaseException]] = []
+        with self._lock:
+            for log_dir in self._online_dirs():
+                loaded = loaded_of(log_dir)
+                entries = {s.topic_partition: loaded[s.topic_partition] for s in self._set_aside.values()
+                           if s.topic_partition in loaded and s.path.parent == log_dir.path}
+                for tp, lg in self._logs.items():
+                    if self._log_dir_of.get(tp) is log_dir and (value := value_of(lg)) is not None:
+                        entries[tp] = value
+                try:
+                    file_of(log_dir).write(entries)
+                except (StorageError, CheckpointError) as e:
+                    log.error("%s: checkpoint failed: %s", log_dir.path, e)
+                    failed.append((log_dir, e))
+        for log_dir, error in failed:
+            self._handle_dir_error(log_dir, f"checkpoint write of {file_of(log_dir).path.name}", error)
+
+
+def _log_start_entry(lg: Log) -> int | None:
+    first = lg.segments[0].base_offset if lg.num_segments else lg.log_start_offset
+    return lg.log_start_offset if lg.log_start_offset > first else None
