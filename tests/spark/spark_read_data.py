@@ -88,7 +88,7 @@ def expected_rows(manager: LogManager, tp: TopicPartition, start: int | None = N
     first = log.log_start_offset if start is None else start
     stop = log.high_watermark if end is None else end
     rows = []
-    for kind, (offset, ts, key, value, hdrs) in iter_records(log, first):
+    for kind, (offset, ts, key, value, hdrs) in iter_records(manager, tp, first):
         if offset >= stop:
             break
         row: Row = (key, value, tp.topic, tp.partition, offset, ts, 1 if kind == "LogAppendTime" else 0)

@@ -61,11 +61,12 @@ def run(ctx: click.Context, topic: str | None, partition: int | None, force: boo
         if engine is not None or master is not None:
             cleaner.use_engine(engine or broker.tidelog_cleaner_engine, master=master)
         rows = []
-        for tp, lg in manager.logs(topic):
+        for tp in manager.live_partitions(topic):
             if partition is not None and tp.partition != partition:
                 continue
-            if not lg.config.compact:
-                rows.append(_row(tp, "skipped", f"not compacted (cleanup.policy={','.join(sorted(lg.config.cleanup_policy)) or 'none'})"))
+            config = manager.partition_config(tp)
+            if not config.compact:
+                rows.append(_row(tp, "skipped", f"not compacted (cleanup.policy={','.join(sorted(config.cleanup_policy)) or 'none'})"))
                 continue
             try:
                 if dry_run:

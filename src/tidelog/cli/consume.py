@@ -45,11 +45,10 @@ from tidelog.cli.context import open_manager
 from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, binary, format_json, format_text
 from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
 from tidelog.errors import TidelogError
-from tidelog.manager import LogManager
+from tidelog.manager import LogManager, PartitionOffsets
 from tidelog.records import iter_batches
 from tidelog.records.record import TimestampType
 from tidelog.storage.fetch_info import FetchIsolation
-from tidelog.storage.log import Log
 from tidelog.storage.read_committed import AbortedBatchFilter
 from tidelog.topic_partition import TopicPartition
 
@@ -59,24 +58,25 @@ TIMESTAMP_TYPE_NAMES = {TimestampType.NO_TIMESTAMP: "NoTimestampType", Timestamp
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"  # the console consumer's names
 
 
-def start_offset(log: Log, *, from_beginning: bool = False, offset: str | None = None,
+def start_offset(manager: LogManager, tp: TopicPartition, *, from_beginning: bool = False, offset: str | None = None,
                  timestamp: int | None = None, committed: bool = False) -> tuple[int, str | None]:
-    """Where to start reading ``log`` and, when the request was reset, a note saying why.
+    """Where to start reading ``tp`` and, when the request was reset, a note saying why.
     ``committed``: read_committed, whose latest offset is the last stable offset."""
-    latest = end_offset(log, committed)
+    now = manager.offsets(tp)
+    latest = end_offset(now, committed)
     if from_beginning or offset == "earliest":
-        return log.log_start_offset, None
+        return now.log_start_offset, None
     if timestamp is not None:
-        found = log.fetch_offset_by_timestamp(timestamp)
+        found = manager.list_offsets(tp, timestamp)
         return (found.offset, None) if found is not None else (latest, None)
     if offset is None or offset == "latest":
         return latest, None
-    return checked_offset(int(offset), log.log_start_offset, log.log_end_offset, latest, str(log.topic_partition))
+    return checked_offset(int(offset), now.log_start_offset, now.log_end_offset, latest, str(tp))
 
 
-def end_offset(log: Log, committed: bool) -> int:
+def end_offset(offsets: PartitionOffsets, committed: bool) -> int:
     """Where a read stops: the last stable offset for read_committed, else the high watermark."""
-    return log.last_stable_offset if committed else log.high_watermark
+    return offsets.last_stable_offset if committed else offsets.high_watermark
 
 
 def checked_offset(wanted: int, log_start: int, log_end: int, latest: int, tp: str) -> tuple[int, str | None]:
@@ -88,16 +88,17 @@ def checked_offset(wanted: int, log_start: int, log_end: int, latest: int, tp: s
         f"starting at the latest offset {latest} (auto.offset.reset=latest, as kafka-console-consumer)")
 
 
-def iter_records(log: Log, start: int, committed: bool = False) -> Iterator[tuple[str, RecordTuple]]:
-    """``(timestamp type name, (offset, timestamp, key, value, headers))`` of every data record
-    from ``start`` up to the high watermark (``committed``: the last stable offset, aborted
+def iter_records(manager: LogManager, tp: TopicPartition, start: int, committed: bool = False
+                 ) -> Iterator[tuple[str, RecordTuple]]:
+    """``(timestamp type name, (offset, timestamp, key, value, headers))`` of every data record of
+    ``tp`` from ``start`` up to the high watermark (``committed``: the last stable offset, aborted
     transactions skipped) as it was when the iteration began."""
-    end = end_offset(log, committed)
+    end = end_offset(manager.offsets(tp), committed)
     isolation = FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK
-    aborted = AbortedBatchFilter(log.collect_aborted_transactions(start, end)) if committed else None
+    aborted = AbortedBatchFilter(manager.aborted_transactions(tp, start, end)) if committed else None
     offset = start
     while offset < end:
-        batches = [batch for _, batch in iter_batches(log.read(offset, FETCH_MAX_BYTES, isolation).records)]
+        batches = [batch for _, batch in iter_batches(manager.read(tp, offset, FETCH_MAX_BYTES, isolation).records)]
         if not batches:
             return
         for batch in batches:
@@ -190,13 +191,15 @@ def consume(ctx: click.Context, topic: str, partition: int | None, from_beginnin
 def _consume_local(manager: LogManager, topic: str, partition: int | None, printer: RecordPrinter,
                    from_beginning: bool, offset: str | None, timestamp: int | None, committed: bool) -> None:
     partitions = manager.partitions(topic) if partition is None else [partition]
-    logs = [manager.log(TopicPartition(topic, p)) for p in partitions]
-    for log in logs:
-        start, note = start_offset(log, from_beginning=from_beginning, offset=offset, timestamp=timestamp,
+    tps = [TopicPartition(topic, p) for p in partitions]
+    for tp in tps:  # every partition is live before anything is printed
+        manager.offsets(tp)
+    for tp in tps:
+        start, note = start_offset(manager, tp, from_beginning=from_beginning, offset=offset, timestamp=timestamp,
                                    committed=committed)
         if note:
             click.echo(f"note: {note}", err=True)
-        if not printer.print_partition(log.topic_partition.partition, iter_records(log, start, committed)):
+        if not printer.print_partition(tp.partition, iter_records(manager, tp, start, committed)):
             break
 
 

@@ -11,6 +11,7 @@ from tidelog.cli.context import open_manager
 from tidelog.clock import SYSTEM_CLOCK
 from tidelog.manager.manager import LogManager
 from tidelog.records import BatchBuilder, CompressionType
+from tidelog.storage import files
 from tidelog.storage.verify import verify_paths
 from tidelog.topic_partition import TopicPartition
 
@@ -25,11 +26,11 @@ def demo(ctx: click.Context, records: int) -> None:
     with open_manager(ctx) as manager:
         if not manager.has_topic(DEMO_PARTITION.topic):
             manager.create_topic(DEMO_PARTITION.topic, 1)
-        log = manager.log(DEMO_PARTITION)
-        start = log.log_end_offset
+        start = manager.offsets(DEMO_PARTITION).log_end_offset
         _append(manager, records)
-        read = sum(1 for _ in iter_records(log, start))
-        dir, segments = log.dir, log.num_segments
+        read = sum(1 for _ in iter_records(manager, DEMO_PARTITION, start))
+        info = manager.partition_info(DEMO_PARTITION)
+        dir, segments = files.partition_dir(info.log_dir, DEMO_PARTITION), info.segments
     report = verify_paths([dir])
     click.echo(f"appended {records} records to {dir} (offsets {start}..{start + records - 1}); "
                f"read back {read}; {segments} segment(s); "

@@ -59,7 +59,7 @@ def offsets(ctx: click.Context, topic: str, partition: int | None, time_text: st
     with open_manager(ctx, read_only=True) as manager:
         partitions = manager.partitions(topic) if partition is None else [partition]
         for p in partitions:
-            found = manager.log(TopicPartition(topic, p)).fetch_offset_by_timestamp(timestamp)
+            found = manager.list_offsets(TopicPartition(topic, p), timestamp)
             if found is None or found.offset < 0:
                 continue
             if as_json:

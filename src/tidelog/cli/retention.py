@@ -50,8 +50,8 @@ def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
         plans = manager.explain_retention(topic)
         cleaning = {}
         if manager.cleaner is not None:  # only compacted partitions: explaining reads segment headers
-            cleaning = {str(tp): manager.cleaner.manager.explain(tp) for tp, lg in manager.logs(topic)
-                        if lg.config.compact}
+            cleaning = {str(tp): manager.cleaner.manager.explain(tp) for tp in manager.live_partitions(topic)
+                        if manager.partition_config(tp).compact}
     if as_json:
         out = []
         for p in plans:

@@ -52,7 +52,7 @@ def serve(ctx: click.Context) -> None:
                 dirs = ", ".join(str(d.path) if d.offline is None else f"{d.path} (OFFLINE: {d.offline.describe()})"
                                  for d in manager.log_dirs())
                 listening = ", ".join(f"{b.listener_name}://{b.host}:{b.port}" for b in bound)
-                click.echo(f"tidelog serving {len(manager.logs())} partition(s) of {len(manager.topics())} topic(s) "
+                click.echo(f"tidelog serving {len(manager.live_partitions())} partition(s) of {len(manager.topics())} topic(s) "
                            f"in {dirs}; listening on {listening}; SIGTERM or Ctrl-C stops it", err=True)
                 stop.wait()
                 click.echo("shutting down cleanly", err=True)

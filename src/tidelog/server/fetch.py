@@ -132,21 +132,13 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
 def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, limit: int,
               min_one: bool) -> PartitionRead:
     tp = TopicPartition(spec.topic, spec.partition)
-    try:  # the aborted transactions too: their walk reads .txnindex and .log files of later segments
-        log = manager.log(tp)
-        info = log.read(spec.fetch_offset, limit, isolation, min_one_message=min_one)  # limit 0: range check only
-        # Offsets taken after the read, as Kafka's: the records never pass the high watermark reported.
-        stable = log.last_stable_offset
-        aborted = None
-        if isolation is FetchIsolation.TXN_COMMITTED:
-            # Bounded by the last stable offset rather than the read's end: an extra entry past the
-            # records returned is ignored by consumers.
-            found = log.collect_aborted_transactions(spec.fetch_offset, stable) if info.records else []
-            aborted = tuple((t.producer_id, t.first_offset) for t in found)
+    try:  # limit 0: the range check only
+        got = manager.fetch(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         manager.report_read_error(tp, "fetch", e)  # a disk fault fails this partition's read
         return PartitionRead(spec, error_code(e))
-    return PartitionRead(spec, ErrorCode.NONE, log.high_watermark, stable, log.log_start_offset, info.records, aborted)
+    return PartitionRead(spec, ErrorCode.NONE, got.high_watermark, got.last_stable_offset, got.log_start_offset,
+                         got.records, got.aborted)
 
 
 def _responses(reads: list[PartitionRead], committed: bool) -> list[tuple[str, list[PartitionResponse]]]:

@@ -53,14 +53,6 @@ def producer_ids(manager: LogManager) -> ProducerIdManager:
         found = _managers.get(manager)
         if found is None:
             found = _managers[manager] = ProducerIdManager(
-                [info.path for info in manager.log_dirs()], highest_known_producer_id(manager))
+                [info.path for info in manager.log_dirs()], manager.highest_producer_id())
         return found
 
-
-def highest_known_producer_id(manager: LogManager) -> int:
-    """The highest producer id in the producer state of ``manager``'s live logs (-1: none)."""
-    highest = -1
-    for _, lg in manager.logs():
-        with lg.lock:
-            highest = max(highest, max(lg.producer_state.active_producers, default=-1))
-    return highest

@@ -44,7 +44,7 @@ def _one(manager: LogManager, topic: str, partition: int, timestamp: int, isolat
         return PartitionResponse(partition_index=partition, error_code=ErrorCode.UNSUPPORTED_VERSION)
     tp = TopicPartition(topic, partition)
     try:
-        found = manager.log(tp).fetch_offset_by_timestamp(timestamp, isolation)
+        found = manager.list_offsets(tp, timestamp, isolation)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         manager.report_read_error(tp, "list offsets", e)  # a disk fault fails this partition's read
         return PartitionResponse(partition_index=partition, error_code=error_code(e))

@@ -31,7 +31,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from tidelog.errors import InvalidRecordError
+from tidelog.errors import InvalidRecordError, TidelogError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import check_appendable
 from tidelog.records.layout import (
@@ -117,8 +117,11 @@ def decompression_reservation(manager: LogManager, topic_data: list[Any], capaci
 
 
 def _decompressed_allowance(manager: LogManager, tp: TopicPartition) -> int:
-    log = manager.get_log(tp)  # none: the append answers why, decompressing nothing
-    return 0 if log is None else decompressed_records_limit(log.config.max_message_bytes)
+    try:
+        config = manager.partition_config(tp)
+    except TidelogError:  # no live log: the append answers why, decompressing nothing
+        return 0
+    return decompressed_records_limit(config.max_message_bytes)
 
 
 class AcksZeroFailure(Exception):
@@ -158,7 +161,7 @@ def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, 
 
 def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:
     """Kafka's leader check for acks=-1: the ISR (this broker alone) must reach ``min.insync.replicas``."""
-    min_isr = manager.log(tp).config.min_insync_replicas
+    min_isr = manager.partition_config(tp).min_insync_replicas
     if min_isr > 1:
         raise NotEnoughReplicasError(f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
                                      f"requirement of {min_isr} for partition {tp}", topic_partition=str(tp))
