@@ -56,7 +56,8 @@ class BrokerConfig:
     """A broker's static configuration: known keys typed and validated, unknown keys kept as text.
 
     ``explicit`` holds the known keys that were set; :meth:`get` falls back to the default.
-    Topic-level defaults are resolved by :meth:`topic_default` / :meth:`log_config`.
+    Topic-level defaults are resolved by :meth:`topic_default` / :meth:`log_config`. Immutable:
+    every method is thread-safe and takes no lock.
     """
 
     explicit: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

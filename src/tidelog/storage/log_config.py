@@ -39,7 +39,7 @@ class LogConfig:
     :meth:`with_overrides`. Direct construction also validates and normalizes (a
     ``cleanup_policy`` string becomes a frozenset). ``overridden`` names the topic-level keys
     that were set explicitly (what gets persisted and what ``describe`` reports as TOPIC_CONFIG);
-    it does not take part in equality.
+    it does not take part in equality. Immutable: every method is thread-safe and takes no lock.
     """
 
     segment_bytes: int = _default("segment.bytes")

@@ -90,7 +90,9 @@ class LoadedGroups:
 
 
 class OffsetsTopic:
-    """``__consumer_offsets`` of one LogManager. Methods do file work (thread pool)."""
+    """``__consumer_offsets`` of one LogManager. Methods do file work: call them in the thread pool.
+    Thread-safe: it keeps only fixed settings, and each call takes the LogManager's locks through
+    the manager's own methods."""
 
     def __init__(self, manager: LogManager, clock: Clock, *, partitions: int, segment_bytes: int) -> None:
         self._manager = manager
@@ -171,7 +173,8 @@ def _apply(loaded: LoadedGroups, key: bytes, value: bytes | None, lg: Log, offse
 class OffsetsTopicStore:
     """The coordinator's store on the event loop: each write runs in the thread pool, the writes
     of one group one after another (an asyncio lock per group keeps their order), and
-    ``done`` is called back on the loop."""
+    ``done`` is called back on the loop. Event-loop only: not thread-safe; a write takes its
+    group's asyncio lock."""
 
     def __init__(self, topic: OffsetsTopic, run: Callable[..., Awaitable[object]]) -> None:
         self._topic = topic
