@@ -55,11 +55,15 @@ from tidelog.storage import files
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
 from tidelog.storage.commit_log import PendingJobs
 from tidelog.storage.file_records import BatchLocation
-from tidelog.storage.segment_reader import SegmentReader, index_floor, offset_for_timestamp, open_segment
+from tidelog.storage.segment_reader import (
+    SegmentReader,
+    index_floor,
+    offset_for_timestamp,
+    open_segment,
+    read_index_entries,
+)
 from tidelog.topic_partition import TopicPartition
 
-_OFFSET_ENTRY = OFFSET_INDEX_DTYPE
-_TIME_ENTRY = TIME_INDEX_DTYPE
 WALK_CHUNK = 4 << 20  # bytes read per header walk / read step
 READ_CHUNK = 8 << 20  # bytes per chunk handed to readers (whole batches, more for one big batch)
 
@@ -395,11 +399,11 @@ class PartitionView:
         except FileNotFoundError:
             if not segment.log_path.exists():
                 raise
-            return np.zeros(0, _OFFSET_ENTRY)  # no index (Kafka rebuilds it; we walk from 0)
+            return np.zeros(0, OFFSET_INDEX_DTYPE)  # no index (Kafka rebuilds it; we walk from 0)
         key = (segment.index_path, st.st_ino, st.st_size)
         cached = None if is_last else self._index_cache.get(key)
         if cached is None:
-            cached = _read_index(segment.index_path, _OFFSET_ENTRY, st.st_size)
+            cached = read_index_entries(segment.index_path, OFFSET_INDEX_DTYPE, st.st_size)
             if not is_last:
                 self._index_cache[key] = cached
         return cached
@@ -501,9 +505,9 @@ class PartitionView:
 
 def _time_entries(segment: SegmentInfo) -> np.ndarray:
     try:
-        return _read_index(segment.time_index_path, _TIME_ENTRY)
+        return read_index_entries(segment.time_index_path, TIME_INDEX_DTYPE)
     except FileNotFoundError:
-        return np.zeros(0, _TIME_ENTRY)
+        return np.zeros(0, TIME_INDEX_DTYPE)
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -522,38 +526,11 @@ def _list_segments(dir: Path) -> list[SegmentInfo]:
     return segments
 
 
-def _read_index(path: Path, dtype: np.dtype, size: int | None = None) -> np.ndarray:
-    """The valid entries of an index file: the non-zero prefix (an active segment's file is
-    preallocated with zeros), cut at the first entry that does not strictly increase."""
-    with open(path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        total = (os.fstat(fd).st_size if size is None else size) // dtype.itemsize
-        count = _nonzero_prefix(fd, dtype.itemsize, total)
-        raw = os.pread(fd, count * dtype.itemsize, 0)
-    entries = np.frombuffer(raw[: len(raw) - len(raw) % dtype.itemsize], dtype)
-    keys = entries[dtype.names[0]]
-    bad = np.flatnonzero(np.diff(keys.astype(np.int64)) <= 0)
-    return entries[: int(bad[0]) + 1] if len(bad) else entries
-
-
-def _nonzero_prefix(fd: int, entry_size: int, total: int) -> int:
-    """How many leading entries are not all-zero (binary search: ~log2(total) 1-entry reads)."""
-    zero = bytes(entry_size)
-    lo, hi = 0, total  # entries [0, lo) are non-zero; [hi, total) are zero
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if os.pread(fd, entry_size, mid * entry_size) == zero:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def _last_index_entry(segment: SegmentInfo) -> tuple[int, int]:
     """Where a walk to the segment's end can start: ``(position, next offset)`` of the last
     offset-index entry whose batch header checks out, else ``(0, base offset)``."""
     try:
-        entries = _read_index(segment.index_path, _OFFSET_ENTRY)
+        entries = read_index_entries(segment.index_path, OFFSET_INDEX_DTYPE)
     except FileNotFoundError:
         return 0, segment.base_offset
     with open_segment(segment.log_path, segment.base_offset) as reader:

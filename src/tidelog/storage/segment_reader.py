@@ -1,6 +1,8 @@
 """The one read path of a segment's ``.log``: positional reads (``pread``, never ``mmap``) of
 batches from a byte position, the offset and timestamp searches of Kafka's ``LogSegment``
-(``translateOffset``, ``findOffsetByTimestamp``), and whole-batch chunks for bulk readers.
+(``translateOffset``, ``findOffsetByTimestamp``), whole-batch chunks for bulk readers, and the
+``pread`` read of an index file's valid entries for readers that map no index
+(:func:`read_index_entries`).
 
 Used by :class:`~tidelog.storage.segment.LogSegment` (broker fetch, ListOffsets, the cleaner's
 lookups: the log's lock is held, the descriptor is the segment's own) and by
@@ -255,3 +257,32 @@ def offset_for_timestamp(reader: SegmentReader, time_floor_offset: int, offset_f
 def index_floor(keys: np.ndarray, target: int) -> int:
     """Index of the largest entry of the sorted ``keys`` <= ``target``; -1 when none."""
     return int(np.searchsorted(keys, target, side="right")) - 1
+
+
+def read_index_entries(path: Path, dtype: np.dtype, size: int | None = None) -> np.ndarray:
+    """The valid entries of the index file at ``path`` read with ``pread`` (readers without the
+    log lock; ``dtype``: the layout's OFFSET_INDEX_DTYPE or TIME_INDEX_DTYPE): the non-zero prefix
+    (an active segment's file is preallocated with zeros), cut at the first entry that does not
+    strictly increase (one being written). FileNotFoundError when the file is gone."""
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        total = (os.fstat(fd).st_size if size is None else size) // dtype.itemsize
+        count = _nonzero_prefix(fd, dtype.itemsize, total)
+        raw = os.pread(fd, count * dtype.itemsize, 0)
+    entries = np.frombuffer(raw[: len(raw) - len(raw) % dtype.itemsize], dtype)
+    keys = entries[dtype.names[0]]
+    bad = np.flatnonzero(np.diff(keys.astype(np.int64)) <= 0)
+    return entries[: int(bad[0]) + 1] if len(bad) else entries
+
+
+def _nonzero_prefix(fd: int, entry_size: int, total: int) -> int:
+    """How many leading entries are not all-zero (binary search: ~log2(total) 1-entry reads)."""
+    zero = bytes(entry_size)
+    lo, hi = 0, total  # entries [0, lo) are non-zero; [hi, total) are zero
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if os.pread(fd, entry_size, mid * entry_size) == zero:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
