@@ -51,7 +51,7 @@ from tidelog.cleaner.plan import (
     log_to_clean,
 )
 from tidelog.cleaner.cleaner_checkpoints import CleanerCheckpoints, dir_key
-from tidelog.cleaner.cleaning_state import ABORTED, IN_PROGRESS, CleaningState, paused
+from tidelog.cleaner.cleaning_state import ABORTED, CleaningState, CleaningStates
 from tidelog.cleaner.quarantine import (
     DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
     DEFAULT_QUARANTINE_MAX_BACKOFF_MS,
@@ -100,11 +100,9 @@ class CleanerManager:
         self._clock = clock
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._states: dict[TopicPartition, CleaningState] = {}
+        self._cleaning = CleaningStates(self._cond)
         self._round_start: dict[TopicPartition, int] = {}
         self._round_failed: set[TopicPartition] = set()
-        self._removed: set[TopicPartition] = set()
-        self._pending_pauses: dict[TopicPartition, int] = {}  # pauses asked while ABORTED, taken at done_*
         self._last_clean: dict[TopicPartition, int] = {}
         self._time_of_last_run = clock.milliseconds()
         self._selection = SelectionStats(self._time_of_last_run)
@@ -120,7 +118,7 @@ class CleanerManager:
         return pairs
 
     def _selectable(self, tp: TopicPartition, lg: Log, now: int) -> bool:
-        return is_compacted(lg) and tp not in self._states and not self._quarantine.waiting(tp, now)
+        return is_compacted(lg) and tp not in self._cleaning and not self._quarantine.waiting(tp, now)
 
     # --- choosing ------------------------------------------------------------------------------
 
@@ -156,7 +154,7 @@ class CleanerManager:
         lg = self._find(tp)
         with self._lock:
             now = self._clock.milliseconds()
-            if not is_compacted(lg) or tp in self._states or (not force and self._quarantine.waiting(tp, now)):
+            if not is_compacted(lg) or tp in self._cleaning or (not force and self._quarantine.waiting(tp, now)):
                 return None
             stats = self._stats(tp, lg, now)
             if stats is None:
@@ -184,13 +182,9 @@ class CleanerManager:
 
     def _begin(self, stats: LogToClean) -> None:
         tp = stats.topic_partition
-        self._set_state(tp, IN_PROGRESS)
+        self._cleaning.start(tp)
         self._round_start[tp] = stats.first_dirty_offset
         self._round_failed.discard(tp)
-
-    def _set_state(self, tp: TopicPartition, state: CleaningState) -> None:
-        self._states[tp] = state
-        self._removed.discard(tp)
 
     def _end_round(self, tp: TopicPartition) -> None:
         self._round_start.pop(tp, None)
@@ -214,7 +208,7 @@ class CleanerManager:
             now = self._clock.milliseconds()
             chosen = [(tp, lg) for tp, lg in pairs if self._selectable(tp, lg, now)]
             for tp, _ in chosen:
-                self._set_state(tp, IN_PROGRESS)
+                self._cleaning.start(tp)
             return chosen
 
     # --- finishing -----------------------------------------------------------------------------
@@ -229,17 +223,9 @@ class CleanerManager:
         marked for the partition during the round (call :meth:`mark_uncleanable` *before* this),
         it also ends a ``stats``/``cleaning`` quarantine. Thread-safe (manager lock; wakes its waiters)."""
         with self._lock:
-            state = self._states.get(tp)
-            if state == IN_PROGRESS:
-                del self._states[tp]
-                if end_offset is not None:
-                    self._checkpoints.write(dir_key(log_dir), tp, end_offset)
-                    self._note_progress(tp, end_offset)
-            elif state == ABORTED:
-                self._aborted_clean_done(tp)
-            else:
-                raise CleanerStateError(f"done cleaning a partition that is {state or 'not being cleaned'}",
-                                        topic_partition=str(tp))
+            if self._cleaning.done(tp, "cleaning", "not being cleaned") and end_offset is not None:
+                self._checkpoints.write(dir_key(log_dir), tp, end_offset)
+                self._note_progress(tp, end_offset)
             self._end_round(tp)
 
     def _note_progress(self, tp: TopicPartition, end_offset: int) -> None:
@@ -256,14 +242,7 @@ class CleanerManager:
         Thread-safe (manager lock; wakes its waiters)."""
         with self._lock:
             for tp in tps:
-                state = self._states.get(tp)
-                if state == IN_PROGRESS:
-                    del self._states[tp]
-                elif state == ABORTED:
-                    self._aborted_clean_done(tp)
-                else:
-                    raise CleanerStateError(f"done deleting a partition that is {state or 'not in progress'}",
-                                            topic_partition=str(tp))
+                self._cleaning.done(tp, "deleting", "not in progress")
                 self._end_round(tp)
 
     # --- pausing and aborting ------------------------------------------------------------------
@@ -274,10 +253,10 @@ class CleanerManager:
         ``done_deleting``); ABORTED raises :class:`CleanerStateError`. Each call needs one
         :meth:`resume_cleaning`."""
         with self._cond:
-            if self._states.get(tp) == ABORTED:
+            if self._cleaning.get(tp) == ABORTED:
                 raise CleanerStateError(f"cannot abort and pause cleaning: it is {ABORTED}", topic_partition=str(tp))
-            self._pause(tp)
-            self._cond.wait_for(lambda: self._stopped(tp))
+            self._cleaning.pause(tp)
+            self._cond.wait_for(lambda: self._cleaning.stopped(tp))
 
     def pause_cleaning(self, *tps: TopicPartition) -> None:
         """:meth:`abort_and_pause_cleaning` without the wait, for callers that may be a cleaner
@@ -287,35 +266,13 @@ class CleanerManager:
         waits for the aborted cleans."""
         with self._lock:
             for tp in tps:
-                self._pause(tp)
+                self._cleaning.pause(tp)
 
     def await_stopped(self, *tps: TopicPartition) -> None:
         """Wait until no clean of ``tps`` is running or aborting (never call it from a cleaner
         thread, nor holding a lock the cleaner thread needs)."""
         with self._cond:
-            self._cond.wait_for(lambda: all(self._stopped(tp) for tp in tps))
-
-    def _pause(self, tp: TopicPartition) -> None:
-        """Under the lock: one more pause of ``tp``; a clean in progress is aborted (the pause
-        taken when its thread is done: :meth:`_aborted_clean_done`)."""
-        state = self._states.get(tp)
-        if state is None:
-            self._set_state(tp, paused(1))
-        elif state == IN_PROGRESS:
-            self._states[tp] = ABORTED
-        elif state == ABORTED:
-            self._pending_pauses[tp] = self._pending_pauses.get(tp, 0) + 1
-        else:
-            self._states[tp] = paused(state.pause_count + 1)
-
-    def _aborted_clean_done(self, tp: TopicPartition) -> None:
-        """Under the lock: the cleaner thread is done with an aborted ``tp``: ABORTED → PAUSED by
-        the abort and every pause asked while it was stopping; the waiters wake."""
-        self._set_state(tp, paused(1 + self._pending_pauses.pop(tp, 0)))
-        self._cond.notify_all()
-
-    def _stopped(self, tp: TopicPartition) -> bool:
-        return self._states.get(tp) not in (IN_PROGRESS, ABORTED)
+            self._cond.wait_for(lambda: all(self._cleaning.stopped(tp) for tp in tps))
 
     def resume_cleaning(self, *tps: TopicPartition) -> None:
         """Kafka's ``resumeCleaning``: PAUSED(1) → idle, PAUSED(n) → PAUSED(n-1); any other state
@@ -323,16 +280,7 @@ class CleanerManager:
         removed (:meth:`remove_partition`) since it was paused does nothing. Thread-safe (manager lock)."""
         with self._lock:
             for tp in tps:
-                state = self._states.get(tp)
-                if state is None and tp in self._removed:
-                    continue
-                if state is None or not state.is_paused:
-                    raise CleanerStateError(f"cannot resume cleaning: it is {state or 'not paused'}",
-                                            topic_partition=str(tp))
-                if state.pause_count == 1:
-                    del self._states[tp]
-                else:
-                    self._states[tp] = paused(state.pause_count - 1)
+                self._cleaning.resume(tp)
 
     def abort_cleaning(self, tp: TopicPartition) -> None:
         """Kafka's ``abortCleaning``: stop any running clean (waiting for it) and leave the state as
@@ -346,15 +294,12 @@ class CleanerManager:
         """Shutdown: every IN_PROGRESS partition → ABORTED, without waiting (the cleaner threads
         stop at their next chunk and their ``done_*`` leaves them PAUSED(1)). Returns them."""
         with self._lock:
-            running = [tp for tp, state in self._states.items() if state == IN_PROGRESS]
-            for tp in running:
-                self._states[tp] = ABORTED
-            return running
+            return self._cleaning.abort_running()
 
     def is_cleaning_aborted(self, tp: TopicPartition) -> bool:
         """``tp``'s clean was aborted and its thread has not acknowledged yet. Thread-safe (manager lock)."""
         with self._lock:
-            return self._states.get(tp) == ABORTED
+            return self._cleaning.get(tp) == ABORTED
 
     def check_cleaning_aborted(self, tp: TopicPartition) -> None:
         """Raise :class:`LogCleaningAbortedError` if the clean of ``tp`` was aborted (the cleaner
@@ -368,7 +313,7 @@ class CleanerManager:
         Thread-safe (manager lock); never waits."""
         pairs = self._snapshot_logs()
         with self._lock:
-            chosen = [(tp, lg) for tp, lg in pairs if not is_compacted(lg) and tp not in self._states]
+            chosen = [(tp, lg) for tp, lg in pairs if not is_compacted(lg) and tp not in self._cleaning]
             for tp, _ in chosen:
                 self.abort_and_pause_cleaning(tp)  # idle → PAUSED(1): never waits
             return chosen
@@ -385,7 +330,7 @@ class CleanerManager:
     def state_of(self, tp: TopicPartition) -> CleaningState | None:
         """The partition's state; None when idle. Thread-safe (manager lock)."""
         with self._lock:
-            return self._states.get(tp)
+            return self._cleaning.get(tp)
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -432,12 +377,9 @@ class CleanerManager:
         Thread-safe (manager lock); blocks while a clean of ``tp`` stops: never call it from a
         cleaner thread."""
         with self._cond:
-            if self._states.get(tp) == IN_PROGRESS:
-                self._states[tp] = ABORTED
-            self._cond.wait_for(lambda: self._stopped(tp))
-            self._pending_pauses.pop(tp, None)
-            if self._states.pop(tp, None) is not None:
-                self._removed.add(tp)
+            self._cleaning.abort_running((tp,))
+            self._cond.wait_for(lambda: self._cleaning.stopped(tp))
+            self._cleaning.remove(tp)
             self._checkpoints.remove(tp)
             self._quarantine.forget(tp)
             self._last_clean.pop(tp, None)
@@ -576,7 +518,7 @@ class CleanerManager:
 
     def _explain(self, tp: TopicPartition, lg: Log) -> CleaningExplanation:
         with self._lock:
-            state = self._states.get(tp)
+            state = self._cleaning.get(tp)
             quarantine = self._quarantine.get(tp)
             last_clean = self._last_clean.get(tp)
             checkpoint = self._checkpoint_for(tp, lg)
