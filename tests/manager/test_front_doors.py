@@ -79,7 +79,7 @@ def test_the_record_methods_refuse_a_partition_without_a_live_log(broker: Opener
             call(tp("t", 1))
         with pytest.raises(UnknownTopicOrPartitionError):
             call(tp("nope"))
-    manager.hold_for_staged_commits({tp("t"): "job-1"})
+    manager.staged_holds.hold({tp("t"): "job-1"})
     with pytest.raises(LogDirOfflineError):
         manager.fetch(tp("t"), 0, 100, FetchIsolation.HIGH_WATERMARK)
     with pytest.raises(UnknownTopicOrPartitionError):

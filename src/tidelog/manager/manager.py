@@ -34,11 +34,12 @@ The manager is the only door to a partition's ``Log``: the server, the CLI and S
 record methods (:meth:`LogManager.append`, :meth:`LogManager.read`, :meth:`LogManager.fetch`,
 :meth:`LogManager.list_offsets`, :meth:`LogManager.offsets`, :meth:`LogManager.delete_records`
 ...), each one lookup in the partition map and one call of the log. The class is split by file:
-loading logs (:class:`~.loading.PartitionLoader`) and the registry state and its writes
-(:class:`~.topic_registry.TopicRegistry`) are components it owns; topic changes
+loading logs (:class:`~.loading.PartitionLoader`), the registry state and its writes
+(:class:`~.topic_registry.TopicRegistry`) and the staged-commit holds
+(:class:`~.staged_holds.StagedHolds`) are components it owns; topic changes
 (:mod:`.topic_changes`), background tasks (:mod:`.background`), log dir failures
-(:mod:`.offline_dirs`), registry reconciliation (:mod:`.registry_sync`) and staged-commit holds
-(:mod:`.staged_holds`) are parts of the class kept in their own files.
+(:mod:`.offline_dirs`) and registry reconciliation (:mod:`.registry_sync`) are parts of the
+class kept in their own files.
 
 Thread-safety: topic changes and the partition map are guarded by one lock (an ``RLock``); each
 ``Log`` guards itself. Reads of the partition map by the record methods take no lock: an entry
@@ -99,7 +100,7 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
-class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync, StagedHolds):
+class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -120,11 +121,11 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync, Stage
         self._read_faults = ReadFaults(clock)
         self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
         self._cleaning_stopped: dict[Path, set[TopicPartition]] = {}  # paused while their dir is offline
-        self._staged_holds: dict[TopicPartition, str] = {}  # see staged_holds
         self._topic_registry = TopicRegistry(broker, clock)
         self._held: set[TopicPartition] = set()  # cleaning paused here until the topic's configs are confirmed
         self._loader = PartitionLoader(broker, clock, scheduler, self._topic_registry.config_for,
                                        self._set_partition_aside)
+        self.staged_holds = StagedHolds(self._logs.get, self._no_log_error, self._append_to)
         self._started = False
         self._closed = False
         # Kafka creates the cleaner only with log.cleaner.enable; without it compacted logs are
@@ -358,8 +359,9 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync, Stage
         found = self._logs.get(tp)
         if found is None:
             raise self._no_log_error(tp)
-        if self._staged_holds and tp in self._staged_holds:
-            raise self._staged_hold_error(tp)
+        held = self.staged_holds.held
+        if held and tp in held:
+            raise self.staged_holds.error(tp)
         return found
 
     def get_log(self, tp: TopicPartition) -> Log | None:

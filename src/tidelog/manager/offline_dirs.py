@@ -7,7 +7,7 @@ manager's module stays about topics, loading and background tasks. It works on t
 partition map, under the manager's lock, and uses its loading steps (``_load_dir_late``,
 ``_note_loaded``, ``_delete_partition_dir``, ``_set_partition_aside``, and its
 :class:`~.loading.PartitionLoader` to reopen logs), its staged-commit step (:mod:`.staged_holds`:
-``_complete_staged_commits``) and its registry steps (:mod:`.registry_sync`:
+``_complete_staged_commits``, here) and its registry steps (:mod:`.registry_sync`:
 ``_rejoin_registry``, ``_reconcile_registry``, ``_sync_topic_copies``, ``_await_held``).
 
 A dir that comes back finishes the staged commits (:mod:`.staged_commit`) its absence kept
@@ -54,6 +54,8 @@ from tidelog.manager.log_dir_failure import (
     probe,
 )
 from tidelog.manager.reports import SetAside
+from tidelog.manager.staged_commit import complete_pending
+from tidelog.manager.staged_holds import StagedHolds
 from tidelog.scheduler import Scheduler
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
@@ -80,6 +82,7 @@ class OfflineDirs:
     _cleaning_stopped: dict[Path, set[TopicPartition]]  # paused by the cleaner while their dir is offline
     cleaner: LogCleaner | None
     _loader: PartitionLoader
+    staged_holds: StagedHolds
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
         """The log dirs offline now, each with the operation and error that took it offline.
@@ -400,6 +403,13 @@ class OfflineDirs:
         except TidelogError as e:
             self._set_partition_aside(offline.path, tp, describe_error(e))
             return None
+
+    def _complete_staged_commits(self) -> None:
+        """An offline dir came back: finish (or roll back) the staged commits left pending, whose
+        partitions are held meanwhile (their logs rejoined, still unserved). Outside the manager's
+        lock (the commit appends through the manager)."""
+        if self.staged_holds.held:
+            complete_pending(self, [d.path for d in self._dirs], self._clock)  # type: ignore[arg-type]
 
     def _online_dirs(self) -> list[LogDir]:
         return [d for d in self._dirs if not self._failures.is_offline(d.path)]

@@ -145,7 +145,7 @@ def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> Non
             return
         committer.finish_pending()
         pending = committer.commits.pending()
-        manager.hold_for_staged_commits(holds(pending))
+        manager.staged_holds.hold(holds(pending))
         roots |= {*committer.commits.staging_roots, *(job["staging"] for job in pending)}
         keep = {job["id"] for job in pending}
     else:
@@ -246,14 +246,14 @@ class Committer:
     def publish_partition(self, entry: dict[str, Any], part: dict[str, Any], staged: StagedReader) -> tuple[int, int]:
         """Append what the log lacks of the partition's batches; flush. ``(start, end)`` of the job's records."""
         tp, refs = intent_batches(part)
-        target = self.manager.committing_log(tp)
+        target = self.manager.staged_holds.committing_log(tp)
         files = [r[0] for r in part["batches"]]
         present, start, _ = matched_prefix(target, int(part["start"]), refs, entry["id"])
         for file, ref in zip(files[present:], refs[present:]):
             data = staged.read(file, ref)
             if ref.stamp_at_commit:
                 stamp(data, int(entry["commit_time"]))
-            self.manager.committing_append(tp, data)
+            self.manager.staged_holds.committing_append(tp, data)
         target.flush()
         return start, start + sum(ref.records for ref in refs)  # the job's batches are contiguous from start
 
@@ -261,7 +261,7 @@ class Committer:
         """Step 4."""
         self.commits.mark_committed(entry, ranges)
         self.commits.write()
-        self.manager.hold_for_staged_commits(holds(self.commits.pending()))
+        self.manager.staged_holds.hold(holds(self.commits.pending()))
 
     def roll_back(self, entry: dict[str, Any], reason: str) -> None:
         """Undo what reached the logs of a job that cannot be completed: each partition back to
@@ -271,7 +271,7 @@ class Committer:
         targets = []
         for part in entry["partitions"]:
             tp, refs = intent_batches(part)
-            target = self.manager.committing_log(tp)
+            target = self.manager.staged_holds.committing_log(tp)
             _, start, job_end = matched_prefix(target, int(part["start"]), refs, entry["id"])  # raises inside the job
             if target.log_end_offset != job_end:
                 raise StorageError(f"cannot roll back the commit of {entry['id']}: the log holds other records from "
@@ -283,7 +283,7 @@ class Committer:
                 target.flush()
         self.commits.mark_rolled_back(entry, reason)
         self.commits.write()
-        self.manager.hold_for_staged_commits(holds(self.commits.pending()))
+        self.manager.staged_holds.hold(holds(self.commits.pending()))
 
     def finish_pending(self, except_key: str | None = None) -> None:
         """Roll forward every intent (except ``except_key``'s); one that cannot be completed (its
