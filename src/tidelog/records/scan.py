@@ -2,10 +2,10 @@
 
 The one fast path for per-record work: compaction builds its key map from these columns and the
 Spark data source turns them into rows. Batches are walked and decoded by kernels (see
-``_scan_kernels.py`` for the byte layout) that exist as twins behind the :class:`ScanKernels`
-protocol: compiled with numba (cached on disk, GIL released; about two orders of magnitude faster
-than interpreted, see bench/bench_scan.py) or the very same functions run interpreted. Chosen once,
-at import: the interpreted one when ``TIDELOG_PURE_PYTHON=1`` or numba does not import.
+``_scan_kernels.py``) that exist as twins behind the :class:`ScanKernels` protocol
+(:mod:`tidelog.records.scan_twins`): compiled with numba (cached on disk, GIL released; about
+two orders of magnitude faster than interpreted, see bench/bench_scan.py) or the very same
+functions run interpreted. Chosen once, at import: the interpreted one when ``TIDELOG_PURE_PYTHON=1`` or numba does not import.
 :data:`ACTIVE_IMPLEMENTATION` says which; both give byte-identical results.
 
 How a scan goes (:func:`scan_batches`), each step one call over all batches, never per record:
@@ -35,24 +35,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
-from crc32c import crc32c
 
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import _scan_kernels as k
 from tidelog.records.batch import COMPRESSION_CODEC_MASK, RecordBatch
 from tidelog.records.compression import MAX_DECOMPRESSED_BYTES, decompress
 from tidelog.records.layout import CRC_OFFSET, CRC_SIZE, RECORD_BATCH_OVERHEAD
+from tidelog.records.scan_twins import ColumnSpec, ScanKernels, get_kernels
 from tidelog import twins
-
-
-
-Buffer = Any  # what a twin's kernels read: a numpy uint8 array (numba) or a memoryview (python)
-Column = Any  # what they read and write per row/batch: a numpy array (numba) or a list (python)
-ColumnSpec = tuple[tuple[str, type[np.integer[Any]]], ...]
 
 # The kernel columns, in the order of the tuples the kernels unpack (see _scan_kernels.py).
 BATCH_COLUMNS: ColumnSpec = (
@@ -126,148 +119,7 @@ class ScanResult:
         return len(self.batch_position)
 
 
-# --- the twins ------------------------------------------------------------------------------
-
-class ScanKernels(Protocol):
-    """The contract both twins implement: the two kernels of _scan_kernels.py, plus how the twin
-    wants its buffers and columns (numpy compiled; memoryview and lists interpreted)."""
-
-    name: str  # "numba" or "python"
-
-    def view(self, data: np.ndarray) -> Buffer:
-        """The read-only uint8 array ``data`` as the kernels read it (no copy)."""
-
-    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
-        """Fresh output columns of ``size`` rows, one per ``(name, dtype)`` of ``spec``."""
-
-    def adopt(self, array: np.ndarray) -> Column:
-        """A numpy array as a kernel input column."""
-
-    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
-        """A kernel column as a numpy array of ``dtype``."""
-
-    def walk_batches(self, buf: Buffer, start: int, end: int, limit: int,
-                     batches: tuple[Column, ...]) -> tuple[int, int, int, int]:
-        """``(batch count, end position, error, error position)``; see _scan_kernels.walk_batches."""
-
-    def decode_batches(self, buf: Buffer, arena: int, batch_ids: Column, area_begin: Column,
-                       area_end: Column, first_row: Column, batches: tuple[Column, ...],
-                       records: tuple[Column, ...]) -> tuple[int, int, int]:
-        """``(error, error position, failing entry)``; see _scan_kernels.decode_batches."""
-
-    def summarize_records(self, buf: Buffer, pos: int, end: int, count: int, base_timestamp: int,
-                          log_append_time: bool) -> tuple[int, int, int, int, int, int, int]:
-        """See _scan_kernels.summarize_records."""
-
-    def check_produced_batch(self, buf: bytes, size: int, crc_checked: bool, max_message_bytes: int,
-                             compact: bool, before_max_ms: int, after_max_ms: int,
-                             now: int) -> tuple[int, int, int, int]:
-        """See _scan_kernels.check_produced_batch."""
-
-    def batch_crcs(self, data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """int64 CRC-32C of each batch's CRC range ``[position + 21, position + size)`` of the
-        read-only uint8 array ``data`` (bounds checked by the caller)."""
-
-
-def _library_crcs(data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """:meth:`ScanKernels.batch_crcs` with one call of the ``crc32c`` library per batch."""
-    view = memoryview(data)
-    return np.fromiter((crc32c(view[p + k.CRC_START:p + n]) for p, n in zip(position.tolist(), size.tolist())),
-                       np.int64, count=len(position))
-
-
-@dataclass(frozen=True, slots=True)
-class _CompiledKernels:
-    """The numba twin: kernels compiled from _scan_kernels, numpy buffers and columns."""
-
-    walk_batches: Callable[..., tuple[int, int, int, int]]
-    decode_batches: Callable[..., tuple[int, int, int]]
-    summarize_records: Callable[..., tuple[int, int, int, int, int, int, int]]
-    check_produced_batch: Callable[..., tuple[int, int, int, int]]
-    crc_kernel: Callable[..., None] | None  # _scan_kernels.batch_crcs on SSE4.2, else None
-    name: str = "numba"
-
-    def view(self, data: np.ndarray) -> Buffer:
-        return data
-
-    def batch_crcs(self, data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
-        if self.crc_kernel is None:
-            return _library_crcs(data, position, size)
-        out = np.empty(len(position), np.int64)
-        self.crc_kernel(data, np.ascontiguousarray(position, np.int64), np.ascontiguousarray(size, np.int64), out)
-        return out
-
-    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
-        return tuple(np.empty(size, dtype) for _, dtype in spec)
-
-    def adopt(self, array: np.ndarray) -> Column:
-        return np.ascontiguousarray(array)  # one numba specialisation: C-contiguous
-
-    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
-        return np.asarray(column, dtype)
-
-
-@dataclass(frozen=True, slots=True)
-class _InterpretedKernels:
-    """The pure-Python twin: the same functions, on a memoryview and Python lists (3x faster
-    interpreted than numpy element access, and exact ints with no numpy scalar semantics)."""
-
-    walk_batches: Callable[..., tuple[int, int, int, int]] = k.walk_batches
-    decode_batches: Callable[..., tuple[int, int, int]] = k.decode_batches
-    summarize_records: Callable[..., tuple[int, int, int, int, int, int, int]] = k.summarize_records
-    check_produced_batch: Callable[..., tuple[int, int, int, int]] = k.check_produced_batch
-    name: str = "python"
-
-    def view(self, data: np.ndarray) -> Buffer:
-        return memoryview(data)
-
-    def batch_crcs(self, data: np.ndarray, position: np.ndarray, size: np.ndarray) -> np.ndarray:
-        return _library_crcs(data, position, size)  # k.batch_crcs interpreted is ~1 MB/s
-
-    def columns(self, size: int, spec: ColumnSpec) -> tuple[Column, ...]:
-        return tuple([0] * size for _ in spec)
-
-    def adopt(self, array: np.ndarray) -> Column:
-        return array.tolist()
-
-    def to_numpy(self, column: Column, dtype: type[np.integer[Any]]) -> np.ndarray:
-        return np.array(column, dtype)
-
-
-def _compile_kernels() -> _CompiledKernels:
-    """numba versions of _scan_kernels' functions (compiled lazily, cached on disk)."""
-    namespace = twins.compile_functions(vars(k), k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS)
-    return _CompiledKernels(namespace["walk_batches"], namespace["decode_batches"], namespace["summarize_records"],
-                            namespace["check_produced_batch"], _compile_crc_kernel())
-
-
-def _compile_crc_kernel() -> Callable[..., None] | None:
-    """_scan_kernels.batch_crcs compiled with SSE4.2's crc32 instructions in place of
-    crc32c_u8/crc32c_u64 (one kernel call per scan instead of one library call per batch:
-    the per-call cost is most of the time for 4 KB batches); None where the CPU lacks them."""
-    from tidelog.records import _crc_intrinsics
-
-    intrinsics = _crc_intrinsics.sse42_crc32c()
-    if intrinsics is None:
-        return None
-    namespace = twins.compile_functions({**vars(k), **intrinsics}, k.NUMBA_CRC_INLINED, k.NUMBA_CRC_COMPILED,
-                                        k.NUMBA_OPTIONS)
-    return namespace["batch_crcs"]
-
-
-@cache
-def get_kernels(pure: bool) -> ScanKernels:
-    """The interpreted twin (``pure=True``) or the numba one; ImportError if numba is missing.
-
-    For tests and benchmarks that compare the twins in one process; everything else calls
-    :func:`scan_batches`, which uses the twin chosen at import.
-    """
-    if pure:
-        return _InterpretedKernels()
-    return _compile_kernels()
-
-
-
+# --- the twin chosen at import (tidelog.records.scan_twins) --------------------------------
 
 _ACTIVE: ScanKernels = twins.choose(get_kernels)
 ACTIVE_IMPLEMENTATION: str = _ACTIVE.name
