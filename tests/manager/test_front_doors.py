@@ -17,8 +17,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tidelog"
 FRONT_DOORS = ("server", "cli", "spark")
 # a Log taken from the manager: manager.log(tp), manager.logs(), manager.get_log(tp)
 HOLDS_A_LOG = re.compile(r"manager\.(log|logs|get_log)\(")
-# the group coordinator's offsets store, in another engineer's hands: still replays through logs()
-NOT_YET = {"server/groups/offsets.py"}
 
 
 def _front_door_sources() -> list[Path]:
@@ -27,8 +25,6 @@ def _front_door_sources() -> list[Path]:
 
 @pytest.mark.parametrize("path", _front_door_sources(), ids=lambda p: str(p.relative_to(SRC)))
 def test_no_front_door_takes_a_log_from_the_manager(path: Path) -> None:
-    if str(path.relative_to(SRC)) in NOT_YET:
-        pytest.skip("the offsets store still replays through LogManager.logs()")
     found = [f"{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
              if HOLDS_A_LOG.search(line)]
     assert found == []

@@ -4,12 +4,15 @@ coordinator restored from it after a restart of the log manager."""
 
 from __future__ import annotations
 
+import errno
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli_helpers import run_cli
+from tidelog.errors import StorageError
 from tidelog.manager import LogManager
 from tidelog.server.errors import ErrorCode as E
 from tidelog.server.groups.coordinator import GroupCoordinator
@@ -27,7 +30,9 @@ from tidelog.server.groups.records import (
     encode_offset_commit_value,
     offsets_partition_for,
 )
+from tidelog.storage import fileops
 from tidelog.storage.config import BrokerConfig
+from tidelog.storage.fileops import FaultRule, FileOp
 from tidelog.testing import FakeClock, FakeScheduler
 from tidelog.topic_partition import TopicPartition
 
@@ -157,3 +162,16 @@ def test_the_cleaner_compacts_the_topic_and_loading_gives_the_same_groups(data: 
         assert after.records < records_before / 10
     finally:
         reopened.shutdown()
+
+
+def test_a_disk_fault_while_loading_is_reported_as_a_read_fault_and_raised(manager: LogManager, data: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    topic = _topic(manager)
+    _commit(topic, "g", ("t", 0), 7)
+    unreadable = FaultRule(frozenset({FileOp.READ}), f"{data}/{OFFSETS_TOPIC}-*/*.log", error=errno.EIO)
+    with caplog.at_level(logging.WARNING, "tidelog.manager.offline_dirs"), fileops.inject(unreadable):
+        with pytest.raises(StorageError):
+            topic.load()
+    assert "group load failed, only this read fails" in caplog.text  # the read-fault policy saw it
+    assert manager.offline_log_dirs() == []
+    assert topic.load().offsets["g"][("t", 0)].offset == 7  # nothing lost: the next load reads it

@@ -50,7 +50,6 @@ from tidelog.server.groups.records import (
 )
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.config import BrokerConfig
-from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -134,19 +133,24 @@ class OffsetsTopic:
         loaded = LoadedGroups()
         if not self._manager.has_topic(OFFSETS_TOPIC):
             return loaded
-        for _, lg in self._manager.logs(OFFSETS_TOPIC):
-            _replay(lg, loaded)
+        for tp in self._manager.live_partitions(OFFSETS_TOPIC):
+            _replay(self._manager, tp, loaded)
         log.info("loaded %d groups and the offsets of %d groups from %s (%d records)", len(loaded.groups),
                  len(loaded.offsets), OFFSETS_TOPIC, loaded.records)
         return loaded.done()
 
 
-def _replay(lg: Log, loaded: LoadedGroups) -> None:
-    """Apply every record of one partition's log, from its start to its high watermark."""
-    offset = lg.log_start_offset
-    buffer = LOAD_BUFFER_BYTES
-    while offset < lg.high_watermark:
-        data = lg.read(offset, buffer).records
+def _replay(manager: LogManager, tp: TopicPartition, loaded: LoadedGroups) -> None:
+    """Apply every record of one partition, from its log start to its high watermark. A read that
+    fails is reported as any other read (:meth:`LogManager.report_read_error`) and raised."""
+    offsets = manager.offsets(tp)
+    offset, buffer = offsets.log_start_offset, LOAD_BUFFER_BYTES
+    while offset < offsets.high_watermark:
+        try:
+            data = manager.read(tp, offset, buffer).records
+        except Exception as e:
+            manager.report_read_error(tp, "group load", e)
+            raise
         if not data:
             return
         advanced = offset
@@ -156,18 +160,19 @@ def _replay(lg: Log, loaded: LoadedGroups) -> None:
                 continue
             for record in batch.records():
                 if record.offset >= offset and record.key is not None:
-                    _apply(loaded, record.key, record.value, lg, record.offset)
+                    _apply(loaded, record.key, record.value, tp, record.offset)
         if advanced == offset:  # one batch larger than the buffer
             buffer *= 2
         offset = advanced
+        offsets = manager.offsets(tp)
 
 
-def _apply(loaded: LoadedGroups, key: bytes, value: bytes | None, lg: Log, offset: int) -> None:
+def _apply(loaded: LoadedGroups, key: bytes, value: bytes | None, tp: TopicPartition, offset: int) -> None:
     try:
         loaded.apply(key, value)
     except CorruptRecordError as e:
         loaded.skipped += 1
-        log.warning("%s offset %d: skipped, a record that does not decode: %s", lg.topic_partition, offset, e)
+        log.warning("%s offset %d: skipped, a record that does not decode: %s", tp, offset, e)
 
 
 class OffsetsTopicStore:
