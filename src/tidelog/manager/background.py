@@ -4,7 +4,7 @@ after ``log.initial.task.delay.ms`` (the probe of offline log dirs at once); eac
 public method, run on demand by the CLI and tests.
 
 :class:`BackgroundTasks` is the part of :class:`~tidelog.manager.manager.LogManager` kept in
-this file (a mixin over the manager's state, as :mod:`.offline_dirs` is): it reads the partition
+this file (a mixin over the manager's state): it reads the partition
 map under the manager's lock and runs each storage operation through ``_storage_op`` (a disk
 fault takes the dir offline).
 

@@ -34,15 +34,16 @@ The manager is the only door to a partition's ``Log``: the server, the CLI and S
 record methods (:meth:`LogManager.append`, :meth:`LogManager.read`, :meth:`LogManager.fetch`,
 :meth:`LogManager.list_offsets`, :meth:`LogManager.offsets`, :meth:`LogManager.delete_records`
 ...), each one lookup in the partition map and one call of the log. The class is split by file:
+the partition map and its lock (:class:`~.partition_map.PartitionMap`, shared by reference),
 loading logs (:class:`~.loading.PartitionLoader`), the registry state and its writes
-(:class:`~.topic_registry.TopicRegistry`) and the staged-commit holds
-(:class:`~.staged_holds.StagedHolds`) are components it owns; topic changes
-(:mod:`.topic_changes`), background tasks (:mod:`.background`), log dir failures
-(:mod:`.offline_dirs`) and registry reconciliation (:mod:`.registry_sync`) are parts of the
-class kept in their own files.
+(:class:`~.topic_registry.TopicRegistry`), the staged-commit holds
+(:class:`~.staged_holds.StagedHolds`) and log dir failures (:class:`~.offline_dirs.OfflineDirs`,
+``manager.offline_dirs``) are components it owns; topic changes (:mod:`.topic_changes`),
+background tasks (:mod:`.background`) and registry reconciliation (:mod:`.registry_sync`) are
+parts of the class kept in their own files.
 
-Thread-safety: topic changes and the partition map are guarded by one lock (an ``RLock``); each
-``Log`` guards itself. Reads of the partition map by the record methods take no lock: an entry
+Thread-safety: topic changes and the partition map are guarded by one lock (an ``RLock``, the
+map's: :mod:`.partition_map` says what it guards); each ``Log`` guards itself. Reads of the partition map by the record methods take no lock: an entry
 is only replaced under it, and one dict lookup is atomic. Background tasks run on the
 scheduler's thread and take the same locks. Each public method says what it takes.
 """
@@ -50,7 +51,6 @@ scheduler's thread and take the same locks. Each public method says what it take
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,16 +63,9 @@ from tidelog.manager import recovery
 from tidelog.manager.background import BackgroundTasks
 from tidelog.manager.loading import PartitionLoader, PartitionLoadFault, Progress, ProgressCallback
 from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
-from tidelog.manager.log_dir_failure import (
-    FaultCause,
-    FaultKind,
-    FaultReportingCleaner,
-    LogDirFailureChannel,
-    OfflineLog,
-    ProbeBackoff,
-    ReadFaults,
-)
-from tidelog.manager.offline_dirs import OfflineDirs
+from tidelog.manager.log_dir_failure import FaultCause, FaultKind, FaultReportingCleaner, OfflineLogDir, ProbeBackoff
+from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
+from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.registry_sync import RegistrySync, read_topic_id
 from tidelog.manager.reports import (
     LogDirInfo,
@@ -88,7 +81,6 @@ from tidelog.manager.topic_changes import TopicChanges
 from tidelog.manager.topic_registry import TopicRegistry
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry
 from tidelog.scheduler import Scheduler, ThreadScheduler
-from tidelog.storage import files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.config import BrokerConfig, LogConfig
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, TimestampAndOffset
@@ -100,31 +92,25 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
-class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
+class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
                  owns_scheduler: bool, probe_backoff: ProbeBackoff | None = None,
                  cleaner_engines: Mapping[str, EngineFactory] = NO_ENGINES) -> None:
         self.broker = broker
-        self._dirs = dirs
         self._clock = clock
         self._scheduler = scheduler
         self._owns_scheduler = owns_scheduler
-        self._lock = threading.RLock()
-        self._logs: dict[TopicPartition, Log] = {}
-        self._log_dir_of: dict[TopicPartition, LogDir] = {}
-        self._set_aside: dict[Path, SetAside] = {}
-        self._failures = LogDirFailureChannel(clock, probe_backoff)
-        self._offline_logs: dict[TopicPartition, OfflineLog] = {}
-        self._offline_deleted: dict[Path, TopicPartition] = {}  # deleted while their dir was offline
-        self._read_faults = ReadFaults(clock)
-        self._unloaded: set[Path] = set()  # opened, their load cut short by a disk fault
-        self._cleaning_stopped: dict[Path, set[TopicPartition]] = {}  # paused while their dir is offline
+        self._map = pm = PartitionMap(dirs)
+        # the map's parts, as the topic-change, background and registry parts of the class use them
+        self._lock, self._dirs, self._logs, self._log_dir_of = pm.lock, pm.dirs, pm.logs, pm.log_dir_of
+        self._set_aside, self._offline_logs, self._offline_deleted = pm.set_aside, pm.offline_logs, pm.offline_deleted
+        self._set_log_aside, self._set_aside_partitions = pm.set_log_aside, pm.set_aside_partitions
         self._topic_registry = TopicRegistry(broker, clock)
         self._held: set[TopicPartition] = set()  # cleaning paused here until the topic's configs are confirmed
         self._loader = PartitionLoader(broker, clock, scheduler, self._topic_registry.config_for,
-                                       self._set_partition_aside)
+                                       pm.set_partition_aside)
         self.staged_holds = StagedHolds(self._logs.get, self._no_log_error, self._append_to)
         self._started = False
         self._closed = False
@@ -134,6 +120,15 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
         if broker.log_cleaner_enable:
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
                                                  on_failure=self._cleaner_failed, engines=cleaner_engines)
+        steps = ManagerSteps(self._rejoin_registry, self._reconcile_registry, self._sync_topic_copies,
+                             self._await_held, self._load_dir_late, self._delete_partition_dir,
+                             lambda: complete_pending(self, [d.path for d in dirs], clock))
+        self.offline_dirs = od = OfflineDirs(pm, clock, probe_backoff, self._loader, self.staged_holds,
+                                             self.cleaner, steps)
+        # the failure steps the other parts use; an instance attribute is also the cheapest lookup
+        # for the append path's storage_op
+        self._failures, self._storage_op, self._handle_dir_error = od.failures, od.storage_op, od.handle_dir_error
+        self._online_dirs = od.online_dirs
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -185,7 +180,7 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
         for log_dir in self._online_dirs():  # a disk fault: the dir is loaded once its probe passes
             if (error := read.unreadable.get(log_dir.path)) is not None:
                 cause = FaultCause.of(FaultKind.READ, error)  # the probe reads the registry again
-                self._failed_loading(log_dir, "reading the topic registry", error, cause)
+                self.offline_dirs.failed_loading(log_dir, "reading the topic registry", error, cause)
         if read.unreadable and not self._online_dirs():  # as when no dir opens
             raise next(iter(read.unreadable.values()))
         self._topic_registry.load(read)
@@ -204,13 +199,8 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
                     loaded.setdefault(tp, []).append(lg)
         self._register_loaded(loaded)
         self._reconcile_registry(bool(read.stale))
-        for log_dir in self._online_dirs():
-            self._note_loaded(log_dir)
-
-    def _note_loaded(self, log_dir: LogDir) -> None:
-        """Whether every partition of ``log_dir`` loaded (else it gets no clean-shutdown marker)."""
-        log_dir.loaded_completely = not any(
-            s.topic_partition is not None and s.path.parent == log_dir.path for s in self._set_aside.values())
+        for log_dir in self._online_dirs():  # a dir with a partition set aside gets no clean-shutdown marker
+            log_dir.loaded_completely = self._map.loaded_completely(log_dir)
 
     def _loading_plan(self, log_dir: LogDir) -> dict[TopicPartition, Path]:
         """The partition dirs of ``log_dir`` to load; ``-delete`` dirs (and dirs of deleted topics,
@@ -230,17 +220,15 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
         try:
             return self._loader.load_dir(log_dir, to_load, progress, recovered)
         except PartitionLoadFault as e:
-            self._failed_loading(log_dir, f"loading of {e.topic_partition}", e)
+            self.offline_dirs.failed_loading(log_dir, f"loading of {e.topic_partition}", e)
             return []
 
     def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
         return self._loader.load_dir(log_dir, self._loading_plan(log_dir))
 
-    def _set_partition_aside(self, path: Path, tp: TopicPartition, reason: str) -> None:
-        log.error("%s: partition set aside, it failed to load: %s", path, reason)
-        with self._lock:
-            self._set_aside[path] = SetAside(path, reason, tp)
+    def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
+        self.offline_dirs.cleaner_failed(tp, lg, error)  # the cleaner is built before offline_dirs
 
     def _register_loaded(self, loaded: dict[TopicPartition, list[Log]]) -> None:
         """Take the loaded logs; a partition found in several log dirs is set aside in all of them
@@ -255,17 +243,6 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
             for copy in copies:
                 copy.close()
                 self._set_aside[copy.dir] = SetAside(copy.dir, f"partition {tp} found in several log dirs: {where}", tp)
-
-    def _set_log_aside(self, tp: TopicPartition, reason: str) -> None:
-        """Close a loaded log and set it aside (its checkpoint entries are kept)."""
-        lg = self._logs.pop(tp)
-        self._log_dir_of.pop(tp, None)
-        lg.close()
-        log.error("%s: partition set aside: %s", lg.dir, reason)
-        self._set_aside[lg.dir] = SetAside(lg.dir, reason, tp)
-
-    def _set_aside_partitions(self) -> dict[TopicPartition, SetAside]:
-        return {s.topic_partition: s for s in self._set_aside.values() if s.topic_partition is not None}
 
     def _deleted_partition(self, tp: TopicPartition, path: Path) -> bool:
         """Finish a topic deletion a crash interrupted: the dir of a deleted topic id goes ``-delete``."""
@@ -333,18 +310,9 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
                 if found is not None:
                     infos.append(self._partition_info(tp, found))
                 else:
-                    offline.append(self._offline_entry(tp))
+                    offline.append(self.offline_dirs.offline_entry(tp))
         return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)),
                                 record.unconfirmed)
-
-    def _offline_entry(self, tp: TopicPartition) -> SetAside:
-        offline = self._offline_logs.get(tp)
-        if offline is not None and (failure := self._failures.get(offline.path.parent)) is not None:
-            return SetAside(offline.path, failure.describe(), tp)
-        for entry in self._set_aside.values():
-            if entry.topic_partition == tp:
-                return entry
-        return SetAside(Path(files.partition_dir_name(tp)), "partition has no log (offline)", tp)
 
     # --- partitions and records: the doors of the server, the CLI and Spark ----------------
     # Each looks the live log up once (:meth:`log`) and calls it; none takes the manager's lock.
@@ -453,9 +421,9 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
         record = self._record(tp.topic)
         offline = self._offline_logs.get(tp)
         if offline is not None:
-            return self._offline_error(tp, offline.path.parent)
+            return self.offline_dirs.offline_error(tp, offline.path.parent)
         if 0 <= tp.partition < record.partitions:
-            entry = self._offline_entry(tp)
+            entry = self.offline_dirs.offline_entry(tp)
             return LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
         return UnknownTopicOrPartitionError(
             f"topic {tp.topic!r} has no partition {tp.partition} (it has {record.partitions})",
@@ -492,9 +460,7 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
 
     def set_aside(self) -> list[SetAside]:
         """Dirs that did not load, and why. Thread-safe: copied under the manager's lock."""
-        with self._lock:
-            entries = list(self._set_aside.values())
-        return sorted(entries, key=lambda s: str(s.path))
+        return self._map.entries_set_aside()
 
     def log_dirs(self) -> list[LogDirInfo]:
         """Each log dir: its live partitions with their offsets and sizes, the dirs set aside, and,
@@ -504,10 +470,32 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
             for log_dir in self._dirs:
                 parts = tuple(self._partition_info(tp, lg) for tp, lg in self.logs() if self._log_dir_of.get(tp) is log_dir)
                 aside = tuple(s for s in self.set_aside() if s.path.parent == log_dir.path)
-                offline = tuple(self._offline_entry(tp) for tp, o in sorted(self._offline_logs.items())
+                offline = tuple(self.offline_dirs.offline_entry(tp) for tp, o in sorted(self._offline_logs.items())
                                 if o.path.parent == log_dir.path)
                 infos.append(LogDirInfo(log_dir.path, parts, aside + offline, self._failures.get(log_dir.path)))
         return infos
+
+    # --- log dir failures: :class:`~.offline_dirs.OfflineDirs` --------------------------------
+
+    def offline_log_dirs(self) -> list[OfflineLogDir]:
+        """The log dirs offline now, with what took each offline (:meth:`OfflineDirs.offline_log_dirs`).
+        Thread-safe: the failure channel's lock."""
+        return self.offline_dirs.offline_log_dirs()
+
+    def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
+        """:meth:`OfflineDirs.report_storage_error`: a disk fault takes ``tp``'s dir offline;
+        whether it is offline now. Thread-safe: a dir goes offline under the manager's lock."""
+        return self.offline_dirs.report_storage_error(tp, operation, error)
+
+    def report_read_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
+        """:meth:`OfflineDirs.report_read_error`: a client read of ``tp`` failed; whether ``tp`` is
+        offline now. Thread-safe: the read-fault counts' lock, the manager's when the dir goes offline."""
+        return self.offline_dirs.report_read_error(tp, operation, error)
+
+    def probe_offline_dirs(self) -> list[Path]:
+        """:meth:`OfflineDirs.probe_offline_dirs`: probe the offline dirs due, bring back those that
+        pass; the dirs online again. Thread-safe: the map changes under the manager's lock."""
+        return self.offline_dirs.probe_offline_dirs()
 
     def _partition_info(self, tp: TopicPartition, lg: Log) -> PartitionInfo:
         return PartitionInfo(tp, lg.dir.parent, lg.log_start_offset, lg.high_watermark, lg.log_end_offset,
@@ -529,7 +517,7 @@ class LogManager(TopicChanges, BackgroundTasks, OfflineDirs, RegistrySync):
         if self.cleaner is not None:
             self.cleaner.shutdown()
         clean = self._close_logs()
-        self._close_offline_logs()
+        self.offline_dirs.close_offline_logs()
         for failure in self._failures.offline_dirs():  # its logs are closed; it was not shut down cleanly
             clean[failure.path] = False
         self.checkpoint_recovery_points()

@@ -15,9 +15,8 @@ partition dirs found agree.
   topic itself) until :meth:`RegistrySync.confirm_topic_configs`.
 * **Rejoin**: the registry copy of a log dir coming back joins as at start-up.
 
-:class:`RegistrySync` is a mixin of :class:`~tidelog.manager.manager.LogManager`, as
-:class:`~tidelog.manager.offline_dirs.OfflineDirs` is, so the manager's module stays about
-topics, loading and background tasks. It works on the manager's partition map and registry,
+:class:`RegistrySync` is a mixin of :class:`~tidelog.manager.manager.LogManager`, so the
+manager's module stays about topics, loading and background tasks. It works on the manager's partition map and registry,
 under the manager's lock, and uses its steps ``_commit``, ``_apply_topic_config``,
 ``_online_dirs``, ``_place``, ``_create_partitions``, ``_set_log_aside``, ``_set_aside_partitions``,
 ``_ensure_open`` and ``_record``.

@@ -10,7 +10,7 @@ then applied to the partition dirs.
 * **Alter**: overrides validated as a whole, persisted, applied to the live logs at once.
 
 :class:`TopicChanges` is the part of :class:`~tidelog.manager.manager.LogManager` kept in this
-file (a mixin over the manager's state, as :mod:`.offline_dirs` is).
+file (a mixin over the manager's state).
 
 Thread-safety: every change runs under the manager's lock; :meth:`TopicChanges.delete_topic`
 waits for the cleaner to leave the topic's partitions before taking it.
