@@ -37,10 +37,10 @@ record methods (:meth:`LogManager.append`, :meth:`LogManager.read`, :meth:`LogMa
 the partition map and its lock (:class:`~.partition_map.PartitionMap`, shared by reference),
 loading logs (:class:`~.loading.PartitionLoader`), the registry state and its writes
 (:class:`~.topic_registry.TopicRegistry`), the staged-commit holds
-(:class:`~.staged_holds.StagedHolds`) and log dir failures (:class:`~.offline_dirs.OfflineDirs`,
-``manager.offline_dirs``) are components it owns; topic changes (:mod:`.topic_changes`),
-background tasks (:mod:`.background`) and registry reconciliation (:mod:`.registry_sync`) are
-parts of the class kept in their own files.
+(:class:`~.staged_holds.StagedHolds`), log dir failures (:class:`~.offline_dirs.OfflineDirs`,
+``manager.offline_dirs``) and registry reconciliation (:class:`~.registry_sync.RegistrySync`,
+``manager.registry_sync``) are components it owns; topic changes (:mod:`.topic_changes`) and
+background tasks (:mod:`.background`) are parts of the class kept in their own files.
 
 Thread-safety: topic changes and the partition map are guarded by one lock (an ``RLock``, the
 map's: :mod:`.partition_map` says what it guards); each ``Log`` guards itself. Reads of the partition map by the record methods take no lock: an entry
@@ -66,7 +66,7 @@ from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
 from tidelog.manager.log_dir_failure import FaultCause, FaultKind, FaultReportingCleaner, OfflineLogDir, ProbeBackoff
 from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
-from tidelog.manager.registry_sync import RegistrySync, read_topic_id
+from tidelog.manager.registry_sync import RegistrySteps, RegistrySync, read_topic_id
 from tidelog.manager.reports import (
     LogDirInfo,
     PartitionFetch,
@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
-class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
+class LogManager(TopicChanges, BackgroundTasks):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -103,12 +103,11 @@ class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
         self._scheduler = scheduler
         self._owns_scheduler = owns_scheduler
         self._map = pm = PartitionMap(dirs)
-        # the map's parts, as the topic-change, background and registry parts of the class use them
+        # the map's parts, as the topic-change and background parts of the class use them
         self._lock, self._dirs, self._logs, self._log_dir_of = pm.lock, pm.dirs, pm.logs, pm.log_dir_of
         self._set_aside, self._offline_logs, self._offline_deleted = pm.set_aside, pm.offline_logs, pm.offline_deleted
         self._set_log_aside, self._set_aside_partitions = pm.set_log_aside, pm.set_aside_partitions
         self._topic_registry = TopicRegistry(broker, clock)
-        self._held: set[TopicPartition] = set()  # cleaning paused here until the topic's configs are confirmed
         self._loader = PartitionLoader(broker, clock, scheduler, self._topic_registry.config_for,
                                        pm.set_partition_aside)
         self.staged_holds = StagedHolds(self._logs.get, self._no_log_error, self._append_to)
@@ -120,9 +119,14 @@ class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
         if broker.log_cleaner_enable:
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
                                                  on_failure=self._cleaner_failed, engines=cleaner_engines)
-        steps = ManagerSteps(self._rejoin_registry, self._reconcile_registry, self._sync_topic_copies,
-                             self._await_held, self._load_dir_late, self._delete_partition_dir,
-                             lambda: complete_pending(self, [d.path for d in dirs], clock))
+        self.registry_sync = rs = RegistrySync(broker, pm, self._topic_registry, self.cleaner, RegistrySteps(
+            self._commit, self._apply_topic_config, lambda: self.offline_dirs.online_dirs(), self._place,
+            self._create_partitions, self._ensure_open))
+        # the registry steps the topic-change and background parts use
+        self._hold_unconfirmed, self._await_held = rs.hold_unconfirmed, rs.await_held
+        self._sync_topic_copies, self._unconfirmed = rs.sync_topic_copies, rs.unconfirmed
+        steps = ManagerSteps(rs.rejoin, rs.reconcile, rs.sync_topic_copies, rs.await_held, self._load_dir_late,
+                             self._delete_partition_dir, lambda: complete_pending(self, [d.path for d in dirs], clock))
         self.offline_dirs = od = OfflineDirs(pm, clock, probe_backoff, self._loader, self.staged_holds,
                                              self.cleaner, steps)
         # the failure steps the other parts use; an instance attribute is also the cheapest lookup
@@ -198,7 +202,7 @@ class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
                 for tp, lg in found:
                     loaded.setdefault(tp, []).append(lg)
         self._register_loaded(loaded)
-        self._reconcile_registry(bool(read.stale))
+        self.registry_sync.reconcile(bool(read.stale))
         for log_dir in self._online_dirs():  # a dir with a partition set aside gets no clean-shutdown marker
             log_dir.loaded_completely = self._map.loaded_completely(log_dir)
 
@@ -474,6 +478,12 @@ class LogManager(TopicChanges, BackgroundTasks, RegistrySync):
                                 if o.path.parent == log_dir.path)
                 infos.append(LogDirInfo(log_dir.path, parts, aside + offline, self._failures.get(log_dir.path)))
         return infos
+
+    def confirm_topic_configs(self, topic: str) -> bool:
+        """:meth:`RegistrySync.confirm_topic_configs`: an operator vouches for ``topic``'s configs;
+        False when they were not unconfirmed. Thread-safe: the registry changes under the
+        manager's lock; the wait for the cleaner and the resume come after it."""
+        return self.registry_sync.confirm_topic_configs(topic)
 
     # --- log dir failures: :class:`~.offline_dirs.OfflineDirs` --------------------------------
 

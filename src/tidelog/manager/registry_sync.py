@@ -15,23 +15,24 @@ partition dirs found agree.
   topic itself) until :meth:`RegistrySync.confirm_topic_configs`.
 * **Rejoin**: the registry copy of a log dir coming back joins as at start-up.
 
-:class:`RegistrySync` is a mixin of :class:`~tidelog.manager.manager.LogManager`, so the
-manager's module stays about topics, loading and background tasks. It works on the manager's partition map and registry,
-under the manager's lock, and uses its steps ``_commit``, ``_apply_topic_config``,
-``_online_dirs``, ``_place``, ``_create_partitions``, ``_set_log_aside``, ``_set_aside_partitions``,
-``_ensure_open`` and ``_record``.
+:class:`RegistrySync` is a component of :class:`~tidelog.manager.manager.LogManager`
+(``manager.registry_sync``). It owns the holds of unconfirmed topics and Kafka's metadata log
+once read; it works on the :class:`~.partition_map.PartitionMap` and the
+:class:`~.topic_registry.TopicRegistry` it shares with the manager, and runs the manager's
+steps it needs (registry commit, topic configs, placement, partition creation) through the
+:class:`RegistrySteps` it is given.
 
 Thread-safety: everything here but :meth:`RegistrySync.confirm_topic_configs` and
-:meth:`RegistrySync._await_held` runs under the manager's lock (the start-up load is single
-threaded until it returns); those two wait for the cleaner outside it.
+:meth:`RegistrySync.await_held` runs under the partition map's lock, the manager's (the
+start-up load is single threaded until it returns); those two wait for the cleaner outside it.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -45,14 +46,13 @@ from tidelog.manager.kraft_metadata import (
     read_metadata_log,
 )
 from tidelog.manager.log_dir import LogDir
-from tidelog.manager.log_dir_failure import OfflineLog
+from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.reports import SetAside
 from tidelog.manager.topic_copies import copy_matches, encode_topic_copy, read_topic_copy, write_topic_copy
 from tidelog.manager.topic_registry import TopicRegistry
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry, write_registry
 from tidelog.storage import files
-from tidelog.storage.config import BrokerConfig
-from tidelog.storage.log import Log
+from tidelog.storage.config import BrokerConfig, LogConfig
 from tidelog.storage.metadata import (
     PARTITION_METADATA_FILE,
     PARTITION_METADATA_VERSION,
@@ -65,33 +65,53 @@ from tidelog.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class RegistrySteps:
+    """The manager's steps :class:`RegistrySync` runs (each under the partition map's lock)."""
+
+    commit: Callable[..., None]  # write the registry: (topics, deleted ids, returning dir, *, sync_copies)
+    apply_topic_config: Callable[[str, Mapping[str, str]], LogConfig]  # live logs of a topic take configs
+    online_dirs: Callable[[], list[LogDir]]  # the log dirs not offline
+    place: Callable[[int], dict[int, LogDir]]  # log dirs for new partitions (Kafka's nextLogDirs)
+    create_partitions: Callable[[TopicRecord, Mapping[int, LogDir]], None]  # create and open partition dirs
+    ensure_open: Callable[[], None]  # raise once the manager is shut down
+
+
 class RegistrySync:
-    """Registry reconciliation of the LogManager (see the module doc)."""
+    """Registry reconciliation of a LogManager (see the module doc). It owns the holds of
+    unconfirmed topics (:attr:`held`) and Kafka's metadata log once read; it works on the
+    partition map and the registry it shares with the manager."""
 
-    # the LogManager's state this mixin works on
-    broker: BrokerConfig
-    cleaner: LogCleaner | None
-    _dirs: list[LogDir]
-    _lock: threading.RLock
-    _logs: dict[TopicPartition, Log]
-    _log_dir_of: dict[TopicPartition, LogDir]
-    _set_aside: dict[Path, SetAside]
-    _offline_logs: dict[TopicPartition, OfflineLog]
-    _registry: RegistryState
-    _topic_registry: TopicRegistry
-    _held: set[TopicPartition]  # cleaning paused here until the topic's configs are confirmed
+    def __init__(self, broker: BrokerConfig, partition_map: PartitionMap, topic_registry: TopicRegistry,
+                 cleaner: LogCleaner | None, steps: RegistrySteps) -> None:
+        self._broker = broker
+        self._map = partition_map
+        self._topic_registry = topic_registry
+        self.cleaner = cleaner
+        self._steps = steps
+        # cleaning paused here until the topic's configs are confirmed; changed under the map's lock
+        self.held: set[TopicPartition] = set()
 
-    def _reconcile_registry(self, stale_copies: bool) -> list[TopicPartition]:
+    @property
+    def _registry(self) -> RegistryState:
+        return self._topic_registry.state
+
+    def forget_holds(self, topic: str) -> None:
+        """A deleted ``topic``'s partitions are held no more. The caller holds the map's lock."""
+        self.held.difference_update([tp for tp in self.held if tp.topic == topic])
+
+    def reconcile(self, stale_copies: bool) -> list[TopicPartition]:
         """Make the registry and the dirs agree (see :mod:`.topics`): adopt topics the registry
         does not know; set aside dirs that are not a partition of their registered topic (a
         partition number past its count, another topic id); create registered partitions whose
         dir is missing when their log dir is open (a create a crash interrupted). The registry is
         written back when anything changed or a copy is stale. Returns the partitions newly held
-        (:meth:`_hold_unconfirmed`)."""
+        (:meth:`hold_unconfirmed`). Not thread-safe alone: the caller holds the map's lock (or is
+        the start-up load)."""
         topics = dict(self._registry.topics)
         placed: dict[str, dict[int, str]] = {}  # log dirs learned, merged once per topic
         found: dict[str, list[TopicPartition]] = {}
-        for tp in sorted({*self._logs, *self._set_aside_partitions()}):
+        for tp in sorted({*self._map.logs, *self._map.set_aside_partitions()}):
             found.setdefault(tp.topic, []).append(tp)
         before = dict(topics)
         current = self._restore_from_copies(topics, found)
@@ -111,10 +131,10 @@ class RegistrySync:
             if placed_here:
                 topics[name] = record.replace(assignments=MappingProxyType({**record.assignments, **placed_here}))
         if stale_copies or self._topic_registry.has_damaged() or topics != dict(self._registry.topics):
-            self._commit(topics, self._registry.deleted_topic_ids, sync_copies=False)  # all synced below
+            self._steps.commit(topics, self._registry.deleted_topic_ids, sync_copies=False)  # all synced below
         now_expected = {n: encode_topic_copy(r) for n, r in self._registry.topics.items() if n in found}
-        self._sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
-        return self._hold_unconfirmed()
+        self.sync_topic_copies(skip={tp for tp, data in current.items() if now_expected.get(tp.topic) == data})
+        return self.hold_unconfirmed()
 
     def _restore_from_copies(self, topics: dict[str, TopicRecord],
                              found: Mapping[str, list[TopicPartition]]) -> dict[TopicPartition, bytes]:
@@ -129,7 +149,7 @@ class RegistrySync:
             expected = encode_topic_copy(record) if record is not None else None
             newest: TopicRecord | None = None
             for tp in partitions:
-                lg = self._logs.get(tp)
+                lg = self._map.logs.get(tp)
                 if lg is None:
                     continue
                 if expected is not None and copy_matches(lg.dir, expected):
@@ -155,17 +175,17 @@ class RegistrySync:
         log.warning("topic %s: id %s, %d partition(s) and configs %s restored from its partitions' copy "
                     "(epoch %d): %s", copy.name, copy.topic_id, copy.partitions, show_configs(configs),
                     copy.epoch, why)
-        self._apply_topic_config(copy.name, configs)
+        self._steps.apply_topic_config(copy.name, configs)
         return restored
 
-    def _sync_topic_copies(self, topics: Iterable[str] | None = None, skip: Iterable[TopicPartition] = ()) -> None:
+    def sync_topic_copies(self, topics: Iterable[str] | None = None, skip: Iterable[TopicPartition] = ()) -> None:
         """Rewrite each live partition's copy (of ``topics``; all when None) that differs from its
         registry entry. A copy that cannot be written is only a warning: the registry is the
-        commit point, and the next start-up rewrites the copy."""
+        commit point, and the next start-up rewrites the copy. The caller holds the map's lock."""
         wanted = None if topics is None else set(topics)
         skipped = set(skip)
         expected: dict[str, bytes] = {}
-        for tp, lg in sorted(self._logs.items()):
+        for tp, lg in sorted(self._map.logs.items()):
             record = self._registry.topics.get(tp.topic)
             if record is None or tp in skipped or (wanted is not None and tp.topic not in wanted):
                 continue
@@ -177,7 +197,7 @@ class RegistrySync:
             except StorageError as e:
                 log.warning("%s: cannot write the copy of topic %s's registry entry: %s", lg.dir, tp.topic, e)
 
-    def _hold_unconfirmed(self) -> list[TopicPartition]:
+    def hold_unconfirmed(self) -> list[TopicPartition]:
         """Under the lock: pause the cleaner on each live partition of a topic whose configs are
         unconfirmed (the retention passes check the topic themselves), and say so loudly. The
         pause never waits here (a clean in progress is aborted; its cleaner thread may need this
@@ -185,22 +205,25 @@ class RegistrySync:
         the partitions newly held."""
         held = []
         for name in sorted(n for n, r in self._registry.topics.items() if r.unconfirmed):
-            newly = [tp for tp in self._logs if tp.topic == name and tp not in self._held]
+            newly = [tp for tp in self._map.logs if tp.topic == name and tp not in self.held]
             if not newly:
                 continue
             if self.cleaner is not None:
                 self.cleaner.manager.pause_cleaning(*newly)
-            self._held.update(newly)
+            self.held.update(newly)
             held.extend(newly)
             log.warning("topic %s: %s", name, unconfirmed_note(name))
         return held
 
-    def _await_held(self, held: list[TopicPartition]) -> None:
-        """Outside the lock: wait until cleans aborted by :meth:`_hold_unconfirmed` have stopped."""
+    def await_held(self, held: list[TopicPartition]) -> None:
+        """Outside the lock: wait until cleans aborted by :meth:`hold_unconfirmed` have stopped.
+        Thread-safe: takes the cleaner's lock only."""
         if self.cleaner is not None and held:
             self.cleaner.manager.await_stopped(*held)
 
-    def _unconfirmed(self, topic: str) -> bool:
+    def unconfirmed(self, topic: str) -> bool:
+        """Whether ``topic``'s configs are unconfirmed. Thread-safe without a lock: the registry
+        state is replaced whole on each change."""
         record = self._registry.topics.get(topic)
         return record is not None and record.unconfirmed
 
@@ -211,13 +234,13 @@ class RegistrySync:
         image = self._kraft_metadata
         if image is None or topic in image.topics:
             return False
-        ids = {read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs}
+        ids = {read_topic_id(self._map.logs[tp].dir) for tp in partitions if tp in self._map.logs}
         deleted = ids & image.removed_topic_ids
         if not deleted:
             return False
         for tp in partitions:
-            if tp in self._logs:
-                self._set_log_aside(tp, f"stray partition dir: Kafka's metadata log deleted topic {topic} "
+            if tp in self._map.logs:
+                self._map.set_log_aside(tp, f"stray partition dir: Kafka's metadata log deleted topic {topic} "
                                         f"(id {', '.join(sorted(deleted))}); kept aside, not adopted")
         return True
 
@@ -235,7 +258,7 @@ class RegistrySync:
         kafka = image.topics.get(topic) if image is not None else None
         record = (self._adopted_from_kafka(kafka, count, len(partitions)) if kafka is not None
                   else self._adopted_without_kafka(topic, partitions, count, image))
-        self._apply_topic_config(topic, record.configs)
+        self._steps.apply_topic_config(topic, record.configs)
         return record
 
     def _adopted_from_kafka(self, kafka: KraftTopic, count: int, found: int) -> TopicRecord:
@@ -249,7 +272,7 @@ class RegistrySync:
 
     def _adopted_without_kafka(self, topic: str, partitions: list[TopicPartition], count: int,
                                image: MetadataImage | None) -> TopicRecord:
-        ids = [read_topic_id(self._logs[tp].dir) for tp in partitions if tp in self._logs]
+        ids = [read_topic_id(self._map.logs[tp].dir) for tp in partitions if tp in self._map.logs]
         topic_id = next((i for i in ids if i is not None), None) or new_topic_id()
         why = "no Kafka metadata log was read" if image is None else "Kafka's metadata log does not have it"
         configs = self._adoptable_overrides(topic, INTERNAL_TOPIC_CONFIGS.get(topic, {}))
@@ -267,7 +290,7 @@ class RegistrySync:
         kept: dict[str, str] = {}
         for name, value in sorted(overrides.items()):
             try:
-                self.broker.log_config({**kept, name: value})
+                self._broker.log_config({**kept, name: value})
             except ConfigError as e:
                 log.warning("topic %s: Kafka's override %s=%s is left out: %s", topic, name, value, e)
             else:
@@ -279,8 +302,8 @@ class RegistrySync:
         """Kafka's metadata log (``__cluster_metadata-0`` in ``metadata.log.dir`` when the broker
         config sets it, else in the first log dir having one), read on first use; None, with a
         warning when it is there, if it is missing or does not read."""
-        metadata_log_dir = self.broker.get("metadata.log.dir") if self.broker.is_set("metadata.log.dir") else None
-        where = find_metadata_log([d.path for d in self._dirs], Path(metadata_log_dir) if metadata_log_dir else None)
+        metadata_log_dir = self._broker.get("metadata.log.dir") if self._broker.is_set("metadata.log.dir") else None
+        where = find_metadata_log([d.path for d in self._map.dirs], Path(metadata_log_dir) if metadata_log_dir else None)
         if where is None:
             return None
         try:
@@ -292,38 +315,38 @@ class RegistrySync:
     def _check_found_partition(self, record: TopicRecord, tp: TopicPartition) -> str | None:
         """Set a loaded log aside if it is not a partition of ``record``; else the directory.id of
         the log dir it lives in (None for a set-aside one, or a dir without an id)."""
-        if tp not in self._logs:
+        if tp not in self._map.logs:
             return None
-        lg = self._logs[tp]
+        lg = self._map.logs[tp]
         if tp.partition >= record.partitions:
-            self._set_log_aside(tp, f"stray partition dir: topic {tp.topic} has {record.partitions} partition(s)")
+            self._map.set_log_aside(tp, f"stray partition dir: topic {tp.topic} has {record.partitions} partition(s)")
             return None
         topic_id = record.topic_id if _has_topic_id(lg.dir, record.topic_id) else read_topic_id(lg.dir)
         if topic_id is not None and topic_id != record.topic_id:
-            self._set_log_aside(tp, f"partition.metadata names topic id {topic_id}, but topic {tp.topic} has id "
+            self._map.set_log_aside(tp, f"partition.metadata names topic id {topic_id}, but topic {tp.topic} has id "
                                     f"{record.topic_id} (Kafka's InconsistentTopicIdException)")
             return None
         if topic_id is None:
             PartitionMetadataFile(lg.dir).write(record.topic_id)
-        return self._log_dir_of[tp].directory_id
+        return self._map.log_dir_of[tp].directory_id
 
     def _complete_partitions(self, record: TopicRecord, create_unassigned: bool = True) -> dict[int, str]:
         """Create the registered partitions of ``record`` that have no dir, in their assigned log
         dir (or the least loaded one, unless not ``create_unassigned``); set aside those whose log
         dir is not open or not known. Returns the log dirs of created partitions that the
         registry did not have yet."""
-        dirs_by_id = {d.directory_id: d for d in self._online_dirs()}  # never create in an offline dir
-        aside = self._set_aside_partitions()
+        dirs_by_id = {d.directory_id: d for d in self._steps.online_dirs()}  # never create in an offline dir
+        aside = self._map.set_aside_partitions()
         to_create: dict[int, LogDir] = {}
         unassigned = []
         for partition in range(record.partitions):
             tp = TopicPartition(record.name, partition)
-            if tp in self._logs or tp in aside or tp in self._offline_logs:
+            if tp in self._map.logs or tp in aside or tp in self._map.offline_logs:
                 continue
             assigned = record.assignments.get(partition)
             if assigned is None and not create_unassigned:
                 placeholder = Path("<log dir unknown>") / files.partition_dir_name(tp)
-                self._set_aside[placeholder] = SetAside(
+                self._map.set_aside[placeholder] = SetAside(
                     placeholder, "its dir was not found, and the topic registry that knew its log dir is lost: "
                                  "not created empty (open the log dir that holds it)", tp)
             elif assigned is None:
@@ -332,13 +355,13 @@ class RegistrySync:
                 to_create[partition] = dirs_by_id[assigned]
             else:
                 placeholder = Path(f"<log dir {assigned}>") / files.partition_dir_name(tp)
-                self._set_aside[placeholder] = SetAside(
+                self._map.set_aside[placeholder] = SetAside(
                     placeholder, f"its log dir (directory.id {assigned}) is not among the log dirs opened, "
                                  "or it is offline", tp)
-        to_create.update(zip(unassigned, self._place(len(unassigned)).values()))
+        to_create.update(zip(unassigned, self._steps.place(len(unassigned)).values()))
         if to_create:
             log.info("creating %d missing partition dir(s) of %s (an interrupted create)", len(to_create), record.name)
-            self._create_partitions(record, to_create)
+            self._steps.create_partitions(record, to_create)
         return {p: d for p, d in placed_assignments(to_create).items() if record.assignments.get(p) != d}
 
     def confirm_topic_configs(self, topic: str) -> bool:
@@ -346,23 +369,23 @@ class RegistrySync:
         registry stops calling them unconfirmed and retention and cleaning resume. False when
         they were not unconfirmed (nothing changes). Thread-safe: the registry changes under the
         manager's lock; the wait for a clean its hold aborted, and the resume, come after it."""
-        with self._lock:
-            self._ensure_open()
-            record = self._record(topic)
+        with self._map.lock:
+            self._steps.ensure_open()
+            record = self._topic_registry.record(topic)
             if not record.unconfirmed:
                 return False
-            self._commit({**self._registry.topics, topic: record.replace(unconfirmed=False)},
+            self._steps.commit({**self._registry.topics, topic: record.replace(unconfirmed=False)},
                          self._registry.deleted_topic_ids)
-            held = sorted(tp for tp in self._held if tp.topic == topic)
-            self._held.difference_update(held)
+            held = sorted(tp for tp in self.held if tp.topic == topic)
+            self.held.difference_update(held)
         if self.cleaner is not None and held:
-            self._await_held(held)  # a clean its hold aborted may still be stopping
+            self.await_held(held)  # a clean its hold aborted may still be stopping
             self.cleaner.manager.resume_cleaning(*held)
         log.warning("topic %s: configs %s confirmed by an operator; retention and cleaning resume", topic,
                     show_configs(record.configs))
         return True
 
-    def _rejoin_registry(self, log_dir: LogDir) -> None:
+    def rejoin(self, log_dir: LogDir) -> None:
         """Under the lock: the registry copy of a dir coming back joins as at start-up: a damaged
         one is kept aside, an entry newer than ours wins (a returning dir deletes nothing), the
         epoch never goes lower than any it shows, and the dir gets the merged registry. A copy
@@ -389,10 +412,10 @@ class RegistrySync:
             log.warning("topic %s: configs %s taken from the topic registry of %s (epoch %d, newer than %s)",
                         name, configs, path, theirs.epoch, "none" if mine is None else mine.epoch)
         if topics != dict(ours.topics) or read.floor_epoch > ours.epoch or self._topic_registry.has_damaged(path):
-            self._commit(topics, ours.deleted_topic_ids, returning=log_dir)
+            self._steps.commit(topics, ours.deleted_topic_ids, returning=log_dir)
             for name, record in topics.items():  # live logs take the configs once they are committed
                 if ours.topics.get(name) != record:
-                    self._apply_topic_config(name, record.configs)
+                    self._steps.apply_topic_config(name, record.configs)
         elif read.state != ours:
             write_registry([path], ours)
 

@@ -37,7 +37,7 @@ from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.loading import PartitionLoader, close_failed_log
 from tidelog.manager.log_dir import LogDir, describe_error
 from tidelog.manager.log_dir_failure import OfflineLog
-from tidelog.manager.registry_sync import placed_assignments
+from tidelog.manager.registry_sync import RegistrySync, placed_assignments
 from tidelog.manager.reports import SetAside, TopicDescription
 from tidelog.manager.topic_copies import write_topic_copy
 from tidelog.manager.topic_registry import TopicRegistry
@@ -72,7 +72,7 @@ class TopicChanges:
     _set_aside: dict[Path, SetAside]
     _offline_logs: dict[TopicPartition, OfflineLog]
     _offline_deleted: dict[Path, TopicPartition]
-    _held: set[TopicPartition]
+    registry_sync: RegistrySync
 
     def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> TopicDescription:
         """Create ``name`` with ``partitions`` partitions and topic-level ``configs`` overrides.
@@ -184,7 +184,7 @@ class TopicChanges:
             remaining = {k: v for k, v in self._registry.topics.items() if k != name}
             self._commit(remaining, self._registry.deleted_topic_ids | {record.topic_id})
             self._topic_registry.forget_config(name)
-            self._held.difference_update([tp for tp in self._held if tp.topic == name])
+            self.registry_sync.forget_holds(name)
             for partition in range(record.partitions):
                 tp = TopicPartition(name, partition)
                 if (offline := self._offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
