@@ -71,7 +71,8 @@ from tidelog.errors import (
     InvalidOffsetError,
     StorageError,
 )
-from tidelog.records.scan import (
+from tidelog.storage import fileops
+from tidelog.storage._append_kernel import (
     INDEX_CAPACITY,
     INDEX_ENTRIES,
     INDEX_LAST_KEY,
@@ -79,7 +80,6 @@ from tidelog.records.scan import (
     INDEX_MAP,
     INDEX_STATE_SLOTS,
 )
-from tidelog.storage import fileops
 from tidelog.storage.file_records import TailSlot
 from tidelog.storage.index_file import IndexFile
 

@@ -36,23 +36,18 @@ from tidelog.errors import (
 )
 from tidelog.records import CompressionType, FileBatch
 from tidelog.records.batch import LOG_OVERHEAD, increment_sequence, stored_crc_matches
-from tidelog.records.scan import (
-    CRC_IN_KERNEL_BELOW,
-    NOW_FROM_CLOCK,
-    PRODUCED_COMPRESSED,
-    PRODUCED_IDEMPOTENT,
-    PRODUCED_INDEX_DUE,
-    PRODUCED_OK,
-    PRODUCED_SHORT_WRITE,
-    PRODUCED_UNARMED,
-    TAIL_PRODUCER_CHECKED,
-    ProducedBatchAppend,
-    crc_checked_batch_appender,
-    produced_batch_appender,
-)
+from tidelog.records.scan import CRC_IN_KERNEL_BELOW, PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT, PRODUCED_OK
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import fileops, files
+from tidelog.storage._append_kernel import (
+    NOW_FROM_CLOCK,
+    PRODUCED_INDEX_DUE,
+    PRODUCED_SHORT_WRITE,
+    PRODUCED_UNARMED,
+    TAIL_PRODUCER_CHECKED,
+)
+from tidelog.storage.append_state import ProducedBatchAppend, crc_checked_batch_appender, produced_batch_appender
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
@@ -310,7 +305,7 @@ class Log:
             self._tail_rules = (rules.max_message_bytes, rules.compact, rules.before_max_ms, rules.after_max_ms)
         active = self._segments.last
         if active is not None:
-            active.disarm()
+            active.append_state.invalidate()
 
     @property
     def lock(self) -> threading.RLock:
@@ -420,10 +415,10 @@ class Log:
                 if self._append_produced is not None and not self._closed and segment is not None:
                     first = self._log_end_offset
                     producer = None
-                    status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
+                    status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
                     if status != PRODUCED_OK:
                         if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
-                            status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
+                            status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
                         if status == PRODUCED_IDEMPOTENT:
                             # Checked, not written: a producer id. When producer state has nothing to
                             # say about its sequence, the same call again writes it. The second check
@@ -431,9 +426,9 @@ class Log:
                             # 1-record append ~12 us more (27 against 14-16 us in append_1_idempotent).
                             producer = _PRODUCER_FIELDS.unpack_from(records, 43)
                             if self.producer_state.continues_in_sequence(*producer, delta):
-                                slots = segment.tail_slots
+                                slots = segment.append_state.tail_slots
                                 slots[TAIL_PRODUCER_CHECKED] = 1
-                                status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
+                                status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
                                 slots[TAIL_PRODUCER_CHECKED] = 0
                         if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
                             segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)

@@ -1,6 +1,6 @@
 """libc ``pwrite``, ``pwritev`` and ``clock_gettime``, and big-endian stores at an address, as numba intrinsics, for the compiled leader append kernel only.
 
-Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_to_tail`` is written against
+Private to :mod:`tidelog.storage.append_state`. ``_append_kernel.append_to_tail`` is written against
 ``pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch)``, whose
 interpreted definition there is the specification (the batch written with its 16-byte head
 replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc, made by the
@@ -9,7 +9,7 @@ WRITE_BUFFER_BYTES is copied into the kernel's stack frame and its head patched 
 ``pwrite``); a larger one is written by ``pwritev`` of a patched head in the frame and the rest
 in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call,
 and ``store_be32``/``store_be64(address, value)`` and ``release_fence()``, which write an index
-entry into its file's mapping before its count (``_scan_kernels.append_index_entries``).
+entry into its file's mapping before its count (``_append_kernel.append_index_entries``).
 
 Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
 changes from process to process); the symbols named here are resolved when the cached code is
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tidelog.records._scan_kernels import PATCHED_PREFIX, WRITE_BUFFER_BYTES
+from tidelog.storage._append_kernel import PATCHED_PREFIX, WRITE_BUFFER_BYTES
 
 
 def libc_calls() -> dict[str, Any] | None:
