@@ -174,21 +174,22 @@ def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppen
     check = get_kernels(False).check_produced_batch  # type: ignore[attr-defined]
     source = {**vars(_scan_kernels), **vars(ak), **intrinsics, **(crc or {}), "check_produced_batch": check}
     namespace = twins.compile_functions(source, inlined, ak.NUMBA_APPEND_COMPILED, _scan_kernels.NUMBA_OPTIONS)
-    _key_cache_by(namespace, ak.NUMBA_APPEND_COMPILED, _scan_kernels)
+    _key_cache_by(namespace, ak.NUMBA_APPEND_COMPILED, (_scan_kernels, _write_intrinsics, _crc_intrinsics))
     signature = ("bytes", "int64[]", "int64", "int64", "int64")
     return (entry_point(namespace["append_produced_batch"], signature),
             entry_point(namespace["append_crc_checked_batch"], signature))
 
 
-def _key_cache_by(namespace: dict[str, Any], names: tuple[str, ...], dependency: Any) -> None:
-    """Key the on-disk numba cache of the functions ``names`` by the content of ``dependency``'s
-    source too: numba keys it by the function's own file and bytecode only, and these functions
-    run (and embed) code from records/_scan_kernels.py. Without numba's cache internals, nothing
-    changes (the cache then goes stale only with an edit of that file alone)."""
+def _key_cache_by(namespace: dict[str, Any], names: tuple[str, ...], dependencies: tuple[Any, ...]) -> None:
+    """Key the on-disk numba cache of the functions ``names`` by the content of the modules
+    ``dependencies`` too: numba keys it by the function's own file and bytecode only, and these
+    functions embed code from records/_scan_kernels.py (the check) and the intrinsics' modules.
+    Without numba's cache internals, nothing changes (the cache then goes stale with an edit of
+    one of those files alone)."""
     try:
         from numba.core.caching import FunctionCache
 
-        digest = hashlib.sha256(inspect.getsource(dependency).encode()).hexdigest()
+        digest = hashlib.sha256("".join(inspect.getsource(module) for module in dependencies).encode()).hexdigest()
 
         class _KeyedCache(FunctionCache):  # type: ignore[misc]
             def _index_key(self, sig: Any, codegen: Any) -> Any:

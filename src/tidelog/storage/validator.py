@@ -34,8 +34,10 @@ invalid batches.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tidelog.errors import (
     CorruptRecordError,
@@ -449,6 +451,19 @@ def _level(config: LogConfig, codec: CompressionType) -> int | None:
 
 _CODEC_MASK = 0x07
 _UNCOMPRESSED = CompressionType.NONE
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
+_new_tuple = tuple.__new__  # CheckedBatch._make without its length check (one per produced batch)
+
+
+class CheckedBatch(NamedTuple):
+    """A produced batch that passed the leader's check (:func:`validate_produced_batch`): what
+    writing it and the bookkeeping after need, and nothing the append must look up again."""
+
+    last_offset_delta: int
+    max_timestamp: int
+    record_count: int
+    codec: CompressionType
+    producer: tuple[int, int, int] | None  # (producer id, epoch, base sequence) of an idempotent batch
 _LOG_APPEND_TIME_OR_CONTROL = 0x08 | 0x20  # attributes that need the general path
 
 
@@ -476,8 +491,8 @@ class LeaderRules:
 
 def validate_produced_batch(
     records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
-) -> tuple[int, int, int, CompressionType] | None:
-    """``(lastOffsetDelta, maxTimestamp, recordsCount, codec)`` when ``records`` is exactly one
+) -> CheckedBatch | None:
+    """A :class:`CheckedBatch` when ``records`` is exactly one
     v2 batch, not transactional, that :func:`analyze_batches` and :func:`assign_offsets` accept
     as a leader's CLIENT append and would write as it is (offsets and leader epoch patched,
     nothing re-stamped or re-encoded); else None, and the caller runs those two, which raise or
@@ -501,7 +516,9 @@ def validate_produced_batch(
         if status == PRODUCED_OK or status == PRODUCED_IDEMPOTENT:
             if crc_checked and not stored_crc_matches(records):
                 return None
-            return delta, max_timestamp, count, _UNCOMPRESSED
+            # An idempotent batch: a producer id, the sign bit of its first byte clear.
+            producer = None if status == PRODUCED_OK else _PRODUCER_FIELDS.unpack_from(records, 43)
+            return _new_tuple(CheckedBatch, (delta, max_timestamp, count, _UNCOMPRESSED, producer))
         if status != PRODUCED_COMPRESSED:
             return None
     return _validate_in_python(records, rules, now)
@@ -509,7 +526,7 @@ def validate_produced_batch(
 
 def _validate_in_python(
     records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
-) -> tuple[int, int, int, CompressionType] | None:
+) -> CheckedBatch | None:
     """:func:`validate_produced_batch` for any batch and buffer: the same rules as the kernel
     (``_scan_kernels.check_produced_batch``), plus the inner offsets of compressed batches."""
     size = len(records)
@@ -535,7 +552,7 @@ def _validate_in_python(
         return None
     if high >= 0 and after < _LONG_MAX and high - now > after:
         return None
-    return delta, max_timestamp, count, codec
+    return CheckedBatch(delta, max_timestamp, count, codec, None)
 
 
 _CHECK: Callable[..., tuple[int, int, int, int]] | None = None
@@ -564,6 +581,7 @@ __all__ = [
     "analyze_batches",
     "assign_offsets",
     "check_offsets_in_order",
+    "CheckedBatch",
     "LeaderRules",
     "validate_produced_batch",
     "CorruptRecordError",
