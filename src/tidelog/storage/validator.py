@@ -303,9 +303,7 @@ def _check_timestamps(
     if log_append:
         return
     before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    bad = low if low != _LONG_MAX and before < _LONG_MAX and now - low > before else None
-    if bad is None and high >= 0 and after < _LONG_MAX and high - now > after:
-        bad = high
+    bad = timestamp_out_of_bounds(low, high, now, before, after)
     if bad is not None:
         raise InvalidTimestampError(
             f"timestamp {bad} of a record is out of range: must be within "
@@ -313,6 +311,19 @@ def _check_timestamps(
             f"of broker time {now}",
             position=position,
         )
+
+
+def timestamp_out_of_bounds(low: int, high: int, now: int, before_max_ms: int, after_max_ms: int) -> int | None:
+    """The timestamp rule (message.timestamp.before/after.max.ms), once for the Python checks: the
+    first of ``low`` (the smallest record timestamp other than -1; INT64_MAX when none) and ``high``
+    (the largest; -1 when none) that lies too far before or after broker time ``now``, else None.
+    ``INT64_MAX`` bounds are unbounded. (The compiled check, records' check_produced_batch, states
+    it in numba's subset.)"""
+    if low != _LONG_MAX and before_max_ms < _LONG_MAX and now - low > before_max_ms:
+        return low
+    if high >= 0 and after_max_ms < _LONG_MAX and high - now > after_max_ms:
+        return high
+    return None
 
 
 def _assign_in_place(
@@ -547,10 +558,7 @@ def _validate_in_python(
     low, high, keyless, sequential = summary
     if high != max_timestamp or (keyless and rules.compact) or (codec and not sequential):
         return None
-    before, after = rules.before_max_ms, rules.after_max_ms
-    if low != _LONG_MAX and before < _LONG_MAX and now - low > before:
-        return None
-    if high >= 0 and after < _LONG_MAX and high - now > after:
+    if timestamp_out_of_bounds(low, high, now, rules.before_max_ms, rules.after_max_ms) is not None:
         return None
     return CheckedBatch(delta, max_timestamp, count, codec, None)
 
