@@ -55,7 +55,7 @@ PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT = _check.PRODUCED_COMPRESSED, _check.PR
 # records/_scan_kernels.py, whose check they run (see append_state._key_cache_by).
 NUMBA_APPEND_COMPILED = ("append_index_entries", "append_to_tail", "append_produced_batch",
                          "append_crc_checked_batch")
-NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish")  # + crc32c_u8/u64 where SSE4.2 does not replace them
+NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish", "roll_due")  # + crc32c_u8/u64 where SSE4.2 does not replace them
 
 
 PRODUCED_ROLL = 3  # append_produced_batch: every check passed, but a roll rule fires; nothing written
@@ -171,9 +171,8 @@ def append_to_tail(buf, size, tail, now, base_offset, leader_epoch):
         if tail[TAIL_PRODUCER_CHECKED] != 1:  # producer state has not seen it: the caller asks it
             return PRODUCED_IDEMPOTENT, delta, max_timestamp
     position = tail[TAIL_SIZE]
-    relative = base_offset - tail[TAIL_BASE_OFFSET]
-    if (position <= 0 or position > tail[TAIL_SEGMENT_BYTES] - size or relative < 0 or relative > INT32_MAX - delta
-            or max_timestamp > tail[TAIL_MAX_TIMESTAMP_LIMIT]):
+    if position <= 0 or roll_due(position, size, tail[TAIL_SEGMENT_BYTES], base_offset - tail[TAIL_BASE_OFFSET], delta,
+                                 max_timestamp, tail[TAIL_MAX_TIMESTAMP_LIMIT]):
         return PRODUCED_ROLL, delta, max_timestamp
     written = pwrite_patched(tail[TAIL_FD], buf, size, position, base_offset, size - LOG_OVERHEAD, leader_epoch)
     if written != size:
@@ -192,6 +191,17 @@ def append_to_tail(buf, size, tail, now, base_offset, leader_epoch):
         return PRODUCED_OK, delta, max_timestamp
     tail[TAIL_BYTES_SINCE_LAST_INDEX_ENTRY] = since + size
     return PRODUCED_OK, delta, max_timestamp
+
+
+def roll_due(position, size, segment_bytes, relative_offset, last_offset_delta, max_timestamp, max_timestamp_limit):
+    """The roll rules an append decides from integers, for both of its twins (the kernel here,
+    and ``LogSegment.append_if_no_roll`` interpreted): a batch of ``size`` bytes written at
+    ``position`` does not fit in ``segment_bytes``; its offsets (the first ``relative_offset``
+    above the segment's base, the last ``last_offset_delta`` above that) do not fit in an int32;
+    or its ``max_timestamp`` is above ``max_timestamp_limit`` (segment.ms with jitter, from the
+    segment's first batch timestamp). The full-index rule is the caller's (arming checks it)."""
+    return (position > segment_bytes - size or relative_offset < 0 or relative_offset > INT32_MAX - last_offset_delta
+            or max_timestamp > max_timestamp_limit)
 
 
 def append_index_entries(tail, last_offset, position):

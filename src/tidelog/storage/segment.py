@@ -37,6 +37,7 @@ from tidelog.storage._append_kernel import (
     PRODUCED_INDEX_DUE,
     TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
     TAIL_OFFSET_OF_MAX_TIMESTAMP,
+    roll_due,
 )
 from tidelog.storage.append_state import TailSlot, invalidates_append_state
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
@@ -410,25 +411,22 @@ class LogSegment:
         path. Needs the log lock.
         """
         position = self.log.size_in_bytes
-        if not self._ready_for_fast_append(position, size, last_offset - self.base_offset, limits):
-            return False
-        if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
+        limit = INT64_MAX  # the time rule (segment.ms with jitter) only rolls a segment holding data
+        if position:
             first = self._rolling_based_timestamp
             if first is None:
                 return False
-            waited = max_timestamp - first if first >= 0 else now - self._created_ms
-            if waited > limits.max_segment_ms - self.rolling_jitter_ms:
+            allowed = limits.max_segment_ms - self.rolling_jitter_ms
+            if first >= 0:
+                limit = first + allowed
+            elif now - self._created_ms > allowed:  # a first batch without timestamp: the wall clock's rule
                 return False
+        if (roll_due(position, size, limits.segment_bytes, last_offset - self.base_offset, 0, max_timestamp, limit)
+                or not self._state_loaded_with_room()):
+            return False
         self.log.append(records)
         self._note_fast_append(position, size, last_offset, max_timestamp, offset_of_max_timestamp)
         return True
-
-    def _ready_for_fast_append(self, position: int, size: int, last_relative_offset: int, limits: RollLimits) -> bool:
-        """The roll rules that need no look at the batch's timestamps, for the two fast appends:
-        room for ``size`` bytes, the last offset relative to the base an int32, every piece of
-        state the fast appends use loaded (index files open, max timestamp known), no index full."""
-        return (position <= limits.segment_bytes - size and 0 <= last_relative_offset <= INT32_MAX
-                and self._state_loaded_with_room())
 
     def _state_loaded_with_room(self) -> bool:
         """What both fast appends need of the segment: index files open and not full, the max
@@ -441,7 +439,7 @@ class LogSegment:
         self, position: int, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
     ) -> None:
         """What :meth:`append` does after its write, for the two fast appends (whose state
-        :meth:`_ready_for_fast_append` found loaded): the rolling timestamp of a first batch, the
+        :meth:`_state_loaded_with_room` found loaded): the rolling timestamp of a first batch, the
         max timestamp so far, the sparse index entries."""
         if not position:
             self._rolling_based_timestamp = max_timestamp
