@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import (
@@ -96,7 +96,6 @@ _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the 
 _PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
-_NOT_COMMON: Any = object()  # _append_compiled's answer: not for the compiled call, the Python check decides
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,68 +385,73 @@ class Log:
         one segment write, then :meth:`_appended` does the bookkeeping (epoch cache, log end,
         producer state, flush.messages) and answers. Where numba is, with no fileops fault plan
         installed, the first two steps are ONE compiled call on the active segment's append state
-        (:meth:`_append_compiled`: ``storage/_append_kernel.append_produced_batch``, the compiled
-        twin of the same check and write); elsewhere, the check's kernel call and one ``pwrite``
+        (``storage/_append_kernel.append_produced_batch``, the compiled twin of the same check and
+        write; :meth:`_kernel_left` for what it leaves); elsewhere, the check's kernel call and one ``pwrite``
         through fileops (:meth:`_append_checked`). An idempotent batch takes either only when
         producer state has nothing to say about its sequence (``continues_in_sequence``).
         Everything else, and every error, takes the general path (:meth:`_append_as_leader`):
         validator's two steps, a roll when due, producer state's checks. All write the same bytes
         and return the same info. The bytes are in the OS when this returns.
         """
+        append = self._append_produced
+        if append is not None and origin is _CLIENT and type(records) is bytes and not _FAULT_PLANS:
+            # The compiled twin (written out here, not in a helper: a Python call is ~2% of a
+            # 1-record append). A large batch's CRC here (the crc32c library, ~20 GB/s against ~12
+            # for the kernel's crc32 steps), then the same call without it, its blocks reserved.
+            if len(records) >= CRC_IN_KERNEL_BELOW:
+                append = self._append_reserving if stored_crc_matches(records) else None
+            if append is not None:
+                now = NOW_FROM_CLOCK if self._system_clock else self._clock.milliseconds()
+                lock = self._lock  # acquire/release, not ``with``: ~0.12 us less, ~3% of an append
+                lock.acquire()
+                try:
+                    segment = self._segments.last
+                    if self._append_produced is not None and not self._closed and segment is not None:
+                        first = self._log_end_offset
+                        status, delta, max_timestamp = append(records, segment.append_state.array, now, first,
+                                                              leader_epoch)
+                        producer = None
+                        if status != PRODUCED_OK:
+                            status, delta, max_timestamp, producer = self._kernel_left(
+                                append, segment, records, now, first, leader_epoch, status, delta, max_timestamp)
+                        if status == PRODUCED_OK:
+                            return self._appended(len(records), first, delta, max_timestamp, delta + 1,
+                                                  _UNCOMPRESSED, producer, leader_epoch)
+                        if status != PRODUCED_COMPRESSED and status != PRODUCED_UNARMED:
+                            append = None  # a roll, a sequence producer state has something to say about...
+                finally:
+                    lock.release()
+            if append is None:
+                return self._append_as_leader(records, leader_epoch, origin)
         if origin is _CLIENT:
-            info: LogAppendInfo | int | None = _NOT_COMMON
-            if self._append_produced is not None and type(records) is bytes and not _FAULT_PLANS:
-                info = self._append_compiled(records, leader_epoch)
-            if info is _NOT_COMMON:
-                info = self._append_checked(records, leader_epoch)
+            info = self._append_checked(records, leader_epoch)
             if info is not None:
-                return info  # type: ignore[return-value]  # not _NOT_COMMON
+                return info
         return self._append_as_leader(records, leader_epoch, origin)
 
-    def _append_compiled(self, records: bytes, leader_epoch: int) -> LogAppendInfo | int | None:
-        """The check and the write as one compiled call on the active segment's append state (armed
-        here when it is not), then :meth:`_appended`. None: the general path decides (a roll, a
-        sequence producer state has something to say about, a failed check); _NOT_COMMON: the
-        Python check decides (a compressed batch, a state that cannot be armed)."""
-        append = self._append_produced
-        if len(records) >= CRC_IN_KERNEL_BELOW:
-            # Its CRC here (the crc32c library, ~20 GB/s against ~12 for the kernel's crc32 steps),
-            # then the same call without it, after reserving the blocks it will write.
-            if not stored_crc_matches(records):
-                return None
-            append = self._append_reserving
-        now = NOW_FROM_CLOCK if self._system_clock else self._clock.milliseconds()
-        lock = self._lock  # acquire/release, not ``with``: ~0.12 us less, ~3% of an append
-        lock.acquire()
-        try:
-            segment = self._segments.last
-            if self._append_produced is None or self._closed or segment is None:
-                return _NOT_COMMON
-            first = self._log_end_offset
-            state = segment.append_state.array
-            status, delta, max_timestamp = append(records, state, now, first, leader_epoch)  # type: ignore[misc]
-            producer = None
-            if status != PRODUCED_OK:
-                if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
-                    status, delta, max_timestamp = append(records, state, now, first, leader_epoch)  # type: ignore[misc]
-                if status == PRODUCED_IDEMPOTENT:
-                    # Checked, not written: a producer id. When producer state has nothing to say
-                    # about its sequence, the same call again writes it (~0.5 us for a small batch).
-                    producer = _PRODUCER_FIELDS.unpack_from(records, 43)
-                    if self.producer_state.continues_in_sequence(*producer, delta):
-                        slots = segment.append_state.tail_slots
-                        slots[TAIL_PRODUCER_CHECKED] = 1
-                        status, delta, max_timestamp = append(records, state, now, first, leader_epoch)  # type: ignore[misc]
-                        slots[TAIL_PRODUCER_CHECKED] = 0
-                if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
-                    segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)
-                    status = PRODUCED_OK
-                if status != PRODUCED_OK:
-                    return _NOT_COMMON if status == PRODUCED_COMPRESSED or status == PRODUCED_UNARMED else None
-            return self._appended(len(records), first, delta, max_timestamp, delta + 1, _UNCOMPRESSED, producer,
-                                  leader_epoch)
-        finally:
-            lock.release()
+    def _kernel_left(
+        self, append: ProducedBatchAppend, segment: LogSegment, records: bytes, now: int, first: int,
+        leader_epoch: int, status: int, delta: int, max_timestamp: int,
+    ) -> tuple[int, int, int, tuple[int, int, int] | None]:
+        """What the compiled call left (``status`` other than PRODUCED_OK), under the lock: arm the
+        active segment's append state and call again; let an idempotent batch through when
+        producer state has nothing to say about its sequence (the same call again writes it, ~0.5
+        us); finish a write the kernel left a rest of. ``(status, delta, max_timestamp, producer
+        fields or None)``: PRODUCED_OK when written."""
+        producer = None
+        if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
+            status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
+        if status == PRODUCED_IDEMPOTENT:
+            producer = _PRODUCER_FIELDS.unpack_from(records, 43)
+            if self.producer_state.continues_in_sequence(*producer, delta):
+                slots = segment.append_state.tail_slots
+                slots[TAIL_PRODUCER_CHECKED] = 1
+                status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
+                slots[TAIL_PRODUCER_CHECKED] = 0
+        if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
+            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)
+            status = PRODUCED_OK
+        return status, delta, max_timestamp, producer
 
     def _append_checked(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo | None:
         """The check (:func:`validate_produced_batch`, one kernel call for an uncompressed batch),
