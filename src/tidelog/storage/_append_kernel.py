@@ -208,7 +208,7 @@ def append_index_entries(tail, last_offset, position):
     """The sparse index entries of a batch just written at ``position`` whose last offset is
     ``last_offset``, as LogSegment._append_index_entry adds them: ``(last_offset, position)`` to
     the offset index, the segment's max timestamp so far and its offset to the time index when
-    that timestamp is above the last entry's, the tail disarmed when either index is full then.
+    that timestamp is above the last entry's, the state disarmed when either index is full then.
     True when written; False, nothing written, when either index is not mapped or any check of
     OffsetIndex.append or TimeIndex.maybe_append would not pass: the caller's Python then adds
     them, or raises what they raise.

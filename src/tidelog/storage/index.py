@@ -38,10 +38,10 @@ full until :meth:`resize`; the segment resizes its active segment's indexes to t
 :meth:`close` trims the file to ``entries * entry size``.
 
 **State.** An index's entry count, fullness and last entry are int64 slots of a small array
-(``records.scan.INDEX_*``), with the address of its writable mapping: a segment hands its two
-indexes slices of its ``.log``'s tail, where the compiled leader append reads them and adds the
-sparse entries a batch is due (``_scan_kernels.append_index_entries``) in the call that writes
-the batch. The address slot is set only while this object's writable mapping is open, and
+(``storage._append_kernel.INDEX_*``), with the address of its writable mapping: a segment hands
+its two indexes slices of its append state (``storage.append_state``), where the compiled leader
+append reads them and adds the sparse entries a batch is due
+(``storage/_append_kernel.append_index_entries``) in the call that writes the batch. The address slot is set only while this object's writable mapping is open, and
 cleared before the mapping closes, so the kernel never writes through a stale one.
 
 **Thread-safety.** None inside. Appends, truncations, resizes and close need the partition lock;

@@ -295,7 +295,7 @@ class Log:
         self._roll_limits = RollLimits(config.segment_bytes, config.max_segment_ms)
         # The compiled check-and-write kernel (None: the interpreted twin, no kernel on this
         # platform, or a topic whose uncompressed batches are not written as they came), and the
-        # rules it finds in an armed tail: a segment armed with old limits or rules is disarmed.
+        # rules it finds in an armed append state: the active segment's is invalidated here.
         appender = produced_batch_appender()
         self._append_produced: ProducedBatchAppend | None = None
         self._append_crc_checked: ProducedBatchAppend | None = None
