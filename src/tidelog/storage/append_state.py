@@ -90,17 +90,18 @@ class AppendState:
 
     @property
     def armed(self) -> bool:
+        """Whether the compiled append may use this state. Takes no lock (the log's is held)."""
         return self.tail_slots[ak.TAIL_ARMED] == 1
 
     def invalidate(self) -> None:
-        """No compiled append until armed again."""
+        """No compiled append until armed again. Not thread-safe: under the log's lock."""
         self.tail_slots[ak.TAIL_ARMED] = 0
         self.generation += 1
 
     def arm(self, fd: int, base_offset: int, segment_bytes: int, max_timestamp_limit: int,
             index_interval_bytes: int, rules: tuple[int, bool, int, int]) -> None:
         """Fill in what the kernel needs beyond the bookkeeping (``rules``: max.message.bytes,
-        compact, the two timestamp bounds), then arm."""
+        compact, the two timestamp bounds), then arm. Not thread-safe: under the log's lock."""
         slots = self.tail_slots
         slots[ak.TAIL_FD], slots[ak.TAIL_BASE_OFFSET] = fd, base_offset
         slots[ak.TAIL_SEGMENT_BYTES], slots[ak.TAIL_MAX_TIMESTAMP_LIMIT] = segment_bytes, max_timestamp_limit
@@ -111,11 +112,12 @@ class AppendState:
         slots[ak.TAIL_ARMED] = 1
 
     def offset_index_state(self) -> np.ndarray:
-        """The offset index's INDEX_STATE_SLOTS slots (a view: the index keeps its state here)."""
+        """The offset index's INDEX_STATE_SLOTS slots (a view: the index keeps its state here).
+        Thread-safe (no state changes)."""
         return self.array[ak.TAIL_OFFSET_INDEX:ak.TAIL_OFFSET_INDEX + ak.INDEX_STATE_SLOTS]
 
     def time_index_state(self) -> np.ndarray:
-        """The time index's INDEX_STATE_SLOTS slots (a view)."""
+        """The time index's INDEX_STATE_SLOTS slots (a view). Thread-safe (no state changes)."""
         return self.array[ak.TAIL_TIME_INDEX:ak.TAIL_TIME_INDEX + ak.INDEX_STATE_SLOTS]
 
 
