@@ -68,6 +68,7 @@ from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.txn_rebuild import LogState, TxnIndexCheck
 from tidelog.storage.validator import (
+    PRODUCER_FIELDS,
     LeaderRules,
     ValidatedRecords,
     analyze_batches,
@@ -94,7 +95,6 @@ _UNCOMPRESSED = CompressionType.NONE
 _FAULT_PLANS = fileops.PLANS  # non-empty while a fault plan is installed (fileops.active())
 _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
 _PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
@@ -442,7 +442,7 @@ class Log:
         if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
             status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
         if status == PRODUCED_IDEMPOTENT:
-            producer = _PRODUCER_FIELDS.unpack_from(records, 43)
+            producer = PRODUCER_FIELDS.unpack_from(records, 43)
             if self.producer_state.continues_in_sequence(*producer, delta):
                 slots = segment.append_state.tail_slots
                 slots[TAIL_PRODUCER_CHECKED] = 1

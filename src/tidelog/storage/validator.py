@@ -462,7 +462,7 @@ def _level(config: LogConfig, codec: CompressionType) -> int | None:
 
 _CODEC_MASK = 0x07
 _UNCOMPRESSED = CompressionType.NONE
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
+PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43 of a v2 batch
 _new_tuple = tuple.__new__  # CheckedBatch._make without its length check (one per produced batch)
 
 
@@ -528,7 +528,7 @@ def validate_produced_batch(
             if crc_checked and not stored_crc_matches(records):
                 return None
             # An idempotent batch: a producer id, the sign bit of its first byte clear.
-            producer = None if status == PRODUCED_OK else _PRODUCER_FIELDS.unpack_from(records, 43)
+            producer = None if status == PRODUCED_OK else PRODUCER_FIELDS.unpack_from(records, 43)
             return _new_tuple(CheckedBatch, (delta, max_timestamp, count, _UNCOMPRESSED, producer))
         if status != PRODUCED_COMPRESSED:
             return None
