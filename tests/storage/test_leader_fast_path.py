@@ -1,6 +1,6 @@
 """The leader's common append paths against the general one: the compiled path (one kernel call
 checks and writes and keeps the active segment's bookkeeping in its tail:
-``_scan_kernels.append_produced_batch``, or ``append_crc_checked_batch`` after the log's crc32c for
+``storage/_append_kernel.append_produced_batch``, or ``append_crc_checked_batch`` after the log's crc32c for
 large batches, on a tail armed by LogSegment.arm_fast_append, the rest in
 LogSegment.finish_fast_append; idempotent batches in sequence with a second call), and the Python
 path it leaves to a fault plan, the interpreted twin and compressed batches (storage/validator.py's
@@ -38,18 +38,15 @@ from tidelog.clock import SYSTEM_CLOCK
 from tidelog.errors import InvalidTimestampError, StorageError, TidelogError
 from tidelog.records import BatchBuilder, CompressionType, TimestampType, write_crc
 from tidelog.records.batch import increment_sequence
-from tidelog.records.scan import (
-    ACTIVE_IMPLEMENTATION,
-    PRODUCED_COMPRESSED,
-    PRODUCED_IDEMPOTENT,
+from tidelog.records.scan import ACTIVE_IMPLEMENTATION, PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT, PRODUCED_OK
+from tidelog.storage import fileops, files
+from tidelog.storage._append_kernel import (
     PRODUCED_INDEX_DUE,
-    PRODUCED_OK,
     PRODUCED_SHORT_WRITE,
     PRODUCED_UNARMED,
     TAIL_PRODUCER_CHECKED,
     TAIL_WRITTEN,
 )
-from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.log import Log
 from tidelog.testing import FakeClock, FakeScheduler
@@ -460,7 +457,7 @@ def test_idempotent_batches_in_sequence_are_written_by_the_kernel(make_log: Any)
     for seq in range(3):
         log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=seq))
     assert calls == [PRODUCED_UNARMED, PRODUCED_IDEMPOTENT, PRODUCED_OK] + [PRODUCED_IDEMPOTENT, PRODUCED_OK] * 2
-    assert general_calls == [] and log.active_segment.tail_slots[TAIL_PRODUCER_CHECKED] == 0
+    assert general_calls == [] and log.active_segment.append_state.tail_slots[TAIL_PRODUCER_CHECKED] == 0
     assert log.append_as_leader(_one_record(producer_id=3, producer_epoch=0, base_sequence=1)).first_offset == 2
     assert calls[-1] == PRODUCED_IDEMPOTENT and len(general_calls) == 1 and log.log_end_offset == 4
     entry = log.producer_state.last_entry(3)
@@ -545,7 +542,7 @@ def _failing_append(log: Log, fault_plan: bool) -> StorageError:
     records = log.active_segment.log
     os.close(records._descriptor())
     records._fd = os.open(records.path, os.O_RDONLY)  # test seam: writes now fail with EBADF
-    log.active_segment.disarm()  # (a new descriptor: the tail is armed again with it)
+    log.active_segment.append_state.invalidate()  # (a new descriptor: the state is armed again with it)
     with fileops.inject() if fault_plan else contextlib.nullcontext():
         with pytest.raises(StorageError) as raised:
             log.append_as_leader(_one_record())

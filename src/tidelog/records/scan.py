@@ -409,90 +409,20 @@ def produced_batch_checker() -> ProducedBatchCheck:
     if _PRODUCED_BATCH_CHECK is None:
         kernel = _ACTIVE.check_produced_batch  # type: ignore[attr-defined]
         if _ACTIVE.name == "numba":
-            kernel = _entry_point(kernel, ("bytes", "int64", "boolean", "int64", "boolean", "int64", "int64", "int64"))
+            kernel = entry_point(kernel, ("bytes", "int64", "boolean", "int64", "boolean", "int64", "int64", "int64"))
         _PRODUCED_BATCH_CHECK = kernel
     return _PRODUCED_BATCH_CHECK
 
 
 _PRODUCED_BATCH_CHECK: ProducedBatchCheck | None = None
 
-# append(buf, tail, now, base_offset, leader_epoch) -> (status, lastOffsetDelta, maxTimestamp);
-# ``tail``: int64[TAIL_SLOTS]
-ProducedBatchAppend = Callable[[bytes, np.ndarray, int, int, int], tuple[int, int, int]]
-PRODUCED_ROLL = k.PRODUCED_ROLL
-PRODUCED_UNARMED = k.PRODUCED_UNARMED
-PRODUCED_INDEX_DUE, PRODUCED_SHORT_WRITE = k.PRODUCED_INDEX_DUE, k.PRODUCED_SHORT_WRITE
-# A segment's tail (see _scan_kernels): its slots, for the storage layer that owns one per .log.
-(TAIL_ARMED, TAIL_FD, TAIL_SIZE, TAIL_BASE_OFFSET, TAIL_SEGMENT_BYTES, TAIL_MAX_TIMESTAMP_LIMIT, TAIL_MAX_TIMESTAMP,
- TAIL_OFFSET_OF_MAX_TIMESTAMP, TAIL_MAX_TIMESTAMP_IN_INDEX, TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
- TAIL_INDEX_INTERVAL_BYTES, TAIL_MAX_MESSAGE_BYTES, TAIL_COMPACT, TAIL_BEFORE_MAX_MS, TAIL_AFTER_MAX_MS,
- TAIL_WRITTEN, TAIL_PRODUCER_CHECKED, TAIL_SLOTS, TAIL_UNKNOWN) = (
-    k.TAIL_ARMED, k.TAIL_FD, k.TAIL_SIZE, k.TAIL_BASE_OFFSET, k.TAIL_SEGMENT_BYTES, k.TAIL_MAX_TIMESTAMP_LIMIT,
-    k.TAIL_MAX_TIMESTAMP, k.TAIL_OFFSET_OF_MAX_TIMESTAMP, k.TAIL_MAX_TIMESTAMP_IN_INDEX,
-    k.TAIL_BYTES_SINCE_LAST_INDEX_ENTRY, k.TAIL_INDEX_INTERVAL_BYTES, k.TAIL_MAX_MESSAGE_BYTES, k.TAIL_COMPACT,
-    k.TAIL_BEFORE_MAX_MS, k.TAIL_AFTER_MAX_MS, k.TAIL_WRITTEN, k.TAIL_PRODUCER_CHECKED, k.TAIL_SLOTS, k.TAIL_UNKNOWN)
-NOW_FROM_CLOCK = k.NOW_FROM_CLOCK
-# The two index files' state in a segment's tail (storage.index keeps its attributes there).
-TAIL_OFFSET_INDEX, TAIL_TIME_INDEX = k.TAIL_OFFSET_INDEX, k.TAIL_TIME_INDEX
-INDEX_MAP, INDEX_ENTRIES, INDEX_CAPACITY, INDEX_LAST_KEY, INDEX_LAST_OFFSET, INDEX_STATE_SLOTS = (
-    k.INDEX_MAP, k.INDEX_ENTRIES, k.INDEX_CAPACITY, k.INDEX_LAST_KEY, k.INDEX_LAST_OFFSET, k.INDEX_STATE_SLOTS)
-
-
-def produced_batch_appender() -> ProducedBatchAppend | None:
-    """The compiled :func:`_scan_kernels.append_produced_batch` (check a produced batch below
-    CRC_IN_KERNEL_BELOW bytes, write it at the end of a segment's tail with its offsets and
-    leader epoch patched in, one libc ``pwrite``, no GIL, and keep the tail's bookkeeping), entered
-    like :func:`produced_batch_checker`; None for the interpreted twin, or where the write cannot
-    be compiled (off Linux): the caller then checks and writes as it did before, in Python. The
-    caller owns the tail's fd and every rule about files (it must not use this while a fileops
-    fault plan is installed). Resolved once, then cached.
-    """
-    return _appenders()[0]
-
-
-def crc_checked_batch_appender() -> ProducedBatchAppend | None:
-    """The compiled :func:`_scan_kernels.append_crc_checked_batch`: :func:`produced_batch_appender`
-    for a batch of any size whose CRC the caller has checked (above WRITE_BUFFER_BYTES one
-    ``pwritev``); None where that one is None."""
-    return _appenders()[1]
-
-
-def _appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppend | None]:
-    global _APPENDERS
-    if _APPENDERS is None:
-        _APPENDERS = _compile_appenders() if _ACTIVE.name == "numba" else (None, None)
-    return _APPENDERS
-
-
-_APPENDERS: tuple[ProducedBatchAppend | None, ProducedBatchAppend | None] | None = None
-
-
-def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppend | None]:
-    from tidelog.records import _write_intrinsics
-
-    intrinsics = _write_intrinsics.libc_calls()
-    if intrinsics is None:
-        return None, None
-    from tidelog.records import _crc_intrinsics
-
-    # The active twin's compiled check_produced_batch is the one called: nothing is compiled twice.
-    # The batch's CRC: SSE4.2's crc32 where the CPU has it, else crc32c_u8/u64 compiled as they are.
-    crc = _crc_intrinsics.sse42_crc32c()
-    inlined = k.NUMBA_APPEND_INLINED + (("crc32c_u8", "crc32c_u64") if crc is None else ())
-    source = {**vars(k), **intrinsics, **(crc or {}), "check_produced_batch": _ACTIVE.check_produced_batch}  # type: ignore[attr-defined]
-    namespace = twins.compile_functions(source, inlined, k.NUMBA_APPEND_COMPILED, k.NUMBA_OPTIONS)
-    signature = ("bytes", "tail", "int64", "int64", "int64")
-    return (_entry_point(namespace["append_produced_batch"], signature),
-            _entry_point(namespace["append_crc_checked_batch"], signature))
-
-
-def _entry_point(dispatcher: Any, type_names: tuple[str, ...]) -> Any:
-    """The compiled entry point of ``dispatcher`` for arguments of ``type_names`` ("bytes", "tail"
-    for a C-contiguous int64 array, or a numba scalar type name), compiled (or loaded from the
-    cache) now; the dispatcher itself when this numba does not expose it."""
+def entry_point(dispatcher: Any, type_names: tuple[str, ...]) -> Any:
+    """The compiled entry point of ``dispatcher`` for arguments of ``type_names`` ("bytes",
+    "int64[]" for a C-contiguous int64 array, or a numba scalar type name), compiled (or loaded
+    from the cache) now; the dispatcher itself when this numba does not expose it. Thread-safe."""
     import numba
 
-    special = {"bytes": numba.typeof(b""), "tail": numba.types.Array(numba.int64, 1, "C")}
+    special = {"bytes": numba.typeof(b""), "int64[]": numba.types.Array(numba.int64, 1, "C")}
     signature = tuple(special[name] if name in special else getattr(numba, name) for name in type_names)
     try:
         dispatcher.compile(signature)

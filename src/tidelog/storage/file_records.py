@@ -26,15 +26,16 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
 from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
-from tidelog.records.scan import BATCH_COLUMNS, TAIL_ARMED, TAIL_SIZE, TAIL_SLOTS, batch_crcs, walk_batch_headers
+from tidelog.records.scan import BATCH_COLUMNS, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
+from tidelog.storage._append_kernel import TAIL_SIZE
+from tidelog.storage.append_state import AppendState, TailSlot
 
 log = logging.getLogger(__name__)
 
@@ -80,29 +81,14 @@ class BatchLocation:
 BatchHeaders = dict[str, np.ndarray]  # see FileRecords.batch_headers
 
 
-class TailSlot:
-    """An int attribute kept in slot ``slot`` of its object's ``tail_slots`` (a FileRecords' tail,
-    the segment's view of it, or an index's state, which for a segment's index is a slice of the
-    tail), where the compiled leader append reads and updates it."""
-
-    def __init__(self, slot: int) -> None:
-        self.slot = slot
-
-    def __get__(self, obj: Any, owner: type | None = None) -> int:
-        return obj.tail_slots[self.slot]  # type: ignore[no-any-return]
-
-    def __set__(self, obj: Any, value: int) -> None:
-        obj.tail_slots[self.slot] = value
-
-
 class FileRecords:
     def __init__(self, path: Path, size: int, *, fd: int | None = None) -> None:
         self._path = path
-        # The tail: int64 slots the compiled leader append reads and updates (records.scan's
-        # TAIL_*), this file's size among them, the segment's append bookkeeping the rest.
-        # ``tail_slots`` is how Python reads and writes them (ints, where the array gives numpy's).
-        self.tail = np.zeros(TAIL_SLOTS, dtype=np.int64)
-        self.tail_slots = memoryview(self.tail)
+        # The segment's append state (storage.append_state), this file's size among its slots: the
+        # compiled leader append updates the size in the call that writes. The segment that opens
+        # this file owns the rest of the state.
+        self.append_state = AppendState()
+        self.tail_slots = self.append_state.tail_slots
         self._size = size
         self._fd = fd
         self._reserved_end = 0  # blocks are reserved up to here; -1: never again for this file
@@ -283,7 +269,7 @@ class FileRecords:
         self._reserved_end = min(self._reserved_end, 0)
 
     def close(self) -> None:
-        self.tail_slots[TAIL_ARMED] = 0  # the compiled append must never write to a closed descriptor
+        self.append_state.invalidate()  # the compiled append must never write to a closed descriptor
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -50,14 +50,14 @@ from tidelog.records.layout import (
     TIME_INDEX_ENTRY,
     TIME_INDEX_ENTRY_SIZE,
 )
-from tidelog.records.scan import (
+from tidelog.storage._append_kernel import (
     INDEX_CAPACITY,
     INDEX_ENTRIES,
     INDEX_LAST_KEY,
     INDEX_LAST_OFFSET,
 )
 from tidelog.storage import fileops
-from tidelog.storage.file_records import TailSlot
+from tidelog.storage.append_state import TailSlot
 from tidelog.storage.mapped_index import MappedIndex
 
 NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP

@@ -36,23 +36,18 @@ from tidelog.errors import (
 )
 from tidelog.records import CompressionType, FileBatch
 from tidelog.records.batch import LOG_OVERHEAD, increment_sequence, stored_crc_matches
-from tidelog.records.scan import (
-    CRC_IN_KERNEL_BELOW,
-    NOW_FROM_CLOCK,
-    PRODUCED_COMPRESSED,
-    PRODUCED_IDEMPOTENT,
-    PRODUCED_INDEX_DUE,
-    PRODUCED_OK,
-    PRODUCED_SHORT_WRITE,
-    PRODUCED_UNARMED,
-    TAIL_PRODUCER_CHECKED,
-    ProducedBatchAppend,
-    crc_checked_batch_appender,
-    produced_batch_appender,
-)
+from tidelog.records.scan import CRC_IN_KERNEL_BELOW, PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT, PRODUCED_OK
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import fileops, files
+from tidelog.storage._append_kernel import (
+    NOW_FROM_CLOCK,
+    PRODUCED_INDEX_DUE,
+    PRODUCED_SHORT_WRITE,
+    PRODUCED_UNARMED,
+    TAIL_PRODUCER_CHECKED,
+)
+from tidelog.storage.append_state import ProducedBatchAppend, crc_checked_batch_appender, produced_batch_appender
 from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.append_info import NO_TIMESTAMP, AppendOrigin, LogAppendInfo
 from tidelog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache, LeaderEpochCheckpointFile
@@ -73,6 +68,7 @@ from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.txn_rebuild import LogState, TxnIndexCheck
 from tidelog.storage.validator import (
+    PRODUCER_FIELDS,
     LeaderRules,
     ValidatedRecords,
     analyze_batches,
@@ -99,7 +95,6 @@ _UNCOMPRESSED = CompressionType.NONE
 _FAULT_PLANS = fileops.PLANS  # non-empty while a fault plan is installed (fileops.active())
 _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
 _PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
@@ -300,7 +295,7 @@ class Log:
         self._roll_limits = RollLimits(config.segment_bytes, config.max_segment_ms)
         # The compiled check-and-write kernel (None: the interpreted twin, no kernel on this
         # platform, or a topic whose uncompressed batches are not written as they came), and the
-        # rules it finds in an armed tail: a segment armed with old limits or rules is disarmed.
+        # rules it finds in an armed append state: the active segment's is invalidated here.
         appender = produced_batch_appender()
         self._append_produced: ProducedBatchAppend | None = None
         self._append_crc_checked: ProducedBatchAppend | None = None
@@ -310,7 +305,7 @@ class Log:
             self._tail_rules = (rules.max_message_bytes, rules.compact, rules.before_max_ms, rules.after_max_ms)
         active = self._segments.last
         if active is not None:
-            active.disarm()
+            active.append_state.invalidate()
 
     @property
     def lock(self) -> threading.RLock:
@@ -383,118 +378,127 @@ class Log:
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
         """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append.
+        Thread-safe: takes the log's lock around the write and the bookkeeping.
 
-        The common case, one v2 batch from a producer written as it came (see
-        :func:`~tidelog.storage.validator.validate_produced_batch`), takes a lean path: with no
-        fileops fault plan installed, ONE compiled call checks the batch, writes it and keeps the
-        active segment's bookkeeping in its tail (``_scan_kernels.append_produced_batch``, or
-        ``append_crc_checked_batch`` after crc32c here for a batch of 4 KiB or more, on a tail
-        :meth:`LogSegment.arm_fast_append` armed); otherwise (compressed batches, a fault plan, the
-        interpreted twin) one kernel call for validation and one ``pwrite`` through fileops. Then
-        integer bookkeeping. An idempotent batch (uncompressed, a producer id) takes either lean
-        path only when producer state has nothing to say about its sequence
-        (``continues_in_sequence``; on the compiled path, asked between two calls of the kernel).
-        Everything else, and every error, takes the general path (:meth:`_append_as_leader`); all
-        write the same bytes and return the same info. The bytes are in the OS when this returns.
+        One path, three steps: the batch is checked once (one v2 batch from a producer that is
+        written as it came: :func:`~tidelog.storage.validator.validate_produced_batch`), written by
+        one segment write, then :meth:`_appended` does the bookkeeping (epoch cache, log end,
+        producer state, flush.messages) and answers. Where numba is, with no fileops fault plan
+        installed, the first two steps are ONE compiled call on the active segment's append state
+        (``storage/_append_kernel.append_produced_batch``, the compiled twin of the same check and
+        write; :meth:`_kernel_left` for what it leaves); elsewhere, the check's kernel call and one ``pwrite``
+        through fileops (:meth:`_append_checked`). An idempotent batch takes either only when
+        producer state has nothing to say about its sequence (``continues_in_sequence``).
+        Everything else, and every error, takes the general path (:meth:`_append_as_leader`):
+        validator's two steps, a roll when due, producer state's checks. All write the same bytes
+        and return the same info. The bytes are in the OS when this returns.
         """
-        # Written out on purpose: the produce hot path, where each call saved is ~2% of a
-        # 1-record append (issue 2 asks 200,000 a second). Any doubt falls to the general path.
         append = self._append_produced
-        if append is None or origin is not _CLIENT or type(records) is not bytes or _FAULT_PLANS:
-            append = None
-        elif len(records) >= CRC_IN_KERNEL_BELOW:
-            # A large batch: its CRC here (the crc32c library, ~20 GB/s against ~12 for the
-            # kernel's crc32 steps), then the same call without it, after reserving the blocks it
-            # will write. A mismatch: the general path reports it.
-            append = self._append_reserving if stored_crc_matches(records) else None
-        if append is not None:
-            # The compiled path: one kernel call checks the batch, writes it and keeps the active
-            # segment's bookkeeping in its tail (no fault plan may miss that write: with one
-            # installed, the Python path below writes through fileops).
-            now = NOW_FROM_CLOCK if self._system_clock else self._clock.milliseconds()
-            lock = self._lock  # acquire/release, not ``with``: ~0.12 us less, ~3% of an append
-            lock.acquire()
-            try:
-                segment = self._segments.last
-                status = PRODUCED_UNARMED
-                if self._append_produced is not None and not self._closed and segment is not None:
-                    first = self._log_end_offset
-                    producer = None
-                    status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
-                    if status != PRODUCED_OK:
-                        if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
-                            status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
-                        if status == PRODUCED_IDEMPOTENT:
-                            # Checked, not written: a producer id. When producer state has nothing to
-                            # say about its sequence, the same call again writes it. The second check
-                            # costs ~0.5 us for a small batch; the Python path cost an idempotent
-                            # 1-record append ~12 us more (27 against 14-16 us in append_1_idempotent).
-                            producer = _PRODUCER_FIELDS.unpack_from(records, 43)
-                            if self.producer_state.continues_in_sequence(*producer, delta):
-                                slots = segment.tail_slots
-                                slots[TAIL_PRODUCER_CHECKED] = 1
-                                status, delta, max_timestamp = append(records, segment.log.tail, now, first, leader_epoch)
-                                slots[TAIL_PRODUCER_CHECKED] = 0
-                        if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
-                            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)
-                            status = PRODUCED_OK
-                    if status == PRODUCED_OK:
-                        # What _append does after the write: epoch cache, log end, producer state,
-                        # flush.messages.
-                        last = first + delta
-                        if leader_epoch >= 0:
-                            latest = self.leader_epoch_cache.latest  # assign() changes nothing if:
-                            if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
-                                self.leader_epoch_cache.assign(leader_epoch, first)
-                        self._log_end_offset = last + 1
-                        if producer is not None:
-                            self._note_in_sequence(producer, delta, first, max_timestamp)
-                        if last + 1 - self._recovery_point >= self._flush_messages:
-                            self.flush()
-                        return _new_tuple(LogAppendInfo, (
-                            first, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1, NO_TIMESTAMP,
-                            self._log_start_offset, delta + 1, len(records), _UNCOMPRESSED, _UNCOMPRESSED))
-            finally:
-                lock.release()
-            if status != PRODUCED_COMPRESSED and status != PRODUCED_UNARMED:
-                # A roll, an idempotent batch producer state has something to say about, or not the
-                # common case.
-                return self._append_as_leader(records, leader_epoch, origin)
-        rules = self._leader_rules
-        if origin is _CLIENT and rules is not None:
-            # The Python path: the validator's one-pass check, then one write through fileops.
-            now = self._clock.milliseconds()
-            checked = validate_produced_batch(records, rules, now)
-            if checked is not None:
-                delta, max_timestamp, count, codec = checked
-                size = len(records)
-                # An idempotent batch (a producer id, the sign bit of its first byte clear): it is
-                # written here only when producer state has nothing to say about its sequence.
-                producer = None if records[43] & 0x80 else _PRODUCER_FIELDS.unpack_from(records, 43)
-                with self._lock:
+        if append is not None and origin is _CLIENT and type(records) is bytes and not _FAULT_PLANS:
+            # The compiled twin (written out here, not in a helper: a Python call is ~2% of a
+            # 1-record append). A large batch's CRC here (the crc32c library, ~20 GB/s against ~12
+            # for the kernel's crc32 steps), then the same call without it, its blocks reserved.
+            if len(records) >= CRC_IN_KERNEL_BELOW:
+                append = self._append_reserving if stored_crc_matches(records) else None
+            if append is not None:
+                now = NOW_FROM_CLOCK if self._system_clock else self._clock.milliseconds()
+                lock = self._lock  # acquire/release, not ``with``: ~0.12 us less, ~3% of an append
+                lock.acquire()
+                try:
                     segment = self._segments.last
-                    if (rules is self._leader_rules and not self._closed and segment is not None
-                            and (producer is None or self.producer_state.continues_in_sequence(*producer, delta))):
+                    if self._append_produced is not None and not self._closed and segment is not None:
                         first = self._log_end_offset
-                        last = first + delta
-                        offset_of_max = last if max_timestamp > NO_TIMESTAMP else -1
-                        head = _PREFIX.pack(first, size - LOG_OVERHEAD, leader_epoch)  # fields outside the CRC
-                        data = head + records[16:] if size < _COPY_BELOW else (head, memoryview(records)[16:])
-                        if segment.append_if_no_roll(data, size, last, max_timestamp, offset_of_max,
-                                                     self._roll_limits, now):
-                            # What _append does after the write: epoch cache, log end, flush.messages.
-                            if leader_epoch >= 0:
-                                latest = self.leader_epoch_cache.latest  # assign() changes nothing if:
-                                if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
-                                    self.leader_epoch_cache.assign(leader_epoch, first)
-                            self._log_end_offset = last + 1
-                            if producer is not None:
-                                self._note_in_sequence(producer, delta, first, max_timestamp)
-                            if last + 1 - self._recovery_point >= self._flush_messages:
-                                self.flush()
-                            return _new_tuple(LogAppendInfo, (first, last, max_timestamp, offset_of_max, NO_TIMESTAMP,
-                                                              self._log_start_offset, count, size, codec, codec))
+                        status, delta, max_timestamp = append(records, segment.append_state.array, now, first,
+                                                              leader_epoch)
+                        producer = None
+                        if status != PRODUCED_OK:
+                            status, delta, max_timestamp, producer = self._kernel_left(
+                                append, segment, records, now, first, leader_epoch, status, delta, max_timestamp)
+                        if status == PRODUCED_OK:
+                            return self._appended(len(records), first, delta, max_timestamp, delta + 1,
+                                                  _UNCOMPRESSED, producer, leader_epoch)
+                        if status != PRODUCED_COMPRESSED and status != PRODUCED_UNARMED:
+                            append = None  # a roll, a sequence producer state has something to say about...
+                finally:
+                    lock.release()
+            if append is None:
+                return self._append_as_leader(records, leader_epoch, origin)
+        if origin is _CLIENT:
+            info = self._append_checked(records, leader_epoch)
+            if info is not None:
+                return info
         return self._append_as_leader(records, leader_epoch, origin)
+
+    def _kernel_left(
+        self, append: ProducedBatchAppend, segment: LogSegment, records: bytes, now: int, first: int,
+        leader_epoch: int, status: int, delta: int, max_timestamp: int,
+    ) -> tuple[int, int, int, tuple[int, int, int] | None]:
+        """What the compiled call left (``status`` other than PRODUCED_OK), under the lock: arm the
+        active segment's append state and call again; let an idempotent batch through when
+        producer state has nothing to say about its sequence (the same call again writes it, ~0.5
+        us); finish a write the kernel left a rest of. ``(status, delta, max_timestamp, producer
+        fields or None)``: PRODUCED_OK when written."""
+        producer = None
+        if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
+            status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
+        if status == PRODUCED_IDEMPOTENT:
+            producer = PRODUCER_FIELDS.unpack_from(records, 43)
+            if self.producer_state.continues_in_sequence(*producer, delta):
+                slots = segment.append_state.tail_slots
+                slots[TAIL_PRODUCER_CHECKED] = 1
+                status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
+                slots[TAIL_PRODUCER_CHECKED] = 0
+        if status == PRODUCED_INDEX_DUE or status == PRODUCED_SHORT_WRITE:  # written, a rest left
+            segment.finish_fast_append(records, first, leader_epoch, delta, max_timestamp, status)
+            status = PRODUCED_OK
+        return status, delta, max_timestamp, producer
+
+    def _append_checked(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo | None:
+        """The check (:func:`validate_produced_batch`, one kernel call for an uncompressed batch),
+        one write through fileops when no roll rule fires (:meth:`LogSegment.append_if_no_roll`),
+        then :meth:`_appended`; None: the general path decides."""
+        rules = self._leader_rules
+        if rules is None:
+            return None
+        now = self._clock.milliseconds()
+        checked = validate_produced_batch(records, rules, now)
+        if checked is None:
+            return None
+        delta, max_timestamp, count, codec, producer = checked
+        size = len(records)
+        with self._lock:
+            segment = self._segments.last
+            if (rules is not self._leader_rules or self._closed or segment is None
+                    or (producer is not None and not self.producer_state.continues_in_sequence(*producer, delta))):
+                return None
+            first = self._log_end_offset
+            last = first + delta
+            head = _PREFIX.pack(first, size - LOG_OVERHEAD, leader_epoch)  # fields outside the CRC
+            data = head + records[16:] if size < _COPY_BELOW else (head, memoryview(records)[16:])
+            if not segment.append_if_no_roll(data, size, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1,
+                                             self._roll_limits, now):
+                return None
+            return self._appended(size, first, delta, max_timestamp, count, codec, producer, leader_epoch)
+
+    def _appended(
+        self, size: int, first: int, delta: int, max_timestamp: int, count: int, codec: CompressionType,
+        producer: tuple[int, int, int] | None, leader_epoch: int,
+    ) -> LogAppendInfo:
+        """The one after-append step of a checked batch written at ``first`` (under the lock): the
+        epoch cache, the log end, producer state (``producer``: the batch's producer id, epoch and
+        base sequence, that ``continues_in_sequence`` let through), flush.messages; then the info."""
+        last = first + delta
+        if leader_epoch >= 0:
+            latest = self.leader_epoch_cache.latest  # assign() changes nothing if:
+            if latest is None or latest.epoch != leader_epoch or first < latest.start_offset:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+        self._log_end_offset = last + 1
+        if producer is not None:
+            self._note_in_sequence(producer, delta, first, max_timestamp)
+        if last + 1 - self._recovery_point >= self._flush_messages:
+            self.flush()
+        return _new_tuple(LogAppendInfo, (first, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1,
+                                          NO_TIMESTAMP, self._log_start_offset, count, size, codec, codec))
 
     def _append_reserving(
         self, records: bytes, tail: np.ndarray, now: int, base_offset: int, leader_epoch: int

@@ -18,11 +18,12 @@ full until :meth:`resize`; the segment resizes its active segment's indexes to t
 :meth:`close` trims the file to ``entries * entry size``.
 
 **State.** An index's entry count, fullness and last entry are int64 slots of a small array
-(``records.scan.INDEX_*``), with the address of its writable mapping: a segment hands its two
-indexes slices of its ``.log``'s tail, where the compiled leader append reads them and adds the
-sparse entries a batch is due (``_scan_kernels.append_index_entries``) in the call that writes
-the batch. The address slot is set only while this object's writable mapping is open, and
-cleared before the mapping closes, so the kernel never writes through a stale one.
+(``storage._append_kernel.INDEX_*``), with the address of its writable mapping: a segment hands
+its two indexes slices of its append state (``storage.append_state``), where the compiled leader
+append reads them and adds the sparse entries a batch is due
+(``storage._append_kernel.append_index_entries``) in the call that writes the batch. The
+address slot is set only while this object's writable mapping is open, and cleared before the
+mapping closes, so the kernel never writes through a stale one.
 
 **Thread-safety.** None inside. Appends, truncations, resizes and close need the partition lock;
 lookups may run concurrently with each other and with appends, but not with a resize or close
@@ -49,14 +50,14 @@ from tidelog.errors import (
     InvalidOffsetError,
     StorageError,
 )
-from tidelog.records.scan import (
+from tidelog.storage._append_kernel import (
     INDEX_CAPACITY,
     INDEX_ENTRIES,
     INDEX_MAP,
     INDEX_STATE_SLOTS,
 )
 from tidelog.storage import fileops
-from tidelog.storage.file_records import TailSlot
+from tidelog.storage.append_state import TailSlot
 from tidelog.storage.index_file import IndexFile
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes default

@@ -32,36 +32,20 @@ from tidelog.errors import (
 )
 from tidelog.records import FileBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
-from tidelog.records.scan import (
-    INDEX_STATE_SLOTS,
-    PRODUCED_INDEX_DUE,
-    TAIL_AFTER_MAX_MS,
-    TAIL_ARMED,
-    TAIL_BASE_OFFSET,
-    TAIL_BEFORE_MAX_MS,
-    TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
-    TAIL_COMPACT,
-    TAIL_FD,
-    TAIL_INDEX_INTERVAL_BYTES,
-    TAIL_MAX_MESSAGE_BYTES,
-    TAIL_MAX_TIMESTAMP,
-    TAIL_MAX_TIMESTAMP_IN_INDEX,
-    TAIL_MAX_TIMESTAMP_LIMIT,
-    TAIL_OFFSET_INDEX,
-    TAIL_OFFSET_OF_MAX_TIMESTAMP,
-    TAIL_SEGMENT_BYTES,
-    TAIL_TIME_INDEX,
-    TAIL_UNKNOWN,
-    TAIL_WRITTEN,
-)
 from tidelog.storage import fileops, files
+from tidelog.storage._append_kernel import (
+    PRODUCED_INDEX_DUE,
+    TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
+    TAIL_OFFSET_OF_MAX_TIMESTAMP,
+    roll_due,
+)
+from tidelog.storage.append_state import TailSlot, invalidates_append_state
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.file_records import (
     BatchHeaders,
     BatchLocation,
     Chunks,
     FileRecords,
-    TailSlot,
     chunks_size,
     set_file_mtime,
 )
@@ -155,9 +139,11 @@ class LogSegment:
         # should check it as soon as it is loaded (see _recover_txn_index).
         self.txn_index_checked = False
         self.txn_index_suspect = False
-        # The append bookkeeping below lives in the .log's tail (see the properties after open()),
-        # where the compiled leader append reads and updates it in the call that writes.
-        self.tail_slots = log_file.tail_slots  # a new file's tail: zeros, not armed
+        # The segment's append state (storage.append_state): its bookkeeping below lives there (see
+        # the properties after open()), where the compiled leader append reads and updates it in
+        # the call that writes. Created with the .log's FileRecords, whose size is one of its slots.
+        self.append_state = log_file.append_state  # a new file's: zeros, not armed
+        self.tail_slots = self.append_state.tail_slots  # for the TailSlot attributes
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
@@ -195,56 +181,45 @@ class LogSegment:
         )
         return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=rolling_jitter_ms, file_suffix=file_suffix)
 
-    # --- the append bookkeeping, kept in the .log's tail -----------------------------------------
+    # --- the append state (storage.append_state), shared with the .log's FileRecords ------------
+    # The segment's bookkeeping is read and written through these names; the compiled append
+    # updates the same slots in the call that writes.
 
     @property
     def _max_timestamp(self) -> int | None:
-        value: int = self.tail_slots[TAIL_MAX_TIMESTAMP]
-        return None if value == TAIL_UNKNOWN else value
+        return self.append_state.max_timestamp
 
     @_max_timestamp.setter
     def _max_timestamp(self, value: int | None) -> None:
-        self.tail_slots[TAIL_MAX_TIMESTAMP] = TAIL_UNKNOWN if value is None else value
+        self.append_state.max_timestamp = value
 
     _offset_of_max_timestamp = TailSlot(TAIL_OFFSET_OF_MAX_TIMESTAMP)
     _bytes_since_last_index_entry = TailSlot(TAIL_BYTES_SINCE_LAST_INDEX_ENTRY)
 
     @property
     def _max_timestamp_in_index(self) -> bool:
-        return self.tail_slots[TAIL_MAX_TIMESTAMP_IN_INDEX] != 0
+        return self.append_state.max_timestamp_in_index
 
     @_max_timestamp_in_index.setter
     def _max_timestamp_in_index(self, value: bool) -> None:
-        self.tail_slots[TAIL_MAX_TIMESTAMP_IN_INDEX] = int(value)
-
-    def disarm(self) -> None:
-        """No compiled append until :meth:`arm_fast_append` again: called first by every method
-        that changes this segment's state in a way the tail does not follow (truncation, a roll,
-        index files closed or resized, recovery...), so a stale arming can never write."""
-        self.tail_slots[TAIL_ARMED] = 0
+        self.append_state.max_timestamp_in_index = value
 
     def arm_fast_append(self, limits: RollLimits, rules: tuple[int, bool, int, int]) -> bool:
-        """Arm the tail for the compiled leader append (``records.scan.produced_batch_appender``):
-        True when this segment holds data, has its index files open with room and its max
-        timestamp known, and its first batch has a timestamp (the segment.ms rule then becomes a
-        max-timestamp limit); the tail then carries ``limits``, the descriptor and the topic's
-        ``rules`` (max.message.bytes, compact, the two timestamp bounds). The caller (the log,
-        under its lock) arms its active segment only, and again after any change of limits or
-        rules: every method here that the tail does not follow disarms it first."""
+        """Arm the append state for the compiled leader append
+        (``storage.append_state.produced_batch_appender``): True when this segment holds data, has
+        its index files open with room and its max timestamp known, and its first batch has a
+        timestamp (the segment.ms rule then becomes a max-timestamp limit); the state then carries
+        ``limits``, the descriptor and the topic's ``rules`` (max.message.bytes, compact, the two
+        timestamp bounds). The caller (the log, under its lock) arms its active segment only, and
+        again after any change of limits or rules; every method declared
+        ``@invalidates_append_state`` here invalidates it first."""
         first = self._rolling_based_timestamp
         if not self.log.size_in_bytes or first is None or first < 0 or self._suffix or not self._state_loaded_with_room():
             return False
-        tail = self.tail_slots
-        tail[TAIL_FD] = self.log.descriptor()
-        tail[TAIL_BASE_OFFSET] = self.base_offset
-        tail[TAIL_SEGMENT_BYTES] = limits.segment_bytes
         # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
-        tail[TAIL_MAX_TIMESTAMP_LIMIT] = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
-        tail[TAIL_INDEX_INTERVAL_BYTES] = self._config.index_interval_bytes
-        max_message_bytes, compact, before_max_ms, after_max_ms = rules
-        tail[TAIL_MAX_MESSAGE_BYTES], tail[TAIL_COMPACT] = max_message_bytes, int(compact)
-        tail[TAIL_BEFORE_MAX_MS], tail[TAIL_AFTER_MAX_MS] = before_max_ms, after_max_ms
-        tail[TAIL_ARMED] = 1
+        limit = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
+        self.append_state.arm(self.log.descriptor(), self.base_offset, limits.segment_bytes, limit,
+                              self._config.index_interval_bytes, rules)
         return True
 
     def finish_fast_append(
@@ -252,7 +227,7 @@ class LogSegment:
     ) -> None:
         """After the compiled append wrote ``records`` and left something to Python (``status``):
         PRODUCED_INDEX_DUE, the sparse index entry for the batch; PRODUCED_SHORT_WRITE, the rest of
-        a write that stopped at TAIL_WRITTEN bytes (finished as :meth:`FileRecords.append` would),
+        a write that stopped at ``append_state.written`` bytes (finished as :meth:`FileRecords.append` would),
         then the bookkeeping the kernel left undone."""
         last_offset = first_offset + delta
         size = len(records)
@@ -260,19 +235,19 @@ class LogSegment:
             self._append_index_entry(last_offset, self.log.size_in_bytes - size)
             return
         position = self.log.size_in_bytes
-        self.log.finish_produced(records, self.tail_slots[TAIL_WRITTEN], first_offset, leader_epoch)
+        self.log.finish_produced(records, self.append_state.written, first_offset, leader_epoch)
         self._note_fast_append(position, size, last_offset, max_timestamp,
                                last_offset if max_timestamp > NO_TIMESTAMP else -1)
 
     def _append_index_entry(self, last_offset: int, position: int) -> None:
         """The sparse index entries of the fast appends (state loaded): (last offset, position) and
-        the max timestamp so far; a full index disarms the tail (the next append rolls). The
+        the max timestamp so far; a full index invalidates the append state (the next append rolls). The
         caller counts the bytes since (the kernel did already)."""
         offset_index, time_index = self._offset_index, self._time_index
         offset_index.append(last_offset, position)  # type: ignore[union-attr]  # loaded
         time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
         if offset_index.is_full() or time_index.is_full():  # type: ignore[union-attr]
-            self.disarm()
+            self.append_state.invalidate()
 
     # --- indexes (lazy) -----------------------------------------------------------------------
 
@@ -281,8 +256,8 @@ class LogSegment:
         if self._offset_index is None:
             self._checked_offset_entry = None
             path = files.offset_index_file(self._dir, self.base_offset, self._suffix)
-            # Its state in the .log's tail, where the compiled append adds the entries it is due.
-            state = self.log.tail[TAIL_OFFSET_INDEX:TAIL_OFFSET_INDEX + INDEX_STATE_SLOTS]
+            # Its state in the append state's slots, where the compiled append adds the entries it is due.
+            state = self.append_state.offset_index_state()
             self._offset_index = OffsetIndex(path, self.base_offset, self._config.max_index_size, state=state)
             if self._deferred_index_size is not None:
                 self._resize_offset_index(self._deferred_index_size)
@@ -292,7 +267,7 @@ class LogSegment:
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             path = files.time_index_file(self._dir, self.base_offset, self._suffix)
-            state = self.log.tail[TAIL_TIME_INDEX:TAIL_TIME_INDEX + INDEX_STATE_SLOTS]
+            state = self.append_state.time_index_state()
             self._time_index = TimeIndex(path, self.base_offset, self._config.max_index_size, state=state)
             if self._deferred_index_size is not None:
                 self._resize_time_index(self._deferred_index_size)
@@ -308,6 +283,7 @@ class LogSegment:
     def has_index_files(self) -> bool:
         return files.offset_index_file(self._dir, self.base_offset, self._suffix).exists()
 
+    @invalidates_append_state
     def sanity_check(self, dir_names: Container[str] | None = None) -> None:
         """Check every index file without reading the ``.log`` (O(1) per index).
 
@@ -317,7 +293,6 @@ class LogSegment:
         ``dir_names``: the dir's file names, when the caller has just listed it (the loader): whether
         a transaction index exists is looked up there instead of with a ``stat``.
         """
-        self.disarm()
         # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
         # Unmapped indexes are checked by path strings: a Path per index costs more than its check.
         dir = os.fspath(self._dir)
@@ -360,9 +335,9 @@ class LogSegment:
                 self._set_max_timestamp(self.time_index.last_entry, in_index=True)
         return TimestampOffset(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # set above
 
+    @invalidates_append_state
     def _set_max_timestamp(self, entry: TimestampOffset | None, in_index: bool = False) -> None:
         """Record the max timestamp and its offset (None: unknown, read again on demand)."""
-        self.disarm()
         if entry is None:
             self._max_timestamp, self._offset_of_max_timestamp = None, self.base_offset
         else:
@@ -397,6 +372,7 @@ class LogSegment:
 
     # --- append -------------------------------------------------------------------------------
 
+    @invalidates_append_state
     def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: Chunks) -> None:
         """Write already-validated batches and maintain the sparse indexes (§1.12).
 
@@ -404,7 +380,6 @@ class LogSegment:
         ``largest_offset`` is the last offset in ``records``; ``shallow_offset_of_max_timestamp`` the
         last offset of the first batch carrying ``largest_timestamp``. Needs the log lock.
         """
-        self.disarm()
         size = chunks_size(records)
         if size == 0:
             return
@@ -435,25 +410,22 @@ class LogSegment:
         path. Needs the log lock.
         """
         position = self.log.size_in_bytes
-        if not self._ready_for_fast_append(position, size, last_offset - self.base_offset, limits):
-            return False
-        if position:  # the time rule (segment.ms with jitter) only rolls a segment holding data
+        limit = INT64_MAX  # the time rule (segment.ms with jitter) only rolls a segment holding data
+        if position:
             first = self._rolling_based_timestamp
             if first is None:
                 return False
-            waited = max_timestamp - first if first >= 0 else now - self._created_ms
-            if waited > limits.max_segment_ms - self.rolling_jitter_ms:
+            allowed = limits.max_segment_ms - self.rolling_jitter_ms
+            if first >= 0:
+                limit = first + allowed
+            elif now - self._created_ms > allowed:  # a first batch without timestamp: the wall clock's rule
                 return False
+        if (roll_due(position, size, limits.segment_bytes, last_offset - self.base_offset, 0, max_timestamp, limit)
+                or not self._state_loaded_with_room()):
+            return False
         self.log.append(records)
         self._note_fast_append(position, size, last_offset, max_timestamp, offset_of_max_timestamp)
         return True
-
-    def _ready_for_fast_append(self, position: int, size: int, last_relative_offset: int, limits: RollLimits) -> bool:
-        """The roll rules that need no look at the batch's timestamps, for the two fast appends:
-        room for ``size`` bytes, the last offset relative to the base an int32, every piece of
-        state the fast appends use loaded (index files open, max timestamp known), no index full."""
-        return (position <= limits.segment_bytes - size and 0 <= last_relative_offset <= INT32_MAX
-                and self._state_loaded_with_room())
 
     def _state_loaded_with_room(self) -> bool:
         """What both fast appends need of the segment: index files open and not full, the max
@@ -466,7 +438,7 @@ class LogSegment:
         self, position: int, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
     ) -> None:
         """What :meth:`append` does after its write, for the two fast appends (whose state
-        :meth:`_ready_for_fast_append` found loaded): the rolling timestamp of a first batch, the
+        :meth:`_state_loaded_with_room` found loaded): the rolling timestamp of a first batch, the
         max timestamp so far, the sparse index entries."""
         if not position:
             self._rolling_based_timestamp = max_timestamp
@@ -525,9 +497,9 @@ class LogSegment:
             return message_timestamp - ts
         return now - self._created_ms
 
+    @invalidates_append_state
     def on_become_inactive_segment(self) -> None:
         """On roll: the final time-index entry, then trim indexes and any preallocated ``.log`` tail."""
-        self.disarm()
         mts = self.max_timestamp_and_offset_so_far
         self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
@@ -602,6 +574,7 @@ class LogSegment:
 
     # --- recovery and truncation --------------------------------------------------------------
 
+    @invalidates_append_state
     def recover(self) -> RecoveryResult:
         """Validate every batch, truncate an invalid tail, then rebuild the indexes from the ``.log``.
 
@@ -612,7 +585,6 @@ class LogSegment:
         for the leading run of valid v2 batches, batch by batch from where that run ends (and
         all of it under a fault plan, whose reads must go through the seam).
         """
-        self.disarm()
         if fileops.active():  # a fault plan: every read goes through the seam
             state, headers = self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
         else:
@@ -682,13 +654,13 @@ class LogSegment:
             log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, state.valid_bytes, e)
         return state
 
+    @invalidates_append_state
     def rebuild_indexes(self, headers: BatchHeaders | None = None) -> None:
         """Re-create the offset and time indexes from the ``.log``'s batch headers, with the entries
         single-batch appends would have made (one per ``index.interval.bytes``): after recovery,
         and for the cleaner, whose multi-megabyte appends would get one entry each. The
         transaction index is kept; nothing is validated (the caller validated or wrote the bytes).
         ``headers``: the ``.log``'s batch headers when the caller has them (recovery)."""
-        self.disarm()
         if headers is None:
             headers = self.log.batch_headers()
         self.offset_index.reset()
@@ -736,9 +708,9 @@ class LogSegment:
             self.txn_index.reset()
             self.txn_index_suspect = True
 
+    @invalidates_append_state
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
-        self.disarm()
         location = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -754,12 +726,12 @@ class LogSegment:
             self._reload_max_timestamp()
         return removed
 
+    @invalidates_append_state
     def resize_indexes(self, size: int) -> None:
         """Kafka's ``resizeIndexes`` (active segment after load or truncation), except that an index
         is never cut below its entries: with ``segment.index.bytes`` lowered since they were written,
         the segment is then full (the time index keeping its slot for the roll's final entry) and
         rolls on the next append, where a plain resize would fail the load."""
-        self.disarm()
         self._deferred_index_size = None
         self._resize_offset_index(size)
         self._resize_time_index(size)
@@ -770,6 +742,7 @@ class LogSegment:
     def _resize_time_index(self, size: int) -> None:
         self.time_index.resize(max(size, (self.time_index.entries + 1) * self.time_index.ENTRY_SIZE))
 
+    @invalidates_append_state
     def defer_index_resize(self, size: int) -> None:
         """:meth:`resize_indexes` on first use instead of now, releasing maps and descriptors.
 
@@ -778,7 +751,6 @@ class LogSegment:
         used, where an eager resize costs two maps and two descriptors per partition (Python's
         mmap keeps a duplicate descriptor) and hits the process's open-file limit.
         """
-        self.disarm()
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.trim_to_valid_size()  # a reopened index trusts its file length
@@ -811,9 +783,9 @@ class LogSegment:
         if self._txn_index is not None:
             self._txn_index.flush()
 
+    @invalidates_append_state
     def close(self) -> None:
         """Final time-index entry, trim, close. Index files are created if still lazy."""
-        self.disarm()
         # Known only if this process appended, recovered or looked it up; when it came from the
         # unopened time index itself there is nothing to append (and no reason to map it).
         if self._max_timestamp is not None and not (self._max_timestamp_in_index and self._time_index is None):
@@ -821,9 +793,9 @@ class LogSegment:
         self.close_handlers()
         self.log.trim()
 
+    @invalidates_append_state
     def close_handlers(self) -> None:
         """Release files without writing anything more (indexes trimmed by their own close)."""
-        self.disarm()
         for index in (self._offset_index, self._time_index, self._txn_index):
             if index is not None:
                 index.close()
@@ -837,9 +809,9 @@ class LogSegment:
             files.transaction_index_file(self._dir, self.base_offset, self._suffix),
         ]
 
+    @invalidates_append_state
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename every existing file of the segment, e.g. ``""`` → ``.deleted`` (lazy indexes stay lazy)."""
-        self.disarm()
         if old_suffix != self._suffix:
             raise ValueError(f"segment {self.base_offset} has suffix {self._suffix!r}, not {old_suffix!r}")
         self.log.rename_to(files.log_file(self._dir, self.base_offset, new_suffix))
@@ -873,6 +845,7 @@ class LogSegment:
             if path.exists():
                 set_file_mtime(path, ms)
 
+    @invalidates_append_state
     def release_indexes(self) -> None:
         """Unmap index files without trimming them; they reopen lazily on next use.
 
@@ -880,15 +853,14 @@ class LogSegment:
         reading. Only for segments whose index files are trimmed (sealed, or just loaded): the
         length of a reopened index file is trusted.
         """
-        self.disarm()
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close_handler()
         self._offset_index = self._time_index = None
 
+    @invalidates_append_state
     def delete_files(self) -> None:
         """Unlink every file of the segment (used for ``.deleted`` files after the delay)."""
-        self.disarm()
         self.close_handlers()
         for path in self.all_files():
             fileops.unlink(path, missing_ok=True)

@@ -34,8 +34,10 @@ invalid batches.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tidelog.errors import (
     CorruptRecordError,
@@ -301,9 +303,7 @@ def _check_timestamps(
     if log_append:
         return
     before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-    bad = low if low != _LONG_MAX and before < _LONG_MAX and now - low > before else None
-    if bad is None and high >= 0 and after < _LONG_MAX and high - now > after:
-        bad = high
+    bad = timestamp_out_of_bounds(low, high, now, before, after)
     if bad is not None:
         raise InvalidTimestampError(
             f"timestamp {bad} of a record is out of range: must be within "
@@ -311,6 +311,19 @@ def _check_timestamps(
             f"of broker time {now}",
             position=position,
         )
+
+
+def timestamp_out_of_bounds(low: int, high: int, now: int, before_max_ms: int, after_max_ms: int) -> int | None:
+    """The timestamp rule (message.timestamp.before/after.max.ms), once for the Python checks: the
+    first of ``low`` (the smallest record timestamp other than -1; INT64_MAX when none) and ``high``
+    (the largest; -1 when none) that lies too far before or after broker time ``now``, else None.
+    ``INT64_MAX`` bounds are unbounded. (The compiled check, records' check_produced_batch, states
+    it in numba's subset.)"""
+    if low != _LONG_MAX and before_max_ms < _LONG_MAX and now - low > before_max_ms:
+        return low
+    if high >= 0 and after_max_ms < _LONG_MAX and high - now > after_max_ms:
+        return high
+    return None
 
 
 def _assign_in_place(
@@ -449,6 +462,19 @@ def _level(config: LogConfig, codec: CompressionType) -> int | None:
 
 _CODEC_MASK = 0x07
 _UNCOMPRESSED = CompressionType.NONE
+PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43 of a v2 batch
+_new_tuple = tuple.__new__  # CheckedBatch._make without its length check (one per produced batch)
+
+
+class CheckedBatch(NamedTuple):
+    """A produced batch that passed the leader's check (:func:`validate_produced_batch`): what
+    writing it and the bookkeeping after need, and nothing the append must look up again."""
+
+    last_offset_delta: int
+    max_timestamp: int
+    record_count: int
+    codec: CompressionType
+    producer: tuple[int, int, int] | None  # (producer id, epoch, base sequence) of an idempotent batch
 _LOG_APPEND_TIME_OR_CONTROL = 0x08 | 0x20  # attributes that need the general path
 
 
@@ -476,8 +502,8 @@ class LeaderRules:
 
 def validate_produced_batch(
     records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
-) -> tuple[int, int, int, CompressionType] | None:
-    """``(lastOffsetDelta, maxTimestamp, recordsCount, codec)`` when ``records`` is exactly one
+) -> CheckedBatch | None:
+    """A :class:`CheckedBatch` when ``records`` is exactly one
     v2 batch, not transactional, that :func:`analyze_batches` and :func:`assign_offsets` accept
     as a leader's CLIENT append and would write as it is (offsets and leader epoch patched,
     nothing re-stamped or re-encoded); else None, and the caller runs those two, which raise or
@@ -501,7 +527,9 @@ def validate_produced_batch(
         if status == PRODUCED_OK or status == PRODUCED_IDEMPOTENT:
             if crc_checked and not stored_crc_matches(records):
                 return None
-            return delta, max_timestamp, count, _UNCOMPRESSED
+            # An idempotent batch: a producer id, the sign bit of its first byte clear.
+            producer = None if status == PRODUCED_OK else PRODUCER_FIELDS.unpack_from(records, 43)
+            return _new_tuple(CheckedBatch, (delta, max_timestamp, count, _UNCOMPRESSED, producer))
         if status != PRODUCED_COMPRESSED:
             return None
     return _validate_in_python(records, rules, now)
@@ -509,7 +537,7 @@ def validate_produced_batch(
 
 def _validate_in_python(
     records: bytes | bytearray | memoryview, rules: LeaderRules, now: int
-) -> tuple[int, int, int, CompressionType] | None:
+) -> CheckedBatch | None:
     """:func:`validate_produced_batch` for any batch and buffer: the same rules as the kernel
     (``_scan_kernels.check_produced_batch``), plus the inner offsets of compressed batches."""
     size = len(records)
@@ -530,12 +558,9 @@ def _validate_in_python(
     low, high, keyless, sequential = summary
     if high != max_timestamp or (keyless and rules.compact) or (codec and not sequential):
         return None
-    before, after = rules.before_max_ms, rules.after_max_ms
-    if low != _LONG_MAX and before < _LONG_MAX and now - low > before:
+    if timestamp_out_of_bounds(low, high, now, rules.before_max_ms, rules.after_max_ms) is not None:
         return None
-    if high >= 0 and after < _LONG_MAX and high - now > after:
-        return None
-    return delta, max_timestamp, count, codec
+    return CheckedBatch(delta, max_timestamp, count, codec, None)
 
 
 _CHECK: Callable[..., tuple[int, int, int, int]] | None = None
@@ -564,6 +589,7 @@ __all__ = [
     "analyze_batches",
     "assign_offsets",
     "check_offsets_in_order",
+    "CheckedBatch",
     "LeaderRules",
     "validate_produced_batch",
     "CorruptRecordError",

@@ -1,6 +1,6 @@
 """libc ``pwrite``, ``pwritev`` and ``clock_gettime``, and big-endian stores at an address, as numba intrinsics, for the compiled leader append kernel only.
 
-Private to :mod:`tidelog.records.scan`. ``_scan_kernels.append_to_tail`` is written against
+Private to :mod:`tidelog.storage.append_state`. ``_append_kernel.append_to_tail`` is written against
 ``pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_epoch)``, whose
 interpreted definition there is the specification (the batch written with its 16-byte head
 replaced; ``-errno`` on failure). Compiled, it becomes that very call into libc, made by the
@@ -9,7 +9,7 @@ WRITE_BUFFER_BYTES is copied into the kernel's stack frame and its head patched 
 ``pwrite``); a larger one is written by ``pwritev`` of a patched head in the frame and the rest
 in place. Likewise ``wall_clock_ms()``, the system clock in milliseconds, without a Python call,
 and ``store_be32``/``store_be64(address, value)`` and ``release_fence()``, which write an index
-entry into its file's mapping before its count (``_scan_kernels.append_index_entries``).
+entry into its file's mapping before its count (``_append_kernel.append_index_entries``).
 
 Why not a ctypes function pointer: numba cannot cache a function that holds one (its address
 changes from process to process); the symbols named here are resolved when the cached code is
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tidelog.records._scan_kernels import PATCHED_PREFIX, WRITE_BUFFER_BYTES
+from tidelog.storage._append_kernel import PATCHED_PREFIX, WRITE_BUFFER_BYTES
 
 
 def libc_calls() -> dict[str, Any] | None:
@@ -113,7 +113,6 @@ def _pwrite_patched_intrinsic() -> Any:
 
     i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
     bytes_ptr = i8.as_pointer()
-    iovec = ir.LiteralStructType([bytes_ptr, i64])  # struct iovec {void *iov_base; size_t iov_len;} (64-bit)
 
     def pwrite_patched(typingctx: Any, fd: Any, buf: Any, size: Any, position: Any, base_offset: Any,
                        batch_length: Any, leader_epoch: Any) -> Any:
@@ -121,56 +120,81 @@ def _pwrite_patched_intrinsic() -> Any:
             fd_arg, buf_arg, size_arg, position_arg, base_arg, length_arg, epoch_arg = args
             module = builder.module
             data = builder.bitcast(context.make_array(signature.args[1])(context, builder, buf_arg).data, bytes_ptr)
-
-            def patch(head: Any) -> None:  # baseOffset, batchLength, partitionLeaderEpoch, big-endian
-                def field(byte: int, kind: Any) -> Any:
-                    return builder.bitcast(builder.gep(head, [ir.Constant(i64, byte)]), kind.as_pointer())
-                builder.store(builder.call(bswap64, [base_arg]), field(0, i64))
-                builder.store(builder.call(bswap32, [builder.trunc(length_arg, i32)]), field(8, i32))
-                builder.store(builder.call(bswap32, [builder.trunc(epoch_arg, i32)]), field(12, i32))
-
-            bswap64 = module.declare_intrinsic("llvm.bswap", [i64])
-            bswap32 = module.declare_intrinsic("llvm.bswap", [i32])
+            fields = (base_arg, length_arg, epoch_arg)
             fd32 = builder.trunc(fd_arg, i32)
             # Frame memory (alloca_once: in the entry block, so once per call); the caller bounds size.
             copy = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, WRITE_BUFFER_BYTES)), bytes_ptr)
             head = builder.bitcast(cgutils.alloca_once(builder, ir.ArrayType(i8, PATCHED_PREFIX)), bytes_ptr)
-            iovecs = cgutils.alloca_once(builder, ir.ArrayType(iovec, 2))
             result = cgutils.alloca_once(builder, i64)
             small = builder.icmp_signed("<=", size_arg, ir.Constant(i64, WRITE_BUFFER_BYTES))
             with builder.if_else(small) as (copied, gathered):
                 with copied:  # the batch copied into this frame, its head overwritten, one pwrite
                     builder.call(module.declare_intrinsic("llvm.memcpy", [bytes_ptr, bytes_ptr, i64]),
                                  [copy, data, size_arg, ir.Constant(i1, 0)])
-                    patch(copy)
+                    _patch_head(builder, copy, fields)
                     pwrite = cgutils.get_or_insert_function(
                         module, ir.FunctionType(i64, [i32, bytes_ptr, i64, i64]), "pwrite")
                     builder.store(builder.call(pwrite, [fd32, copy, size_arg, position_arg]), result)
                 with gathered:  # the patched head from this frame, the rest in place: one pwritev
-                    patch(head)
-                    prefix = ir.Constant(i64, PATCHED_PREFIX)
-
-                    def set_iovec(i: int, base: Any, length: Any) -> None:
-                        slot = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, i)])
-                        builder.store(base, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 0)]))
-                        builder.store(length, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 1)]))
-                    set_iovec(0, head, prefix)
-                    set_iovec(1, builder.gep(data, [prefix]), builder.sub(size_arg, prefix))
-                    pwritev = cgutils.get_or_insert_function(
-                        module, ir.FunctionType(i64, [i32, iovec.as_pointer(), i32, i64]), "pwritev")
-                    first = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, 0)])
-                    builder.store(builder.call(pwritev, [fd32, first, ir.Constant(i32, 2), position_arg]), result)
-            written = builder.load(result)
-            errno_location = cgutils.get_or_insert_function(module, ir.FunctionType(i32.as_pointer(), []),
-                                                            "__errno_location")
-            # errno is read unconditionally (a thread-local load) and used only when the call failed.
-            errno = builder.sext(builder.load(builder.call(errno_location, [])), i64)
-            return builder.select(builder.icmp_signed("<", written, ir.Constant(i64, 0)), builder.neg(errno), written)
+                    _patch_head(builder, head, fields)
+                    builder.store(_pwritev_head_and_rest(builder, fd32, head, data, size_arg, position_arg), result)
+            return _result_or_minus_errno(builder, builder.load(result))
 
         integers = (fd, size, position, base_offset, batch_length, leader_epoch)
         if not (isinstance(buf, types.Bytes) and all(isinstance(a, types.Integer) for a in integers)):
             return None
         return types.int64(fd, buf, size, position, base_offset, batch_length, leader_epoch), codegen
 
-    assert PATCHED_PREFIX == 16  # the three fields stored above
+    assert PATCHED_PREFIX == 16  # the three fields stored by _patch_head
     return intrinsic(pwrite_patched)
+
+
+def _patch_head(builder: Any, head: Any, fields: tuple[Any, Any, Any]) -> None:
+    """Store baseOffset (int64), batchLength and partitionLeaderEpoch (int32), big-endian, at ``head``."""
+    from llvmlite import ir
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    bswap64 = builder.module.declare_intrinsic("llvm.bswap", [i64])
+    bswap32 = builder.module.declare_intrinsic("llvm.bswap", [i32])
+    base, length, epoch = fields
+
+    def field(byte: int, kind: Any) -> Any:
+        return builder.bitcast(builder.gep(head, [ir.Constant(i64, byte)]), kind.as_pointer())
+    builder.store(builder.call(bswap64, [base]), field(0, i64))
+    builder.store(builder.call(bswap32, [builder.trunc(length, i32)]), field(8, i32))
+    builder.store(builder.call(bswap32, [builder.trunc(epoch, i32)]), field(12, i32))
+
+
+def _pwritev_head_and_rest(builder: Any, fd32: Any, head: Any, data: Any, size: Any, position: Any) -> Any:
+    """One ``pwritev`` of the patched ``head`` (PATCHED_PREFIX bytes) and ``data`` past its own head."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    iovec = ir.LiteralStructType([i8.as_pointer(), i64])  # struct iovec {void *iov_base; size_t iov_len;} (64-bit)
+    iovecs = cgutils.alloca_once(builder, ir.ArrayType(iovec, 2))
+    prefix = ir.Constant(i64, PATCHED_PREFIX)
+
+    def set_iovec(i: int, base: Any, length: Any) -> None:
+        slot = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, i)])
+        builder.store(base, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 0)]))
+        builder.store(length, builder.gep(slot, [ir.Constant(i32, 0), ir.Constant(i32, 1)]))
+    set_iovec(0, head, prefix)
+    set_iovec(1, builder.gep(data, [prefix]), builder.sub(size, prefix))
+    pwritev = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(i64, [i32, iovec.as_pointer(), i32, i64]), "pwritev")
+    first = builder.gep(iovecs, [ir.Constant(i32, 0), ir.Constant(i32, 0)])
+    return builder.call(pwritev, [fd32, first, ir.Constant(i32, 2), position])
+
+
+def _result_or_minus_errno(builder: Any, written: Any) -> Any:
+    """``written`` when not negative, else ``-errno``. errno is read unconditionally (a thread-local
+    load) and used only when the call failed."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    errno_location = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32.as_pointer(), []),
+                                                    "__errno_location")
+    errno = builder.sext(builder.load(builder.call(errno_location, [])), i64)
+    return builder.select(builder.icmp_signed("<", written, ir.Constant(i64, 0)), builder.neg(errno), written)

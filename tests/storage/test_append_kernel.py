@@ -1,6 +1,6 @@
-"""The leader's check-and-write kernels (``_scan_kernels.append_produced_batch``, and
+"""The leader's check-and-write kernels (``storage/_append_kernel.append_produced_batch``, and
 ``append_crc_checked_batch`` for the large batches whose CRC the caller checks): compiled (libc
-``pwrite``, ``pwritev`` and ``clock_gettime`` as intrinsics, see records/_write_intrinsics.py) and
+``pwrite``, ``pwritev`` and ``clock_gettime`` as intrinsics, see storage/_write_intrinsics.py) and
 interpreted (their specification: ``os.pwrite``, ``os.pwritev``, ``time.time_ns``) answer the same,
 write the same bytes and leave the same segment tail (the int64 slots of the segment's bookkeeping
 they keep), and add the sparse index entries a batch is due into the index files' mappings."""
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidelog.records import BatchBuilder, CompressionType, write_crc
-from tidelog.records import _scan_kernels as k
-from tidelog.records.scan import ACTIVE_IMPLEMENTATION, crc_checked_batch_appender, produced_batch_appender
+from tidelog.records.scan import ACTIVE_IMPLEMENTATION
+from tidelog.storage import _append_kernel as k
+from tidelog.storage.append_state import crc_checked_batch_appender, produced_batch_appender
 
 INT64_MAX = 2**63 - 1
 NOW = 1_700_000_000_000
