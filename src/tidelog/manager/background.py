@@ -3,10 +3,10 @@ log-start-offset and high-watermark checkpoints, scheduled by :meth:`BackgroundT
 after ``log.initial.task.delay.ms`` (the probe of offline log dirs at once); each task is also a
 public method, run on demand by the CLI and tests.
 
-:class:`BackgroundTasks` is the part of :class:`~tidelog.manager.manager.LogManager` kept in
-this file (a mixin over the manager's state): it reads the partition
-map under the manager's lock and runs each storage operation through ``_storage_op`` (a disk
-fault takes the dir offline).
+:class:`BackgroundTasks` is a component of :class:`~tidelog.manager.manager.LogManager`
+(``manager.background``): it reads the :class:`~.partition_map.PartitionMap` it shares with the
+manager under the map's lock and runs each storage operation through
+:meth:`~.offline_dirs.OfflineDirs.storage_op` (a disk fault takes the dir offline).
 
 Thread-safety: every task is thread-safe. Retention and the flusher take a snapshot of the live
 logs (:meth:`~tidelog.manager.manager.LogManager.logs`) and work on each log under its own lock;
@@ -17,18 +17,18 @@ by one thread at a time), and takes a failed dir offline after releasing it.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tidelog import retention
 from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.clock import Clock
 from tidelog.errors import CheckpointError, StorageError, TidelogError
-from tidelog.manager.log_dir import LogDir
-from tidelog.manager.log_dir_failure import LogDirFailureChannel
-from tidelog.manager.registry_sync import unconfirmed_note
-from tidelog.manager.reports import SetAside
+from tidelog.manager.log_dir import LogDir, describe_error
+from tidelog.manager.offline_dirs import OfflineDirs
+from tidelog.manager.partition_map import PartitionMap
+from tidelog.manager.registry_sync import RegistrySync, unconfirmed_note
 from tidelog.scheduler import Scheduler
 from tidelog.storage.checkpoints import OffsetCheckpointFile
 from tidelog.storage.config import BrokerConfig
@@ -39,27 +39,32 @@ log = logging.getLogger(__name__)
 
 
 class BackgroundTasks:
-    """Periodic and on-demand maintenance of the LogManager (see the module doc)."""
+    """Periodic and on-demand maintenance of a LogManager (see the module doc). ``logs``: the
+    manager's :meth:`~tidelog.manager.manager.LogManager.logs` (a snapshot of the live logs, of a
+    topic when given); ``ensure_open`` raises once the manager is shut down, ``is_closed`` says so."""
 
-    # the LogManager's state this part works on
-    broker: BrokerConfig
-    cleaner: LogCleaner | None
-    _lock: threading.RLock
-    _clock: Clock
-    _scheduler: Scheduler
-    _failures: LogDirFailureChannel
-    _logs: dict[TopicPartition, Log]
-    _log_dir_of: dict[TopicPartition, LogDir]
-    _set_aside: dict[Path, SetAside]
-    _started: bool
-    _closed: bool
+    def __init__(self, broker: BrokerConfig, partition_map: PartitionMap, clock: Clock, scheduler: Scheduler,
+                 offline_dirs: OfflineDirs, registry_sync: RegistrySync, cleaner: LogCleaner | None,
+                 logs: Callable[..., list[tuple[TopicPartition, Log]]],
+                 ensure_open: Callable[[], None], is_closed: Callable[[], bool]) -> None:
+        self._broker = broker
+        self._map = partition_map
+        self._clock = clock
+        self._scheduler = scheduler
+        self._offline_dirs = offline_dirs
+        self._registry_sync = registry_sync
+        self.cleaner = cleaner
+        self._logs = logs
+        self._ensure_open = ensure_open
+        self._is_closed = is_closed
+        self._started = False  # under the map's lock
 
     def startup(self) -> None:
         """Schedule the periodic tasks (what ``tidelog serve`` runs), and the probe of offline log
         dirs, and start the cleaner; idempotent. Thread-safe: under the manager's lock."""
-        b = self.broker
+        b = self._broker
         delay = b.log_initial_task_delay_ms
-        with self._lock:
+        with self._map.lock:
             self._ensure_open()
             if self._started:
                 return
@@ -77,8 +82,9 @@ class BackgroundTasks:
             for name, task, period in tasks:
                 self._scheduler.schedule_periodic(name, self._while_open(task), delay, period)
             # not held back by log.initial.task.delay.ms: a dir may fail (and recover) at once
-            probe_every = self._failures.backoff.initial_ms
-            self._scheduler.schedule_periodic("tidelog-log-dir-probe", self._while_open(self.probe_offline_dirs),
+            probe_every = self._offline_dirs.failures.backoff.initial_ms
+            probe = self._while_open(self._offline_dirs.probe_offline_dirs)
+            self._scheduler.schedule_periodic("tidelog-log-dir-probe", probe,
                                               probe_every, probe_every)
             if self.cleaner is not None:
                 self.cleaner.startup()
@@ -87,7 +93,7 @@ class BackgroundTasks:
         """A periodic task that does nothing once the manager is shut down (a scheduler the
         caller passed in outlives the manager, and the dirs may have a new owner by then)."""
         def run() -> None:
-            if not self._closed:
+            if not self._is_closed():
                 task()
         return run
 
@@ -98,7 +104,7 @@ class BackgroundTasks:
         have the cleaner and retention on one log at once. Thread-safe: each log's deletion takes
         that log's lock; the pause takes the cleaner's."""
         if self.cleaner is None:
-            return self._retention_over([(tp, lg) for tp, lg in self.logs() if not lg.config.compact], dry_run=False)
+            return self._retention_over([(tp, lg) for tp, lg in self._logs() if not lg.config.compact], dry_run=False)
         with self.cleaner.manager.paused_non_compacted() as held:
             return self._retention_over(held, dry_run=False)
 
@@ -107,18 +113,18 @@ class BackgroundTasks:
         with ``dry_run``, would be) and why. Compacted logs get what their policy allows (only
         the log-start-offset pass for ``compact``). Thread-safe as :meth:`retention_task`, without
         the cleaner's pause."""
-        return self._retention_over(self.logs(topic), dry_run=dry_run)
+        return self._retention_over(self._logs(topic), dry_run=dry_run)
 
     def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
         now = self._clock.milliseconds()
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []
         for tp, lg in logs:
-            if self._unconfirmed(tp.topic):
+            if self._registry_sync.unconfirmed(tp.topic):
                 plans.append(retention.held_plan(lg, now, dry_run=dry_run, reason=unconfirmed_note(tp.topic)))
                 continue
             try:
-                with self._storage_op(tp, lg, "retention"):
+                with self._offline_dirs.storage_op(tp, lg, "retention"):
                     plans.append(decide(lg, now))
             except TidelogError as e:  # e.g. an unreadable index: the other partitions go on
                 log.error("%s: retention failed: %s", tp, e)
@@ -133,10 +139,10 @@ class BackgroundTasks:
         """Kafka's ``flushDirtyLogs``: flush every log whose last flush is ``flush.ms`` old.
         Thread-safe: each flush takes its log's lock."""
         now = self._clock.milliseconds()
-        for tp, lg in self.logs():
+        for tp, lg in self._logs():
             if now - lg.last_flush_time >= lg.config.flush_ms:
                 try:
-                    with self._storage_op(tp, lg, "flush"):
+                    with self._offline_dirs.storage_op(tp, lg, "flush"):
                         lg.flush(include_active=False)
                 except StorageError as e:
                     log.error("%s: flush failed: %s", tp, e)
@@ -164,13 +170,13 @@ class BackgroundTasks:
         start-up for partitions set aside (forgetting a set-aside partition's log start offset
         would bring its deleted records back once it is repaired)."""
         failed: list[tuple[LogDir, BaseException]] = []
-        with self._lock:
-            for log_dir in self._online_dirs():
+        with self._map.lock:
+            for log_dir in self._offline_dirs.online_dirs():
                 loaded = loaded_of(log_dir)
-                entries = {s.topic_partition: loaded[s.topic_partition] for s in self._set_aside.values()
+                entries = {s.topic_partition: loaded[s.topic_partition] for s in self._map.set_aside.values()
                            if s.topic_partition in loaded and s.path.parent == log_dir.path}
-                for tp, lg in self._logs.items():
-                    if self._log_dir_of.get(tp) is log_dir and (value := value_of(lg)) is not None:
+                for tp, lg in self._map.logs.items():
+                    if self._map.log_dir_of.get(tp) is log_dir and (value := value_of(lg)) is not None:
                         entries[tp] = value
                 try:
                     file_of(log_dir).write(entries)
@@ -178,7 +184,27 @@ class BackgroundTasks:
                     log.error("%s: checkpoint failed: %s", log_dir.path, e)
                     failed.append((log_dir, e))
         for log_dir, error in failed:
-            self._handle_dir_error(log_dir, f"checkpoint write of {file_of(log_dir).path.name}", error)
+            self._offline_dirs.handle_dir_error(log_dir, f"checkpoint write of {file_of(log_dir).path.name}", error)
+
+    def close_logs(self) -> dict[Path, bool]:
+        """At shutdown: flush (active segment included) and close every live log, in parallel
+        (``num.recovery.threads.per.data.dir`` threads); the dirs with a log that failed to close,
+        mapped to False (they get no clean-shutdown marker). Thread-safe: a snapshot of the live
+        logs; each flush and close takes that log's lock."""
+        clean: dict[Path, bool] = {}
+
+        def close_one(item: tuple[TopicPartition, Log]) -> None:
+            tp, lg = item
+            try:
+                lg.flush()
+                lg.close()
+            except Exception as e:  # noqa: BLE001 - the other logs must still close
+                log.error("%s: failed to close cleanly: %s", tp, describe_error(e))
+                clean[lg.dir.parent] = False
+
+        with ThreadPoolExecutor(max_workers=self._broker.num_recovery_threads_per_data_dir) as pool:
+            list(pool.map(close_one, self._logs()))
+        return clean
 
 
 def _log_start_entry(lg: Log) -> int | None:

@@ -58,11 +58,11 @@ from types import MappingProxyType
 
 from tidelog.cleaner.log_cleaner import NO_ENGINES, EngineFactory, LogCleaner
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import LogDirOfflineError, StorageError, TidelogError, UnknownTopicOrPartitionError
+from tidelog.errors import StorageError, TidelogError
 from tidelog.manager import recovery
 from tidelog.manager.background import BackgroundTasks
 from tidelog.manager.loading import PartitionLoader, PartitionLoadFault, Progress, ProgressCallback
-from tidelog.manager.log_dir import LogDir, describe_error, open_log_dirs
+from tidelog.manager.log_dir import LogDir, open_log_dirs
 from tidelog.manager.log_dir_failure import FaultCause, FaultKind, FaultReportingCleaner, OfflineLogDir, ProbeBackoff
 from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
@@ -80,6 +80,7 @@ from tidelog.manager.staged_holds import StagedHolds
 from tidelog.manager.topic_changes import TopicChanges
 from tidelog.manager.topic_registry import TopicRegistry
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry
+from tidelog.retention import RetentionPlan
 from tidelog.scheduler import Scheduler, ThreadScheduler
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.config import BrokerConfig, LogConfig
@@ -92,7 +93,7 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
-class LogManager(TopicChanges, BackgroundTasks):
+class LogManager(TopicChanges):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -111,20 +112,20 @@ class LogManager(TopicChanges, BackgroundTasks):
         self._loader = PartitionLoader(broker, clock, scheduler, self._topic_registry.config_for,
                                        pm.set_partition_aside)
         self.staged_holds = StagedHolds(self._logs.get, self._no_log_error, self._append_to)
-        self._started = False
         self._closed = False
         # Kafka creates the cleaner only with log.cleaner.enable; without it compacted logs are
         # neither compacted nor deleted by the periodic tasks.
         self.cleaner: LogCleaner | None = None
         if broker.log_cleaner_enable:
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
-                                                 on_failure=self._cleaner_failed, engines=cleaner_engines)
+                                                 on_failure=lambda *failed: self.offline_dirs.cleaner_failed(*failed),
+                                                 engines=cleaner_engines)  # offline_dirs is built next
         self.registry_sync = rs = RegistrySync(broker, pm, self._topic_registry, self.cleaner, RegistrySteps(
             self._commit, self._apply_topic_config, lambda: self.offline_dirs.online_dirs(), self._place,
             self._create_partitions, self._ensure_open))
         # the registry steps the topic-change and background parts use
         self._hold_unconfirmed, self._await_held = rs.hold_unconfirmed, rs.await_held
-        self._sync_topic_copies, self._unconfirmed = rs.sync_topic_copies, rs.unconfirmed
+        self._sync_topic_copies = rs.sync_topic_copies
         steps = ManagerSteps(rs.rejoin, rs.reconcile, rs.sync_topic_copies, rs.await_held, self._load_dir_late,
                              self._delete_partition_dir, lambda: complete_pending(self, [d.path for d in dirs], clock))
         self.offline_dirs = od = OfflineDirs(pm, clock, probe_backoff, self._loader, self.staged_holds,
@@ -133,6 +134,8 @@ class LogManager(TopicChanges, BackgroundTasks):
         # for the append path's storage_op
         self._failures, self._storage_op, self._handle_dir_error = od.failures, od.storage_op, od.handle_dir_error
         self._online_dirs = od.online_dirs
+        self.background = BackgroundTasks(broker, pm, clock, scheduler, od, rs, self.cleaner, self.logs,
+                                          self._ensure_open, lambda: self._closed)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -230,9 +233,6 @@ class LogManager(TopicChanges, BackgroundTasks):
     def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
         return self._loader.load_dir(log_dir, self._loading_plan(log_dir))
-
-    def _cleaner_failed(self, tp: TopicPartition, lg: Log, error: BaseException) -> None:
-        self.offline_dirs.cleaner_failed(tp, lg, error)  # the cleaner is built before offline_dirs
 
     def _register_loaded(self, loaded: dict[TopicPartition, list[Log]]) -> None:
         """Take the loaded logs; a partition found in several log dirs is set aside in all of them
@@ -422,17 +422,7 @@ class LogManager(TopicChanges, BackgroundTasks):
 
     def _no_log_error(self, tp: TopicPartition) -> TidelogError:
         """Why ``tp`` has no live log: its topic or partition is unknown, or it is offline."""
-        record = self._record(tp.topic)
-        offline = self._offline_logs.get(tp)
-        if offline is not None:
-            return self.offline_dirs.offline_error(tp, offline.path.parent)
-        if 0 <= tp.partition < record.partitions:
-            entry = self.offline_dirs.offline_entry(tp)
-            return LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
-        return UnknownTopicOrPartitionError(
-            f"topic {tp.topic!r} has no partition {tp.partition} (it has {record.partitions})",
-            topic_partition=str(tp),
-        )
+        return self.offline_dirs.no_log_error(tp, self._record(tp.topic))
 
     def append(self, tp: TopicPartition, records: bytes | bytearray | memoryview,
                origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
@@ -480,26 +470,57 @@ class LogManager(TopicChanges, BackgroundTasks):
         return infos
 
     def confirm_topic_configs(self, topic: str) -> bool:
-        """:meth:`RegistrySync.confirm_topic_configs`: an operator vouches for ``topic``'s configs;
-        False when they were not unconfirmed. Thread-safe: the registry changes under the
-        manager's lock; the wait for the cleaner and the resume come after it."""
+        """An operator vouches for ``topic``'s configs; False when they were not unconfirmed.
+        Thread-safe: :meth:`RegistrySync.confirm_topic_configs` says which locks it takes."""
         return self.registry_sync.confirm_topic_configs(topic)
+
+    # --- background tasks: :class:`~.background.BackgroundTasks`, each thread-safe as it says ---
+
+    def startup(self) -> None:
+        """Schedule the periodic tasks and the probe of offline dirs, start the cleaner; idempotent."""
+        self.background.startup()
+
+    def retention_task(self) -> list[RetentionPlan]:
+        """The periodic retention pass (logs without ``compact``, each paused for the cleaner)."""
+        return self.background.retention_task()
+
+    def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[RetentionPlan]:
+        """One retention pass over every live log (of ``topic``), on demand: what it deleted and why."""
+        return self.background.run_retention(topic, dry_run=dry_run)
+
+    def explain_retention(self, topic: str | None = None) -> list[RetentionPlan]:
+        """What the next retention pass would delete, and why or why not, per partition."""
+        return self.background.explain_retention(topic)
+
+    def flush_dirty_logs(self) -> None:
+        """Flush every log whose last flush is ``flush.ms`` old."""
+        self.background.flush_dirty_logs()
+
+    def checkpoint_recovery_points(self) -> None:
+        """Rewrite every online dir's recovery-point checkpoint (under the manager's lock)."""
+        self.background.checkpoint_recovery_points()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Rewrite every online dir's log-start-offset checkpoint (under the manager's lock)."""
+        self.background.checkpoint_log_start_offsets()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Rewrite every online dir's high-watermark checkpoint (under the manager's lock)."""
+        self.background.checkpoint_high_watermarks()
 
     # --- log dir failures: :class:`~.offline_dirs.OfflineDirs` --------------------------------
 
     def offline_log_dirs(self) -> list[OfflineLogDir]:
-        """The log dirs offline now, with what took each offline (:meth:`OfflineDirs.offline_log_dirs`).
-        Thread-safe: the failure channel's lock."""
+        """The log dirs offline now, with what took each offline. Thread-safe: the channel's lock."""
         return self.offline_dirs.offline_log_dirs()
 
     def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
-        """:meth:`OfflineDirs.report_storage_error`: a disk fault takes ``tp``'s dir offline;
-        whether it is offline now. Thread-safe: a dir goes offline under the manager's lock."""
+        """:meth:`OfflineDirs.report_storage_error`; thread-safe (the manager's lock if the dir goes offline)."""
         return self.offline_dirs.report_storage_error(tp, operation, error)
 
     def report_read_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
-        """:meth:`OfflineDirs.report_read_error`: a client read of ``tp`` failed; whether ``tp`` is
-        offline now. Thread-safe: the read-fault counts' lock, the manager's when the dir goes offline."""
+        """:meth:`OfflineDirs.report_read_error`; thread-safe (the read-fault counts' lock, the
+        manager's if the dir goes offline)."""
         return self.offline_dirs.report_read_error(tp, operation, error)
 
     def probe_offline_dirs(self) -> list[Path]:
@@ -526,7 +547,7 @@ class LogManager(TopicChanges, BackgroundTasks):
             self._scheduler.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
-        clean = self._close_logs()
+        clean = self.background.close_logs()
         self.offline_dirs.close_offline_logs()
         for failure in self._failures.offline_dirs():  # its logs are closed; it was not shut down cleanly
             clean[failure.path] = False
@@ -544,24 +565,6 @@ class LogManager(TopicChanges, BackgroundTasks):
         self._release()
 
     close = shutdown
-
-    def _close_logs(self) -> dict[Path, bool]:
-        """Flush (active segment included) and close every log, in parallel per dir; a dir with a
-        log that failed to close gets no clean-shutdown marker."""
-        clean: dict[Path, bool] = {}
-
-        def close_one(item: tuple[TopicPartition, Log]) -> None:
-            tp, lg = item
-            try:
-                lg.flush()
-                lg.close()
-            except Exception as e:  # noqa: BLE001 - the other logs must still close
-                log.error("%s: failed to close cleanly: %s", tp, describe_error(e))
-                clean[lg.dir.parent] = False
-
-        with ThreadPoolExecutor(max_workers=self.broker.num_recovery_threads_per_data_dir) as pool:
-            list(pool.map(close_one, self.logs()))
-        return clean
 
     def _release(self) -> None:
         for log_dir in self._dirs:

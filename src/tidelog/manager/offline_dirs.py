@@ -39,7 +39,13 @@ from pathlib import Path
 
 from tidelog.cleaner.log_cleaner import LogCleaner
 from tidelog.clock import Clock
-from tidelog.errors import CleanerStateError, LogDirOfflineError, StorageError, TidelogError
+from tidelog.errors import (
+    CleanerStateError,
+    LogDirOfflineError,
+    StorageError,
+    TidelogError,
+    UnknownTopicOrPartitionError,
+)
 from tidelog.manager.log_dir import LogDir, describe_error, one_cluster_id
 from tidelog.manager.loading import PartitionLoader, close_failed_log
 from tidelog.manager.log_dir_failure import (
@@ -58,6 +64,7 @@ from tidelog.manager.log_dir_failure import (
 from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.reports import SetAside
 from tidelog.manager.staged_holds import StagedHolds
+from tidelog.manager.topics import TopicRecord
 from tidelog.storage import files
 from tidelog.storage.log import Log
 from tidelog.topic_partition import TopicPartition
@@ -432,6 +439,20 @@ class OfflineDirs:
         """The log dirs not offline now, in the broker's order. Thread-safe: the channel's lock
         per dir (a dir may go offline right after it is listed)."""
         return [d for d in self._map.dirs if not self.failures.is_offline(d.path)]
+
+    def no_log_error(self, tp: TopicPartition, record: TopicRecord) -> TidelogError:
+        """Why ``tp`` of the topic ``record`` has no live log: its partition is unknown, or it is
+        offline. Thread-safe as :meth:`offline_entry` (the answer is an error message)."""
+        offline = self._map.offline_logs.get(tp)
+        if offline is not None:
+            return self.offline_error(tp, offline.path.parent)
+        if 0 <= tp.partition < record.partitions:
+            entry = self.offline_entry(tp)
+            return LogDirOfflineError(f"partition {tp} is offline: {entry.reason}", topic_partition=str(tp))
+        return UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} has no partition {tp.partition} (it has {record.partitions})",
+            topic_partition=str(tp),
+        )
 
     def offline_entry(self, tp: TopicPartition) -> SetAside:
         """Why ``tp``, which has no live log, is not served: its dir's failure, its set-aside
