@@ -21,8 +21,6 @@ NOT_YET_SWITCHED = {
     "records/_scan_kernels.py",
     "storage/_append_kernel.py",
     "storage/log.py",
-    "storage/validator.py",
-    "storage/file_records.py",
 }
 
 # struct formats that are (part of) a layout: the v2 header and its pieces, the v0/v1 header, the

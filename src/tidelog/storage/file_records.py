@@ -22,7 +22,6 @@ import errno
 import logging
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,21 @@ import numpy as np
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import FileBatch, read_batch_at
-from tidelog.records.batch import HEADER_SIZE_UP_TO_MAGIC, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
+from tidelog.records.layout import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER_DTYPE,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MIN_ENTRY_LENGTH,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PATCHED_PREFIX,
+    PREFIX,
+    declared_size,
+)
 from tidelog.records.scan import BATCH_COLUMNS, batch_crcs, walk_batch_headers
 from tidelog.storage import fileops
 from tidelog.storage._append_kernel import TAIL_SIZE
@@ -53,11 +66,12 @@ SCAN_CHUNK_BYTES = 1 << 20
 SEARCH_CHUNK_BYTES = 16 << 10
 
 # A header search reads baseOffset, length and magic, then lastOffsetDelta (v2), nothing more.
-_PREFIX = struct.Struct(">qiib")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + _LAST_OFFSET_DELTA.size  # 27 bytes
-# What the leader patches into a produced batch: baseOffset, batchLength, partitionLeaderEpoch.
-_PATCHED_PREFIX = struct.Struct(">qii")
+_SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + LAST_OFFSET_DELTA.size  # 27 bytes
+# Recovery's gathered reads of each batch's stored CRC and partitionLeaderEpoch.
+_CRC_BYTES = np.arange(CRC_OFFSET, ATTRIBUTES_OFFSET)
+_CRC_DTYPE = HEADER_DTYPE["crc"]
+_EPOCH_BYTES = np.arange(PARTITION_LEADER_EPOCH_OFFSET, MAGIC_OFFSET)
+_EPOCH_DTYPE = HEADER_DTYPE["partition_leader_epoch"]
 
 Buffer = bytes | bytearray | memoryview
 Chunks = Buffer | tuple[Buffer, ...]  # one buffer, or several written back to back
@@ -204,7 +218,7 @@ class FileRecords:
         if written < 0 and written != -errno.EINTR:  # EINTR: os.pwritev below retries, as os.pwrite does
             error = OSError(-written, os.strerror(-written))
             raise StorageError(f"append failed: {error.strerror}", path=self._path, position=self._size) from error
-        patched = _PATCHED_PREFIX.pack(base_offset, len(records) - LOG_OVERHEAD, leader_epoch) + records[_PATCHED_PREFIX.size:]
+        patched = PATCHED_PREFIX.pack(base_offset, len(records) - LOG_OVERHEAD, leader_epoch) + records[PATCHED_PREFIX.size:]
         self._append_views([memoryview(patched)], max(written, 0))
 
     def _append_views(self, views: list[memoryview], written: int) -> int:
@@ -329,7 +343,7 @@ class FileRecords:
     def _length_at(chunk: bytes) -> int | None:
         if len(chunk) < LOG_OVERHEAD:
             return None
-        return LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
+        return declared_size(chunk)
 
     def batch_headers(self, size: int | None = None) -> BatchHeaders:
         """The header columns (:data:`~tidelog.records.scan.BATCH_COLUMNS`, by name) of every
@@ -367,9 +381,9 @@ class FileRecords:
                 columns = walk_batch_headers(data).batches
                 positions = columns["position"]
                 if len(positions):
-                    # Stored CRC (bytes 17-20) and partitionLeaderEpoch (12-15), big-endian, gathered at once.
-                    stored = data[positions[:, None] + np.arange(17, 21)].view(">u4").ravel().astype(np.int64)
-                    epochs = data[positions[:, None] + np.arange(12, 16)].view(">i4").ravel().astype(np.int32)
+                    # Stored CRC and partitionLeaderEpoch, big-endian, gathered at once.
+                    stored = data[positions[:, None] + _CRC_BYTES].view(_CRC_DTYPE).ravel().astype(np.int64)
+                    epochs = data[positions[:, None] + _EPOCH_BYTES].view(_EPOCH_DTYPE).ravel().astype(np.int32)
                     bad = np.flatnonzero(batch_crcs(data, positions, columns["size"]) != stored)
                     if len(bad):
                         columns = {name: column[:bad[0]] for name, column in columns.items()}
@@ -406,8 +420,8 @@ class FileRecords:
     def _location_in(self, chunk: bytes, relative: int, position: int) -> BatchLocation | None:
         if relative + HEADER_SIZE_UP_TO_MAGIC > len(chunk):
             return None
-        base, length, _epoch, magic = _PREFIX.unpack_from(chunk, relative)
-        if length < 14 or magic not in (0, 1, 2):
+        base, length, _epoch, magic = PREFIX.unpack_from(chunk, relative)
+        if length < MIN_ENTRY_LENGTH or magic not in (0, 1, 2):
             raise CorruptRecordError(
                 f"invalid batch header (length {length}, magic {magic})", path=self._path, position=position
             )
@@ -418,7 +432,7 @@ class FileRecords:
             return BatchLocation(base, base, position, size, magic)
         if relative + _SEARCH_HEADER_SIZE > len(chunk):
             return None  # header cut by the chunk: the caller re-reads from here
-        (last_offset_delta,) = _LAST_OFFSET_DELTA.unpack_from(chunk, relative + LAST_OFFSET_DELTA_OFFSET)
+        (last_offset_delta,) = LAST_OFFSET_DELTA.unpack_from(chunk, relative + LAST_OFFSET_DELTA_OFFSET)
         return BatchLocation(base, base + last_offset_delta, position, size, magic)
 
     def _legacy_location(self, location: BatchLocation) -> BatchLocation:

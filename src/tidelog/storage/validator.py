@@ -34,7 +34,6 @@ invalid batches.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -58,6 +57,13 @@ from tidelog.records import (
     set_partition_leader_epoch,
 )
 from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD, stored_crc_matches
+from tidelog.records.layout import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+)
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     PRODUCED_COMPRESSED,
@@ -460,9 +466,8 @@ def _level(config: LogConfig, codec: CompressionType) -> int | None:
 
 # --- the common case in one pass -------------------------------------------------------------
 
-_CODEC_MASK = 0x07
+_CODEC_MASK = COMPRESSION_CODEC_MASK
 _UNCOMPRESSED = CompressionType.NONE
-PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at byte 43 of a v2 batch
 _new_tuple = tuple.__new__  # CheckedBatch._make without its length check (one per produced batch)
 
 
@@ -475,7 +480,7 @@ class CheckedBatch(NamedTuple):
     record_count: int
     codec: CompressionType
     producer: tuple[int, int, int] | None  # (producer id, epoch, base sequence) of an idempotent batch
-_LOG_APPEND_TIME_OR_CONTROL = 0x08 | 0x20  # attributes that need the general path
+_LOG_APPEND_TIME_OR_CONTROL = TIMESTAMP_TYPE_MASK | CONTROL_FLAG_MASK  # attributes that need the general path
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,7 +533,7 @@ def validate_produced_batch(
             if crc_checked and not stored_crc_matches(records):
                 return None
             # An idempotent batch: a producer id, the sign bit of its first byte clear.
-            producer = None if status == PRODUCED_OK else PRODUCER_FIELDS.unpack_from(records, 43)
+            producer = None if status == PRODUCED_OK else PRODUCER_FIELDS.unpack_from(records, PRODUCER_ID_OFFSET)
             return _new_tuple(CheckedBatch, (delta, max_timestamp, count, _UNCOMPRESSED, producer))
         if status != PRODUCED_COMPRESSED:
             return None
