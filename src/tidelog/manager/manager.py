@@ -37,10 +37,12 @@ record methods (:meth:`LogManager.append`, :meth:`LogManager.read`, :meth:`LogMa
 the partition map and its lock (:class:`~.partition_map.PartitionMap`, shared by reference),
 loading logs (:class:`~.loading.PartitionLoader`), the registry state and its writes
 (:class:`~.topic_registry.TopicRegistry`), the staged-commit holds
-(:class:`~.staged_holds.StagedHolds`), log dir failures (:class:`~.offline_dirs.OfflineDirs`,
-``manager.offline_dirs``) and registry reconciliation (:class:`~.registry_sync.RegistrySync`,
-``manager.registry_sync``) are components it owns; topic changes (:mod:`.topic_changes`) and
-background tasks (:mod:`.background`) are parts of the class kept in their own files.
+(:class:`~.staged_holds.StagedHolds`), log dir failures (``manager.offline_dirs``:
+:class:`~.offline_dirs.OfflineDirs`), registry reconciliation (``manager.registry_sync``:
+:class:`~.registry_sync.RegistrySync`), topic changes (``manager.topic_changes``:
+:class:`~.topic_changes.TopicChanges`) and background tasks (``manager.background``:
+:class:`~.background.BackgroundTasks`) are components it owns, each with its own state and
+what it needs passed in; the manager's public methods delegate to them.
 
 Thread-safety: topic changes and the partition map are guarded by one lock (an ``RLock``, the
 map's: :mod:`.partition_map` says what it guards); each ``Log`` guards itself. Reads of the partition map by the record methods take no lock: an entry
@@ -51,7 +53,7 @@ scheduler's thread and take the same locks. Each public method says what it take
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
@@ -66,7 +68,7 @@ from tidelog.manager.log_dir import LogDir, open_log_dirs
 from tidelog.manager.log_dir_failure import FaultCause, FaultKind, FaultReportingCleaner, OfflineLogDir, ProbeBackoff
 from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
-from tidelog.manager.registry_sync import RegistrySteps, RegistrySync, read_topic_id
+from tidelog.manager.registry_sync import RegistrySteps, RegistrySync
 from tidelog.manager.reports import (
     LogDirInfo,
     PartitionFetch,
@@ -93,7 +95,7 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
-class LogManager(TopicChanges):
+class LogManager:
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,
@@ -104,10 +106,8 @@ class LogManager(TopicChanges):
         self._scheduler = scheduler
         self._owns_scheduler = owns_scheduler
         self._map = pm = PartitionMap(dirs)
-        # the map's parts, as the topic-change and background parts of the class use them
-        self._lock, self._dirs, self._logs, self._log_dir_of = pm.lock, pm.dirs, pm.logs, pm.log_dir_of
-        self._set_aside, self._offline_logs, self._offline_deleted = pm.set_aside, pm.offline_logs, pm.offline_deleted
-        self._set_log_aside, self._set_aside_partitions = pm.set_log_aside, pm.set_aside_partitions
+        # the map's parts the manager reads itself (the lookup on the produce and fetch paths, one dict)
+        self._lock, self._dirs, self._logs, self._set_aside = pm.lock, pm.dirs, pm.logs, pm.set_aside
         self._topic_registry = TopicRegistry(broker, clock)
         self._loader = PartitionLoader(broker, clock, scheduler, self._topic_registry.config_for,
                                        pm.set_partition_aside)
@@ -120,22 +120,24 @@ class LogManager(TopicChanges):
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
                                                  on_failure=lambda *failed: self.offline_dirs.cleaner_failed(*failed),
                                                  engines=cleaner_engines)  # offline_dirs is built next
+        # registry_sync and offline_dirs call topic_changes, built last (it calls them): bound late
         self.registry_sync = rs = RegistrySync(broker, pm, self._topic_registry, self.cleaner, RegistrySteps(
-            self._commit, self._apply_topic_config, lambda: self.offline_dirs.online_dirs(), self._place,
-            self._create_partitions, self._ensure_open))
-        # the registry steps the topic-change and background parts use
-        self._hold_unconfirmed, self._await_held = rs.hold_unconfirmed, rs.await_held
-        self._sync_topic_copies = rs.sync_topic_copies
+            lambda *a, **kw: self.topic_changes.commit(*a, **kw),
+            lambda *a: self.topic_changes.apply_topic_config(*a), lambda: self.offline_dirs.online_dirs(),
+            lambda *a: self.topic_changes.place(*a), lambda *a: self.topic_changes.create_partition_dirs(*a),
+            self._ensure_open))
         steps = ManagerSteps(rs.rejoin, rs.reconcile, rs.sync_topic_copies, rs.await_held, self._load_dir_late,
-                             self._delete_partition_dir, lambda: complete_pending(self, [d.path for d in dirs], clock))
+                             lambda *a: self.topic_changes.delete_partition_dir(*a),
+                             lambda: complete_pending(self, [d.path for d in dirs], clock))
         self.offline_dirs = od = OfflineDirs(pm, clock, probe_backoff, self._loader, self.staged_holds,
                                              self.cleaner, steps)
-        # the failure steps the other parts use; an instance attribute is also the cheapest lookup
-        # for the append path's storage_op
-        self._failures, self._storage_op, self._handle_dir_error = od.failures, od.storage_op, od.handle_dir_error
-        self._online_dirs = od.online_dirs
+        # the failure steps the manager uses; an instance attribute is the cheapest lookup for the
+        # append path's storage_op
+        self._failures, self._storage_op, self._online_dirs = od.failures, od.storage_op, od.online_dirs
         self.background = BackgroundTasks(broker, pm, clock, scheduler, od, rs, self.cleaner, self.logs,
                                           self._ensure_open, lambda: self._closed)
+        self.topic_changes = TopicChanges(broker, pm, self._topic_registry, self._loader, scheduler, od, rs,
+                                          self.cleaner, self.describe_topic, self._ensure_open)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -214,10 +216,10 @@ class LogManager(TopicChanges):
         renamed now) are scheduled for removal, the rest set aside."""
         scan = log_dir.scan()
         for path in scan.to_delete:
-            self._schedule_dir_deletion(path)
+            self.topic_changes.schedule_dir_deletion(path)
         for path, reason in scan.set_aside.items():
             self._set_aside[path] = SetAside(path, reason)
-        return {tp: path for tp, path in scan.partitions.items() if not self._deleted_partition(tp, path)}
+        return {tp: path for tp, path in scan.partitions.items() if not self.topic_changes.finish_interrupted_deletion(tp, path)}
 
     def _load_dir_at_start(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: Progress,
                            recovered: Mapping[TopicPartition, recovery.RecoveryFailure | None]
@@ -241,32 +243,12 @@ class LogManager(TopicChanges):
         for tp, copies in loaded.items():
             if len(copies) == 1:
                 self._logs[tp] = copies[0]
-                self._log_dir_of[tp] = dir_by_path[copies[0].dir.parent]
+                self._map.log_dir_of[tp] = dir_by_path[copies[0].dir.parent]
                 continue
             where = ", ".join(str(c.dir) for c in copies)
             for copy in copies:
                 copy.close()
                 self._set_aside[copy.dir] = SetAside(copy.dir, f"partition {tp} found in several log dirs: {where}", tp)
-
-    def _deleted_partition(self, tp: TopicPartition, path: Path) -> bool:
-        """Finish a topic deletion a crash interrupted: the dir of a deleted topic id goes ``-delete``."""
-        deleted = self._registry.deleted_topic_ids
-        if not deleted:
-            return False
-        topic_id = read_topic_id(path)
-        if topic_id is None or topic_id not in deleted:
-            return False
-        log.info("%s: finishing the deletion of topic %s", path, tp.topic)
-        self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
-        return True
-
-    def _apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig:
-        """Live logs of ``topic`` take ``configs`` at once (they were opened with what was known then)."""
-        config = self._topic_registry.set_config(topic, configs)
-        for tp, lg in self._logs.items():
-            if tp.topic == topic:
-                lg.update_config(config)
-        return config
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -317,6 +299,23 @@ class LogManager(TopicChanges):
                     offline.append(self.offline_dirs.offline_entry(tp))
         return TopicDescription(name, record.topic_id, tuple(infos), tuple(offline), MappingProxyType(dict(record.configs)),
                                 record.unconfirmed)
+
+    def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> TopicDescription:
+        """Create ``name`` (:meth:`TopicChanges.create_topic` says what it checks). Thread-safe: the manager's lock."""
+        return self.topic_changes.create_topic(name, partitions, configs)
+
+    def create_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow ``name`` to ``total`` partitions (never shrinks). Thread-safe: the manager's lock."""
+        return self.topic_changes.create_partitions(name, total)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: the manager's lock, after the cleaner's wait."""
+        self.topic_changes.delete_topic(name)
+
+    def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
+                           delete: Iterable[str] = ()) -> LogConfig:
+        """Set and/or remove ``topic``'s overrides, applied to its live logs at once. Thread-safe: the manager's lock."""
+        return self.topic_changes.alter_topic_config(topic, set, delete)
 
     # --- partitions and records: the doors of the server, the CLI and Spark ----------------
     # Each looks the live log up once (:meth:`log`) and calls it; none takes the manager's lock.
@@ -462,9 +461,9 @@ class LogManager(TopicChanges):
         infos = []
         with self._lock:
             for log_dir in self._dirs:
-                parts = tuple(self._partition_info(tp, lg) for tp, lg in self.logs() if self._log_dir_of.get(tp) is log_dir)
+                parts = tuple(self._partition_info(tp, lg) for tp, lg in self.logs() if self._map.log_dir_of.get(tp) is log_dir)
                 aside = tuple(s for s in self.set_aside() if s.path.parent == log_dir.path)
-                offline = tuple(self.offline_dirs.offline_entry(tp) for tp, o in sorted(self._offline_logs.items())
+                offline = tuple(self.offline_dirs.offline_entry(tp) for tp, o in sorted(self._map.offline_logs.items())
                                 if o.path.parent == log_dir.path)
                 infos.append(LogDirInfo(log_dir.path, parts, aside + offline, self._failures.get(log_dir.path)))
         return infos

@@ -9,18 +9,20 @@ then applied to the partition dirs.
   a partition whose dir is offline is renamed once the dir is back.
 * **Alter**: overrides validated as a whole, persisted, applied to the live logs at once.
 
-:class:`TopicChanges` is the part of :class:`~tidelog.manager.manager.LogManager` kept in this
-file (a mixin over the manager's state).
+:class:`TopicChanges` is a component of :class:`~tidelog.manager.manager.LogManager`
+(``manager.topic_changes``): it works on the :class:`~.partition_map.PartitionMap` and the
+:class:`~.topic_registry.TopicRegistry` it shares with the manager, opens new logs with the
+:class:`~.loading.PartitionLoader`, and uses :class:`~.offline_dirs.OfflineDirs` (online dirs, a
+disk fault) and :class:`~.registry_sync.RegistrySync` (holds, the partitions' registry copies).
 
-Thread-safety: every change runs under the manager's lock; :meth:`TopicChanges.delete_topic`
+Thread-safety: every change runs under the partition map's lock (the manager's); :meth:`TopicChanges.delete_topic`
 waits for the cleaner to leave the topic's partitions before taking it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -36,8 +38,9 @@ from tidelog.errors import (
 from tidelog.manager.internal_topics import check_deletable
 from tidelog.manager.loading import PartitionLoader, close_failed_log
 from tidelog.manager.log_dir import LogDir, describe_error
-from tidelog.manager.log_dir_failure import OfflineLog
-from tidelog.manager.registry_sync import RegistrySync, placed_assignments
+from tidelog.manager.offline_dirs import OfflineDirs
+from tidelog.manager.partition_map import PartitionMap
+from tidelog.manager.registry_sync import RegistrySync, placed_assignments, read_topic_id
 from tidelog.manager.reports import SetAside, TopicDescription
 from tidelog.manager.topic_copies import write_topic_copy
 from tidelog.manager.topic_registry import TopicRegistry
@@ -56,23 +59,28 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 class TopicChanges:
-    """Topic creation, growth, deletion and config changes of the LogManager (see the module doc)."""
+    """Topic creation, growth, deletion and config changes of a LogManager (see the module doc).
+    ``describe_topic``: the manager's description of a topic (the answer of a create);
+    ``ensure_open``: raises once the manager is shut down."""
 
-    # the LogManager's state this part works on
-    broker: BrokerConfig
-    cleaner: LogCleaner | None
-    _dirs: list[LogDir]
-    _lock: threading.RLock
-    _scheduler: Scheduler
-    _loader: PartitionLoader
-    _topic_registry: TopicRegistry
-    _registry: RegistryState
-    _logs: dict[TopicPartition, Log]
-    _log_dir_of: dict[TopicPartition, LogDir]
-    _set_aside: dict[Path, SetAside]
-    _offline_logs: dict[TopicPartition, OfflineLog]
-    _offline_deleted: dict[Path, TopicPartition]
-    registry_sync: RegistrySync
+    def __init__(self, broker: BrokerConfig, partition_map: PartitionMap, topic_registry: TopicRegistry,
+                 loader: PartitionLoader, scheduler: Scheduler, offline_dirs: OfflineDirs,
+                 registry_sync: RegistrySync, cleaner: LogCleaner | None,
+                 describe_topic: Callable[[str], TopicDescription], ensure_open: Callable[[], None]) -> None:
+        self._broker = broker
+        self._map = partition_map
+        self._topic_registry = topic_registry
+        self._loader = loader
+        self._scheduler = scheduler
+        self._offline_dirs = offline_dirs
+        self._registry_sync = registry_sync
+        self.cleaner = cleaner
+        self._describe_topic = describe_topic
+        self._ensure_open = ensure_open
+
+    @property
+    def _registry(self) -> RegistryState:
+        return self._topic_registry.state
 
     def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> TopicDescription:
         """Create ``name`` with ``partitions`` partitions and topic-level ``configs`` overrides.
@@ -85,7 +93,7 @@ class TopicChanges:
         if name == CLUSTER_METADATA_TOPIC:
             raise InvalidRequestError(f"Creation of internal topic {name} is prohibited.", topic=name)
         overrides = {k: str(v) for k, v in (configs or {}).items()}
-        with self._lock:
+        with self._map.lock:
             self._ensure_open()
             if name in self._registry.topics:
                 raise TopicExistsError(f"Topic '{name}' already exists.", topic=name)
@@ -93,20 +101,20 @@ class TopicChanges:
             if partitions < 1:
                 raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.",
                                              topic=name, partitions=partitions)
-            self.broker.log_config(overrides)  # validates every override before anything is written
-            placement = self._place(partitions)
+            self._broker.log_config(overrides)  # validates every override before anything is written
+            placement = self.place(partitions)
             record = TopicRecord(name, new_topic_id(), partitions, MappingProxyType(overrides),
                                  placed_assignments(placement))
-            self._commit({**self._registry.topics, name: record}, self._registry.deleted_topic_ids)
-            self._create_partitions(record, placement)
-            return self.describe_topic(name)
+            self.commit({**self._registry.topics, name: record}, self._registry.deleted_topic_ids)
+            self.create_partition_dirs(record, placement)
+            return self._describe_topic(name)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
         """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions: never shrinks).
         Thread-safe: under the manager's lock; the wait for a held topic's cleaning comes after it."""
-        with self._lock:
+        with self._map.lock:
             self._ensure_open()
-            record = self._record(name)
+            record = self._topic_registry.record(name)
             if total == record.partitions:
                 raise InvalidPartitionsError(f"Topic already has {total} partitions.", topic=name)
             if total < record.partitions:
@@ -114,25 +122,25 @@ class TopicChanges:
                     f"Topic currently has {record.partitions} partitions, which is higher than the requested {total}.",
                     topic=name,
                 )
-            placement = dict(zip(range(record.partitions, total), self._place(total - record.partitions).values()))
+            placement = dict(zip(range(record.partitions, total), self.place(total - record.partitions).values()))
             grown = record.replace(partitions=total,
                                    assignments=MappingProxyType({**record.assignments, **placed_assignments(placement)}))
-            self._commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
-            self._create_partitions(grown, placement)
-            held = self._hold_unconfirmed()  # new partitions of a held topic are held too
-            described = self.describe_topic(name)
-        self._await_held(held)
+            self.commit({**self._registry.topics, name: grown}, self._registry.deleted_topic_ids)
+            self.create_partition_dirs(grown, placement)
+            held = self._registry_sync.hold_unconfirmed()  # new partitions of a held topic are held too
+            described = self._describe_topic(name)
+        self._registry_sync.await_held(held)
         return described
 
-    def _place(self, count: int) -> dict[int, LogDir]:
+    def place(self, count: int) -> dict[int, LogDir]:
         """Kafka's ``nextLogDirs`` for ``count`` new partitions in turn: each to the dir holding
-        the fewest partitions (first listed on a tie)."""
-        online = self._online_dirs()
+        the fewest partitions (first listed on a tie). The caller holds the map's lock."""
+        online = self._offline_dirs.online_dirs()
         if not online and count:
             raise LogDirOfflineError("every log dir is offline: no partition can be created",
-                                     log_dirs=", ".join(str(d.path) for d in self._dirs))
+                                     log_dirs=", ".join(str(d.path) for d in self._map.dirs))
         counts = {id(d): 0 for d in online}
-        for log_dir in self._log_dir_of.values():
+        for log_dir in self._map.log_dir_of.values():
             counts[id(log_dir)] = counts.get(id(log_dir), 0) + 1
         placement = {}
         for partition in range(count):
@@ -141,9 +149,10 @@ class TopicChanges:
             placement[partition] = chosen
         return placement
 
-    def _create_partitions(self, record: TopicRecord, placement: Mapping[int, LogDir]) -> None:
+    def create_partition_dirs(self, record: TopicRecord, placement: Mapping[int, LogDir]) -> None:
         """Create the dirs of a committed change; one that fails is set aside (the registry
-        already says the partition exists: the next start-up tries again)."""
+        already says the partition exists: the next start-up tries again). The caller holds the
+        map's lock (each new log registered under it)."""
         for partition, log_dir in placement.items():
             try:
                 self._create_partition(record, partition, log_dir)
@@ -151,7 +160,7 @@ class TopicChanges:
                 tp = TopicPartition(record.name, partition)
                 where = files.partition_dir(log_dir.path, tp)
                 log.error("%s: cannot create partition dir: %s", where, e)
-                self._set_aside[where] = SetAside(where, f"cannot create its dir: {describe_error(e)}", tp)
+                self._map.set_aside[where] = SetAside(where, f"cannot create its dir: {describe_error(e)}", tp)
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``: recorded in the registry first, then each partition dir is renamed
@@ -162,7 +171,7 @@ class TopicChanges:
         every door, the broker's DeleteTopics and the CLI alike, gets the same answer.
         Thread-safe: the registry and the partition map change under the manager's lock."""
         check_deletable(name)
-        doomed_tps = [TopicPartition(name, p) for p in self.partitions(name)]
+        doomed_tps = [TopicPartition(name, p) for p in range(self._topic_registry.record(name).partitions)]
         if self.cleaner is not None:
             self.cleaner.manager.pause_cleaning(*doomed_tps)
             self.cleaner.manager.await_stopped(*doomed_tps)
@@ -178,29 +187,29 @@ class TopicChanges:
                 self.cleaner.manager.remove_partition(tp)
 
     def _delete_topic(self, name: str) -> None:
-        with self._lock:
+        with self._map.lock:
             self._ensure_open()
-            record = self._record(name)
+            record = self._topic_registry.record(name)
             remaining = {k: v for k, v in self._registry.topics.items() if k != name}
-            self._commit(remaining, self._registry.deleted_topic_ids | {record.topic_id})
+            self.commit(remaining, self._registry.deleted_topic_ids | {record.topic_id})
             self._topic_registry.forget_config(name)
-            self.registry_sync.forget_holds(name)
+            self._registry_sync.forget_holds(name)
             for partition in range(record.partitions):
                 tp = TopicPartition(name, partition)
-                if (offline := self._offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
-                    self._offline_deleted[offline.path] = tp
+                if (offline := self._map.offline_logs.pop(tp, None)) is not None:  # removed once its dir is back
+                    self._map.offline_deleted[offline.path] = tp
                 if offline is not None and offline.log is not None:
                     close_failed_log(tp, offline.log)
-                doomed = self._logs.pop(tp, None)
-                self._log_dir_of.pop(tp, None)
+                doomed = self._map.logs.pop(tp, None)
+                self._map.log_dir_of.pop(tp, None)
                 if doomed is not None:
                     doomed.close(producer_snapshot=False)
-                    self._delete_partition_dir(doomed.dir, tp)
-            for path, aside in list(self._set_aside.items()):  # broken copies go too, or they would come back
+                    self.delete_partition_dir(doomed.dir, tp)
+            for path, aside in list(self._map.set_aside.items()):  # broken copies go too, or they would come back
                 if aside.topic_partition is not None and aside.topic_partition.topic == name:
-                    del self._set_aside[path]
+                    del self._map.set_aside[path]
                     if path.is_dir():
-                        self._schedule_dir_deletion(self._rename_for_deletion(path, aside.topic_partition))
+                        self.schedule_dir_deletion(self._rename_for_deletion(path, aside.topic_partition))
             log.info("deleted topic %s (%d partitions)", name, record.partitions)
 
     def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
@@ -208,29 +217,30 @@ class TopicChanges:
         """Set and/or remove topic-level overrides (Kafka's IncrementalAlterConfigs SET/DELETE);
         validated as a whole before anything is written; live logs use the new config at once.
         Thread-safe: under the manager's lock; each log swaps its config under its own."""
-        with self._lock:
+        with self._map.lock:
             self._ensure_open()
-            record = self._record(topic)
+            record = self._topic_registry.record(topic)
             removed = list(delete)
             check_topic_config_names([*removed, *(set or {})])
             overrides = {k: v for k, v in record.configs.items() if k not in removed}
             overrides.update({k: str(v) for k, v in (set or {}).items()})
-            self.broker.log_config(overrides)  # validates every override before anything is written
+            self._broker.log_config(overrides)  # validates every override before anything is written
             updated = record.replace(configs=MappingProxyType(overrides))  # keeps the partitions' log dirs
-            self._commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
-            return self._apply_topic_config(topic, overrides)
+            self.commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
+            return self.apply_topic_config(topic, overrides)
 
-    def _commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str],
+    def commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str],
                 returning: LogDir | None = None, *, sync_copies: bool = True) -> None:
         """Write the registry with ``topics`` (each changed entry stamped with the new epoch, never
         lower than any epoch seen), then the changed topics' copies in their partition dirs (not
         with ``sync_copies`` False: the caller syncs every copy next).
-        ``returning``: an offline dir coming back, written too (a fault there raises: it stays offline)."""
-        changed, failed = self._topic_registry.commit(topics, deleted, self._online_dirs(), self._dirs, returning)
+        ``returning``: an offline dir coming back, written too (a fault there raises: it stays offline).
+        The caller holds the map's lock."""
+        changed, failed = self._topic_registry.commit(topics, deleted, self._offline_dirs.online_dirs(), self._map.dirs, returning)
         for log_dir, error in failed:
-            self._handle_dir_error(log_dir, "topic registry write", error)
+            self._offline_dirs.handle_dir_error(log_dir, "topic registry write", error)
         if sync_copies:
-            self._sync_topic_copies(changed)
+            self._registry_sync.sync_topic_copies(changed)
 
     def _create_partition(self, record: TopicRecord, partition: int, log_dir: LogDir) -> Log:
         """Create and open an empty partition dir with its ``partition.metadata``."""
@@ -240,9 +250,9 @@ class TopicChanges:
         PartitionMetadataFile(path).write(record.topic_id)
         write_topic_copy(path, self._registry.topics.get(record.name, record))
         fsync_dir(log_dir.path)
-        with self._lock:
-            self._logs[tp] = created
-            self._log_dir_of[tp] = log_dir
+        with self._map.lock:
+            self._map.logs[tp] = created
+            self._map.log_dir_of[tp] = log_dir
         return created
 
     def _rename_for_deletion(self, path: Path, tp: TopicPartition) -> Path:
@@ -254,19 +264,44 @@ class TopicChanges:
             raise StorageError("cannot rename partition dir for deletion", path=path, operation="rename") from e
         return target
 
-    def _delete_partition_dir(self, path: Path, tp: TopicPartition) -> None:
-        """Rename ``path`` for deletion and schedule its removal; on a disk fault its log dir goes
-        offline and the dir is renamed once the log dir is back."""
-        try:
-            self._schedule_dir_deletion(self._rename_for_deletion(path, tp))
-        except StorageError as e:
-            log_dir = next((d for d in self._dirs if d.path == path.parent), None)
-            if log_dir is None or not self._handle_dir_error(log_dir, f"deletion of {tp}", e):
-                raise
-            self._offline_deleted[path] = tp
+    def apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig:
+        """Live logs of ``topic`` take ``configs`` at once (they were opened with what was known
+        then). The caller holds the map's lock (or is the start-up load); each log swaps its
+        config under its own."""
+        config = self._topic_registry.set_config(topic, configs)
+        for tp, lg in self._map.logs.items():
+            if tp.topic == topic:
+                lg.update_config(config)
+        return config
 
-    def _schedule_dir_deletion(self, path: Path) -> None:
-        delay = self.broker.log_config().file_delete_delay_ms  # the broker default, as Kafka does
+    def finish_interrupted_deletion(self, tp: TopicPartition, path: Path) -> bool:
+        """Whether ``path`` is the dir of a deleted topic id (a deletion a crash interrupted): it
+        goes ``-delete`` then. Thread-safe: touches only the dir and the scheduler."""
+        deleted = self._registry.deleted_topic_ids
+        if not deleted:
+            return False
+        topic_id = read_topic_id(path)
+        if topic_id is None or topic_id not in deleted:
+            return False
+        log.info("%s: finishing the deletion of topic %s", path, tp.topic)
+        self.schedule_dir_deletion(self._rename_for_deletion(path, tp))
+        return True
+
+    def delete_partition_dir(self, path: Path, tp: TopicPartition) -> None:
+        """Rename ``path`` for deletion and schedule its removal; on a disk fault its log dir goes
+        offline and the dir is renamed once the log dir is back. Thread-safe when the caller holds
+        the map's lock (the offline-deleted entry is recorded under it)."""
+        try:
+            self.schedule_dir_deletion(self._rename_for_deletion(path, tp))
+        except StorageError as e:
+            log_dir = next((d for d in self._map.dirs if d.path == path.parent), None)
+            if log_dir is None or not self._offline_dirs.handle_dir_error(log_dir, f"deletion of {tp}", e):
+                raise
+            self._map.offline_deleted[path] = tp
+
+    def schedule_dir_deletion(self, path: Path) -> None:
+        """Remove ``path`` after the broker's ``file.delete.delay.ms``. Thread-safe (the scheduler's lock)."""
+        delay = self._broker.log_config().file_delete_delay_ms  # the broker default, as Kafka does
         self._scheduler.schedule_once(f"delete-dir-{path.name}", lambda: _remove_tree(path), delay)
 
 
