@@ -4,8 +4,8 @@ The one fast path for per-record work: compaction builds its key map from these 
 Spark data source turns them into rows. Batches are walked and decoded by kernels (see
 ``_scan_kernels.py``) that exist as twins behind the :class:`ScanKernels` protocol
 (:mod:`tidelog.records.scan_twins`): compiled with numba (cached on disk, GIL released; about
-two orders of magnitude faster than interpreted, see bench/bench_scan.py) or the very same
-functions run interpreted. Chosen once, at import: the interpreted one when ``TIDELOG_PURE_PYTHON=1`` or numba does not import.
+two orders of magnitude faster than interpreted) or the very same functions run
+interpreted. Chosen once, at import: the interpreted one when ``TIDELOG_PURE_PYTHON=1`` or numba does not import.
 :data:`ACTIVE_IMPLEMENTATION` says which; both give byte-identical results.
 
 How a scan goes (:func:`scan_batches`), each step one call over all batches, never per record:
