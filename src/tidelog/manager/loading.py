@@ -113,7 +113,7 @@ class PartitionLoader:
 
         ``recovered``: what process recovery did (:meth:`recover_in_processes`); opening skips
         recovery for those. Opening itself runs on one thread per dir: it is GIL-bound Python,
-        and more threads made it ~1.5x slower."""
+        which more threads make slower, not faster."""
         recovered = recovered or {}
         loaded: list[tuple[TopicPartition, Log]] = []
         try:

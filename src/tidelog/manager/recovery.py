@@ -2,10 +2,9 @@
 
 Kafka recovers the partitions of a log dir on ``num.recovery.threads.per.data.dir`` threads. In
 CPython, recovery (a Python walk over every batch from the recovery point) holds the GIL, so
-threads make it slower, not faster (measured in ``bench/bench_manager.py``: 2 threads took ~1.5×
-as long as 1). tidelog recovers in that many *processes* instead: each worker opens its partitions
-uncleanly (validating, truncating torn tails, rebuilding indexes exactly as the loader does) and
-closes them, so their files are whole; the manager then opens them with ``recovered_elsewhere``:
+threads make it slower, not faster. tidelog recovers in that many *processes* instead: each
+worker opens its partitions uncleanly (validating, truncating torn tails, rebuilding indexes
+exactly as the loader does) and closes them, so their files are whole; the manager then opens them with ``recovered_elsewhere``:
 no second recovery, and the recovery point stays at the checkpoint, exactly as after recovering
 in process (nothing recovered is claimed durable before the next flush; a crash before it just
 recovers again).
@@ -39,10 +38,9 @@ from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-#: Processes pay off when recovery is heavy per partition: 16 partitions of 4 MiB of 1-record
-#: batches recovered in 1.1 s with 2 processes against 2.1 s in one (bench
-#: ``manager_recovery_parallel``), while 10,000 partitions of ~10 KB recovered *slower* with
-#: processes (the open afterwards costs as much as such a recovery). Below these, recover in process.
+#: Processes pay off only when recovery is heavy per partition: many small partitions recover more
+#: slowly in workers than in process, since the open afterwards costs as much as such a recovery.
+#: Below these bounds (in all, and on average per partition), recover in process.
 MIN_BYTES_FOR_PROCESSES = 32 << 20
 MIN_AVERAGE_BYTES_FOR_PROCESSES = 1 << 20
 
