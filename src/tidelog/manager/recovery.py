@@ -4,10 +4,10 @@ Kafka recovers the partitions of a log dir on ``num.recovery.threads.per.data.di
 CPython, recovery (a Python walk over every batch from the recovery point) holds the GIL, so
 threads make it slower, not faster. tidelog recovers in that many *processes* instead: each
 worker opens its partitions uncleanly (validating, truncating torn tails, rebuilding indexes
-exactly as the loader does) and closes them, so their files are whole; the manager then opens them with ``recovered_elsewhere``:
-no second recovery, and the recovery point stays at the checkpoint, exactly as after recovering
-in process (nothing recovered is claimed durable before the next flush; a crash before it just
-recovers again).
+exactly as the loader does) and closes them, so their files are whole; the manager then opens
+them with ``recovered_elsewhere``: no second recovery, and the recovery point stays at the
+checkpoint, exactly as after recovering in process (nothing recovered is claimed durable before
+the next flush; a crash before it just recovers again).
 
 Work the worker cannot finish is reported as a :class:`RecoveryFailure` (its reason, and the errno
 of a disk fault behind it): the manager sets that partition aside, or takes the dir offline when
