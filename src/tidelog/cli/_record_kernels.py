@@ -31,8 +31,9 @@ Records are encoded by :mod:`tidelog.records.encode` (kernels in
 from __future__ import annotations
 
 NUMBA_OPTIONS = {"nogil": True}
-# Inlined into their callers by numba (the JSON grammar's small steps: ~1.5x faster scans, at
-# ~4 s more of one-time compilation); the other helpers are compiled as separate functions.
+# Inlined into their callers by numba (the JSON grammar's small steps, whose calls would dominate
+# a scan; inlining lengthens the one-time compilation); the other helpers are compiled as separate
+# functions.
 NUMBA_INLINED = ("skip_ws", "line_end", "parse_null", "parse_uint", "parse_uint_or_null", "parse_field_name",
                  "field_id", "parse_string_or_null")
 NUMBA_HELPERS = ("hex_value", "parse_hex4", "put_code_point", "utf8_sequence_length", "parse_escape", "parse_string",

@@ -25,7 +25,7 @@ JSON takes one of two paths, with the same results (a property test holds them e
 kernel (:func:`scan_json`) decodes lines of the common shape straight into the columns, and the
 first line it does not take, with the rest of its chunk, goes through orjson, column by column
 (:func:`parse_json_lines`: C-level ``map``/``join`` over the parsed objects, a per-record scan
-only to find a bad record). On this 2-core box that is ~0.4 vs ~1.4 us a line.
+only to find a bad record). The kernel costs about a third as much per line.
 
 **Encoding**: :func:`encode_records` writes the records of many batches in one kernel call,
 in the v2 record layout of :mod:`tidelog.records.record`, through :mod:`tidelog.records.encode`
