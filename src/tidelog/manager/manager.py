@@ -206,7 +206,7 @@ class LogManager:
                                   plans.items()):
                 for tp, lg in found:
                     loaded.setdefault(tp, []).append(lg)
-        self._register_loaded(loaded)
+        self._map.register_loaded(loaded)
         self.registry_sync.reconcile(bool(read.stale))
         for log_dir in self._online_dirs():  # a dir with a partition set aside gets no clean-shutdown marker
             log_dir.loaded_completely = self._map.loaded_completely(log_dir)
@@ -219,7 +219,8 @@ class LogManager:
             self.topic_changes.schedule_dir_deletion(path)
         for path, reason in scan.set_aside.items():
             self._set_aside[path] = SetAside(path, reason)
-        return {tp: path for tp, path in scan.partitions.items() if not self.topic_changes.finish_interrupted_deletion(tp, path)}
+        finish_deletion = self.topic_changes.finish_interrupted_deletion
+        return {tp: path for tp, path in scan.partitions.items() if not finish_deletion(tp, path)}
 
     def _load_dir_at_start(self, log_dir: LogDir, to_load: dict[TopicPartition, Path], progress: Progress,
                            recovered: Mapping[TopicPartition, recovery.RecoveryFailure | None]
@@ -235,20 +236,6 @@ class LogManager:
     def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
         return self._loader.load_dir(log_dir, self._loading_plan(log_dir))
-
-    def _register_loaded(self, loaded: dict[TopicPartition, list[Log]]) -> None:
-        """Take the loaded logs; a partition found in several log dirs is set aside in all of them
-        (which copy is right is an operator's call; Kafka refuses to start)."""
-        dir_by_path = {d.path: d for d in self._dirs}
-        for tp, copies in loaded.items():
-            if len(copies) == 1:
-                self._logs[tp] = copies[0]
-                self._map.log_dir_of[tp] = dir_by_path[copies[0].dir.parent]
-                continue
-            where = ", ".join(str(c.dir) for c in copies)
-            for copy in copies:
-                copy.close()
-                self._set_aside[copy.dir] = SetAside(copy.dir, f"partition {tp} found in several log dirs: {where}", tp)
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -301,7 +288,8 @@ class LogManager:
                                 record.unconfirmed)
 
     def create_topic(self, name: str, partitions: int = 1, configs: Mapping[str, str] | None = None) -> TopicDescription:
-        """Create ``name`` (:meth:`TopicChanges.create_topic` says what it checks). Thread-safe: the manager's lock."""
+        """Create ``name`` (:meth:`TopicChanges.create_topic` says what it checks). Thread-safe:
+        under the manager's lock."""
         return self.topic_changes.create_topic(name, partitions, configs)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
@@ -309,12 +297,14 @@ class LogManager:
         return self.topic_changes.create_partitions(name, total)
 
     def delete_topic(self, name: str) -> None:
-        """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: the manager's lock, after the cleaner's wait."""
+        """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: under the manager's
+        lock, after waiting for the cleaner outside it."""
         self.topic_changes.delete_topic(name)
 
     def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
                            delete: Iterable[str] = ()) -> LogConfig:
-        """Set and/or remove ``topic``'s overrides, applied to its live logs at once. Thread-safe: the manager's lock."""
+        """Set and/or remove ``topic``'s overrides, applied to its live logs at once. Thread-safe:
+        under the manager's lock; each log swaps its config under its own."""
         return self.topic_changes.alter_topic_config(topic, set, delete)
 
     # --- partitions and records: the doors of the server, the CLI and Spark ----------------
@@ -473,26 +463,30 @@ class LogManager:
         Thread-safe: :meth:`RegistrySync.confirm_topic_configs` says which locks it takes."""
         return self.registry_sync.confirm_topic_configs(topic)
 
-    # --- background tasks: :class:`~.background.BackgroundTasks`, each thread-safe as it says ---
+    # --- background tasks: :class:`~.background.BackgroundTasks` ---------------------------------
 
     def startup(self) -> None:
-        """Schedule the periodic tasks and the probe of offline dirs, start the cleaner; idempotent."""
+        """Schedule the periodic tasks and the probe of offline dirs, start the cleaner; idempotent.
+        Thread-safe: under the manager's lock."""
         self.background.startup()
 
     def retention_task(self) -> list[RetentionPlan]:
-        """The periodic retention pass (logs without ``compact``, each paused for the cleaner)."""
+        """The periodic retention pass (logs without ``compact``, each paused for the cleaner).
+        Thread-safe: each log's deletion takes that log's lock, the pause the cleaner's."""
         return self.background.retention_task()
 
     def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[RetentionPlan]:
-        """One retention pass over every live log (of ``topic``), on demand: what it deleted and why."""
+        """One retention pass over every live log (of ``topic``), on demand: what it deleted (or,
+        with ``dry_run``, would) and why. Thread-safe: each log's deletion takes that log's lock."""
         return self.background.run_retention(topic, dry_run=dry_run)
 
     def explain_retention(self, topic: str | None = None) -> list[RetentionPlan]:
-        """What the next retention pass would delete, and why or why not, per partition."""
+        """What the next retention pass would delete, and why or why not, per partition.
+        Thread-safe: reads each log under that log's lock."""
         return self.background.explain_retention(topic)
 
     def flush_dirty_logs(self) -> None:
-        """Flush every log whose last flush is ``flush.ms`` old."""
+        """Flush every log whose last flush is ``flush.ms`` old. Thread-safe: each flush takes its log's lock."""
         self.background.flush_dirty_logs()
 
     def checkpoint_recovery_points(self) -> None:
@@ -514,7 +508,8 @@ class LogManager:
         return self.offline_dirs.offline_log_dirs()
 
     def report_storage_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:
-        """:meth:`OfflineDirs.report_storage_error`; thread-safe (the manager's lock if the dir goes offline)."""
+        """:meth:`OfflineDirs.report_storage_error`. Thread-safe: the manager's lock when the dir
+        goes offline."""
         return self.offline_dirs.report_storage_error(tp, operation, error)
 
     def report_read_error(self, tp: TopicPartition, operation: str, error: BaseException) -> bool:

@@ -54,6 +54,21 @@ class PartitionMap:
         with self.lock:
             self.set_aside[path] = SetAside(path, reason, tp)
 
+    def register_loaded(self, loaded: dict[TopicPartition, list[Log]]) -> None:
+        """Take the logs loaded at start-up; a partition found in several log dirs is set aside in
+        all of them (which copy is right is an operator's call; Kafka refuses to start). Called by
+        the start-up load alone, before the manager is shared."""
+        dir_by_path = {d.path: d for d in self.dirs}
+        for tp, copies in loaded.items():
+            if len(copies) == 1:
+                self.logs[tp] = copies[0]
+                self.log_dir_of[tp] = dir_by_path[copies[0].dir.parent]
+                continue
+            where = ", ".join(str(c.dir) for c in copies)
+            for copy in copies:
+                copy.close()
+                self.set_aside[copy.dir] = SetAside(copy.dir, f"partition {tp} found in several log dirs: {where}", tp)
+
     def set_log_aside(self, tp: TopicPartition, reason: str) -> None:
         """Close ``tp``'s live log and set it aside (its checkpoint entries are kept). Not
         thread-safe alone: the caller holds :attr:`lock`."""
