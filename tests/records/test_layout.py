@@ -19,8 +19,6 @@ LAYOUT = SRC / "records" / "layout.py"
 # tidelog.records.layout when merged: shrink this list, never grow it.
 NOT_YET_SWITCHED = {
     "records/_scan_kernels.py",
-    "storage/_append_kernel.py",
-    "storage/log.py",
 }
 
 # struct formats that are (part of) a layout: the v2 header and its pieces, the v0/v1 header, the

@@ -93,6 +93,7 @@ HEADER_DTYPE = np.dtype([
 ])  # the same header as one packed numpy record (columnar header writes)
 PREFIX = struct.Struct(">qiib")  # baseOffset, length, (epoch or legacy crc), magic: bytes 0-16 of any magic
 PATCHED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: what a leader patches
+PATCHED_PREFIX_SIZE = 16  # bytes before magic: the patched fields, outside the CRC
 BEFORE_CRC = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
 PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence, at PRODUCER_ID_OFFSET
@@ -103,6 +104,7 @@ TIMESTAMP = struct.Struct(">q")
 LENGTH = struct.Struct(">i")  # batchLength, at LENGTH_OFFSET
 
 assert HEADER.size == HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
+assert PATCHED_PREFIX.size == PATCHED_PREFIX_SIZE == MAGIC_OFFSET
 assert BEFORE_CRC.size == CRC_OFFSET and CRC_OFFSET + CRC.size + AFTER_CRC.size == RECORD_BATCH_OVERHEAD
 assert HEADER_DTYPE.fields is not None and all(
     HEADER_DTYPE.fields[name][1] == at for name, at in (
@@ -133,6 +135,7 @@ RECORD_OVERHEAD_V1 = 22  # and the timestamp
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 OFFSET_INDEX_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
 OFFSET_INDEX_ENTRY_SIZE = 8
+OFFSET_INDEX_POSITION_AT = 4  # byte of position within an offset-index entry
 TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 TIME_INDEX_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 TIME_INDEX_ENTRY_SIZE = 12

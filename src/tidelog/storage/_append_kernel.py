@@ -31,16 +31,26 @@ import time
 
 from tidelog.records._scan_kernels import (
     CRC_IN_KERNEL_BELOW,
-    CRC_START,
     INT32_MAX,
     INT32_MIN,
     INT64_MIN,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
     check_produced_batch,
     crc_finish,
     read_int,
 )
+from tidelog.records.layout import (
+    CRC_OFFSET,
+    CRC_SIZE,
+    CRC_START,
+    LOG_OVERHEAD,
+    OFFSET_INDEX_ENTRY_SIZE,
+    OFFSET_INDEX_POSITION_AT,
+    PATCHED_PREFIX_SIZE,
+    RECORD_BATCH_OVERHEAD,
+    TIME_INDEX_ENTRY_SIZE,
+    TIME_INDEX_OFFSET_AT,
+)
+from tidelog.records.layout import PATCHED_PREFIX as _PATCHED_FIELDS
 from tidelog.records import _scan_kernels as _check
 from tidelog.storage import fileops
 
@@ -62,7 +72,7 @@ PRODUCED_ROLL = 3  # append_produced_batch: every check passed, but a roll rule 
 PRODUCED_UNARMED = 5  # append_produced_batch: the segment's tail is not armed (see TAIL_ARMED); nothing checked
 PRODUCED_INDEX_DUE = 6  # append_produced_batch: written, and a sparse index entry is due for the batch (caller's)
 PRODUCED_SHORT_WRITE = 7  # append_produced_batch: the write stopped at TAIL_WRITTEN bytes; the rest is the caller's
-PATCHED_PREFIX = 16  # bytes: baseOffset, batchLength, partitionLeaderEpoch (outside the CRC)
+PATCHED_PREFIX = PATCHED_PREFIX_SIZE  # bytes: baseOffset, batchLength, partitionLeaderEpoch (outside the CRC)
 WRITE_BUFFER_BYTES = CRC_IN_KERNEL_BELOW  # pwrite_patched copies batches up to this size
 NOW_FROM_CLOCK = INT64_MIN  # append_produced_batch's ``now`` that means: read the wall clock here
 _KERNEL_WRITE = "(the append kernel's descriptor)"  # the path fileops is told for the spec's writes
@@ -140,7 +150,7 @@ def append_produced_batch(buf, tail, now, base_offset, leader_epoch):
     # 1-record batch against ~100 for check_produced_batch's table lookups). A mismatch on a
     # compressed batch is then PRODUCED_OTHER, not COMPRESSED: the general path reports it.
     if (size < RECORD_BATCH_OVERHEAD or size >= CRC_IN_KERNEL_BELOW
-            or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF)):
+            or crc_finish(buf, 0xFFFFFFFF, CRC_START, size) != (read_int(buf, CRC_OFFSET, CRC_SIZE) & 0xFFFFFFFF)):
         return PRODUCED_OTHER, 0, 0
     return append_to_tail(buf, size, tail, now, base_offset, leader_epoch)
 
@@ -234,16 +244,16 @@ def append_index_entries(tail, last_offset, position):
     if (time_entries >= tail[times + INDEX_CAPACITY] or offset_of_timestamp < tail[times + INDEX_LAST_OFFSET]
             or timestamp < last_timestamp or time_relative < 0 or time_relative > INT32_MAX):
         return False
-    at = offsets_map + entries * 8
+    at = offsets_map + entries * OFFSET_INDEX_ENTRY_SIZE
     store_be32(at, relative)
-    store_be32(at + 4, position)
+    store_be32(at + OFFSET_INDEX_POSITION_AT, position)
     release_fence()
     tail[offsets + INDEX_LAST_KEY] = last_offset
     tail[offsets + INDEX_ENTRIES] = entries + 1
     if timestamp > last_timestamp:
-        at = times_map + time_entries * 12
+        at = times_map + time_entries * TIME_INDEX_ENTRY_SIZE
         store_be64(at, timestamp)
-        store_be32(at + 8, time_relative)
+        store_be32(at + TIME_INDEX_OFFSET_AT, time_relative)
         release_fence()
         tail[times + INDEX_LAST_KEY] = timestamp
         tail[times + INDEX_LAST_OFFSET] = offset_of_timestamp
@@ -286,8 +296,7 @@ def pwrite_patched(fd, buf, size, position, base_offset, batch_length, leader_ep
     specification; compiled, they are the libc calls themselves (_write_intrinsics), made without
     the GIL (and never seen by a fileops fault plan: the log does not call the compiled kernel
     while one is installed)."""
-    head = (base_offset.to_bytes(8, "big", signed=True) + batch_length.to_bytes(4, "big", signed=True)
-            + leader_epoch.to_bytes(4, "big", signed=True))
+    head = _PATCHED_FIELDS.pack(base_offset, batch_length, leader_epoch)
     try:
         if size <= WRITE_BUFFER_BYTES:
             return fileops.pwrite(fd, head + bytes(buf[PATCHED_PREFIX:size]), position, _KERNEL_WRITE)

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tidelog import twins
-from tidelog.records import _scan_kernels
+from tidelog.records import _scan_kernels, layout
 from tidelog.records.scan import ACTIVE_IMPLEMENTATION, entry_point, get_kernels
 from tidelog.storage import _append_kernel as ak
 
@@ -176,7 +176,7 @@ def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppen
     check = get_kernels(False).check_produced_batch  # type: ignore[attr-defined]
     source = {**vars(_scan_kernels), **vars(ak), **intrinsics, **(crc or {}), "check_produced_batch": check}
     namespace = twins.compile_functions(source, inlined, ak.NUMBA_APPEND_COMPILED, _scan_kernels.NUMBA_OPTIONS)
-    _key_cache_by(namespace, ak.NUMBA_APPEND_COMPILED, (_scan_kernels, _write_intrinsics, _crc_intrinsics))
+    _key_cache_by(namespace, ak.NUMBA_APPEND_COMPILED, (_scan_kernels, layout, _write_intrinsics, _crc_intrinsics))
     signature = ("bytes", "int64[]", "int64", "int64", "int64")
     return (entry_point(namespace["append_produced_batch"], signature),
             entry_point(namespace["append_crc_checked_batch"], signature))
@@ -185,7 +185,8 @@ def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppen
 def _key_cache_by(namespace: dict[str, Any], names: tuple[str, ...], dependencies: tuple[Any, ...]) -> None:
     """Key the on-disk numba cache of the functions ``names`` by the content of the modules
     ``dependencies`` too: numba keys it by the function's own file and bytecode only, and these
-    functions embed code from records/_scan_kernels.py (the check) and the intrinsics' modules.
+    functions embed code from records/_scan_kernels.py (the check), constants from records/layout.py
+    and the intrinsics' modules.
     Without numba's cache internals, nothing changes (the cache then goes stale with an edit of
     one of those files alone)."""
     try:

@@ -18,7 +18,6 @@ that was complete when taken.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,14 @@ from tidelog.errors import (
     UnexpectedAppendOffsetError,
 )
 from tidelog.records import CompressionType, FileBatch
-from tidelog.records.batch import LOG_OVERHEAD, increment_sequence, stored_crc_matches
+from tidelog.records.batch import increment_sequence, stored_crc_matches
+from tidelog.records.layout import (
+    LOG_OVERHEAD,
+    PATCHED_PREFIX,
+    PATCHED_PREFIX_SIZE,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
+)
 from tidelog.records.scan import CRC_IN_KERNEL_BELOW, PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT, PRODUCED_OK
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
@@ -68,7 +74,6 @@ from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.txn_rebuild import LogState, TxnIndexCheck
 from tidelog.storage.validator import (
-    PRODUCER_FIELDS,
     LeaderRules,
     ValidatedRecords,
     analyze_batches,
@@ -94,7 +99,6 @@ _CLIENT = AppendOrigin.CLIENT
 _UNCOMPRESSED = CompressionType.NONE
 _FAULT_PLANS = fileops.PLANS  # non-empty while a fault plan is installed (fileops.active())
 _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the leader's common path builds one per append
-_PREFIX = struct.Struct(">qii")  # a v2 batch's baseOffset, batchLength, partitionLeaderEpoch: outside its CRC
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
@@ -442,7 +446,7 @@ class Log:
         if status == PRODUCED_UNARMED and segment.arm_fast_append(self._roll_limits, self._tail_rules):
             status, delta, max_timestamp = append(records, segment.append_state.array, now, first, leader_epoch)
         if status == PRODUCED_IDEMPOTENT:
-            producer = PRODUCER_FIELDS.unpack_from(records, 43)
+            producer = PRODUCER_FIELDS.unpack_from(records, PRODUCER_ID_OFFSET)
             if self.producer_state.continues_in_sequence(*producer, delta):
                 slots = segment.append_state.tail_slots
                 slots[TAIL_PRODUCER_CHECKED] = 1
@@ -473,8 +477,9 @@ class Log:
                 return None
             first = self._log_end_offset
             last = first + delta
-            head = _PREFIX.pack(first, size - LOG_OVERHEAD, leader_epoch)  # fields outside the CRC
-            data = head + records[16:] if size < _COPY_BELOW else (head, memoryview(records)[16:])
+            head = PATCHED_PREFIX.pack(first, size - LOG_OVERHEAD, leader_epoch)  # fields outside the CRC
+            data = (head + records[PATCHED_PREFIX_SIZE:] if size < _COPY_BELOW
+                    else (head, memoryview(records)[PATCHED_PREFIX_SIZE:]))
             if not segment.append_if_no_roll(data, size, last, max_timestamp, last if max_timestamp > NO_TIMESTAMP else -1,
                                              self._roll_limits, now):
                 return None
