@@ -201,7 +201,7 @@ class RegistrySync:
         """Under the lock: pause the cleaner on each live partition of a topic whose configs are
         unconfirmed (the retention passes check the topic themselves), and say so loudly. The
         pause never waits here (a clean in progress is aborted; its cleaner thread may need this
-        lock to finish): callers wait with :meth:`_await_held` once the lock is released. Returns
+        lock to finish): callers wait with :meth:`await_held` once the lock is released. Returns
         the partitions newly held."""
         held = []
         for name in sorted(n for n, r in self._registry.topics.items() if r.unconfirmed):
