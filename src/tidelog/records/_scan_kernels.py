@@ -18,24 +18,9 @@ overflows int64 (sums that could are checked first and reported as errors); no v
 column exceeds that column's dtype; failures are returned as ``(error code, byte position)``, never
 raised. Nothing here checks CRCs (callers run crc32c over whole batches, far faster).
 
-RecordBatch v2 header (all integers big-endian; kafka-storage.md §1.3)::
-
-    offset  size  field
-    0       8     baseOffset            int64, offset of the first record
-    8       4     batchLength           int32, batch size - 12 (>= 49 for v2)
-    12      4     partitionLeaderEpoch  int32
-    16      1     magic                 int8, 2 (0 and 1 are legacy formats, not scanned here)
-    17      4     crc                   uint32 CRC-32C of bytes [21, end of batch)
-    21      2     attributes            int16: bits 0-2 codec, 3 LogAppendTime, 4 transactional,
-                                        5 control, 6 delete horizon in baseTimestamp
-    23      4     lastOffsetDelta       int32
-    27      8     baseTimestamp         int64 (the delete horizon when attributes bit 6 is set)
-    35      8     maxTimestamp          int64
-    43      8     producerId            int64
-    51      2     producerEpoch         int16
-    53      4     baseSequence          int32
-    57      4     recordsCount          int32
-    61      ...   records               uncompressed, or one compressed stream of them
+The RecordBatch v2 header (kafka-storage.md §1.3) is :mod:`tidelog.records.layout`'s: every field
+offset here is one of its module-level ints, which numba freezes into the compiled code as constants.
+Only magic 2 is scanned (0 and 1 are legacy formats).
 
 Record v2 (kafka-storage.md §1.4; varints are zig-zag LEB128, at most 5 bytes, varlongs 10)::
 
@@ -63,16 +48,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from tidelog.records.layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    CRC_SIZE,
+    CRC_START,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+)
+from tidelog.records.layout import CURRENT_MAGIC as MAGIC_V2
+from tidelog.records.layout import MIN_ENTRY_LENGTH as LEGACY_MIN_LENGTH  # shorter: corrupt whatever the magic
+
 # --- layout ---------------------------------------------------------------------------------
 
-LOG_OVERHEAD = 12  # baseOffset + batchLength: batch size = LOG_OVERHEAD + batchLength
-HEADER_SIZE_UP_TO_MAGIC = 17
-RECORD_BATCH_OVERHEAD = 61  # the v2 header; also the size of an empty batch
-MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # 49
-LEGACY_MIN_LENGTH = 14  # Kafka's RECORD_OVERHEAD_V0: anything shorter is corrupt whatever the magic
 MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headers
-MAGIC_V2 = 2
-TIMESTAMP_TYPE_MASK = 0x08
+# attributes a produced batch takes the general path for: LogAppendTime, transactional, control
+_NOT_CREATE_TIME_DATA = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
 
 INT64_MAX = 9223372036854775807
 INT64_MIN = -INT64_MAX - 1
@@ -201,12 +206,12 @@ def check_batch(buf, pos, end):
     """
     if end - pos < HEADER_SIZE_UP_TO_MAGIC:
         return OK, 0
-    length = read_int(buf, pos + 8, 4)
+    length = read_int(buf, pos + LENGTH_OFFSET, 4)
     if length < LEGACY_MIN_LENGTH:
         return ERR_BATCH_LENGTH, 0
     if length > end - pos - LOG_OVERHEAD:
         return OK, 0
-    if buf[pos + 16] != MAGIC_V2:
+    if buf[pos + MAGIC_OFFSET] != MAGIC_V2:
         return ERR_MAGIC, 0
     if length < MIN_BATCH_LENGTH:
         return ERR_BATCH_LENGTH, 0
@@ -231,7 +236,7 @@ def walk_batches(buf, start, end, limit, batches):
         if batch_size == 0:
             return n, pos, OK, pos
         base = read_int(buf, pos, 8)
-        delta = read_int(buf, pos + 23, 4)
+        delta = read_int(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
         if add_overflows(base, delta):
             return n, pos, ERR_OFFSET_OVERFLOW, pos
         if n < limit:
@@ -239,12 +244,12 @@ def walk_batches(buf, start, end, limit, batches):
             size[n] = batch_size
             base_offset[n] = base
             last_offset[n] = base + delta
-            attributes[n] = read_int(buf, pos + 21, 2)
-            base_timestamp[n] = read_int(buf, pos + 27, 8)
-            max_timestamp[n] = read_int(buf, pos + 35, 8)
-            producer_id[n] = read_int(buf, pos + 43, 8)
-            producer_epoch[n] = read_int(buf, pos + 51, 2)
-            records_count[n] = read_int(buf, pos + 57, 4)
+            attributes[n] = read_int(buf, pos + ATTRIBUTES_OFFSET, 2)
+            base_timestamp[n] = read_int(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+            max_timestamp[n] = read_int(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
+            producer_id[n] = read_int(buf, pos + PRODUCER_ID_OFFSET, 8)
+            producer_epoch[n] = read_int(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
+            records_count[n] = read_int(buf, pos + RECORDS_COUNT_OFFSET, 4)
         n += 1
         pos += batch_size
 
@@ -596,21 +601,21 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
     soon as the codec says compressed; else PRODUCED_OTHER (zeros), whatever failed: the
     caller's general path finds and reports it.
     """
-    if size < RECORD_BATCH_OVERHEAD or size > max_message_bytes or buf[16] != MAGIC_V2:
+    if size < RECORD_BATCH_OVERHEAD or size > max_message_bytes or buf[MAGIC_OFFSET] != MAGIC_V2:
         return PRODUCED_OTHER, 0, 0, 0
-    if read_int(buf, 0, 8) != 0 or read_int(buf, 8, 4) + LOG_OVERHEAD != size:
+    if read_int(buf, 0, 8) != 0 or read_int(buf, LENGTH_OFFSET, 4) + LOG_OVERHEAD != size:
         return PRODUCED_OTHER, 0, 0, 0
-    attributes = read_int(buf, 21, 2)
-    if attributes & 0x07:
+    attributes = read_int(buf, ATTRIBUTES_OFFSET, 2)
+    if attributes & COMPRESSION_CODEC_MASK:
         return PRODUCED_COMPRESSED, 0, 0, 0
-    delta = read_int(buf, 23, 4)
-    count = read_int(buf, 57, 4)
-    if attributes & 0x38 or count <= 0 or delta + 1 != count:
+    delta = read_int(buf, LAST_OFFSET_DELTA_OFFSET, 4)
+    count = read_int(buf, RECORDS_COUNT_OFFSET, 4)
+    if attributes & _NOT_CREATE_TIME_DATA or count <= 0 or delta + 1 != count:
         return PRODUCED_OTHER, 0, 0, 0  # LogAppendTime, transactional or control flag, bad count
-    if not crc_checked and crc32c_of(buf, 21, size) != (read_int(buf, 17, 4) & 0xFFFFFFFF):
+    if not crc_checked and crc32c_of(buf, CRC_START, size) != (read_int(buf, CRC_OFFSET, CRC_SIZE) & 0xFFFFFFFF):
         return PRODUCED_OTHER, 0, 0, 0
-    max_timestamp = read_int(buf, 35, 8)
-    base_timestamp = read_int(buf, 27, 8)
+    max_timestamp = read_int(buf, MAX_TIMESTAMP_OFFSET, 8)
+    base_timestamp = read_int(buf, BASE_TIMESTAMP_OFFSET, 8)
     ok, low, high, keyless = walk_records(buf, RECORD_BATCH_OVERHEAD, size, count)
     # The timestamps are base + delta (summarize_records' bounds: an overflow is an error; the
     # smallest leaves out -1; the largest is at least -1). Any doubt: summarize_records decides.
@@ -629,12 +634,11 @@ def check_produced_batch(buf, size, crc_checked, max_message_bytes, compact, bef
         return PRODUCED_OTHER, 0, 0, 0
     if high >= 0 and after_max_ms < INT64_MAX and difference_exceeds(high, now, after_max_ms):
         return PRODUCED_OTHER, 0, 0, 0
-    return PRODUCED_OK if read_int(buf, 43, 8) < 0 else PRODUCED_IDEMPOTENT, delta, max_timestamp, count
+    return PRODUCED_OK if read_int(buf, PRODUCER_ID_OFFSET, 8) < 0 else PRODUCED_IDEMPOTENT, delta, max_timestamp, count
 
 
 # --- CRC-32C of whole batches -----------------------------------------------------------------
 
-CRC_START = 21  # a v2 batch's CRC covers bytes [21, end of batch): from the attributes on
 INDEX_MASK = (1 << 62) - 1  # see read_le64
 
 
