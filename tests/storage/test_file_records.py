@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from tidelog.errors import CorruptRecordError, StorageError
 from tidelog.records import CompressionType, build_legacy_batch
-from tidelog.storage import file_records
+from tidelog.storage import file_records, segment_reader
 from tidelog.storage.file_records import FileRecords, _remaining
+from tidelog.storage.segment_reader import SegmentReader
 
 from storage_helpers import batch, records
 
@@ -23,6 +24,11 @@ def new_file(tmp_path: Path, *chunks: bytes, name: str = "00000000000000000000.l
     for chunk in chunks:
         fr.append(chunk)
     return fr
+
+
+def reader_of(fr: FileRecords, base_offset: int = 0) -> SegmentReader:
+    """The shared segment reader over ``fr``'s data (what LogSegment.reader gives)."""
+    return SegmentReader(fr.descriptor(), fr.size_in_bytes, base_offset, fr.path)
 
 
 def three_batches() -> list[bytes]:
@@ -135,7 +141,7 @@ def test_batches_stop_quietly_at_a_partial_tail(tmp_path: Path, cut: int) -> Non
     parts = three_batches()
     fr = new_file(tmp_path, parts[0], parts[1], parts[2][:cut])
     assert [b.base_offset for _, b in fr.batches()] == [0, 3]
-    assert [loc.base_offset for loc in fr.batch_locations()] == [0, 3]
+    assert [loc.base_offset for loc in reader_of(fr).batch_locations()] == [0, 3]
     fr.close()
 
 
@@ -176,10 +182,10 @@ def test_batches_larger_than_the_scan_chunk_are_read_whole(
 
 @pytest.mark.parametrize("chunk", [30, 61, 130, 16 << 10])
 def test_batch_locations_cross_search_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    monkeypatch.setattr(file_records, "SEARCH_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(segment_reader, "SEARCH_CHUNK_BYTES", chunk)
     parts = [records(1, base_offset=o, value_size=7 * (o + 1)) for o in range(12)]
     fr = new_file(tmp_path, *parts)
-    locations = list(fr.batch_locations())
+    locations = list(reader_of(fr).batch_locations())
     positions = [sum(map(len, parts[:i])) for i in range(12)]
     assert [(loc.base_offset, loc.position, loc.size) for loc in locations] == [
         (o, positions[o], len(parts[o])) for o in range(12)
@@ -194,11 +200,11 @@ def test_search_for_offset_finds_first_batch_reaching_target(tmp_path: Path) -> 
     starts = [sum(map(len, parts[:i])) for i in range(4)]
     expect = {0: 0, 2: 0, 3: 1, 4: 2, 8: 2, 9: 3, 15: 3, 21: 3}
     for target, index in expect.items():
-        loc = fr.search_for_offset(target)
+        loc = reader_of(fr).search_for_offset(target)
         assert loc is not None and loc.position == starts[index], target
-    assert fr.search_for_offset(22) is None
+    assert reader_of(fr).search_for_offset(22) is None
     # starting position skips earlier batches even if they hold the target
-    loc = fr.search_for_offset(0, starts[2])
+    loc = reader_of(fr).search_for_offset(0, starts[2])
     assert loc is not None and loc.base_offset == 4
     fr.close()
 
@@ -210,9 +216,9 @@ def test_search_for_offset_in_legacy_wrapper_reports_first_inner_offset(tmp_path
     )
     plain = build_legacy_batch([(13, 1003, b"d", b"4")], magic=1)
     fr = new_file(tmp_path, wrapper, plain, name="00000000000000000010.log")
-    loc = fr.search_for_offset(11)
+    loc = reader_of(fr, 10).search_for_offset(11)
     assert loc is not None and (loc.base_offset, loc.last_offset, loc.position, loc.magic) == (10, 12, 0, 1)
-    loc = fr.search_for_offset(13)
+    loc = reader_of(fr, 10).search_for_offset(13)
     assert loc is not None and (loc.base_offset, loc.last_offset, loc.position) == (13, 13, len(wrapper))
     fr.close()
 
@@ -227,7 +233,7 @@ def test_batches_are_exactly_the_complete_prefix(sizes: list[int], cut: int) -> 
         ends = [sum(map(len, parts[: i + 1])) for i in range(len(parts))]
         expected = [i for i, end in enumerate(ends) if end <= len(data)]
         assert [b.base_offset for _, b in fr.batches()] == expected
-        assert [loc.base_offset for loc in fr.batch_locations()] == expected
+        assert [loc.base_offset for loc in reader_of(fr).batch_locations()] == expected
         fr.close()
 
 

@@ -129,7 +129,7 @@ def test_read_from_gap_returns_next_batch(seg: LogSegment) -> None:
 def test_read_without_max_position_returns_metadata_only(seg: LogSegment, min_one_message: bool) -> None:
     append(seg, 50, b"hello", b"there")
     second_position = len(msgs(50, b"hello"))
-    assert [loc.position for loc in seg.log.batch_locations()] == [0, second_position]
+    assert [loc.position for loc in seg.reader().batch_locations()] == [0, second_position]
     expected = {48: (48, 40, 0), 50: (50, 40, 0), 51: (51, 40, second_position)}
     for offset, (message, base, position) in expected.items():
         info = seg.read(offset, 1, None, min_one_message)
@@ -406,13 +406,13 @@ def test_recovery_with_corrupt_message_keeps_batches_before_it(
     seg = open_segment(dir, 0)
     for offset in range(20):
         seg.append(offset, NO_TIMESTAMP, -1, batch(str(offset).encode(), base_offset=offset, timestamp=NO_TIMESTAMP))
-    location = seg.log.search_for_offset(corrupt_at)
+    location = seg.reader().search_for_offset(corrupt_at)
     assert location is not None
     position = location.position + skew
     seg.log.flush()
     write_nonsense(seg.log.path, position, seg.size - position, random.Random(seed))
     result = seg.recover()
-    assert [loc.last_offset for loc in seg.log.batch_locations()] == list(range(corrupt_at))
+    assert [loc.last_offset for loc in seg.reader().batch_locations()] == list(range(corrupt_at))
     assert result.truncated_bytes > 0 and seg.size == location.position
     assert seg.read_next_offset() == corrupt_at
     seg.delete_files()

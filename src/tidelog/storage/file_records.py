@@ -35,14 +35,10 @@ from tidelog.records.layout import (
     CRC_OFFSET,
     HEADER_DTYPE,
     HEADER_SIZE_UP_TO_MAGIC,
-    LAST_OFFSET_DELTA,
-    LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    MIN_ENTRY_LENGTH,
     PARTITION_LEADER_EPOCH_OFFSET,
     PATCHED_PREFIX,
-    PREFIX,
     declared_size,
 )
 from tidelog.records.scan import BATCH_COLUMNS, batch_crcs, walk_batch_headers
@@ -61,12 +57,9 @@ RESERVE_AHEAD = 1 << 20
 # of a process that died (ours are known), but not an extent tree's own few blocks.
 _TRIM_SLACK = 256 << 10
 
-# Reads while scanning a whole file (recovery, dumps) and while searching near an index entry.
+# Reads while scanning a whole file (recovery, dumps).
 SCAN_CHUNK_BYTES = 1 << 20
-SEARCH_CHUNK_BYTES = 16 << 10
 
-# A header search reads baseOffset, length and magic, then lastOffsetDelta (v2), nothing more.
-_SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + LAST_OFFSET_DELTA.size  # 27 bytes
 # Recovery's gathered reads of each batch's stored CRC and partitionLeaderEpoch.
 _CRC_BYTES = np.arange(CRC_OFFSET, ATTRIBUTES_OFFSET)
 _CRC_DTYPE = HEADER_DTYPE["crc"]
@@ -391,54 +384,6 @@ class FileRecords:
                 del data  # the map cannot close while a view of it is exported
         columns["leader_epoch"] = epochs
         return columns
-
-    def search_for_offset(self, target_offset: int, start_position: int = 0) -> BatchLocation | None:
-        """The first batch at or after ``start_position`` whose last offset is >= ``target_offset``.
-
-        Reads headers only (v2). None when no such batch exists before the end of the data.
-        """
-        for location in self.batch_locations(start_position):
-            if location.last_offset >= target_offset:
-                if location.magic < 2:
-                    return self._legacy_location(location)
-                return location
-        return None
-
-    def batch_locations(self, start: int = 0) -> Iterator[BatchLocation]:
-        """Batch headers from ``start`` in order, reading small chunks (for index-guided searches)."""
-        position = start
-        while position + HEADER_SIZE_UP_TO_MAGIC <= self._size:
-            chunk = self.read(position, SEARCH_CHUNK_BYTES)
-            relative = 0
-            while (location := self._location_in(chunk, relative, position + relative)) is not None:
-                yield location
-                relative += location.size
-            if relative == 0:
-                return  # partial tail, or a header cut by the chunk that is also past the end
-            position += relative
-
-    def _location_in(self, chunk: bytes, relative: int, position: int) -> BatchLocation | None:
-        if relative + HEADER_SIZE_UP_TO_MAGIC > len(chunk):
-            return None
-        base, length, _epoch, magic = PREFIX.unpack_from(chunk, relative)
-        if length < MIN_ENTRY_LENGTH or magic not in (0, 1, 2):
-            raise CorruptRecordError(
-                f"invalid batch header (length {length}, magic {magic})", path=self._path, position=position
-            )
-        size = LOG_OVERHEAD + length
-        if position + size > self._size:
-            return None
-        if magic < 2:
-            return BatchLocation(base, base, position, size, magic)
-        if relative + _SEARCH_HEADER_SIZE > len(chunk):
-            return None  # header cut by the chunk: the caller re-reads from here
-        (last_offset_delta,) = LAST_OFFSET_DELTA.unpack_from(chunk, relative + LAST_OFFSET_DELTA_OFFSET)
-        return BatchLocation(base, base + last_offset_delta, position, size, magic)
-
-    def _legacy_location(self, location: BatchLocation) -> BatchLocation:
-        batch = read_batch_at(self.read(location.position, location.size), 0)
-        base = batch.base_offset if batch is not None else location.base_offset
-        return BatchLocation(base, location.last_offset, location.position, location.size, location.magic)
 
 
 def _walk_headers(data: np.ndarray, mapped: mmap.mmap, parts: list[BatchHeaders]) -> int | None:

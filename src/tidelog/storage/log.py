@@ -781,13 +781,9 @@ class Log:
             return None
         target = best.max_timestamp_and_offset_so_far
         position = best.offset_index.lookup(target.offset).position
-        for _, batch in best.log.batches(position):
-            if batch.max_timestamp == target.timestamp:
-                for record in batch.records():
-                    if record.timestamp == target.timestamp:
-                        epoch = batch.partition_leader_epoch
-                        return TimestampAndOffset(record.timestamp, record.offset, epoch if epoch >= 0 else None)
-        return None
+        # No batch of the segment has a max timestamp above the target: the first record reaching
+        # it is the first record at it.
+        return best.reader().first_record_reaching(target.timestamp, position, 0)
 
     # --- flush --------------------------------------------------------------------------------
 
