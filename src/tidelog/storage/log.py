@@ -35,13 +35,7 @@ from tidelog.errors import (
 )
 from tidelog.records import CompressionType, FileBatch
 from tidelog.records.batch import increment_sequence, stored_crc_matches
-from tidelog.records.layout import (
-    LOG_OVERHEAD,
-    PATCHED_PREFIX,
-    PATCHED_PREFIX_SIZE,
-    PRODUCER_FIELDS,
-    PRODUCER_ID_OFFSET,
-)
+from tidelog.records.layout import LOG_OVERHEAD, PATCHED_PREFIX, PATCHED_PREFIX_SIZE, PRODUCER_FIELDS, PRODUCER_ID_OFFSET
 from tidelog.records.scan import CRC_IN_KERNEL_BELOW, PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT, PRODUCED_OK
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler

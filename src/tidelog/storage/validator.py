@@ -57,13 +57,8 @@ from tidelog.records import (
     set_partition_leader_epoch,
 )
 from tidelog.records.batch import HEADER, RECORD_BATCH_OVERHEAD, stored_crc_matches
-from tidelog.records.layout import (
-    COMPRESSION_CODEC_MASK,
-    CONTROL_FLAG_MASK,
-    PRODUCER_FIELDS,
-    PRODUCER_ID_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-)
+from tidelog.records.layout import COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, TIMESTAMP_TYPE_MASK
+from tidelog.records.layout import PRODUCER_FIELDS, PRODUCER_ID_OFFSET
 from tidelog.records.scan import (
     CRC_IN_KERNEL_BELOW,
     PRODUCED_COMPRESSED,
