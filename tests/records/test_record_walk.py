@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tidelog import twins
 from tidelog.records import BatchBuilder, write_crc
+from tidelog.records import _crc_kernels
 from tidelog.records import _scan_kernels as k
 from tidelog.records.scan import get_kernels
 
@@ -27,7 +28,7 @@ def _compiled() -> dict[str, Any] | None:
         get_kernels(False)  # ImportError when numba is absent
     except ImportError:
         return None
-    return twins.compile_functions(vars(k), k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS)
+    return twins.compile_functions({**vars(_crc_kernels), **vars(k)}, k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS)
 
 
 COMPILED = _compiled()

@@ -32,7 +32,7 @@ from kafka.record.memory_records import MemoryRecords
 from tidelog.errors import CorruptRecordError, UnsupportedCompressionError
 from tidelog.records import RecordBatch
 from tidelog.records.varint import zigzag_bytes
-from tidelog.records import _scan_kernels as scan_kernels
+from tidelog.records import _crc_kernels
 from tidelog.records.scan import (
     ACTIVE_IMPLEMENTATION,
     RecordsSummary,
@@ -507,11 +507,11 @@ def test_batch_crcs_match_the_crc32c_library(twin: ScanKernels) -> None:
 
 
 def test_batch_crcs_kernel_source_interpreted_matches_the_library() -> None:
-    """The compiled twin runs _scan_kernels.batch_crcs with SSE4.2's crc32 in place of
+    """The compiled twin runs _crc_kernels.batch_crcs with SSE4.2's crc32 in place of
     crc32c_u8/u64; their interpreted definitions (the specification) give the library's CRCs."""
     data, position, size = crc_ranges()
     out = [0] * len(position)
-    scan_kernels.batch_crcs(memoryview(data), position.tolist(), size.tolist(), out)
+    _crc_kernels.batch_crcs(memoryview(data), position.tolist(), size.tolist(), out)
 
     assert out == [crc32c.crc32c(data[p + 21:p + n].tobytes()) for p, n in zip(position, size)]
 

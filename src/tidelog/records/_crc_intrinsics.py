@@ -1,6 +1,6 @@
 """SSE4.2's ``crc32`` instructions as numba intrinsics, for the compiled CRC kernel only.
 
-Private to :mod:`tidelog.records.scan`. ``_scan_kernels.batch_crcs`` is written against
+Private to :mod:`tidelog.records.scan`. ``_crc_kernels.batch_crcs`` is written against
 ``crc32c_u8(crc, byte)`` and ``crc32c_u64(crc, word)``, whose interpreted definitions there are
 the specification (table-driven CRC-32C steps, no pre/post inversion); compiled, they become the
 ``crc32b`` / ``crc32q`` instructions, which compute exactly that. Imported only once numba is.

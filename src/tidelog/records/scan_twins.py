@@ -16,7 +16,9 @@ import numpy as np
 from crc32c import crc32c
 
 from tidelog import twins
+from tidelog.records import _crc_kernels as c
 from tidelog.records import _scan_kernels as k
+from tidelog.records import layout
 
 Buffer = Any  # what a twin's kernels read: a numpy uint8 array (numba) or a memoryview (python)
 Column = Any  # what they read and write per row/batch: a numpy array (numba) or a list (python)
@@ -79,7 +81,7 @@ class _CompiledKernels:
     decode_batches: Callable[..., tuple[int, int, int]]
     summarize_records: Callable[..., tuple[int, int, int, int, int, int, int]]
     check_produced_batch: Callable[..., tuple[int, int, int, int]]
-    crc_kernel: Callable[..., None] | None  # _scan_kernels.batch_crcs on SSE4.2, else None
+    crc_kernel: Callable[..., None] | None  # _crc_kernels.batch_crcs on SSE4.2, else None
     name: str = "numba"
 
     def view(self, data: np.ndarray) -> Buffer:
@@ -131,13 +133,14 @@ class _InterpretedKernels:
 
 def _compile_kernels() -> _CompiledKernels:
     """numba versions of _scan_kernels' functions (compiled lazily, cached on disk)."""
-    namespace = twins.compile_functions(vars(k), k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS)
+    namespace = twins.compile_functions({**vars(c), **vars(k)}, k.NUMBA_INLINED, k.NUMBA_COMPILED, k.NUMBA_OPTIONS,
+                                        (k, c, layout))
     return _CompiledKernels(namespace["walk_batches"], namespace["decode_batches"], namespace["summarize_records"],
                             namespace["check_produced_batch"], _compile_crc_kernel())
 
 
 def _compile_crc_kernel() -> Callable[..., None] | None:
-    """_scan_kernels.batch_crcs compiled with SSE4.2's crc32 instructions in place of
+    """_crc_kernels.batch_crcs compiled with SSE4.2's crc32 instructions in place of
     crc32c_u8/crc32c_u64 (one kernel call per scan instead of one library call per batch:
     the per-call cost is most of the time for 4 KB batches); None where the CPU lacks them."""
     from tidelog.records import _crc_intrinsics
@@ -145,8 +148,8 @@ def _compile_crc_kernel() -> Callable[..., None] | None:
     intrinsics = _crc_intrinsics.sse42_crc32c()
     if intrinsics is None:
         return None
-    namespace = twins.compile_functions({**vars(k), **intrinsics}, k.NUMBA_CRC_INLINED, k.NUMBA_CRC_COMPILED,
-                                        k.NUMBA_OPTIONS)
+    namespace = twins.compile_functions({**vars(c), **intrinsics}, c.NUMBA_CRC_INLINED, c.NUMBA_CRC_COMPILED,
+                                        k.NUMBA_OPTIONS, (c, layout, _crc_intrinsics))
     return namespace["batch_crcs"]
 
 

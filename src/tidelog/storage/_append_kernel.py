@@ -35,9 +35,9 @@ from tidelog.records._scan_kernels import (
     INT32_MIN,
     INT64_MIN,
     check_produced_batch,
-    crc_finish,
     read_int,
 )
+from tidelog.records._crc_kernels import crc_finish
 from tidelog.records.layout import (
     CRC_OFFSET,
     CRC_SIZE,
@@ -62,7 +62,8 @@ PRODUCED_COMPRESSED, PRODUCED_IDEMPOTENT = _check.PRODUCED_COMPRESSED, _check.PR
 # check_produced_batch is the active scan twin's compiled function (nothing is compiled twice); the
 # batch's CRC uses SSE4.2's crc32 where the CPU has it, else crc32c_u8/u64 compiled as they are.
 # numba's on-disk cache of these functions is keyed by this file AND by the content of
-# records/_scan_kernels.py, whose check they run (see append_state._key_cache_by).
+# records/_scan_kernels.py, whose check they run, and of the modules they take code and constants from
+# (see append_state._compile_appenders).
 NUMBA_APPEND_COMPILED = ("append_index_entries", "append_to_tail", "append_produced_batch",
                          "append_crc_checked_batch")
 NUMBA_APPEND_INLINED = ("read_int", "read_le64", "crc_finish", "roll_due")  # + crc32c_u8/u64 where SSE4.2 does not replace them

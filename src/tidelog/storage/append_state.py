@@ -20,15 +20,13 @@ Not thread-safe: the owning log's lock is held around every use.
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
 from tidelog import twins
-from tidelog.records import _scan_kernels, layout
+from tidelog.records import _crc_kernels, _scan_kernels, layout
 from tidelog.records.scan import ACTIVE_IMPLEMENTATION, entry_point, get_kernels
 from tidelog.storage import _append_kernel as ak
 
@@ -174,33 +172,9 @@ def _compile_appenders() -> tuple[ProducedBatchAppend | None, ProducedBatchAppen
     crc = _crc_intrinsics.sse42_crc32c()
     inlined = ak.NUMBA_APPEND_INLINED + (("crc32c_u8", "crc32c_u64") if crc is None else ())
     check = get_kernels(False).check_produced_batch  # type: ignore[attr-defined]
-    source = {**vars(_scan_kernels), **vars(ak), **intrinsics, **(crc or {}), "check_produced_batch": check}
-    namespace = twins.compile_functions(source, inlined, ak.NUMBA_APPEND_COMPILED, _scan_kernels.NUMBA_OPTIONS)
-    _key_cache_by(namespace, ak.NUMBA_APPEND_COMPILED, (_scan_kernels, layout, _write_intrinsics, _crc_intrinsics))
+    source = {**vars(_crc_kernels), **vars(_scan_kernels), **vars(ak), **intrinsics, **(crc or {}), "check_produced_batch": check}
+    namespace = twins.compile_functions(source, inlined, ak.NUMBA_APPEND_COMPILED, _scan_kernels.NUMBA_OPTIONS,
+                                        (_scan_kernels, _crc_kernels, layout, _write_intrinsics, _crc_intrinsics))
     signature = ("bytes", "int64[]", "int64", "int64", "int64")
     return (entry_point(namespace["append_produced_batch"], signature),
             entry_point(namespace["append_crc_checked_batch"], signature))
-
-
-def _key_cache_by(namespace: dict[str, Any], names: tuple[str, ...], dependencies: tuple[Any, ...]) -> None:
-    """Key the on-disk numba cache of the functions ``names`` by the content of the modules
-    ``dependencies`` too: numba keys it by the function's own file and bytecode only, and these
-    functions embed code from records/_scan_kernels.py (the check), constants from records/layout.py
-    and the intrinsics' modules.
-    Without numba's cache internals, nothing changes (the cache then goes stale with an edit of
-    one of those files alone)."""
-    try:
-        from numba.core.caching import FunctionCache
-
-        digest = hashlib.sha256("".join(inspect.getsource(module) for module in dependencies).encode()).hexdigest()
-
-        class _KeyedCache(FunctionCache):  # type: ignore[misc]
-            def _index_key(self, sig: Any, codegen: Any) -> Any:
-                return (*super()._index_key(sig, codegen), digest)
-
-        for name in names:
-            dispatcher = namespace[name]
-            if getattr(dispatcher, "_cache", None) is not None and dispatcher._cache.__class__ is FunctionCache:
-                dispatcher._cache = _KeyedCache(dispatcher.py_func)
-    except (ImportError, AttributeError, OSError, TypeError):
-        return
