@@ -187,8 +187,8 @@ def assign_offsets(
                 _check_producer_batch(batch, position)
     target = _target_compression(config, analyzed.source_compression)
     log_append = config.message_timestamp_type == "LogAppendTime"
-    # Every v2 batch's records are checked on its summary, whichever path writes it (a legacy
-    # entry in the same append used to send the v2 batches past these checks).
+    # Every v2 batch's records are checked on its summary, whichever path writes it (so a legacy
+    # entry in the same append cannot send the v2 batches past these checks).
     summaries = [_summarize(batch, position, config.max_message_bytes)  # type: ignore[arg-type]  # v2 here
                  for position, batch in batches if batch.magic >= 2]
     for (position, batch), summary in zip([b for b in batches if b[1].magic >= 2], summaries):
