@@ -70,7 +70,7 @@ from tidelog.spark.compaction_tasks import (
     ignore_aborted,
     key_scanner,
 )
-from tidelog.storage import files
+from tidelog.storage import fileops, files
 from tidelog.storage.log import Log, segment_config
 from tidelog.storage.segment import LogSegment
 
@@ -131,7 +131,7 @@ def walk_segment(path: Path, size: int, split_bytes: int = SPLIT_BYTES, count_fr
     a batch."""
     if size <= 0:
         return SegmentWalk(np.zeros(1, np.int64), (), -1, 0, 0)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+    with open(path, "rb") as f, fileops.mapped(f.fileno(), size, writable=False, path=path) as mapped:
         data = np.frombuffer(mapped, np.uint8, size)
         try:
             positions, sizes, records, events, last = _walk(data, mapped, path)

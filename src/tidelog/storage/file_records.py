@@ -348,7 +348,7 @@ class FileRecords:
         parts: list[BatchHeaders] = []
         bad = None
         if size > 0:
-            with open(self._path, "rb") as f, fileops.mmap(f.fileno(), size, writable=False, path=self._path) as mapped:
+            with open(self._path, "rb") as f, fileops.mapped(f.fileno(), size, writable=False, path=self._path) as mapped:
                 data = np.frombuffer(mapped, np.uint8, size)
                 bad = _walk_headers(data, mapped, parts)
                 del data  # the map cannot close while a view of it is exported
@@ -369,7 +369,7 @@ class FileRecords:
         columns: BatchHeaders = {name: np.zeros(0, dtype) for name, dtype in BATCH_COLUMNS}
         epochs = np.zeros(0, np.int32)
         if size > 0:
-            with open(self._path, "rb") as f, fileops.mmap(f.fileno(), size, writable=False, path=self._path) as mapped:
+            with open(self._path, "rb") as f, fileops.mapped(f.fileno(), size, writable=False, path=self._path) as mapped:
                 data = np.frombuffer(mapped, np.uint8, size)
                 columns = walk_batch_headers(data).batches
                 positions = columns["position"]

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import errno as errno_module
+import gc
 import json
 import mmap as mmap_module
 import os
@@ -412,6 +413,28 @@ def mmap(fd: int, length: int, *, writable: bool, path: PathLike) -> mmap_module
         return mmap_module.mmap(fd, length, access=access)
     finally:
         _after(kill)
+
+
+@contextmanager
+def mapped(fd: int, length: int, *, writable: bool, path: PathLike) -> Iterator[mmap_module.mmap]:
+    """:func:`mmap` for the body of a ``with``, closed by :func:`close_mapping` at its end."""
+    mapping = mmap(fd, length, writable=writable, path=path)
+    try:
+        yield mapping
+    finally:
+        close_mapping(mapping)
+
+
+def close_mapping(mapping: mmap_module.mmap) -> None:
+    """Close ``mapping`` once the caller has dropped its views of it. A view may still be held by
+    garbage in a reference cycle: numba, compiling a kernel on its first call, keeps the typing
+    errors it tried and recovered from, whose tracebacks hold the frames that passed the view in.
+    Such cycles are collected and the close tried again (BufferError if a live view remains)."""
+    try:
+        mapping.close()
+    except BufferError:
+        gc.collect()
+        mapping.close()
 
 
 def rename(source: PathLike, target: PathLike) -> None:

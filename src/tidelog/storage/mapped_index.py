@@ -161,7 +161,7 @@ class MappedIndex(IndexFile):
         self._map_address = 0
         self._buffer = _EMPTY
         if self._mmap is not None:
-            self._mmap.close()
+            fileops.close_mapping(self._mmap)
             self._mmap = None
 
     def _round_down(self, size: int) -> int:
