@@ -8,7 +8,7 @@ file length, and segment recovery truncates whatever does not form complete, val
 An append of RESERVE_FROM bytes or more first reserves the disk blocks of RESERVE_AHEAD bytes past
 it (``fallocate`` keeping the size: :meth:`FileRecords.reserve_for`). Writes into reserved blocks
 skip the file system's per-page block reservation: on ext4 a 125 KB append costs ~20% less, a
-200-byte one the same (measured in issue 2's stop 18). The file's size, and so every byte a
+200-byte one the same (figures: docs/architecture.md, design notes). The file's size, and so every byte a
 reader or Kafka sees, is unchanged; the blocks past the end are freed on roll and close (and by
 any truncation), also when a process that died left them.
 
