@@ -22,7 +22,7 @@ import errno
 import logging
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,44 +299,9 @@ class FileRecords:
     # --- scanning -----------------------------------------------------------------------------
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, FileBatch]]:
-        """Every complete batch from byte ``start`` to ``end`` (default: the logical end), in order.
-
-        Stops quietly at a partial tail. Raises :class:`CorruptRecordError` (with this file's path
-        and the byte position) where a header cannot be a batch. Batches are not CRC-checked here.
-        """
-        end = self._size if end is None else min(end, self._size)
-        position = start
-        chunk_size = SCAN_CHUNK_BYTES
-        while position + HEADER_SIZE_UP_TO_MAGIC <= end:
-            chunk = self.read(position, min(chunk_size, end - position))
-            consumed = 0
-            for relative, batch in self._batches_in(chunk, position):
-                consumed = relative + batch.size_in_bytes
-                yield position + relative, batch
-            if consumed == 0:
-                needed = self._length_at(chunk)
-                if needed is None or needed > end - position:
-                    return  # partial tail
-                chunk_size = max(chunk_size, needed)
-            position += consumed
-
-    def _batches_in(self, chunk: bytes, chunk_position: int) -> Iterator[tuple[int, FileBatch]]:
-        relative = 0
-        while True:
-            try:
-                batch = read_batch_at(chunk, relative)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(e.message, path=self._path, position=chunk_position + relative) from e
-            if batch is None:
-                return
-            yield relative, batch
-            relative += batch.size_in_bytes
-
-    @staticmethod
-    def _length_at(chunk: bytes) -> int | None:
-        if len(chunk) < LOG_OVERHEAD:
-            return None
-        return declared_size(chunk)
+        """Every complete batch from byte ``start`` to ``end`` (default: the logical end), in order
+        (:func:`chunked_batches` over :meth:`read`)."""
+        yield from chunked_batches(self.read, self._path, start, self._size if end is None else min(end, self._size))
 
     def batch_headers(self, size: int | None = None) -> BatchHeaders:
         """The header columns (:data:`~tidelog.records.scan.BATCH_COLUMNS`, by name) of every
@@ -437,3 +402,30 @@ def _remaining(views: list[memoryview], skip: int) -> list[memoryview]:
         out.append(view[skip:])
         skip = 0
     return out
+
+
+def chunked_batches(read: Callable[[int, int], bytes], path: Path | str, start: int,
+                    end: int) -> Iterator[tuple[int, FileBatch]]:
+    """``(position, batch)`` of every complete batch (v2 and v0/v1) in bytes ``[start, end)`` of a
+    file read by ``read(position, size)``, a chunk at a time (a chunk grows to hold a batch larger
+    than it). Stops quietly at a partial tail; CorruptRecordError (``path``, the byte position)
+    where a header cannot be a batch. CRCs are not checked."""
+    position, chunk_size = start, SCAN_CHUNK_BYTES
+    while position + HEADER_SIZE_UP_TO_MAGIC <= end:
+        chunk = read(position, min(chunk_size, end - position))
+        relative = 0
+        while True:
+            try:
+                batch = read_batch_at(chunk, relative)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(e.message, path=path, position=position + relative) from e
+            if batch is None:
+                break
+            yield position + relative, batch
+            relative += batch.size_in_bytes
+        if relative == 0:
+            needed = declared_size(chunk) if len(chunk) >= LOG_OVERHEAD else None
+            if needed is None or needed > end - position:
+                return  # partial tail
+            chunk_size = max(chunk_size, needed)
+        position += relative

@@ -50,10 +50,9 @@ from tidelog.records.layout import (
 from tidelog.records.scan import HeaderWalk, walk_batch_headers
 from tidelog.storage import fileops
 from tidelog.storage.fetch_info import TimestampAndOffset
-from tidelog.storage.file_records import BatchLocation
+from tidelog.storage.file_records import BatchLocation, chunked_batches
 
 SEARCH_CHUNK_BYTES = 16 << 10  # per read of an index-guided header walk
-SCAN_CHUNK_BYTES = 1 << 20  # per read while decoding batches (the timestamp search)
 INT64_MAX = 2**63 - 1
 _SEARCH_HEADER_SIZE = LAST_OFFSET_DELTA_OFFSET + LAST_OFFSET_DELTA.size  # what a header walk reads of a v2 batch
 
@@ -170,26 +169,7 @@ class SegmentReader:
         readable end; v2 and v0/v1), read a chunk at a time; stops at a partial tail;
         CorruptRecordError (``path``, ``position``) where a header cannot be a batch. CRCs are not
         checked."""
-        limit = self.limit if end is None else min(end, self.limit)
-        position, chunk_size = start, SCAN_CHUNK_BYTES
-        while position + HEADER_SIZE_UP_TO_MAGIC <= limit:
-            chunk = self.read(position, min(chunk_size, limit - position))
-            relative = 0
-            while True:
-                try:
-                    batch = read_batch_at(chunk, relative)
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(e.message, path=self.path, position=position + relative) from e
-                if batch is None:
-                    break
-                yield position + relative, batch
-                relative += batch.size_in_bytes
-            if relative == 0:
-                needed = declared_size(chunk) if len(chunk) >= LOG_OVERHEAD else None
-                if needed is None or needed > limit - position:
-                    return  # partial tail
-                chunk_size = max(chunk_size, needed)
-            position += relative
+        yield from chunked_batches(self.read, self.path, start, self.limit if end is None else min(end, self.limit))
 
     def first_record_reaching(self, timestamp: int, start: int, min_offset: int,
                               end_offset: int = INT64_MAX) -> TimestampAndOffset | None:
