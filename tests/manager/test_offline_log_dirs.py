@@ -498,16 +498,23 @@ def test_a_returning_dir_keeps_its_damaged_registry_aside(request: pytest.Fixtur
     assert registry(log_dirs[1]) == registry(log_dirs[0])
 
 
-def test_a_returning_dir_whose_registry_is_newer_loses_no_config_and_no_epoch(
-        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+def _second_dir_alone_saw_a_config_change(broker: Opener, log_dirs: list[Path]) -> int:
+    """Topic t over the first two dirs; then retention.ms=-1 set while only the second is open,
+    and its partition copy of t-1 lost. Returns the second dir's registry epoch."""
     first = broker.open(log_dirs[:2])
     first.create_topic("t", 2)
     first.shutdown()
-    alone = broker.open(log_dirs[1:2])  # a config change only the second dir's registry saw
+    alone = broker.open(log_dirs[1:2])
     alone.alter_topic_config("t", {"retention.ms": "-1"})
-    newer = registry(log_dirs[1])["epoch"]
+    newer: int = registry(log_dirs[1])["epoch"]
     alone.shutdown()
-    (log_dirs[1] / "t-1" / TOPIC_COPY_FILE).unlink()  # and its partition copy is lost
+    (log_dirs[1] / "t-1" / TOPIC_COPY_FILE).unlink()
+    return newer
+
+
+def test_a_returning_dir_whose_registry_is_newer_loses_no_config_and_no_epoch(
+        request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
+    newer = _second_dir_alone_saw_a_config_change(broker, log_dirs)
     with eio_on_lock(request, log_dirs[1]):
         manager = broker.open(log_dirs[:2])
     assert manager.topic_overrides("t") == {}
@@ -539,14 +546,7 @@ def test_a_registry_read_failing_on_the_disk_is_no_damage_its_dir_waits_offline_
         request: pytest.FixtureRequest, broker: Opener, log_dirs: list[Path]) -> None:
     """EIO reading a registry copy says nothing of its content: it is not renamed aside as damaged
     (and its epoch and entries lost), its dir goes offline and joins once the copy reads."""
-    first = broker.open(log_dirs[:2])
-    first.create_topic("t", 2)
-    first.shutdown()
-    alone = broker.open(log_dirs[1:2])  # a config change only the second dir's registry saw
-    alone.alter_topic_config("t", {"retention.ms": "-1"})
-    newer = registry(log_dirs[1])["epoch"]
-    alone.shutdown()
-    (log_dirs[1] / "t-1" / TOPIC_COPY_FILE).unlink()  # and its partition copy is lost
+    newer = _second_dir_alone_saw_a_config_change(broker, log_dirs)
     copy = log_dirs[1] / REGISTRY_FILE
     kept = copy.read_bytes()
     with faults(request, FaultRule(frozenset({FileOp.READ}), str(copy), error=errno.EIO)):
