@@ -38,7 +38,7 @@ def crash(log: Log) -> None:
         segment.log.close()
         if segment._txn_index is not None:
             segment._txn_index.close()
-    for segment in log._retired:  # renamed .deleted, their delayed unlink pending
+    for segment in log._local._retired:  # renamed .deleted, their delayed unlink pending
         segment.close_handlers()
 
 

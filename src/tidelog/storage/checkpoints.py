@@ -368,6 +368,15 @@ class LeaderEpochCache:
             self.flush()
         return changed
 
+    def assign_recovered(self, epoch_starts: list[tuple[int, int]]) -> None:
+        """Recovery's rule (Kafka's ``LogSegment.recover``) for the (epoch, start offset) pairs of
+        a recovered segment: only an epoch newer than the latest starts an entry, so a recovered
+        batch never cuts back a checkpointed later epoch."""
+        for epoch, start_offset in epoch_starts:
+            latest = self.latest_epoch
+            if latest is None or epoch > latest:
+                self.assign(epoch, start_offset)
+
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range holds ``offset``: the last entry starting at or before it."""
         found = None

@@ -219,6 +219,18 @@ class ProducerStateManager:
         self._last_map_offset = 0
         self._last_snap_offset = 0
 
+    @classmethod
+    def recovered(
+        cls, dir: Path, topic_partition: object, segments: Sequence[LogSegment], log_start_offset: int, next_offset: int,
+        now: int, *, producer_id_expiration_ms: int, dir_names: Iterable[str],
+    ) -> ProducerStateManager:
+        """The producer state of a just-loaded log: snapshots matching no segment removed (see
+        :meth:`remove_stray_snapshots`), then :func:`rebuild_producer_state` from the latest one."""
+        state = cls(dir, topic_partition, producer_id_expiration_ms=producer_id_expiration_ms, dir_names=dir_names)
+        state.remove_stray_snapshots(s.base_offset for s in segments)
+        rebuild_producer_state(state, segments, log_start_offset, next_offset, now)
+        return state
+
     # --- queries --------------------------------------------------------------------------------
 
     @property
