@@ -206,3 +206,35 @@ def test_empty_active_segment_never_rolls_by_time(make_log: MakeLog, clock: Fake
     clock.advance(10_000)
     log.append_as_leader(single(NO_TIMESTAMP))
     assert log.num_segments == 2 and log.active_segment.base_offset == 1
+
+
+def test_size_and_segment_after_are_safe_during_rolls(make_log: MakeLog) -> None:
+    """``Log.size`` (metrics, retention planning) and ``segment_after`` (the cleaner) run on other
+    threads than the appends and rolls that change the segment list; neither may fail for it."""
+    import threading
+
+    log = make_log()
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                assert log.size >= 0
+                first = log.segments[0]
+                log.segment_after(first)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(1000):
+            log.roll()
+            log.append_as_leader(single(T0))
+            if log.num_segments > 20:
+                log.delete_segments(log.segments[:10], "test")
+    finally:
+        done.set()
+        watcher.join()
+    assert failures == []

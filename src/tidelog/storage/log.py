@@ -201,7 +201,8 @@ class Log(AppendPath):
 
     @property
     def size(self) -> int:
-        """Bytes in all segments, active included (what ``retention.bytes`` limits)."""
+        """Bytes in all segments, active included (what ``retention.bytes`` limits). Takes no lock:
+        sums a snapshot of the segment list."""
         return self._segments.size_in_bytes()
 
     def update_config(self, config: LogConfig) -> None:
@@ -445,8 +446,10 @@ class Log(AppendPath):
             return self._segments.values_between(from_offset, to_offset)
 
     def segment_after(self, segment: LogSegment) -> LogSegment | None:
-        """The segment following ``segment`` in the log (None for the active one). Takes no lock."""
-        return self._segments.higher(segment.base_offset)
+        """The segment following ``segment`` in the log (None for the active one). Thread-safe:
+        takes the log's lock (a roll or deletion meanwhile would move the list under the search)."""
+        with self._lock:
+            return self._segments.higher(segment.base_offset)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound) from the segments' ``.txnindex``

@@ -90,4 +90,5 @@ class LogSegments:
         return [self._by_base[b] for b in self._bases[start:end]]
 
     def size_in_bytes(self) -> int:
-        return sum(segment.size for segment in self._by_base.values())
+        """Bytes in every segment; safe without the log lock, as :meth:`snapshot`."""
+        return sum(segment.size for segment in self.snapshot())
