@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "tidelog"
-LAYERS = {"records": 1, "storage": 2, "retention": 3, "cleaner": 3, "manager": 4, "server": 5, "cli": 5, "spark": 5}
+LAYERS = {"records": 1, "storage": 2, "retention": 3, "cleaner": 3, "remote": 3, "manager": 4, "server": 5, "cli": 5, "spark": 5}
 MAX_MODULE_LINES, MAX_MEDIAN, MAX_P90, MAX_FUNCTION = 600, 8, 25, 60
 
 
