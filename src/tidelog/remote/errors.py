@@ -1,0 +1,55 @@
+"""Typed errors of the remote tier, under :class:`tidelog.errors.TidelogError`.
+
+A store error carries ``operation`` (``put``, ``get_range`` ...), ``key`` (the object key,
+relative to the store's prefix), ``uri`` (the store's location without credentials) and
+``cause`` (the underlying message); ``__cause__`` is the original exception. The kind of
+failure is the class, so a caller decides by ``except`` clause: a missing object
+(:class:`RemoteResourceNotFoundError`, Kafka's ``RemoteResourceNotFoundException``), refused
+credentials (:class:`RemoteAccessDeniedError`), a store that cannot be reached
+(:class:`RemoteStoreUnreachableError`, the one worth retrying soon), anything else
+(:class:`RemoteStorageError`). ``retriable`` says whether retrying the same call may succeed.
+
+Metadata errors name the metadata object's key; transition errors name the segment.
+"""
+
+from __future__ import annotations
+
+from tidelog.errors import TidelogError
+
+
+class RemoteStorageError(TidelogError):
+    """A remote store operation failed (Kafka's ``RemoteStorageException``). Context:
+    ``operation``, ``key``, ``uri``, ``cause``."""
+
+    retriable = False
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """The object (or the bucket holding it) does not exist."""
+
+
+class RemoteAccessDeniedError(RemoteStorageError):
+    """The store refused the credentials or the permission (HTTP 403, EACCES)."""
+
+
+class RemoteStoreUnreachableError(RemoteStorageError):
+    """The store could not be reached: connection refused, a timeout, no route to the host."""
+
+    retriable = True
+
+
+class RemoteMetadataError(RemoteStorageError):
+    """A remote metadata object that does not parse, breaks the format, or is missing from the
+    sequence (a gap). Context: ``key`` (the metadata object), ``uri``, and ``sequence`` when
+    one is missing."""
+
+
+class RemoteMetadataVersionError(RemoteMetadataError):
+    """A remote metadata object written by a newer tidelog (its ``version`` is above the
+    highest this one reads). Context: ``key``, ``version``, ``supported``."""
+
+
+class RemoteSegmentStateError(TidelogError):
+    """A remote segment state change that Kafka's ``RemoteLogSegmentState.isValidTransition``
+    forbids, or one naming a segment the partition does not have. Context: ``segment_id``,
+    ``from_state``, ``to_state``."""

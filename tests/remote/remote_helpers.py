@@ -1,0 +1,80 @@
+"""Helpers shared by the remote tier's tests: segment metadata builders and a store wrapper
+that fails chosen calls, as an outage or a lost answer would."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tidelog.remote.errors import RemoteStoreUnreachableError
+from tidelog.remote.metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from tidelog.remote.store import RemoteStore
+from tidelog.topic_partition import TopicPartition
+
+T0 = 1_700_000_000_000  # FakeClock's default start, ms
+TOPIC_ID = "Zx3vYqS2QmK0b1c2d3e4fA"
+TOPIC_ID_PARTITION = TopicIdPartition(TOPIC_ID, TopicPartition("orders", 2))
+
+
+def segment_meta(start: int, end: int, *, tip: TopicIdPartition = TOPIC_ID_PARTITION, size: int = 1000,
+                 epochs: dict[int, int] | None = None,
+                 state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                 segment_id: str | None = None) -> RemoteLogSegmentMetadata:
+    """A segment of ``[start, end]`` with a fresh id (or ``segment_id``), one epoch from ``start``."""
+    sid = RemoteLogSegmentId(tip, segment_id) if segment_id else RemoteLogSegmentId.generate(tip)
+    return RemoteLogSegmentMetadata(sid, start, end, max_timestamp_ms=T0 + end, broker_id=1,
+                                    event_timestamp_ms=T0, segment_size_in_bytes=size,
+                                    segment_leader_epochs=tuple((epochs or {0: start}).items()), state=state)
+
+
+class FlakyStore:
+    """A :class:`RemoteStore` that delegates to ``inner`` but fails the calls ``fail`` picks.
+
+    ``fail(operation, key)`` returns ``None`` to let the call through, ``"before"`` to fail it
+    without doing it (an outage), or ``"after"`` to do it and then fail (the answer was lost).
+    """
+
+    def __init__(self, inner: RemoteStore, fail: Callable[[str, str], str | None] | None = None) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.fail = fail or (lambda operation, key: None)
+        self.calls: list[tuple[str, str]] = []
+
+    def _call(self, operation: str, key: str, run: Callable[[], Any]) -> Any:
+        self.calls.append((operation, key))
+        when = self.fail(operation, key)
+        if when == "before":
+            raise RemoteStoreUnreachableError("injected outage", operation=operation, key=key, uri=self.uri)
+        result = run()
+        if when == "after":
+            raise RemoteStoreUnreachableError("injected lost answer", operation=operation, key=key, uri=self.uri)
+        return result
+
+    def put(self, key: str, data: Any) -> None:
+        self._call("put", key, lambda: self.inner.put(key, data))
+
+    def put_file(self, key: str, path: Any, *, offset: int = 0, length: int | None = None) -> None:
+        self._call("put_file", key, lambda: self.inner.put_file(key, path, offset=offset, length=length))
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", key, lambda: self.inner.get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._call("get_range", key, lambda: self.inner.get_range(key, start, length))
+
+    def size(self, key: str) -> int:
+        return self._call("size", key, lambda: self.inner.size(key))
+
+    def list(self, prefix: str = "") -> list[Any]:
+        return self._call("list", prefix, lambda: self.inner.list(prefix))
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, lambda: self.inner.delete(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        self._call("delete_prefix", prefix, lambda: self.inner.delete_prefix(prefix))
