@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidelog.remote.errors import RemoteStoreUnreachableError
+from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStoreUnreachableError
 from tidelog.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -36,7 +36,8 @@ class FlakyStore:
     """A :class:`RemoteStore` that delegates to ``inner`` but fails the calls ``fail`` picks.
 
     ``fail(operation, key)`` returns ``None`` to let the call through, ``"before"`` to fail it
-    without doing it (an outage), or ``"after"`` to do it and then fail (the answer was lost).
+    without doing it (an outage), ``"after"`` to do it and then fail (the answer was lost), or
+    ``"missing"`` to answer that the object is not there (deleted behind the caller's back).
     """
 
     def __init__(self, inner: RemoteStore, fail: Callable[[str, str], str | None] | None = None) -> None:
@@ -48,6 +49,8 @@ class FlakyStore:
     def _call(self, operation: str, key: str, run: Callable[[], Any]) -> Any:
         self.calls.append((operation, key))
         when = self.fail(operation, key)
+        if when == "missing":
+            raise RemoteResourceNotFoundError("injected missing object", operation=operation, key=key, uri=self.uri)
         if when == "before":
             raise RemoteStoreUnreachableError("injected outage", operation=operation, key=key, uri=self.uri)
         result = run()

@@ -129,6 +129,14 @@ def test_an_invalid_transition_is_refused_naming_the_segment(store: ArrowRemoteS
     assert (meta.segments(), meta.next_sequence, _names(store)) == before
 
 
+def test_begin_copy_refuses_an_id_already_recorded_with_other_metadata(store: ArrowRemoteStore) -> None:
+    meta = _open(store)
+    segment = meta.begin_copy(segment_meta(0, 9))
+    with pytest.raises(RemoteSegmentStateError, match="other metadata") as raised:
+        meta.begin_copy(segment_meta(0, 19, segment_id=segment.id))
+    assert raised.value.segment_id == segment.id
+
+
 def test_begin_copy_refuses_a_segment_not_in_started_or_of_another_partition(store: ArrowRemoteStore) -> None:
     meta = _open(store)
     with pytest.raises(RemoteSegmentStateError, match="added in COPY_SEGMENT_STARTED"):
@@ -362,6 +370,21 @@ def test_a_corrupt_only_snapshot_whose_events_are_pruned_is_an_error_naming_it(s
     with pytest.raises(RemoteMetadataError) as raised:
         _open(store)
     assert raised.value.key == PREFIX + snapshot_name(5)
+
+
+def test_a_reader_racing_the_writers_pruning_reads_again(store: ArrowRemoteStore) -> None:
+    meta = _three_events(store)
+    gone = {"times": 2}
+
+    def vanish(op: str, key: str) -> str | None:
+        if op == "get" and key.endswith(event_name(1)) and gone["times"]:
+            gone["times"] -= 1
+            return "missing"
+        return None
+
+    flaky = FlakyStore(store, vanish)
+    assert _open(flaky).segments() == meta.segments()
+    assert [call for call in flaky.calls if call[0] == "list"] == [("list", PREFIX)] * 3
 
 
 def test_foreign_objects_under_metadata_are_ignored(store: ArrowRemoteStore) -> None:

@@ -17,6 +17,7 @@ from tidelog.remote.errors import (
     RemoteAccessDeniedError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStoreServerError,
     RemoteStoreUnreachableError,
 )
 from tidelog.remote.store import CHUNK_BYTES, ArrowRemoteStore, ObjectInfo, open_store, redact_uri, store_error
@@ -271,7 +272,11 @@ def test_connection_refused_is_unreachable_and_retriable() -> None:
     (OSError("When reading key 'k': AWS Error ACCESS_DENIED during GetObject operation: Access Denied"),
      RemoteAccessDeniedError),
     (OSError("AWS Error UNKNOWN (HTTP status 403) during HeadObject operation: No response body."),
-     RemoteStorageError),
+     RemoteAccessDeniedError),
+    (OSError("AWS Error UNKNOWN (HTTP status 503) during PutObject operation: Service Unavailable"),
+     RemoteStoreServerError),
+    (OSError("AWS Error SLOW_DOWN during UploadPart operation: Please reduce your request rate."),
+     RemoteStoreServerError),
     (OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not connect"),
      RemoteStoreUnreachableError),
     (OSError("Bucket 'b' not found; AWS Error NO_SUCH_BUCKET"), RemoteResourceNotFoundError),
@@ -349,6 +354,11 @@ def test_a_bad_s3_option_value_is_refused(options: dict[str, str]) -> None:
 def test_options_for_a_non_s3_store_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="s3:// stores only"):
         ArrowRemoteStore(tmp_path.as_uri(), {"region": "x"})
+
+
+def test_a_store_at_the_filesystem_root_is_refused() -> None:
+    with pytest.raises(ConfigError, match="directory below"):
+        ArrowRemoteStore("file:///")
 
 
 def test_an_unknown_scheme_is_a_config_error() -> None:

@@ -6,8 +6,10 @@ relative to the store's prefix), ``uri`` (the store's location without credentia
 failure is the class, so a caller decides by ``except`` clause: a missing object
 (:class:`RemoteResourceNotFoundError`, Kafka's ``RemoteResourceNotFoundException``), refused
 credentials (:class:`RemoteAccessDeniedError`), a store that cannot be reached
-(:class:`RemoteStoreUnreachableError`, the one worth retrying soon), anything else
-(:class:`RemoteStorageError`). ``retriable`` says whether retrying the same call may succeed.
+(:class:`RemoteStoreUnreachableError`), a store answering that it failed or is overloaded
+(:class:`RemoteStoreServerError`: HTTP 5xx, throttling), anything else
+(:class:`RemoteStorageError`). ``retriable`` says whether retrying the same call later may
+succeed (true for the unreachable and server errors).
 
 Metadata errors name the metadata object's key; transition errors name the segment.
 """
@@ -34,6 +36,12 @@ class RemoteAccessDeniedError(RemoteStorageError):
 
 class RemoteStoreUnreachableError(RemoteStorageError):
     """The store could not be reached: connection refused, a timeout, no route to the host."""
+
+    retriable = True
+
+
+class RemoteStoreServerError(RemoteStorageError):
+    """The store answered that it failed or is overloaded (HTTP 5xx, SlowDown, throttling)."""
 
     retriable = True
 

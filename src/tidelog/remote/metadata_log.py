@@ -73,6 +73,7 @@ from tidelog.remote.store import RemoteStore
 logger = logging.getLogger(__name__)
 
 DEFAULT_SNAPSHOT_INTERVAL = 100
+_READ_ATTEMPTS = 3
 
 SegmentRef = RemoteLogSegmentId | RemoteLogSegmentMetadata | str
 
@@ -88,8 +89,19 @@ class _Loaded:
     snapshots: dict[int, str] = field(default_factory=dict)
 
 
-def load(store: RemoteStore, tip: TopicIdPartition) -> _Loaded:
-    """Read the partition's metadata log: one LIST, the newest readable snapshot, the events after it."""
+def _read_log(store: RemoteStore, tip: TopicIdPartition) -> _Loaded:
+    """Read the partition's metadata log: one LIST, the newest readable snapshot, the events
+    after it. An object listed but gone when read (the writer pruned it meanwhile: a reader that
+    raced two snapshots) starts the read again, up to :data:`_READ_ATTEMPTS` times."""
+    for _ in range(_READ_ATTEMPTS - 1):
+        try:
+            return _read_once(store, tip)
+        except RemoteResourceNotFoundError:
+            continue
+    return _read_once(store, tip)
+
+
+def _read_once(store: RemoteStore, tip: TopicIdPartition) -> _Loaded:
     prefix = metadata_prefix(tip)
     found = _Loaded(RemoteSegmentsState(tip), -1, -1)
     for info in store.list(prefix):
@@ -111,9 +123,9 @@ def _load_snapshot(store: RemoteStore, tip: TopicIdPartition, found: _Loaded) ->
             snapshot = decode_snapshot(store.get(key), key=key, uri=store.uri, sequence=sequence, tip=tip)
         except RemoteMetadataVersionError:
             raise
-        except (RemoteMetadataError, RemoteResourceNotFoundError) as e:
+        except RemoteMetadataError as e:
             logger.warning("skipping unreadable remote metadata snapshot: %s", e)
-            skipped = skipped or (e if isinstance(e, RemoteMetadataError) else None)
+            skipped = skipped or e
             continue
         found.state = RemoteSegmentsState(tip, snapshot.segments)
         found.last_sequence = found.snapshot_sequence = sequence
@@ -172,12 +184,12 @@ class RemotePartitionMetadata:
         """The partition's metadata as the store holds it now (module docstring: one LIST, one
         snapshot GET, a GET per event after it). ``broker_id`` and ``clock`` stamp the events
         this instance writes."""
-        return cls(store, tip, load(store, tip), clock=clock, broker_id=broker_id, snapshot_interval=snapshot_interval)
+        return cls(store, tip, _read_log(store, tip), clock=clock, broker_id=broker_id, snapshot_interval=snapshot_interval)
 
     def reload(self) -> None:
         """Read the log from the store again (a reader catching up). Takes the lock."""
         with self._lock:
-            self._loaded = load(self.store, self.topic_id_partition)
+            self._loaded = _read_log(self.store, self.topic_id_partition)
             self._uncertain = False
 
     @property

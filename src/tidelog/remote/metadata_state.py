@@ -10,6 +10,7 @@ DELETE_SEGMENT_FINISHED drops the segment. Pure, no I/O; not thread-safe by itse
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import replace
 
 from tidelog.remote.errors import RemoteSegmentStateError
 from tidelog.remote.metadata import (
@@ -50,6 +51,7 @@ class RemoteSegmentsState:
         if isinstance(event, SegmentAdded):
             self._check_added(event.segment, STARTED)
             self._check_transition(event.segment.id, STARTED)
+            self._check_same(event.segment)
         elif isinstance(event, SegmentUpdated):
             self._check_transition(event.segment_id, event.state, must_exist=True)
         else:
@@ -94,6 +96,12 @@ class RemoteSegmentsState:
         if segment.state != state:
             raise RemoteSegmentStateError(f"a segment is added in {state.name}", segment_id=segment.id,
                                           from_state=None, to_state=segment.state.name)
+
+    def _check_same(self, segment: RemoteLogSegmentMetadata) -> None:
+        """A segment added again must be the one recorded (its event time aside)."""
+        current = self._segments.get(segment.id)
+        if current is not None and replace(current, event_timestamp_ms=0) != replace(segment, event_timestamp_ms=0):
+            raise RemoteSegmentStateError("a segment id added again with other metadata", segment_id=segment.id)
 
     def _check_transition(self, segment_id: str, target: RemoteLogSegmentState, *, must_exist: bool = False) -> None:
         current = self._segments.get(segment_id)

@@ -41,6 +41,7 @@ from tidelog.remote.errors import (
     RemoteAccessDeniedError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStoreServerError,
     RemoteStoreUnreachableError,
 )
 
@@ -254,12 +255,16 @@ _KINDS: tuple[tuple[type[RemoteStorageError], str, tuple[str, ...], frozenset[in
      frozenset({errno.ENOENT})),
     (RemoteAccessDeniedError, "access denied",
      ("access_denied", "accessdenied", "access denied", "forbidden", "invalidaccesskeyid",
-      "signaturedoesnotmatch", "http response code: 403", "unauthorized"),
+      "signaturedoesnotmatch", "http status 403", "http response code: 403", "unauthorized"),
      frozenset({errno.EACCES, errno.EPERM})),
     (RemoteStoreUnreachableError, "store unreachable",
      ("network_connection", "could not connect", "couldn't connect", "connection refused",
       "timed out", "timeout", "could not resolve host", "name or service not known"),
      frozenset({errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH})),
+    (RemoteStoreServerError, "store failed or overloaded",
+     ("http status 5", "http response code: 5", "internal_failure", "service_unavailable", "slow_down",
+      "slowdown", "throttl"),
+     frozenset()),
 )
 
 
@@ -370,6 +375,9 @@ def _filesystem(uri: str, options: dict[str, Any], shown: str) -> tuple[pafs.Fil
         fs, path = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise ConfigError(f"not a store location pyarrow serves: {e}", config="remote.log.storage.uri", uri=shown) from e
+    if not path.strip("/"):
+        raise ConfigError("the store needs a directory below the filesystem's root", config="remote.log.storage.uri",
+                          uri=shown)
     return fs, path.rstrip("/")
 
 
