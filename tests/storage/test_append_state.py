@@ -10,7 +10,8 @@ from storage_helpers import T0
 
 from tidelog.records import BatchBuilder
 from tidelog.storage.append_state import AppendState, invalidates_append_state
-from tidelog.storage.segment import LogSegment, RollLimits
+from tidelog.storage.roll import RollLimits
+from tidelog.storage.segment import LogSegment
 
 RULES = (1048588, False, 2**63 - 1, 3600000)
 

@@ -25,7 +25,8 @@ from storage_helpers import batch
 from tidelog.records import scan
 from tidelog.records.legacy import encode_legacy_message
 from tidelog.storage import files
-from tidelog.storage.segment import LogSegment, SegmentConfig, _RecoveryState
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.segment import LogSegment, _RecoveryState
 from tidelog.testing import FakeClock
 
 INT32_MAX = 2**31 - 1

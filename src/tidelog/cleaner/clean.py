@@ -47,7 +47,8 @@ from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage import fileops, files
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.log import Log, segment_config
-from tidelog.storage.segment import LogSegment, SegmentConfig
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.segment import LogSegment
 from tidelog.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)

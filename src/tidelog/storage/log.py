@@ -63,7 +63,9 @@ from tidelog.storage.producer_state import (
     producer_batch,
     rebuild_producer_state,
 )
-from tidelog.storage.segment import LogSegment, RollLimits, RollParams, SegmentConfig
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.roll import RollLimits, RollParams, should_roll
+from tidelog.storage.segment import LogSegment
 from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.storage.txn_rebuild import LogState, TxnIndexCheck
@@ -621,7 +623,7 @@ class Log:
             max_timestamp_in_messages=validated.max_timestamp, max_offset_in_messages=validated.last_offset,
             messages_size=messages_size, now=self._clock.milliseconds(),
         )
-        if segment.should_roll(params):
+        if should_roll(segment, params):
             return self.roll(validated.first_offset)
         return segment
 

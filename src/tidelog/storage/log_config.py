@@ -154,6 +154,16 @@ class LogConfig:
         return magnitude % min(self.segment_jitter_ms, self.segment_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentConfig:
+    """The per-segment knobs taken from the topic's :class:`LogConfig` (``index.interval.bytes``,
+    ``segment.index.bytes``, the new ``.log``'s length and preallocation). Immutable."""
+
+    index_interval_bytes: int = 4096
+    max_index_size: int = 10485760
+    init_file_size: int = 0
+    preallocate: bool = False
+
 
 def _broker_from_mapping(props: Mapping[str, object]) -> BrokerConfig:
     """Raw broker properties; a topic-only key here is a caller mix-up, not a broker setting."""

@@ -50,6 +50,8 @@ from tidelog.storage.file_records import (
     set_file_mtime,
 )
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.roll import RollLimits, max_timestamp_limit
 from tidelog.storage.segment_reader import SegmentReader, offset_for_timestamp
 from tidelog.storage.txn_index import TransactionIndex
 
@@ -59,36 +61,6 @@ INT32_MAX = 2**31 - 1
 _TXN_MARKER = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK  # both bits: an end-transaction marker
 INT64_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentConfig:
-    """The per-segment knobs taken from the topic's LogConfig."""
-
-    index_interval_bytes: int = 4096
-    max_index_size: int = 10485760
-    init_file_size: int = 0
-    preallocate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RollParams:
-    """Inputs of the roll decision for one append (Kafka's ``RollParams``)."""
-
-    max_segment_ms: int
-    max_segment_bytes: int
-    max_timestamp_in_messages: int
-    max_offset_in_messages: int
-    messages_size: int
-    now: int
-
-
-@dataclass(frozen=True, slots=True)
-class RollLimits:
-    """The roll rules' config values, taken once per config (see :meth:`LogSegment.append_if_no_roll`)."""
-
-    segment_bytes: int
-    max_segment_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +188,7 @@ class LogSegment:
         first = self._rolling_based_timestamp
         if not self.log.size_in_bytes or first is None or first < 0 or self._suffix or not self._state_loaded_with_room():
             return False
-        # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
-        limit = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
+        limit = max_timestamp_limit(first, limits.max_segment_ms, self.rolling_jitter_ms)
         self.append_state.arm(self.log.descriptor(), self.base_offset, limits.segment_bytes, limit,
                               self._config.index_interval_bytes, rules)
         return True
@@ -402,7 +373,7 @@ class LogSegment:
         self, records: Chunks, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
         limits: RollLimits, now: int,
     ) -> bool:
-        """:meth:`should_roll` then :meth:`append` for the leader's common path, in integer
+        """:func:`.roll.should_roll` then :meth:`append` for the leader's common path, in integer
         comparisons: ``records`` (``size`` bytes) are written when the segment has every piece of
         state loaded (index files open, first batch timestamp and max timestamp known) and no roll
         rule fires; else nothing happens and False comes back (the caller takes the general path,
@@ -415,10 +386,9 @@ class LogSegment:
             first = self._rolling_based_timestamp
             if first is None:
                 return False
-            allowed = limits.max_segment_ms - self.rolling_jitter_ms
             if first >= 0:
-                limit = first + allowed
-            elif now - self._created_ms > allowed:  # a first batch without timestamp: the wall clock's rule
+                limit = max_timestamp_limit(first, limits.max_segment_ms, self.rolling_jitter_ms)
+            elif now - self._created_ms > limits.max_segment_ms - self.rolling_jitter_ms:  # the wall clock's rule
                 return False
         if (roll_due(position, size, limits.segment_bytes, last_offset - self.base_offset, 0, max_timestamp, limit)
                 or not self._state_loaded_with_room()):
@@ -474,21 +444,6 @@ class LogSegment:
             )
 
     # --- roll ---------------------------------------------------------------------------------
-
-    def should_roll(self, params: RollParams) -> bool:
-        """Kafka's roll rules (§3.2): size, time (with jitter), full index, offset overflow."""
-        if self.size > params.max_segment_bytes - params.messages_size:
-            return True
-        reached_roll_ms = (
-            self.time_waited_for_roll(params.now, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.rolling_jitter_ms
-        )
-        return (
-            (self.size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
-        )
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         self._load_first_batch_timestamp()
