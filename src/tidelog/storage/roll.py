@@ -60,5 +60,7 @@ def should_roll(segment: LogSegment, params: RollParams) -> bool:
 def max_timestamp_limit(first_batch_timestamp: int, max_segment_ms: int, jitter_ms: int) -> int:
     """The time rule as a limit on max timestamps, for a segment whose first batch has a
     timestamp (>= 0): a batch whose max timestamp is above it rolls the segment. Capped at
-    int64's max, so the compiled append can hold it."""
-    return min(first_batch_timestamp + max_segment_ms - jitter_ms, INT64_MAX)
+    int64's max, so the compiled append can hold it (a comparison, not ``min``: the Python append
+    calls this per batch)."""
+    limit = first_batch_timestamp + max_segment_ms - jitter_ms
+    return limit if limit < INT64_MAX else INT64_MAX
