@@ -64,4 +64,5 @@ def test_the_invalidating_methods_are_declared() -> None:
                 if callable(method) and getattr(method, "__code__", None) is marker}
     assert {"truncate_to", "recover", "rebuild_indexes", "resize_indexes", "defer_index_resize", "close",
             "close_handlers", "change_file_suffixes", "release_indexes", "delete_files",
-            "on_become_inactive_segment", "append", "sanity_check"} <= declared
+            "on_become_inactive_segment", "append", "sanity_check", "set_max_timestamp", "set_first_batch_timestamp",
+            "set_rebuilt_index_state"} <= declared
