@@ -10,7 +10,8 @@ from storage_helpers import T0
 
 from tidelog.records import BatchBuilder
 from tidelog.storage.append_state import AppendState, invalidates_append_state
-from tidelog.storage.segment import LogSegment, RollLimits
+from tidelog.storage.roll import RollLimits
+from tidelog.storage.segment import LogSegment
 
 RULES = (1048588, False, 2**63 - 1, 3600000)
 
@@ -63,4 +64,5 @@ def test_the_invalidating_methods_are_declared() -> None:
                 if callable(method) and getattr(method, "__code__", None) is marker}
     assert {"truncate_to", "recover", "rebuild_indexes", "resize_indexes", "defer_index_resize", "close",
             "close_handlers", "change_file_suffixes", "release_indexes", "delete_files",
-            "on_become_inactive_segment", "append", "sanity_check"} <= declared
+            "on_become_inactive_segment", "append", "sanity_check", "set_max_timestamp", "set_first_batch_timestamp",
+            "set_rebuilt_index_state"} <= declared

@@ -41,8 +41,8 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.file_records import SCAN_CHUNK_BYTES, FileRecords
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.index import OffsetIndex
-from tidelog.storage.local_log import segment_config
 from tidelog.storage.log import Log
+from tidelog.storage.log_config import segment_config
 from tidelog.storage.segment import LogSegment
 from tidelog.testing import FakeClock, FakeScheduler
 

@@ -1,10 +1,11 @@
 """Columnar segment recovery against its specification, the batch-by-batch loop.
 
-``LogSegment.recover`` checks the leading run of v2 batches with one header walk and one CRC
-pass, then hands the rest to ``_recover_batches_one_by_one``. For random segments (v2 batches of
-varying sizes and epochs, legacy entries mixed in, flipped bytes, cut tails, bad size fields,
-offsets outside the segment's range or past int64, or going back) both must give the same result,
-the same files, the same segment state and the same warnings as recovering with the loop alone.
+``LogSegment.recover`` (``segment_recovery.recover``) checks the leading run of v2 batches with
+one header walk and one CRC pass, then hands the rest to ``_recover_batches_one_by_one``. For
+random segments (v2 batches of varying sizes and epochs, legacy entries mixed in, flipped bytes,
+cut tails, bad size fields, offsets outside the segment's range or past int64, or going back)
+both must give the same result, the same files, the same segment state and the same warnings as
+recovering with the loop alone.
 """
 
 from __future__ import annotations
@@ -24,16 +25,18 @@ from storage_helpers import batch
 
 from tidelog.records import scan
 from tidelog.records.legacy import encode_legacy_message
-from tidelog.storage import files
-from tidelog.storage.segment import LogSegment, SegmentConfig, _RecoveryState
+from tidelog.storage import files, segment_recovery
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.segment import LogSegment
+from tidelog.storage.segment_recovery import _RecoveryState
 from tidelog.testing import FakeClock
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
 
-def _loop_only(self: LogSegment) -> tuple[_RecoveryState, None]:
-    return self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
+def _loop_only(segment: LogSegment) -> tuple[_RecoveryState, None]:
+    return segment_recovery._recover_batches_one_by_one(segment, _RecoveryState(segment.base_offset)), None
 
 
 @contextmanager
@@ -41,7 +44,7 @@ def _warnings() -> Iterator[list[str]]:
     messages: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("tidelog.storage.segment")
+    logger = logging.getLogger("tidelog.storage.segment_recovery")
     logger.addHandler(handler)
     try:
         yield messages
@@ -54,7 +57,7 @@ def _recover(dir: Path, base: int, data: bytes, *, loop: bool, pure: bool) -> di
     files.log_file(dir, base).write_bytes(data)
     config = SegmentConfig(index_interval_bytes=100, max_index_size=4096, init_file_size=0, preallocate=False)
     seg = LogSegment.open(dir, base, config, FakeClock(), file_already_exists=True)
-    patches = [mock.patch.object(LogSegment, "_recover_batches_columnar", _loop_only)] if loop else []
+    patches = [mock.patch.object(segment_recovery, "_recover_batches_columnar", _loop_only)] if loop else []
     if pure:
         patches.append(mock.patch.object(scan, "_ACTIVE", scan.get_kernels(True)))
     with _warnings() as warnings:

@@ -21,7 +21,9 @@ from tidelog.errors import LogSegmentOffsetOverflowError
 from tidelog.records import NO_TIMESTAMP
 from tidelog.storage import files
 from tidelog.storage.fetch_info import LogOffsetMetadata
-from tidelog.storage.segment import LogSegment, RollParams, SegmentConfig
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.roll import RollParams, should_roll
+from tidelog.storage.segment import LogSegment
 from tidelog.testing import FakeClock
 
 LONG_MAX = 2**63 - 1
@@ -201,13 +203,13 @@ def test_truncate_empty_reopened_segment_resizes_indexes_and_never_rolls_by_time
     assert reopened.time_waited_for_roll(clock.milliseconds(), NO_TIMESTAMP) == 0
     assert not reopened.time_index.is_full() and not reopened.offset_index.is_full()
     params = RollParams(max_segment_ms, INT_MAX, NO_TIMESTAMP, 100, 1024, clock.milliseconds())
-    assert not reopened.should_roll(params)
+    assert not should_roll(reopened, params)
     clock.advance(max_segment_ms + 1)
     assert reopened.time_waited_for_roll(clock.milliseconds(), NO_TIMESTAMP) == max_segment_ms + 1
     params = RollParams(max_segment_ms, INT_MAX, NO_TIMESTAMP, 100, 1024, clock.milliseconds())
-    assert not reopened.should_roll(params)  # an empty segment never rolls by time
+    assert not should_roll(reopened, params)  # an empty segment never rolls by time
     params = RollParams(max_segment_ms, INT_MAX, NO_TIMESTAMP, INT_MAX + 200, 1024, clock.milliseconds())
-    assert reopened.should_roll(params)  # but does when the next offset cannot be relative
+    assert should_roll(reopened, params)  # but does when the next offset cannot be relative
     reopened.close()
 
 

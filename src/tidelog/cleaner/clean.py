@@ -46,9 +46,9 @@ from tidelog.records.batch import CONTROL_FLAG_MASK
 from tidelog.records.scan import ScanResult, scan_batches
 from tidelog.storage import fileops, files
 from tidelog.storage.config import BrokerConfig
-from tidelog.storage.local_log import segment_config
 from tidelog.storage.log import Log
-from tidelog.storage.segment import LogSegment, SegmentConfig
+from tidelog.storage.log_config import SegmentConfig, segment_config
+from tidelog.storage.segment import LogSegment
 from tidelog.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -71,8 +71,8 @@ from tidelog.spark.compaction_tasks import (
     key_scanner,
 )
 from tidelog.storage import fileops, files
-from tidelog.storage.local_log import segment_config
 from tidelog.storage.log import Log
+from tidelog.storage.log_config import segment_config
 from tidelog.storage.segment import LogSegment
 
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ from tidelog.errors import CorruptRecordError, InvalidRecordError, TidelogError,
 from tidelog.records import read_batch_at
 from tidelog.records.layout import CONTROL_FLAG_MASK, LOG_OVERHEAD, declared_size
 from tidelog.records.scan import ScanResult, scan_batches
-from tidelog.storage.segment import SegmentConfig
+from tidelog.storage.log_config import SegmentConfig
 from tidelog.storage.txn_index import AbortedTxn
 
 KEYS_DDL = "key binary, offset long, eligible boolean, grp int, legacy boolean"

@@ -34,7 +34,8 @@ from pathlib import Path
 from tidelog.clock import Clock
 from tidelog.errors import CorruptIndexError, InvalidOffsetError
 from tidelog.storage import fileops, files
-from tidelog.storage.segment import LogSegment, SegmentConfig
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.segment import LogSegment
 from tidelog.storage.segments import LogSegments
 
 log = logging.getLogger(__name__)

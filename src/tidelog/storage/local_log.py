@@ -28,7 +28,8 @@ from tidelog.storage.atomic import fsync_dir
 from tidelog.storage.config import LogConfig
 from tidelog.storage.fetch_info import FetchDataInfo, TimestampAndOffset
 from tidelog.storage.loader import LoadedLog, LoadParams, SegmentRecovered, load_log
-from tidelog.storage.segment import LogSegment, SegmentConfig
+from tidelog.storage.log_config import segment_config
+from tidelog.storage.segment import LogSegment
 from tidelog.storage.segments import LogSegments
 from tidelog.topic_partition import TopicPartition
 
@@ -46,14 +47,6 @@ class ReadBound:
     offset: int
     segment_base: int
     position: int | None
-
-
-def segment_config(config: LogConfig) -> SegmentConfig:
-    """What one segment needs of a topic's config."""
-    return SegmentConfig(
-        index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
-        init_file_size=config.init_file_size, preallocate=config.preallocate,
-    )
 
 
 class LocalLog:

@@ -37,7 +37,8 @@ from tidelog.storage.checkpoints import LeaderEpochCache
 from tidelog.storage.config import LogConfig
 from tidelog.storage.local_log import LocalLog
 from tidelog.storage.producer_state import BatchMetadata, ProducerStateManager, producer_batch
-from tidelog.storage.segment import LogSegment, RollLimits, RollParams
+from tidelog.storage.roll import RollLimits, RollParams, should_roll
+from tidelog.storage.segment import LogSegment
 from tidelog.storage.segments import LogSegments
 from tidelog.storage.validator import (
     LeaderRules,
@@ -361,7 +362,7 @@ class AppendPath:
             max_timestamp_in_messages=validated.max_timestamp, max_offset_in_messages=validated.last_offset,
             messages_size=messages_size, now=self._clock.milliseconds(),
         )
-        if segment.should_roll(params):
+        if should_roll(segment, params):
             return self.roll(validated.first_offset)
         return segment
 

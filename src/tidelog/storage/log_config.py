@@ -154,6 +154,24 @@ class LogConfig:
         return magnitude % min(self.segment_jitter_ms, self.segment_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentConfig:
+    """The per-segment knobs taken from the topic's :class:`LogConfig` (``index.interval.bytes``,
+    ``segment.index.bytes``, the new ``.log``'s length and preallocation). Immutable."""
+
+    index_interval_bytes: int = 4096
+    max_index_size: int = 10485760
+    init_file_size: int = 0
+    preallocate: bool = False
+
+
+def segment_config(config: LogConfig) -> SegmentConfig:
+    """What one segment needs of a topic's config."""
+    return SegmentConfig(
+        index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
+        init_file_size=config.init_file_size, preallocate=config.preallocate,
+    )
+
 
 def _broker_from_mapping(props: Mapping[str, object]) -> BrokerConfig:
     """Raw broker properties; a topic-only key here is a caller mix-up, not a broker setting."""

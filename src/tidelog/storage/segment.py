@@ -3,11 +3,10 @@
 Index entries are sparse (kafka-storage.md §1.12): one offset-index entry and one time-index
 entry per append call once more than ``index.interval.bytes`` were written since the last entry,
 so lookups land within a few KiB of the target and finish with a short header scan. The first
-append of a segment never gets an entry; lookups fall back to ``(base_offset, 0)``. Recovery
-rebuilds the indexes per batch, which may differ byte-wise from append-built ones; both are valid.
-
+append of a segment never gets an entry; lookups fall back to ``(base_offset, 0)``.
 Index files are created lazily, on first use (Kafka's ``LazyIndex``): a freshly rolled segment
-has only its ``.log`` until something appends to, reads or flushes it.
+has only its ``.log`` until something appends to, reads or flushes it. What loading and recovery
+do is :mod:`.segment_recovery`'s; the roll rules are :mod:`.roll`'s.
 
 Not thread-safe: the owning :class:`~tidelog.storage.log.Log` holds its lock around every
 mutating call. Reads of sealed segments are safe alongside appends to the active one.
@@ -15,24 +14,12 @@ mutating call. Reads of sealed segments are safe alongside appends to the active
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Container
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tidelog.clock import Clock
-from tidelog.errors import (
-    CorruptIndexError,
-    CorruptRecordError,
-    InvalidRecordError,
-    LogSegmentOffsetOverflowError,
-)
-from tidelog.records import FileBatch
-from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
-from tidelog.storage import fileops, files
+from tidelog.errors import LogSegmentOffsetOverflowError
+from tidelog.storage import fileops, files, segment_recovery
 from tidelog.storage._append_kernel import (
     PRODUCED_INDEX_DUE,
     TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
@@ -41,75 +28,17 @@ from tidelog.storage._append_kernel import (
 )
 from tidelog.storage.append_state import TailSlot, invalidates_append_state
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
-from tidelog.storage.file_records import (
-    BatchHeaders,
-    BatchLocation,
-    Chunks,
-    FileRecords,
-    chunks_size,
-    set_file_mtime,
-)
+from tidelog.storage.file_records import BatchHeaders, BatchLocation, Chunks, FileRecords, chunks_size, set_file_mtime
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from tidelog.storage.log_config import SegmentConfig
+from tidelog.storage.roll import RollLimits, max_timestamp_limit
 from tidelog.storage.segment_reader import SegmentReader, offset_for_timestamp
+from tidelog.storage.segment_recovery import RecoveryResult, TailCheck
 from tidelog.storage.txn_index import TransactionIndex
 
-log = logging.getLogger(__name__)
-
 INT32_MAX = 2**31 - 1
-_TXN_MARKER = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK  # both bits: an end-transaction marker
 INT64_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentConfig:
-    """The per-segment knobs taken from the topic's LogConfig."""
-
-    index_interval_bytes: int = 4096
-    max_index_size: int = 10485760
-    init_file_size: int = 0
-    preallocate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RollParams:
-    """Inputs of the roll decision for one append (Kafka's ``RollParams``)."""
-
-    max_segment_ms: int
-    max_segment_bytes: int
-    max_timestamp_in_messages: int
-    max_offset_in_messages: int
-    messages_size: int
-    now: int
-
-
-@dataclass(frozen=True, slots=True)
-class RollLimits:
-    """The roll rules' config values, taken once per config (see :meth:`LogSegment.append_if_no_roll`)."""
-
-    segment_bytes: int
-    max_segment_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TailCheck:
-    """What :meth:`LogSegment.check_tail` found: the offset after the last valid batch it walked
-    (the base offset if none), the byte where valid batches stop, and whether that is the end."""
-
-    next_offset: int
-    valid_end: int
-    whole: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryResult:
-    """What recovering a segment found: bytes cut off, and where each run of batches with one
-    leader epoch starts (``(epoch, base offset)``, v2 batches with an epoch only) — all that
-    the leader-epoch cache needs. Batches themselves are not kept: they pin their read buffers,
-    which for a 1 GiB segment would hold the whole segment in memory."""
-
-    truncated_bytes: int
-    epoch_starts: list[tuple[int, int]]
 
 
 class LogSegment:
@@ -134,28 +63,21 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
-        # Whether the owning log has checked the .txnindex against the ABORT markers in the .log
-        # (TxnIndexCheck); recovery clears it again, and sets the second when the log
-        # should check it as soon as it is loaded (see _recover_txn_index).
+        # Whether the log has checked the .txnindex against the .log's ABORT markers (TxnIndexCheck),
+        # and whether it should as soon as the segment is loaded (recovery sets both).
         self.txn_index_checked = False
         self.txn_index_suspect = False
-        # The segment's append state (storage.append_state): its bookkeeping below lives there (see
-        # the properties after open()), where the compiled leader append reads and updates it in
-        # the call that writes. Created with the .log's FileRecords, whose size is one of its slots.
-        self.append_state = log_file.append_state  # a new file's: zeros, not armed
-        self.tail_slots = self.append_state.tail_slots  # for the TailSlot attributes
+        # The bookkeeping lives in the append state (storage.append_state), which the .log's
+        # FileRecords shares and the compiled append updates in the call that writes.
+        state = self.append_state = log_file.append_state  # a new file's: zeros, not armed
+        self.tail_slots = state.tail_slots  # for the TailSlot attributes
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._created_ms = clock.milliseconds()
-        # The largest timestamp and the offset it was first reached at, as two ints (a value object
-        # per change would cost the append path); None: not known yet (read on demand).
-        self._max_timestamp = None
+        state.max_timestamp, state.max_timestamp_in_index = None, False  # None: not known yet, read on demand
         self._offset_of_max_timestamp = base_offset
-        self._max_timestamp_in_index = False  # it was read from the time index: close need not append it
         self._deferred_index_size: int | None = None  # see defer_index_resize
-        # The offset index's last entry as sanity_check read it from the unmapped file (b"": no
-        # entry), for read_next_offset; dropped when the index is mapped (every change maps it).
-        self._checked_offset_entry: bytes | None = None
+        self._checked_offset_entry: bytes | None = None  # see note_checked_offset_entry
 
     @classmethod
     def open(
@@ -173,51 +95,25 @@ class LogSegment:
         ``rolling_jitter_ms`` is this segment's draw of ``segment.jitter.ms`` (see
         :meth:`LogConfig.random_segment_jitter`)."""
         path = files.log_file(dir, base_offset, file_suffix)
-        log_file = FileRecords.open(
-            path,
-            file_already_exists=file_already_exists,
-            init_file_size=config.init_file_size,
-            preallocate=config.preallocate,
-        )
+        log_file = FileRecords.open(path, file_already_exists=file_already_exists, init_file_size=config.init_file_size,
+                                    preallocate=config.preallocate)
         return cls(dir, base_offset, log_file, config, clock, rolling_jitter_ms=rolling_jitter_ms, file_suffix=file_suffix)
 
-    # --- the append state (storage.append_state), shared with the .log's FileRecords ------------
-    # The segment's bookkeeping is read and written through these names; the compiled append
-    # updates the same slots in the call that writes.
-
-    @property
-    def _max_timestamp(self) -> int | None:
-        return self.append_state.max_timestamp
-
-    @_max_timestamp.setter
-    def _max_timestamp(self, value: int | None) -> None:
-        self.append_state.max_timestamp = value
+    # --- the append state (storage.append_state): slots the compiled append updates as it writes -
 
     _offset_of_max_timestamp = TailSlot(TAIL_OFFSET_OF_MAX_TIMESTAMP)
     _bytes_since_last_index_entry = TailSlot(TAIL_BYTES_SINCE_LAST_INDEX_ENTRY)
 
-    @property
-    def _max_timestamp_in_index(self) -> bool:
-        return self.append_state.max_timestamp_in_index
-
-    @_max_timestamp_in_index.setter
-    def _max_timestamp_in_index(self, value: bool) -> None:
-        self.append_state.max_timestamp_in_index = value
-
     def arm_fast_append(self, limits: RollLimits, rules: tuple[int, bool, int, int]) -> bool:
-        """Arm the append state for the compiled leader append
-        (``storage.append_state.produced_batch_appender``): True when this segment holds data, has
-        its index files open with room and its max timestamp known, and its first batch has a
-        timestamp (the segment.ms rule then becomes a max-timestamp limit); the state then carries
-        ``limits``, the descriptor and the topic's ``rules`` (max.message.bytes, compact, the two
-        timestamp bounds). The caller (the log, under its lock) arms its active segment only, and
-        again after any change of limits or rules; every method declared
-        ``@invalidates_append_state`` here invalidates it first."""
+        """Arm the append state for the compiled leader append: True when this segment holds data,
+        has its index files open with room and its max timestamp known, and its first batch has a
+        timestamp (segment.ms is then a max-timestamp limit). The log arms its active segment only,
+        under its lock, again after any change of ``limits`` or ``rules`` (max.message.bytes,
+        compact, the two timestamp bounds); every ``@invalidates_append_state`` method disarms it."""
         first = self._rolling_based_timestamp
         if not self.log.size_in_bytes or first is None or first < 0 or self._suffix or not self._state_loaded_with_room():
             return False
-        # segment.ms with jitter rolls when maxTimestamp - first > allowed (allowed >= 1, first >= 0)
-        limit = min(first + limits.max_segment_ms - self.rolling_jitter_ms, INT64_MAX)
+        limit = max_timestamp_limit(first, limits.max_segment_ms, self.rolling_jitter_ms)
         self.append_state.arm(self.log.descriptor(), self.base_offset, limits.segment_bytes, limit,
                               self._config.index_interval_bytes, rules)
         return True
@@ -245,7 +141,7 @@ class LogSegment:
         caller counts the bytes since (the kernel did already)."""
         offset_index, time_index = self._offset_index, self._time_index
         offset_index.append(last_offset, position)  # type: ignore[union-attr]  # loaded
-        time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
+        time_index.maybe_append(self.append_state.max_timestamp, self._offset_of_max_timestamp)  # type: ignore[union-attr,arg-type]
         if offset_index.is_full() or time_index.is_full():  # type: ignore[union-attr]
             self.append_state.invalidate()
 
@@ -285,35 +181,43 @@ class LogSegment:
 
     @invalidates_append_state
     def sanity_check(self, dir_names: Container[str] | None = None) -> None:
-        """Check every index file without reading the ``.log`` (O(1) per index).
+        """Check every index file without reading the ``.log`` (:func:`.segment_recovery.sanity_check`)."""
+        segment_recovery.sanity_check(self, dir_names)
 
-        Kafka checks only that the offset index exists and the transaction index is sane; a cheap
-        check of all three lets corrupt offset or time indexes be rebuilt at load time rather than
-        misdirect reads. Raises :class:`~tidelog.errors.CorruptIndexError` (or FileNotFoundError for a missing index).
-        ``dir_names``: the dir's file names, when the caller has just listed it (the loader): whether
-        a transaction index exists is looked up there instead of with a ``stat``.
-        """
-        # FileNotFoundError when missing: Kafka recreates a missing time index empty; we rebuild it.
-        # Unmapped indexes are checked by path strings: a Path per index costs more than its check.
-        dir = os.fspath(self._dir)
-        if self._offset_index is not None:
-            self._offset_index.sanity_check()
-        else:
-            name = files.segment_file_name(self.base_offset, files.INDEX_SUFFIX, self._suffix)
-            self._checked_offset_entry = OffsetIndex.check_file(os.path.join(dir, name), self.base_offset)
-        if self._time_index is not None:
-            self._time_index.sanity_check()
-        else:
-            name = files.segment_file_name(self.base_offset, files.TIME_INDEX_SUFFIX, self._suffix)
-            last = TimeIndex.check_file(os.path.join(dir, name), self.base_offset)
-            if self._max_timestamp is None:  # keep it: retention asks for it next
-                self._set_max_timestamp(TimeIndex.parse_entry(last, self.base_offset), in_index=True)
-        if dir_names is None:
-            has_txn_index = files.transaction_index_file(self._dir, self.base_offset, self._suffix).exists()
-        else:
-            has_txn_index = files.segment_file_name(self.base_offset, files.TXN_INDEX_SUFFIX, self._suffix) in dir_names
-        if has_txn_index:
-            self.txn_index.sanity_check()
+    # --- what loading and recovery read and set (storage.segment_recovery) ----------------------
+
+    @property
+    def config(self) -> SegmentConfig:
+        return self._config
+
+    @property
+    def file_suffix(self) -> str:
+        return self._suffix
+
+    def mapped_indexes(self) -> tuple[OffsetIndex | None, TimeIndex | None]:
+        """The offset and time indexes where mapped (None: not opened yet); opens nothing."""
+        return self._offset_index, self._time_index
+
+    def note_checked_offset_entry(self, entry: bytes) -> None:
+        """The offset index's last entry as a check read it from the unmapped file (b"": none),
+        for :meth:`take_checked_offset_entry`; mapping the index drops it."""
+        self._checked_offset_entry = entry
+
+    def take_checked_offset_entry(self) -> bytes | None:
+        """That entry, once, while the index is still unmapped; else None."""
+        checked, self._checked_offset_entry = self._checked_offset_entry, None
+        return checked if self._offset_index is None else None
+
+    @invalidates_append_state
+    def set_first_batch_timestamp(self, timestamp: int | None) -> None:
+        """The first batch's max timestamp as recovery found it (None: no batch)."""
+        self._rolling_based_timestamp = timestamp
+
+    @invalidates_append_state
+    def set_rebuilt_index_state(self, max_timestamp: TimestampOffset, bytes_since_last_index_entry: int) -> None:
+        """The max timestamp and the index-entry spacing as an index rebuild leaves them."""
+        self.set_max_timestamp(max_timestamp)
+        self._bytes_since_last_index_entry = bytes_since_last_index_entry
 
     # --- sizes and timestamps -----------------------------------------------------------------
 
@@ -327,22 +231,24 @@ class LogSegment:
 
     @property
     def max_timestamp_and_offset_so_far(self) -> TimestampOffset:
-        if self._max_timestamp is None:
+        if self.append_state.max_timestamp is None:
             if self._time_index is None:  # read one entry; do not map the index just for this
                 path = files.time_index_file(self._dir, self.base_offset, self._suffix)
-                self._set_max_timestamp(TimeIndex.read_last_entry(path, self.base_offset), in_index=True)
+                self.set_max_timestamp(TimeIndex.read_last_entry(path, self.base_offset), in_index=True)
             else:
-                self._set_max_timestamp(self.time_index.last_entry, in_index=True)
-        return TimestampOffset(self._max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # set above
+                self.set_max_timestamp(self.time_index.last_entry, in_index=True)
+        return TimestampOffset(self.append_state.max_timestamp, self._offset_of_max_timestamp)  # type: ignore[arg-type]  # set above
 
     @invalidates_append_state
-    def _set_max_timestamp(self, entry: TimestampOffset | None, in_index: bool = False) -> None:
-        """Record the max timestamp and its offset (None: unknown, read again on demand)."""
+    def set_max_timestamp(self, entry: TimestampOffset | None, in_index: bool = False) -> None:
+        """Record the max timestamp and its offset (None: unknown, read again on demand);
+        ``in_index``: read from the time index, so closing need not append it."""
+        state = self.append_state
         if entry is None:
-            self._max_timestamp, self._offset_of_max_timestamp = None, self.base_offset
+            state.max_timestamp, self._offset_of_max_timestamp = None, self.base_offset
         else:
-            self._max_timestamp, self._offset_of_max_timestamp = entry.timestamp, entry.offset
-        self._max_timestamp_in_index = in_index
+            state.max_timestamp, self._offset_of_max_timestamp = entry.timestamp, entry.offset
+        state.max_timestamp_in_index = in_index
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -386,11 +292,12 @@ class LogSegment:
         position = self.log.size_in_bytes
         if position == 0:
             self._rolling_based_timestamp = largest_timestamp
-        self._ensure_offset_in_range(largest_offset)
+        self.ensure_offset_in_range(largest_offset)
         self.log.append(records)
         if largest_timestamp > self.max_timestamp_so_far:
-            self._max_timestamp, self._offset_of_max_timestamp = largest_timestamp, shallow_offset_of_max_timestamp
-            self._max_timestamp_in_index = False
+            state = self.append_state
+            state.max_timestamp, self._offset_of_max_timestamp = largest_timestamp, shallow_offset_of_max_timestamp
+            state.max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self.offset_index.append(largest_offset, position)
             mts = self.max_timestamp_and_offset_so_far
@@ -402,23 +309,20 @@ class LogSegment:
         self, records: Chunks, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int,
         limits: RollLimits, now: int,
     ) -> bool:
-        """:meth:`should_roll` then :meth:`append` for the leader's common path, in integer
-        comparisons: ``records`` (``size`` bytes) are written when the segment has every piece of
-        state loaded (index files open, first batch timestamp and max timestamp known) and no roll
-        rule fires; else nothing happens and False comes back (the caller takes the general path,
-        which loads that state or rolls). The outcome, files and state are those of the general
-        path. Needs the log lock.
-        """
+        """:func:`.roll.should_roll` then :meth:`append`, in integer comparisons, for the leader's
+        common path: writes ``records`` (``size`` bytes) and returns True when the segment's state
+        is loaded (index files open with room, first batch and max timestamps known) and no roll
+        rule fires; else writes nothing and returns False (the general path loads or rolls). Files
+        and state end as the general path leaves them. Needs the log lock."""
         position = self.log.size_in_bytes
         limit = INT64_MAX  # the time rule (segment.ms with jitter) only rolls a segment holding data
         if position:
             first = self._rolling_based_timestamp
             if first is None:
                 return False
-            allowed = limits.max_segment_ms - self.rolling_jitter_ms
             if first >= 0:
-                limit = first + allowed
-            elif now - self._created_ms > allowed:  # a first batch without timestamp: the wall clock's rule
+                limit = max_timestamp_limit(first, limits.max_segment_ms, self.rolling_jitter_ms)
+            elif now - self._created_ms > limits.max_segment_ms - self.rolling_jitter_ms:  # the wall clock's rule
                 return False
         if (roll_due(position, size, limits.segment_bytes, last_offset - self.base_offset, 0, max_timestamp, limit)
                 or not self._state_loaded_with_room()):
@@ -431,7 +335,7 @@ class LogSegment:
         """What both fast appends need of the segment: index files open and not full, the max
         timestamp known (the general path loads them, or rolls)."""
         offset_index, time_index = self._offset_index, self._time_index
-        return (offset_index is not None and time_index is not None and self._max_timestamp is not None
+        return (offset_index is not None and time_index is not None and self.append_state.max_timestamp is not None
                 and not offset_index.is_full() and not time_index.is_full())
 
     def _note_fast_append(
@@ -442,9 +346,10 @@ class LogSegment:
         max timestamp so far, the sparse index entries."""
         if not position:
             self._rolling_based_timestamp = max_timestamp
-        if max_timestamp > self._max_timestamp:  # type: ignore[operator]  # loaded
-            self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
-            self._max_timestamp_in_index = False
+        state = self.append_state
+        if max_timestamp > state.max_timestamp:  # type: ignore[operator]  # loaded
+            state.max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
+            state.max_timestamp_in_index = False
         if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
             self._append_index_entry(last_offset, position)
             self._bytes_since_last_index_entry = 0
@@ -453,20 +358,8 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
-    def _ensure_offsets_go_up(self, batch: FileBatch, next_offset: int, position: int) -> None:
-        """A batch's offsets start at ``next_offset`` (the offset after the batch before it) or
-        above. A v2 batch's base offset is outside its CRC, so a damaged one passes every other
-        check; kept, it would break offset lookups and then, when the index rebuild met it, cost
-        Kafka's answer to an out-of-order offset: the whole segment. (A legacy entry by its last
-        offset: its first needs the wrapper decompressed.)"""
-        first = batch.base_offset if batch.magic >= 2 else batch.last_offset
-        if first < next_offset:
-            raise InvalidRecordError(
-                "batch offsets go back: they must start above the batch before it",
-                path=self.log.path, position=position, offset=first, expected_at_least=next_offset,
-            )
-
-    def _ensure_offset_in_range(self, offset: int) -> None:
+    def ensure_offset_in_range(self, offset: int) -> None:
+        """Raises LogSegmentOffsetOverflowError when ``offset`` is outside the 32-bit relative range."""
         if not self.can_convert_to_relative_offset(offset):
             raise LogSegmentOffsetOverflowError(
                 "offset does not fit in the segment's relative offset range",
@@ -474,21 +367,6 @@ class LogSegment:
             )
 
     # --- roll ---------------------------------------------------------------------------------
-
-    def should_roll(self, params: RollParams) -> bool:
-        """Kafka's roll rules (§3.2): size, time (with jitter), full index, offset overflow."""
-        if self.size > params.max_segment_bytes - params.messages_size:
-            return True
-        reached_roll_ms = (
-            self.time_waited_for_roll(params.now, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.rolling_jitter_ms
-        )
-        return (
-            (self.size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
-        )
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         self._load_first_batch_timestamp()
@@ -542,30 +420,11 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (scans from the last offset-index entry)."""
-        next_offset = self.base_offset
-        for location in self.reader().batch_locations(self._last_entry_position()):
-            next_offset = location.last_offset + 1
-        return next_offset
+        return segment_recovery.read_next_offset(self)
 
     def check_tail(self) -> TailCheck:
-        """Whether the ``.log`` ends with the end of a batch recovery would keep: recovery's batch
-        by batch check runs from the last offset-index entry to the end (after a clean stop the
-        index is whole, so that is at most ``index.interval.bytes`` plus one batch, read a chunk at
-        a time; the data before the entry is not read). For an active segment reopened after a
-        clean stop, whose tail nothing else checks before the next append is written after it."""
-        start = self._last_entry_position()
-        state = self._recover_batches_one_by_one(_RecoveryState(self.base_offset, start))
-        found = state.first_batch_max_ts is not None
-        # An index entry points at a batch: from it on there must be one, unless the log is empty.
-        whole = state.valid_bytes == self.log.size_in_bytes and (found or state.valid_bytes == 0)
-        return TailCheck(state.end_offset, state.valid_bytes, whole)
-
-    def _last_entry_position(self) -> int:
-        checked, self._checked_offset_entry = self._checked_offset_entry, None
-        if checked is not None and self._offset_index is None:
-            # The entry sanity_check just read: a load after a clean stop maps no index for it.
-            return OffsetIndex.parse_entry(checked, self.base_offset).position
-        return self.offset_index.lookup(2**63 - 1).position
+        """Whether the ``.log`` ends with the end of a batch recovery would keep (:func:`.segment_recovery.check_tail`)."""
+        return segment_recovery.check_tail(self)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``start_offset`` (§3.4)."""
@@ -576,137 +435,13 @@ class LogSegment:
 
     @invalidates_append_state
     def recover(self) -> RecoveryResult:
-        """Validate every batch, truncate an invalid tail, then rebuild the indexes from the ``.log``.
-
-        Stops at the first batch that fails its CRC or size check, or at a partial batch, and
-        truncates the ``.log`` there. The offset and time indexes are rebuilt by
-        :meth:`rebuild_indexes`; the transaction index is kept up to the recovered end. Returns
-        the bytes removed and the leader-epoch starts seen. Scans the whole segment: columns
-        for the leading run of valid v2 batches, batch by batch from where that run ends (and
-        all of it under a fault plan, whose reads must go through the seam).
-        """
-        if fileops.active():  # a fault plan: every read goes through the seam
-            state, headers = self._recover_batches_one_by_one(_RecoveryState(self.base_offset)), None
-        else:
-            state, headers = self._recover_batches_columnar()
-        valid_bytes, end_offset = state.valid_bytes, state.end_offset
-        first_batch_max_ts, epoch_starts = state.first_batch_max_ts, state.epoch_starts
-        truncated = self.log.size_in_bytes - valid_bytes
-        if truncated > 0:
-            log.warning("truncating %s from %d to %d bytes", self.log.path, self.log.size_in_bytes, valid_bytes)
-            self.log.truncate_to(valid_bytes)
-        self.rebuild_indexes(headers)
-        self.offset_index.trim_to_valid_size()
-        mts = self.max_timestamp_and_offset_so_far  # set by rebuild_indexes
-        self.time_index.maybe_append(mts.timestamp, mts.offset, skip_full_check=True)
-        self.time_index.trim_to_valid_size()
-        self._recover_txn_index(end_offset, headers)
-        self._rolling_based_timestamp = first_batch_max_ts
-        return RecoveryResult(truncated, epoch_starts)
-
-    def _recover_batches_columnar(self) -> tuple[_RecoveryState, BatchHeaders | None]:
-        """:meth:`_recover_batches_one_by_one`'s result with columns for the leading run of valid
-        v2 batches (one header walk, one CRC pass, numpy for the offset range and the epoch
-        starts); the loop checks the rest from the first batch the run does not cover, so the
-        stop, its warning and any legacy entries are the loop's. Also the run's headers for
-        :meth:`rebuild_indexes` when they are the whole recovered ``.log``, else None."""
-        headers = self.log.valid_v2_headers()
-        last_offsets = headers["last_offset"]
-        # Kafka's relative offset range, 0 <= last - base <= INT32_MAX, without int64 wrap-around;
-        # and each batch above the one before it (the loop below says why not).
-        in_range = (last_offsets >= self.base_offset) & (last_offsets <= min(self.base_offset + INT32_MAX, INT64_MAX))
-        in_range[1:] &= headers["base_offset"][1:] > last_offsets[:-1]
-        out = np.flatnonzero(~in_range)
-        if len(out):
-            headers = {name: column[:out[0]] for name, column in headers.items()}
-        state = _RecoveryState(self.base_offset)
-        count = len(headers["position"])
-        if count:
-            state.valid_bytes = int(headers["position"][-1] + headers["size"][-1])
-            state.end_offset = int(headers["last_offset"][-1]) + 1
-            state.first_batch_max_ts = int(headers["max_timestamp"][0])
-            # _note_epoch_start for every batch: v2 batches with an epoch, a new entry at each change.
-            with_epoch = np.flatnonzero(headers["leader_epoch"] >= 0)
-            epochs = headers["leader_epoch"][with_epoch]
-            starts = with_epoch[np.concatenate(([True], epochs[1:] != epochs[:-1]))] if len(with_epoch) else with_epoch
-            state.epoch_starts = list(zip(headers["leader_epoch"][starts].tolist(), headers["base_offset"][starts].tolist()))
-        covered = state.valid_bytes
-        if covered < self.log.size_in_bytes:
-            self._recover_batches_one_by_one(state)
-        return state, (headers if state.valid_bytes == covered else None)
-
-    def _recover_batches_one_by_one(self, state: _RecoveryState) -> _RecoveryState:
-        """Validate batch by batch from ``state.valid_bytes`` (0 for the whole segment), updating
-        ``state``, until the first invalid batch (logged) or the end: the specification of
-        :meth:`_recover_batches_columnar`, and the path for legacy entries and fault plans."""
-        try:
-            for position, batch in self.log.batches(state.valid_bytes):
-                batch.ensure_valid(path=self.log.path, position=position)
-                self._ensure_offset_in_range(batch.last_offset)
-                if state.valid_bytes:  # a valid batch before it
-                    self._ensure_offsets_go_up(batch, state.end_offset, position)
-                state.valid_bytes += batch.size_in_bytes
-                state.end_offset = batch.last_offset + 1
-                if state.first_batch_max_ts is None:
-                    state.first_batch_max_ts = batch.max_timestamp
-                _note_epoch_start(state.epoch_starts, batch)
-        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as e:
-            log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, state.valid_bytes, e)
-        return state
+        """Validate every batch, truncate an invalid tail, rebuild the indexes (:func:`.segment_recovery.recover`)."""
+        return segment_recovery.recover(self)
 
     @invalidates_append_state
     def rebuild_indexes(self, headers: BatchHeaders | None = None) -> None:
-        """Re-create the offset and time indexes from the ``.log``'s batch headers, with the entries
-        single-batch appends would have made (one per ``index.interval.bytes``): after recovery,
-        and for the cleaner, whose multi-megabyte appends would get one entry each. The
-        transaction index is kept; nothing is validated (the caller validated or wrote the bytes).
-        ``headers``: the ``.log``'s batch headers when the caller has them (recovery)."""
-        if headers is None:
-            headers = self.log.batch_headers()
-        self.offset_index.reset()
-        self.time_index.reset()
-        positions, last_offsets = headers["position"], headers["last_offset"]
-        # Max timestamp so far at each batch, and the first batch that reached it (its offset).
-        running = np.maximum.accumulate(np.maximum(headers["max_timestamp"], NO_TIMESTAMP))
-        reached = np.searchsorted(running, running, side="left")
-        offsets_of_max = np.where(running > NO_TIMESTAMP, last_offsets[reached], self.base_offset)
-        picks = _index_entry_batches(positions, self._config.index_interval_bytes)
-        self._make_room_for_entries(len(picks))
-        self.offset_index.append_entries(last_offsets[picks], positions[picks])
-        self.time_index.append_entries(running[picks], offsets_of_max[picks])
-        last_entry = int(positions[picks[-1]]) if len(picks) else 0
-        end = int(positions[-1] + headers["size"][-1]) if len(positions) else 0
-        max_ts = int(running[-1]) if len(running) else NO_TIMESTAMP
-        self._set_max_timestamp(TimestampOffset(max_ts, int(offsets_of_max[-1]) if len(running) else self.base_offset))
-        self._bytes_since_last_index_entry = end - last_entry
-
-    def _make_room_for_entries(self, entries: int) -> None:
-        """Grow the (just reset) indexes to hold ``entries`` rebuilt entries, and the time index's
-        final one: with ``segment.index.bytes`` lowered since the segment was written, a rebuild
-        keeps every entry and the segment counts as full (as :meth:`resize_indexes` does), where
-        a fixed size would fail the load."""
-        if entries > self.offset_index.max_entries:
-            self.offset_index.resize(entries * self.offset_index.ENTRY_SIZE)
-        if entries + 1 > self.time_index.max_entries:
-            self.time_index.resize((entries + 1) * self.time_index.ENTRY_SIZE)
-
-    def _recover_txn_index(self, end_offset: int, headers: BatchHeaders | None) -> None:
-        """Kafka rebuilds the ``.txnindex`` here, from the producer state at the segment's base
-        offset, which this segment does not have: it keeps the file's entries for transactions
-        that ended below ``end_offset`` (a file that does not read is emptied) and leaves the
-        rebuild to the owning log, which checks the index against the ABORT markers in the
-        ``.log`` before any entry is served (:class:`.TxnIndexCheck`), right after the
-        load when :attr:`txn_index_suspect` says so: the recovered data holds transaction markers
-        (or ``headers``, the recovered batches' columns, are not known), or the file was unreadable."""
-        self.txn_index_checked = False
-        self.txn_index_suspect = headers is None or bool(np.any((headers["attributes"] & _TXN_MARKER) == _TXN_MARKER))
-        try:
-            self.txn_index.sanity_check()
-            self.txn_index.truncate_to(end_offset)
-        except CorruptIndexError as e:
-            log.warning("%s: dropping an unreadable transaction index: %s", self.log.path, e)
-            self.txn_index.reset()
-            self.txn_index_suspect = True
+        """Re-create the offset and time indexes from the ``.log`` (:func:`.segment_recovery.rebuild_indexes`)."""
+        segment_recovery.rebuild_indexes(self, headers)
 
     @invalidates_append_state
     def truncate_to(self, offset: int) -> int:
@@ -721,7 +456,7 @@ class LogSegment:
             self._created_ms = self._clock.milliseconds()
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
-        self._set_max_timestamp(None)
+        self.set_max_timestamp(None)
         if self.size > 0:
             self._reload_max_timestamp()
         return removed
@@ -744,13 +479,9 @@ class LogSegment:
 
     @invalidates_append_state
     def defer_index_resize(self, size: int) -> None:
-        """:meth:`resize_indexes` on first use instead of now, releasing maps and descriptors.
-
-        For the active segment right after loading (its index files are trimmed then): opening a
-        data dir of many partitions maps no index and holds no descriptor until a partition is
-        used, where an eager resize costs two maps and two descriptors per partition (Python's
-        mmap keeps a duplicate descriptor) and hits the process's open-file limit.
-        """
+        """:meth:`resize_indexes` on first use instead of now, releasing maps and descriptors: for
+        the active segment right after loading (its index files trimmed), so that a data dir of
+        many partitions holds no map or descriptor (two each, eagerly) for a partition not used."""
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.trim_to_valid_size()  # a reopened index trusts its file length
@@ -765,7 +496,7 @@ class LogSegment:
         for _, batch in self.reader().batches(start):
             if batch.max_timestamp > best.timestamp:
                 best = TimestampOffset(batch.max_timestamp, batch.last_offset)
-        self._set_max_timestamp(best)
+        self.set_max_timestamp(best)
 
     # --- files --------------------------------------------------------------------------------
 
@@ -788,8 +519,9 @@ class LogSegment:
         """Final time-index entry, trim, close. Index files are created if still lazy."""
         # Known only if this process appended, recovered or looked it up; when it came from the
         # unopened time index itself there is nothing to append (and no reason to map it).
-        if self._max_timestamp is not None and not (self._max_timestamp_in_index and self._time_index is None):
-            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
+        state = self.append_state
+        if state.max_timestamp is not None and not (state.max_timestamp_in_index and self._time_index is None):
+            self.time_index.maybe_append(state.max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
         self.close_handlers()
         self.log.trim()
 
@@ -802,12 +534,8 @@ class LogSegment:
         self.log.close()
 
     def all_files(self) -> list[Path]:
-        return [
-            self.log.path,
-            files.offset_index_file(self._dir, self.base_offset, self._suffix),
-            files.time_index_file(self._dir, self.base_offset, self._suffix),
-            files.transaction_index_file(self._dir, self.base_offset, self._suffix),
-        ]
+        names = (files.offset_index_file, files.time_index_file, files.transaction_index_file)
+        return [self.log.path, *(name(self._dir, self.base_offset, self._suffix) for name in names)]
 
     @invalidates_append_state
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
@@ -815,11 +543,8 @@ class LogSegment:
         if old_suffix != self._suffix:
             raise ValueError(f"segment {self.base_offset} has suffix {self._suffix!r}, not {old_suffix!r}")
         self.log.rename_to(files.log_file(self._dir, self.base_offset, new_suffix))
-        pairs = (
-            (self._offset_index, files.offset_index_file),
-            (self._time_index, files.time_index_file),
-            (self._txn_index, files.transaction_index_file),
-        )
+        pairs = ((self._offset_index, files.offset_index_file), (self._time_index, files.time_index_file),
+                 (self._txn_index, files.transaction_index_file))
         for index, name in pairs:
             old_path, new_path = name(self._dir, self.base_offset, old_suffix), name(self._dir, self.base_offset, new_suffix)
             if index is not None:
@@ -847,12 +572,9 @@ class LogSegment:
 
     @invalidates_append_state
     def release_indexes(self) -> None:
-        """Unmap index files without trimming them; they reopen lazily on next use.
-
-        Keeps memory maps (bounded by ``vm.max_map_count``) and descriptors for segments nobody is
-        reading. Only for segments whose index files are trimmed (sealed, or just loaded): the
-        length of a reopened index file is trusted.
-        """
+        """Unmap index files without trimming them (they reopen lazily), saving maps and
+        descriptors for segments nobody reads. Only for segments whose index files are trimmed
+        (sealed, or just loaded): a reopened index trusts its file length."""
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close_handler()
@@ -867,32 +589,3 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, dir={str(self._dir)!r})"
-
-
-@dataclass(slots=True)
-class _RecoveryState:
-    """Where recovery's batch checks have got to: the end of the last valid batch, the offset
-    after it, the first batch's max timestamp and the leader-epoch starts so far."""
-
-    end_offset: int
-    valid_bytes: int = 0
-    first_batch_max_ts: int | None = None
-    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
-
-
-def _note_epoch_start(epoch_starts: list[tuple[int, int]], batch: FileBatch) -> None:
-    epoch = batch.partition_leader_epoch
-    if batch.magic >= 2 and epoch >= 0 and (not epoch_starts or epoch_starts[-1][0] != epoch):
-        epoch_starts.append((epoch, batch.base_offset))
-
-
-def _index_entry_batches(positions: np.ndarray, interval: int) -> np.ndarray:
-    """The batches that get index entries when appended one by one: the first batch starting
-    more than ``interval`` bytes into the segment, then each first batch starting more than
-    ``interval`` bytes after the last entry's batch (Kafka's index.interval.bytes rule)."""
-    picks, threshold = [], interval
-    for i, position in enumerate(positions.tolist()):  # a list walk: ~50 ns a batch
-        if position > threshold:
-            picks.append(i)
-            threshold = position + interval
-    return np.asarray(picks, np.int64)
