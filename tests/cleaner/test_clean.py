@@ -495,7 +495,7 @@ def test_cleaned_segment_indexes_are_those_appends_of_single_batches_build(make_
     assert len(built[0]) >= 5 * 8 and len(built[1]) >= 2 * 12  # dense, not one entry per chunk
 
     (tmp_path / "oracle-0").mkdir()
-    oracle = LogSegment.open(tmp_path / "oracle-0", segment.base_offset, segment._config, clock)
+    oracle = LogSegment.open(tmp_path / "oracle-0", segment.base_offset, segment.config, clock)
     for _, b in segment.log.batches():
         oracle.append(b.last_offset, b.max_timestamp, b.last_offset, bytes(b.buffer))
     oracle.on_become_inactive_segment()
