@@ -277,6 +277,8 @@ def test_connection_refused_is_unreachable_and_retriable() -> None:
      RemoteStoreServerError),
     (OSError("AWS Error SLOW_DOWN during UploadPart operation: Please reduce your request rate."),
      RemoteStoreServerError),
+    (OSError("AWS Error SIGNATURE_DOES_NOT_MATCH during CreateMultipartUpload operation: The request signature"),
+     RemoteAccessDeniedError),
     (OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not connect"),
      RemoteStoreUnreachableError),
     (OSError("Bucket 'b' not found; AWS Error NO_SUCH_BUCKET"), RemoteResourceNotFoundError),

@@ -146,7 +146,8 @@ class ArrowRemoteStore:
             raise ValueError(f"a range needs start >= 0 and length >= 0, got start={start} length={length}")
         path = self._path(key)
         with self._translated("get_range", key), self._fs.open_input_file(path) as stream:
-            return stream.read_at(length, start) if length else b""
+            available = stream.size() - start  # S3's reader refuses a position past the end
+            return stream.read_at(min(length, available), start) if length and available > 0 else b""
 
     def size(self, key: str) -> int:
         """The size in bytes of ``key``; one HEAD. Thread-safe, no lock."""
@@ -271,7 +272,8 @@ _KINDS: tuple[tuple[type[RemoteStorageError], str, tuple[str, ...], frozenset[in
 def store_error(exc: BaseException, *, operation: str, key: str, uri: str) -> RemoteStorageError:
     """The typed error for a failure ``exc`` of ``operation`` on ``key`` (the caller raises it
     ``from exc``): the kind from the exception's class or errno, else from the message's
-    well-known markers (pyarrow's S3 errors are plain ``OSError``s naming the AWS error)."""
+    well-known markers, compared without case, spaces or underscores (pyarrow's S3 errors are
+    plain ``OSError``s naming the AWS error)."""
     kind, what = _classify(exc)
     cause = " ".join(str(exc).split())[:500] or type(exc).__name__
     return kind(f"remote store {operation} failed: {what}", operation=operation, key=key, uri=uri, cause=cause)
@@ -279,9 +281,9 @@ def store_error(exc: BaseException, *, operation: str, key: str, uri: str) -> Re
 
 def _classify(exc: BaseException) -> tuple[type[RemoteStorageError], str]:
     code = getattr(exc, "errno", None)
-    text = str(exc).lower()
+    text = _squash(str(exc))
     for kind, what, markers, codes in _KINDS:
-        if code in codes or any(marker in text for marker in markers):
+        if code in codes or any(_squash(marker) in text for marker in markers):
             return kind, what
     if isinstance(exc, FileNotFoundError):
         return RemoteResourceNotFoundError, "object not found"
@@ -290,6 +292,11 @@ def _classify(exc: BaseException) -> tuple[type[RemoteStorageError], str]:
     if isinstance(exc, ConnectionError | TimeoutError):
         return RemoteStoreUnreachableError, "store unreachable"
     return RemoteStorageError, "I/O error"
+
+
+def _squash(text: str) -> str:
+    """Lower case without spaces and underscores: ``SIGNATURE_DOES_NOT_MATCH`` ~ ``SignatureDoesNotMatch``."""
+    return "".join(text.lower().replace("_", " ").split())
 
 
 # --- put_file's local source ---------------------------------------------------------------
