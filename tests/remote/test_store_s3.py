@@ -81,3 +81,11 @@ def test_metadata_round_trip_on_s3(remote: ArrowRemoteStore) -> None:
     assert reader.segments() == writer.segments()
     assert [(s.start_offset, s.end_offset) for s in reader.finished_segments()] == [(0, 199)]
     assert reader.next_sequence == writer.next_sequence == 5
+
+
+def test_a_bucket_that_does_not_exist_reads_as_empty_and_its_objects_as_not_found(object_store: object) -> None:
+    store = ArrowRemoteStore("s3://no-such-bucket-tidelog/tier", _options(object_store))
+    assert store.list() == [] and store.list("t/0/") == []
+    with pytest.raises(RemoteResourceNotFoundError):
+        store.get("t/0/k")
+    store.delete("t/0/k")
