@@ -84,7 +84,7 @@ class LocalLog:
     ) -> tuple[LocalLog, LoadedLog]:
         """Load the segments of ``dir`` (:func:`~tidelog.storage.loader.load_log`: swaps completed,
         temporary files removed, recovery from the checkpointed ``recovery_point`` unless
-        ``had_clean_shutdown``); returns the local log and what loading found."""
+        ``had_clean_shutdown``); returns the local log and what loading found. Not shared until it returns."""
         loaded = load_log(LoadParams(
             dir=dir, config=segment_config(config), clock=clock,
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
@@ -104,7 +104,7 @@ class LocalLog:
         return active
 
     def new_segment(self, base_offset: int) -> LogSegment:
-        """A new empty segment's files at ``base_offset`` (not yet in the map)."""
+        """A new empty segment's files at ``base_offset`` (not yet in the map). Caller holds the lock."""
         return LogSegment.open(
             self.dir, base_offset, segment_config(self.config), self.clock,
             rolling_jitter_ms=self.config.random_segment_jitter(),
@@ -115,7 +115,7 @@ class LocalLog:
     def roll(self, new_base: int) -> LogSegment:
         """Seal the active segment and add a new one at ``new_base``; an empty active segment at
         that base offset is recreated in place (its files are already gone, and sealing it would
-        recreate index files under its and the new segment's name)."""
+        recreate index files under its and the new segment's name). Caller holds the lock."""
         active = self.active_segment
         if self.segments.contains(new_base):
             self._recreate_empty_active(active, new_base)
@@ -153,7 +153,7 @@ class LocalLog:
     def bound(self, offset: int, log_end_offset: int) -> ReadBound:
         """The read bound at ``offset`` with its byte position. A bound below the log end is
         located once (index lookup and header scan) and kept while it is asked for again; every
-        change that can move a position (truncation, swap, deletion) forgets it."""
+        change that can move a position (truncation, swap, deletion) forgets it. Caller holds the lock."""
         if offset == log_end_offset:
             active = self.active_segment
             return ReadBound(offset, active.base_offset, active.size)
@@ -220,7 +220,7 @@ class LocalLog:
             fsync_dir(self.dir)
 
     def mark_flushed(self, recovery_point: int, log_end_offset: int) -> None:
-        """Move the recovery point forward to ``recovery_point`` (at most the log end)."""
+        """Move the recovery point forward to ``recovery_point`` (at most the log end). Caller holds the lock."""
         if recovery_point > self.recovery_point:
             self.recovery_point = min(recovery_point, log_end_offset)
             self.last_flush_ms = self.clock.milliseconds()
@@ -229,7 +229,7 @@ class LocalLog:
 
     def truncate_to(self, target_offset: int, mark: MarkSnapshot) -> None:
         """Delete the segments above ``target_offset`` and cut the (new) active one there; the
-        recovery point follows. A segment must start at or below ``target_offset``."""
+        recovery point follows. A segment must start at or below ``target_offset``. Caller holds the lock."""
         later = [s for s in self.segments.snapshot() if s.base_offset > target_offset]
         self.delete_segments(later, "truncation", mark)
         self.active_segment.truncate_to(target_offset)
@@ -237,13 +237,14 @@ class LocalLog:
         self._bound_cache = None
 
     def start_at(self, offset: int) -> None:
-        """After every segment was deleted: a new empty segment at ``offset``, the recovery point there."""
+        """After every segment was deleted: a new empty segment at ``offset``, the recovery point there.
+        Caller holds the lock."""
         self.segments.add(self.new_segment(offset))
         self.recovery_point = offset
 
     def end_of_oldest(self, segments: Sequence[LogSegment], log_end_offset: int) -> int:
         """The first offset after ``segments``, which must be the oldest segments in order
-        (:class:`StorageError` otherwise): the next segment's base offset, or the log end."""
+        (:class:`StorageError` otherwise): the next segment's base offset, or the log end. Caller holds the lock."""
         current = self.segments.snapshot()
         chosen = [s.base_offset for s in segments]
         if chosen != [s.base_offset for s in current[:len(chosen)]]:
@@ -262,7 +263,7 @@ class LocalLog:
            those no new segment took the place of;
         3. the new segments' files ``.swap`` → final names; fsync the partition dir.
 
-        Old segments already deleted meanwhile (retention) are skipped.
+        Old segments already deleted meanwhile (retention) are skipped. Caller holds the lock.
         """
         new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
         new_bases = {s.base_offset for s in new_sorted}
@@ -332,7 +333,7 @@ class LocalLog:
     # --- closing ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every segment: final time-index entries, trimmed indexes and ``.log`` files."""
+        """Close every segment: final time-index entries, trimmed indexes and ``.log`` files. Caller holds the lock."""
         for segment in self.segments.snapshot():
             segment.close()
         # Retired segments whose delayed unlink has not run (the scheduler may never run it now):
@@ -345,7 +346,7 @@ class LocalLog:
     def close_handlers(self) -> None:
         """Release every segment's descriptors and maps, writing nothing but a best-effort
         truncation of the active ``.log`` to its data (it frees and never allocates, and removes
-        the partial bytes of an append that failed)."""
+        the partial bytes of an append that failed). Caller holds the lock."""
         segments = self.segments.snapshot()
         if segments:
             try:

@@ -56,6 +56,10 @@ LATEST_TIERED_TIMESTAMP = -5
 
 
 class Log(AppendPath):
+    """One partition's log: offsets, leader epochs, producer state and the appends (:class:`AppendPath`)
+    over its :class:`LocalLog`. Shared by every thread of the process; each public method says
+    which lock it takes (all take the one log lock, :attr:`lock`)."""
+
     def __init__(
         self,
         local: LocalLog,
@@ -116,6 +120,7 @@ class Log(AppendPath):
         at the checkpoint. Producer state is loaded from the latest ``.snapshot`` and the batches
         after it (:func:`~tidelog.storage.producer_state.rebuild_producer_state`); producers expire
         after ``producer_id_expiration_ms``, checked every ``producer_id_expiration_check_interval_ms``.
+        Not shared until it returns.
         """
         config = config or LogConfig.defaults()
         tp = topic_partition or files.parse_topic_partition_name(dir.name)
@@ -224,13 +229,14 @@ class Log(AppendPath):
         return min(max(offset, self._log_start_offset), self._log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark, clamped to [log start, log end]; returns the value set."""
+        """Set the high watermark, clamped to [log start, log end]; returns the value set.
+        Thread-safe: takes the log's lock."""
         with self._lock:
             self._high_watermark = self._clamp_hw(offset)
             return self._high_watermark
 
     def maybe_increment_high_watermark(self, offset: int) -> int:
-        """Move the high watermark forward only (a leader's rule)."""
+        """Move the high watermark forward only (a leader's rule). Thread-safe: takes the log's lock."""
         with self._lock:
             if offset > self._high_watermark:
                 self._high_watermark = self._clamp_hw(offset)
@@ -238,7 +244,7 @@ class Log(AppendPath):
 
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
         """Raise the log start offset; never past the high watermark. No file is touched:
-        segments wholly below it go at the next retention pass."""
+        segments wholly below it go at the next retention pass. Thread-safe: takes the log's lock."""
         with self._lock:
             if new_offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
@@ -257,7 +263,7 @@ class Log(AppendPath):
         """Kafka's DeleteRecords: move the log start offset to ``offset`` (-1 = the high watermark).
 
         Refused with :class:`PolicyViolationError` unless ``cleanup.policy`` contains ``delete``.
-        Returns the log start offset after the call.
+        Returns the log start offset after the call. Thread-safe: takes the log's lock.
         """
         if not self.config.delete:
             raise PolicyViolationError(
@@ -326,7 +332,8 @@ class Log(AppendPath):
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets (§3.4): -2 earliest, -1 latest (the high watermark for consumers, the
         log end for ``LOG_END``), -3 the record with the max timestamp, -4 earliest local,
-        else the first record with a timestamp >= ``timestamp``. None when nothing matches."""
+        else the first record with a timestamp >= ``timestamp``. None when nothing matches.
+        Thread-safe: takes no lock (reads the offsets once and a snapshot of the segment list)."""
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(-1, self._log_start_offset, self._earliest_epoch())
         if timestamp == LATEST_TIMESTAMP:
@@ -456,7 +463,8 @@ class Log(AppendPath):
         files, from the segment holding ``start`` on through the later ones (an abort is indexed
         in the segment of its marker, which may lie past the upper bound) until one says the
         search is complete (Kafka's ``collectAbortedTransactions``). Each segment's index is
-        checked against its ``.log`` the first time it is asked (:class:`.TxnIndexCheck`)."""
+        checked against its ``.log`` the first time it is asked (:class:`.TxnIndexCheck`).
+        Thread-safe: takes the log's lock for the segment list, reads the indexes without it."""
         found: list[AbortedTxn] = []
         if upper_bound_offset <= start_offset:
             return found

@@ -285,6 +285,7 @@ class AppendPath:
 
         Offsets must be increasing and start at or after the log end; the batch CRCs are checked;
         ``max.message.bytes`` is not (as for Kafka followers).
+        Thread-safe: takes the log's lock around the write and the bookkeeping.
         """
         analyzed = analyze_batches(records, origin=AppendOrigin.REPLICATION, max_message_bytes=_LONG_MAX)
         if analyzed.valid_bytes == 0:
