@@ -1,0 +1,15 @@
+"""A real S3-compatible object store (SeaweedFS) on loopback, for tidelog's tiered-storage tests.
+
+Not part of the installed package: ``tests/tiered`` and ``bench`` import it from the repository
+root, as they do ``kafka_oracle``. SeaweedFS's ``weed`` is built from the Go module proxy once per
+machine and cached outside the repository (``make weed``; ``make test`` and ``make soak`` run it).
+
+* :mod:`object_store_oracle.weed_build`: ``weed_binary()`` (download, build, cache, file lock).
+* :mod:`object_store_oracle.server`: ``WeedS3Server`` (free ports, S3 identity, start, wait, stop).
+"""
+
+from object_store_oracle.server import ObjectStoreError, S3Credentials, WeedS3Server
+from object_store_oracle.weed_build import WEED_VERSION, WeedToolMissing, WeedUnavailable, weed_binary
+
+__all__ = ["WEED_VERSION", "ObjectStoreError", "S3Credentials", "WeedS3Server", "WeedToolMissing",
+           "WeedUnavailable", "weed_binary"]
