@@ -19,7 +19,7 @@ setup: $(STAMP)
 # once per machine into ~/.cache/tidelog/seaweedfs-<version>/ ($TIDELOG_CACHE overrides), a no-op when
 # cached. Cold: 10.5 min wall, 12 min CPU on 2 shared cores (load 3-5), 1.3 GiB of Go modules, 1.8 GiB of Go build cache. make run needs none of it.
 weed: setup
-	$(PY) -m object_store_oracle.weed_build
+	$(PY) -m object_store_oracle
 
 run: setup
 	$(VENV)/bin/tidelog --data-dir $(DATA) serve

@@ -11,7 +11,7 @@ Cost: a warm call is one ``stat``. A cold build is minutes of CPU (the figure me
 machine is in the Makefile beside ``make weed``) plus ~150 MiB in Go's module cache and ~1 GiB in
 Go's build cache; the binary itself is ~150 MiB.
 
-Run ``python -m object_store_oracle.weed_build`` to build (or find) it and print its path.
+Run ``python -m object_store_oracle`` (``make weed``) to build (or find) it and print its path.
 """
 
 from __future__ import annotations
@@ -128,7 +128,3 @@ def main() -> int:
         return 1
     print(f"{path} ({time.monotonic() - started:.1f} s)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
