@@ -127,10 +127,10 @@ class WeedS3Server:
                 self._start_once(binary, timeout_s)
                 return self.credentials
             except ObjectStoreError:
-                self.stop()
+                self.stop(timeout_s=1.0)
                 if attempt == START_ATTEMPTS or not self._bind_failed(log_start):
                     raise
-        raise AssertionError("unreachable")
+        raise ObjectStoreError(f"START_ATTEMPTS is {START_ATTEMPTS}: no attempt made")
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM to weed's process group, wait up to ``timeout_s``, then SIGKILL; idempotent.
@@ -151,7 +151,8 @@ class WeedS3Server:
             self._process = None
         _RUNNING.discard(self)
         for name in _COMPONENTS:
-            Path(f"/tmp/seaweedfs-{name}-grpc-{self.ports.get(f'{name}.grpc')}.sock").unlink(missing_ok=True)
+            if f"{name}.grpc" in self.ports:
+                Path(f"/tmp/seaweedfs-{name}-grpc-{self.ports[f'{name}.grpc']}.sock").unlink(missing_ok=True)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
