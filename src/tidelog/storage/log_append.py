@@ -7,9 +7,10 @@ by one segment write, then :meth:`AppendPath._appended` does the bookkeeping; th
 ``AppendPath`` is a base class of ``Log`` with no state and no ``__init__`` of its own: the fields it
 reads are declared below and set by ``Log.__init__`` and :meth:`AppendPath._take_config`. It is a
 base class, not a composed object, because the leader's 1-record append makes about ten attribute
-loads on one instance, and a second object would add one hop to each (measured in
-docs/architecture.md's design notes). Thread-safety: the public methods take the log's lock;
-every ``_`` method says when it needs the caller to hold it.
+loads on one instance, and a second object would add one hop to each (about 1% of the append;
+docs/architecture.md's design notes). Thread-safety: the public methods take the log's lock; the
+``_`` methods run under it, except that ``_append_checked`` and ``_append_as_leader`` check the
+batch unlocked first and then take it.
 """
 
 from __future__ import annotations
