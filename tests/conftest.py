@@ -2,15 +2,33 @@
 
 * ``clock`` / ``scheduler``: a :class:`FakeClock` (at T0 = 1,700,000,000,000 ms) and the
   :class:`FakeScheduler` it drives; ``clock.advance(ms)`` runs due tasks, so no test sleeps.
+* A real S3-compatible store (SeaweedFS, ``object_store_oracle``), for every test of the remote tier:
+  ``object_store``: one running ``weed server -s3`` per xdist worker (session-scoped: each worker is
+  its own session), data in a session tmp dir, stopped (then killed after 5 s) at the end; the
+  ``weed`` binary is built and cached by ``make weed`` (run by ``make test``) or on first use.
+  Skipped, with the reason, only where ``go`` is missing; a failing build or start fails the test.
+  ``s3_filesystem``: a factory for ``pyarrow.fs.S3FileSystem`` clients of a server (one attempt per
+  request, short timeouts: an error surfaces at once instead of after the SDK's retries).
+  ``s3``: a client of ``object_store``. ``bucket``: a fresh, empty bucket per test, deleted after.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tidelog.testing import FakeClock, FakeScheduler
+
+if TYPE_CHECKING:  # imported by the fixtures that use them: most sessions start no store
+    from pyarrow import fs as pafs
+
+    from object_store_oracle import S3Credentials, WeedS3Server
+
+    S3FilesystemFactory = Callable[..., pafs.S3FileSystem]
 
 T0 = 1_700_000_000_000  # FakeClock's default start, ms
 SPARK_TESTS = Path(__file__).parent / "spark"
@@ -44,3 +62,48 @@ def clock() -> FakeClock:
 @pytest.fixture
 def scheduler(clock: FakeClock) -> FakeScheduler:
     return FakeScheduler(clock)
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedS3Server]:
+    from object_store_oracle import WeedS3Server, WeedToolMissing
+
+    server = WeedS3Server(tmp_path_factory.mktemp("weed"))
+    try:
+        server.start()
+    except WeedToolMissing as missing:
+        pytest.skip(f"the object-store tests need Go to build SeaweedFS: {missing}")
+    try:
+        yield server
+    finally:
+        server.stop(timeout_s=5.0)  # its data is thrown away: no need to wait out weed's ~15 s SIGTERM
+
+
+@pytest.fixture(scope="session")
+def s3_filesystem() -> S3FilesystemFactory:
+    from pyarrow import fs as pafs
+
+    def connect(credentials: S3Credentials, *, secret_key: str | None = None) -> pafs.S3FileSystem:
+        host = credentials.endpoint_url.removeprefix("http://")
+        return pafs.S3FileSystem(
+            access_key=credentials.access_key, secret_key=secret_key or credentials.secret_key,
+            region=credentials.region, endpoint_override=host, scheme="http",
+            allow_bucket_creation=True, allow_bucket_deletion=True,
+            connect_timeout=2.0, request_timeout=30.0,
+            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+    return connect
+
+
+@pytest.fixture
+def s3(object_store: WeedS3Server, s3_filesystem: S3FilesystemFactory) -> pafs.S3FileSystem:
+    return s3_filesystem(object_store.credentials)
+
+
+@pytest.fixture
+def bucket(s3: pafs.S3FileSystem) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    s3.create_dir(name)
+    try:
+        yield name
+    finally:
+        s3.delete_dir(name)

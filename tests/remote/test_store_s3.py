@@ -1,5 +1,5 @@
 """The remote store and a metadata round trip against a real S3 server (SeaweedFS on loopback,
-the ``object_store`` and ``bucket`` fixtures of ``tests/tiered/conftest.py``)."""
+the ``object_store`` and ``bucket`` fixtures of ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import CHUNK_BYTES, ArrowRemoteStore, ObjectInfo
 from tidelog.testing import FakeClock
 from remote_helpers import TOPIC_ID_PARTITION, segment_meta
-
-pytest_plugins = ["tests.tiered.conftest"]
 
 
 def _options(object_store: object, **changes: str) -> dict[str, str]:

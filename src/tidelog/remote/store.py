@@ -134,9 +134,11 @@ class ArrowRemoteStore:
                     raise e.error from e.__cause__
 
     def get(self, key: str) -> bytes:
-        """The whole object ``key``; one GET. Thread-safe, no lock."""
+        """The whole object ``key``; on S3 one HEAD and one GET. Thread-safe, no lock.
+        (A random-access file, not ``open_input_stream``: pyarrow's unbuffered stream reads an
+        8 MiB S3 object at ~0.25x of a raw GET, its file at ~1x.)"""
         path = self._path(key)
-        with self._translated("get", key), self._fs.open_input_stream(path) as stream:
+        with self._translated("get", key), self._fs.open_input_file(path) as stream:
             return stream.read()
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
