@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# SeaweedFS's weed, the real S3 store of tests/tiered (object_store_oracle): built from the Go module proxy
+# SeaweedFS's weed, the real S3 store of the remote-tier tests (object_store_oracle): built from the Go module proxy
 # once per machine into ~/.cache/tidelog/seaweedfs-<version>/ ($TIDELOG_CACHE overrides), a no-op when
 # cached. Cold: 10.5 min wall, 12 min CPU on 2 shared cores (load 3-5), 1.3 GiB of Go modules, 1.8 GiB of Go build cache. make run needs none of it.
 weed: setup

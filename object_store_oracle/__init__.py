@@ -1,6 +1,6 @@
 """A real S3-compatible object store (SeaweedFS) on loopback, for tidelog's tiered-storage tests.
 
-Not part of the installed package: ``tests/tiered`` and ``bench`` import it from the repository
+Not part of the installed package: the tests (``tests/conftest.py``) and ``bench`` import it from the repository
 root, as they do ``kafka_oracle``. SeaweedFS's ``weed`` is built from the Go module proxy once per
 machine and cached outside the repository (``make weed``; ``make test`` and ``make soak`` run it).
 
