@@ -70,7 +70,7 @@ class RemoteStore(Protocol):
     def put(self, key: str, data: bytes | bytearray | memoryview) -> None: ...
 
     def put_file(self, key: str, path: str | os.PathLike[str], *, offset: int = 0,
-                 length: int | None = None) -> None: ...
+                 length: int | None = None, on_chunk: Callable[[int], None] | None = None) -> None: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -115,10 +115,11 @@ class ArrowRemoteStore:
             self._write(path, lambda out: out.write(data))
 
     def put_file(self, key: str, path: str | os.PathLike[str], *, offset: int = 0,
-                 length: int | None = None) -> None:
+                 length: int | None = None, on_chunk: Callable[[int], None] | None = None) -> None:
         """Upload ``length`` bytes (to the end when ``None``) of the local file ``path`` from
         ``offset`` as the object ``key``, streamed in :data:`CHUNK_BYTES` pieces (never the whole
-        file in memory); atomic as :meth:`put`. A local file shorter than asked fails before
+        file in memory); atomic as :meth:`put`. ``on_chunk(n)`` is called before each piece of
+        ``n`` bytes is written (an upload quota waits there); what it raises aborts the upload. A local file shorter than asked fails before
         anything is written. On S3/GCS/Azure a read error of the local file mid-upload cannot
         abort the upload (pyarrow completes it on close), so the partial object is then deleted,
         best effort. Thread-safe, no lock."""
@@ -127,7 +128,7 @@ class ArrowRemoteStore:
             count = _source_span(self, key, path, source, offset, length)
             with self._translated("put_file", key):
                 try:
-                    self._write(target, lambda out: _copy(self, key, path, source, out, count))
+                    self._write(target, lambda out: _copy(self, key, path, source, out, count, on_chunk))
                 except _SourceReadError as e:
                     if not self._staged:
                         self._forget(target)
@@ -341,7 +342,7 @@ def _source_span(store: ArrowRemoteStore, key: str, path: object, source: Binary
 
 
 def _copy(store: ArrowRemoteStore, key: str, path: object, source: BinaryIO, out: pa.NativeFile,
-          count: int) -> None:
+          count: int, on_chunk: Callable[[int], None] | None = None) -> None:
     while count > 0:
         try:
             chunk = source.read(min(CHUNK_BYTES, count))
@@ -350,6 +351,8 @@ def _copy(store: ArrowRemoteStore, key: str, path: object, source: BinaryIO, out
         if not chunk:
             error = _source_error(store, key, path, "the local file ended during the upload", f"{count} bytes missing")
             raise _SourceReadError(error)
+        if on_chunk is not None:
+            on_chunk(len(chunk))
         out.write(chunk)
         count -= len(chunk)
 

@@ -221,6 +221,14 @@ EPOCH_ENTRY_FORMAT: EntryFormat[EpochEntry] = EntryFormat(
 )
 
 
+def format_epoch_checkpoint(entries: Iterable[EpochEntry]) -> str:
+    """The version-0 ``leader-epoch-checkpoint`` text of ``entries`` in the given order (what a
+    partition dir's file holds; the remote tier uploads it beside each segment). Pure;
+    :class:`CheckpointError` for an epoch or offset outside what the file holds."""
+    return format_checkpoint(entries, EPOCH_ENTRY_FORMAT)
+
+
+
 # --- files ---------------------------------------------------------------------------------
 
 class CheckpointFile(Generic[T]):
