@@ -101,7 +101,7 @@ class TopicChanges:
             if partitions < 1:
                 raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.",
                                              topic=name, partitions=partitions)
-            self._broker.log_config(overrides)  # validates every override before anything is written
+            self._broker.checked_topic_config(name, overrides)  # validates every override before anything is written
             placement = self.place(partitions)
             record = TopicRecord(name, new_topic_id(), partitions, MappingProxyType(overrides),
                                  placed_assignments(placement))
@@ -224,7 +224,7 @@ class TopicChanges:
             check_topic_config_names([*removed, *(set or {})])
             overrides = {k: v for k, v in record.configs.items() if k not in removed}
             overrides.update({k: str(v) for k, v in (set or {}).items()})
-            self._broker.log_config(overrides)  # validates every override before anything is written
+            self._broker.checked_topic_config(topic, overrides, current=record.configs)  # before anything is written
             updated = record.replace(configs=MappingProxyType(overrides))  # keeps the partitions' log dirs
             self.commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
             return self.apply_topic_config(topic, overrides)

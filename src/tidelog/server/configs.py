@@ -176,7 +176,7 @@ def _alter_resource(manager: LogManager, node_id: int, resource_type: int, name:
     for config, op, value in ops:
         _apply(updated, config, op, value, manager, name)
     check_topic_config_names(updated)
-    manager.broker.log_config(updated)  # validates the whole new set (raises ConfigError naming the key)
+    manager.broker.checked_topic_config(name, updated, current=current)  # the whole new set (ConfigError)
     if not validate_only:
         removed = [k for k in current if k not in updated]
         manager.alter_topic_config(name, set=updated, delete=removed)

@@ -133,7 +133,7 @@ def _validate(manager: LogManager, name: str, partitions: int, configs: dict[str
     check_collision(name, manager.topics())
     if partitions < 1:
         raise InvalidPartitionsError("Number of partitions was set to an invalid non-positive value.", topic=name)
-    manager.broker.log_config(configs)
+    manager.broker.checked_topic_config(name, configs)
 
 
 def _configs(configs: Any) -> list[Any]:

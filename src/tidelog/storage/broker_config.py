@@ -8,7 +8,15 @@ broker synonym that is SET wins (``log.retention.ms`` > ``log.retention.minutes`
 negative becomes -1 (unlimited), as in Kafka's ``logRetentionTimeMillis``. ``flush.ms`` falls back
 to ``log.flush.interval.ms`` then ``log.flush.scheduler.interval.ms``. Dynamic broker configs do
 not exist here; the LogManager is given a new :class:`BrokerConfig` instead. Unknown broker keys
-(``node.id`` ...) are kept, untyped, in :attr:`BrokerConfig.unknown`.
+(``node.id`` ...) are kept, untyped, in :attr:`BrokerConfig.unknown`; those under
+``remote.log.storage.manager.impl.prefix`` (``rsm.config.``) are the remote store's options, also
+offered prefix stripped as :attr:`BrokerConfig.rsm_config`.
+
+Tiered storage at load time: ``remote.log.storage.system.enable=true`` needs
+``remote.log.storage.uri``; the URI's scheme must be one the store serves; and, with the system
+on, ``log.local.retention.*`` must fit ``log.retention.*`` as a topic's must (Kafka's
+``validateBrokerLogConfigValues``). :meth:`BrokerConfig.checked_topic_config` is what topic
+creation and config changes accept (:func:`~tidelog.storage.log_config.check_tiered_storage`).
 
 ``server.properties`` is read with Java ``Properties.load`` syntax
 (:func:`~tidelog.storage.properties.read_properties_file`).
@@ -26,8 +34,14 @@ from typing import Any, Generic, TypeVar, overload
 
 from tidelog.errors import ConfigError
 from tidelog.storage.config_def import ConfigKey, Synonym, invalid_value
-from tidelog.storage.config_keys import BROKER_CONFIGS, TOPIC_CONFIGS, check_compaction_lags, check_not_removed
-from tidelog.storage.log_config import LogConfig
+from tidelog.storage.config_keys import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    check_compaction_lags,
+    check_local_retention,
+    check_not_removed,
+)
+from tidelog.storage.log_config import LogConfig, check_tiered_storage
 from tidelog.storage.properties import read_properties_file
 
 T = TypeVar("T")
@@ -89,6 +103,19 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms = _Setting[int]("producer.id.expiration.check.interval.ms")
     tidelog_cleaner_engine = _Setting[str]("tidelog.cleaner.engine")
     tidelog_cleaner_spark_master = _Setting[str]("tidelog.cleaner.spark.master")
+    remote_log_storage_system_enable = _Setting[bool]("remote.log.storage.system.enable")
+    remote_log_storage_uri = _Setting[str]("remote.log.storage.uri")
+    remote_log_storage_manager_impl_prefix = _Setting[str]("remote.log.storage.manager.impl.prefix")
+    remote_log_manager_task_interval_ms = _Setting[int]("remote.log.manager.task.interval.ms")
+    remote_log_manager_copier_thread_pool_size = _Setting[int]("remote.log.manager.copier.thread.pool.size")
+    remote_log_manager_expiration_thread_pool_size = _Setting[int]("remote.log.manager.expiration.thread.pool.size")
+    remote_log_reader_threads = _Setting[int]("remote.log.reader.threads")
+    remote_log_reader_max_pending_tasks = _Setting[int]("remote.log.reader.max.pending.tasks")
+    remote_log_index_file_cache_total_size_bytes = _Setting[int]("remote.log.index.file.cache.total.size.bytes")
+    remote_log_manager_copy_max_bytes_per_second = _Setting[int]("remote.log.manager.copy.max.bytes.per.second")
+    remote_log_manager_fetch_max_bytes_per_second = _Setting[int]("remote.log.manager.fetch.max.bytes.per.second")
+    remote_fetch_max_wait_ms = _Setting[int]("remote.fetch.max.wait.ms")
+    remote_list_offsets_request_timeout_ms = _Setting[int]("remote.list.offsets.request.timeout.ms")
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> BrokerConfig:
@@ -108,10 +135,30 @@ class BrokerConfig:
 
     def _validate(self) -> None:
         """What only the whole config can break, found at load time: no log dir, a synonym that
-        breaks its topic config's rule, or derived compaction lags in conflict."""
+        breaks its topic config's rule, derived compaction lags in conflict, tiered storage on
+        without a store, or local retention defaults that do not fit retention's."""
         _ = self.log_dirs
         defaults = {key.name: self.topic_default(key)[0] for key in TOPIC_CONFIGS.values()}
         check_compaction_lags(defaults["min.compaction.lag.ms"], defaults["max.compaction.lag.ms"])
+        if not self.remote_log_storage_system_enable:
+            return
+        if not self.remote_log_storage_uri.strip():
+            raise ConfigError("remote.log.storage.system.enable=true needs remote.log.storage.uri, the remote "
+                              "store's location (e.g. s3://bucket/prefix or file:///path)",
+                              config="remote.log.storage.system.enable")
+        for unit in ("bytes", "ms"):
+            local = TOPIC_CONFIGS[f"local.retention.{unit}"]
+            check_local_retention(local.name, defaults[local.name], f"retention.{unit}", defaults[f"retention.{unit}"],
+                                  config=self.topic_default(local)[1])
+
+    @property
+    def rsm_config(self) -> Mapping[str, str]:
+        """The remote store's options: every key under ``remote.log.storage.manager.impl.prefix``
+        (``rsm.config.`` by default) that is no known broker key, prefix stripped, as text (Kafka
+        passes them to ``RemoteStorageManager.configure``). A new read-only mapping per call."""
+        prefix = self.remote_log_storage_manager_impl_prefix
+        return MappingProxyType({name[len(prefix):]: value for name, value in sorted(self.unknown.items())
+                                 if name.startswith(prefix) and len(name) > len(prefix)})
 
     @classmethod
     def load(cls, path: Path, overrides: Mapping[str, object] | None = None) -> BrokerConfig:
@@ -165,3 +212,16 @@ class BrokerConfig:
     def log_config(self, overrides: Mapping[str, object] | None = None) -> LogConfig:
         """This broker's defaults for a topic, with ``overrides`` applied."""
         return LogConfig.from_props(self, overrides)
+
+    def checked_topic_config(self, topic: str, overrides: Mapping[str, object] | None = None, *,
+                             current: Mapping[str, object] | None = None) -> LogConfig:
+        """What topic creation and a config change accept: :meth:`log_config` of ``overrides``
+        (the topic's whole new override set), then Kafka's tiered-storage refusals
+        (:func:`~tidelog.storage.log_config.check_tiered_storage`); ``current`` is the topic's
+        override set before a change (None at creation). Raises :class:`ConfigError`."""
+        config = self.log_config(overrides)
+        was = (current or {}).get("remote.storage.enable", False)  # Kafka's Boolean.parseBoolean
+        was_tiered = was is True or (isinstance(was, str) and was.strip().lower() == "true")
+        check_tiered_storage(topic, config, system_enabled=self.remote_log_storage_system_enable,
+                             was_tiered=was_tiered)
+        return config

@@ -17,6 +17,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -38,10 +39,13 @@ class ConfigType(enum.Enum):
     LIST = "LIST"
 
 
-def invalid_value(name: str, raw: object, reason: str) -> ConfigError:
+def invalid_value(name: str, raw: object, reason: str, *, shown_name: str | None = None) -> ConfigError:
     """Kafka's ``ConfigException(name, value, reason)`` text as a :class:`ConfigError`; ``reason``
-    is also kept as an attribute (not in the rendered context: the message already says it)."""
-    error = ConfigError(f"Invalid value {_show(raw)} for configuration {name}: {reason}", config=name, value=raw)
+    is also kept as an attribute (not in the rendered context: the message already says it).
+    ``shown_name``: the name the message gives, when it is not the key reported as ``config``
+    (a topic config's rule broken by its broker synonym)."""
+    error = ConfigError(f"Invalid value {_show(raw)} for configuration {shown_name or name}: {reason}",
+                        config=name, value=raw)
     error.reason = reason
     return error
 
@@ -182,6 +186,44 @@ class DirList:
         return "comma-separated distinct paths"
 
 
+@dataclass(frozen=True, slots=True)
+class NonEmptyString:
+    """A string with at least one non-blank character (Kafka's ``ConfigDef.NonEmptyString``)."""
+
+    def validate(self, name: str, value: Any, raw: object) -> Any:
+        if not value.strip():
+            raise invalid_value(name, raw, "String may not be empty")
+        return value
+
+    def describe(self) -> str:
+        return "non-empty string"
+
+
+@dataclass(frozen=True, slots=True)
+class UriScheme:
+    """Empty (unset) or a URI whose scheme is one of ``schemes`` (any case). The error shows the
+    value without its user info (``user:secret@``), which may hold credentials."""
+
+    schemes: tuple[str, ...]
+
+    def validate(self, name: str, value: Any, raw: object) -> Any:
+        if value and urlsplit(value).scheme.lower() not in self.schemes:
+            raise invalid_value(name, without_user_info(value),
+                                f"the URI's scheme must be one of {', '.join(self.schemes)}")
+        return value
+
+    def describe(self) -> str:
+        return f"empty or a URI of scheme {', '.join(self.schemes)}"
+
+
+def without_user_info(uri: str) -> str:
+    """``uri`` with any ``user:password@`` dropped from its authority, for messages."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
 # --- keys ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +246,13 @@ class ConfigKey:
     synonyms: tuple[Synonym, ...] = ()
     negative_means_unlimited: bool = False  # broker-derived negative value → -1 (retention.ms)
     as_set: bool = False  # LIST kept as a frozenset (cleanup.policy)
+    field_name: str | None = None  # the LogConfig field when not the snake_case name
 
     @property
     def attribute(self) -> str:
-        """The snake_case attribute name: ``segment.bytes`` → ``segment_bytes``."""
-        return self.name.replace(".", "_")
+        """The attribute holding the configured value: ``field_name`` if given, else the
+        snake_case name (``segment.bytes`` → ``segment_bytes``)."""
+        return self.field_name or self.name.replace(".", "_")
 
     def parse(self, raw: object) -> Any:
         """Convert ``raw`` (string or typed value) to this key's type and validate it."""

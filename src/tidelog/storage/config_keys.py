@@ -21,10 +21,17 @@ Keys removed in Kafka 4.0 (``message.timestamp.difference.max.ms``, ``message.fo
 naming the replacement, at topic and broker level alike. Unknown topic keys are rejected
 ("Unknown topic config name: x").
 
-tidelog-only broker keys (all named ``tidelog.*``; a Kafka broker only warns about them):
+tidelog-only broker keys (a Kafka broker only warns about them):
 ``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites),
-``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine) and
-``tidelog.produce.decompression.memory.bytes``.
+``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine),
+``tidelog.produce.decompression.memory.bytes``, and ``remote.log.storage.uri`` (the remote store's
+location, named as the tiered-storage keys are; Kafka names a RemoteStorageManager class instead).
+
+Tiered storage: the broker keys are Kafka's ``RemoteLogManagerConfig`` ones with 4.x defaults;
+keys under ``remote.log.storage.manager.impl.prefix`` (``rsm.config.``) are the store's options,
+kept as text (:attr:`BrokerConfig.rsm_config <tidelog.storage.broker_config.BrokerConfig.rsm_config>`).
+The topic keys' refusals (Kafka's ``LogConfig.validateTopicLogConfigValues``) are in
+:func:`tidelog.storage.log_config.check_tiered_storage`, except one: compacted topics may be tiered.
 """
 
 from __future__ import annotations
@@ -43,18 +50,21 @@ from tidelog.storage.config_def import (
     ConfigType,
     DirList,
     EachOneOf,
+    NonEmptyString,
     OneOf,
     RangeOrSentinel,
     Synonym,
     ThrottledReplicas,
+    UriScheme,
     Validator,
     at_least,
     between,
+    invalid_value,
 )
 
 
 def _key(name: str, type: ConfigType, default: Any, validator: Validator | None, doc: str, *synonyms: Synonym,
-         **flags: bool) -> ConfigKey:
+         **flags: Any) -> ConfigKey:
     return ConfigKey(name, type, default, validator, doc, tuple(synonyms), **flags)
 
 
@@ -71,6 +81,10 @@ _ZSTD_LEVEL = between(-131072, 22)
 SEGMENT_BYTES_MIN = 14  # Kafka 3.x's RECORD_OVERHEAD_V0; see the module docstring
 SEGMENT_INDEX_BYTES_MIN = 12  # one time-index entry; see the module docstring
 CLEANER_ENGINES = ("in-process", "spark")  # tidelog.cleaner.engine
+REMOTE_STORE_SCHEMES = ("s3", "gs", "abfs", "abfss", "hdfs", "file")  # remote.log.storage.uri
+NEVER_TIERED_TOPICS = frozenset({  # Kafka's UnifiedLog.isRemoteLogEnabled never tiers these
+    "__consumer_offsets", "__transaction_state", "__share_group_state", "__remote_log_metadata", "__cluster_metadata",
+})
 
 _TOPIC_KEYS = (
     _key("segment.bytes", _INT, 1073741824, at_least(SEGMENT_BYTES_MIN),
@@ -142,13 +156,24 @@ _TOPIC_KEYS = (
     _key("follower.replication.throttled.replicas", _LIST, (), ThrottledReplicas(),
          "Replication throttle; accepted for compatibility, unused by storage."),
     _key("remote.storage.enable", _BOOL, False, None,
-         "Tiered storage; accepted for compatibility, unused (no tiered storage here)."),
+         "Tiered storage: copy sealed segments to the remote store (remote.log.storage.uri) and keep only "
+         "local.retention.* on local disk; retention.* then covers both tiers. Needs "
+         "remote.log.storage.system.enable=true on the broker. Compacted topics may be tiered too (Kafka "
+         "refuses them); internal topics never are."),
     _key("local.retention.ms", _LONG, -2, at_least(-2),
-         "Tiered storage local retention; -2 = retention.ms. Unused here.", _S("log.local.retention.ms")),
+         "Tiered topics: age after which a segment already copied to the remote store leaves local disk; "
+         "-2 = retention.ms. Must not be -1 or more than retention.ms when retention.ms is not -1.",
+         _S("log.local.retention.ms"), field_name="configured_local_retention_ms"),
     _key("local.retention.bytes", _LONG, -2, at_least(-2),
-         "Tiered storage local retention; -2 = retention.bytes. Unused here.", _S("log.local.retention.bytes")),
-    _key("remote.log.copy.disable", _BOOL, False, None, "Tiered storage; accepted for compatibility, unused."),
-    _key("remote.log.delete.on.disable", _BOOL, False, None, "Tiered storage; accepted for compatibility, unused."),
+         "Tiered topics: local size above which segments already copied to the remote store leave local "
+         "disk; -2 = retention.bytes. Must not be -1 or more than retention.bytes when retention.bytes is "
+         "not -1.", _S("log.local.retention.bytes"), field_name="configured_local_retention_bytes"),
+    _key("remote.log.copy.disable", _BOOL, False, None,
+         "Tiered topics: stop copying to the remote store; remote data stays readable and is deleted by "
+         "retention.*, local data follows retention.* (so local.retention.* must be -2 or equal to it)."),
+    _key("remote.log.delete.on.disable", _BOOL, False, None,
+         "Must be true to turn remote.storage.enable from true to false: the topic's remote data is then "
+         "deleted."),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _TOPIC_KEYS})
@@ -194,6 +219,36 @@ _BROKER_KEYS = (
     _key("min.insync.replicas", _INT, 1, at_least(1), "Default of min.insync.replicas."),
     _key("log.local.retention.ms", _LONG, -2, at_least(-2), "Default of local.retention.ms."),
     _key("log.local.retention.bytes", _LONG, -2, at_least(-2), "Default of local.retention.bytes."),
+    # tiered storage (Kafka's RemoteLogManagerConfig, 4.x defaults)
+    _key("remote.log.storage.system.enable", _BOOL, False, None,
+         "Run tiered storage on this broker; required before any topic sets remote.storage.enable. Needs "
+         "remote.log.storage.uri."),
+    _key("remote.log.storage.uri", _STR, "", UriScheme(REMOTE_STORE_SCHEMES),
+         "tidelog only: the remote store's location, e.g. s3://bucket/prefix, gs://bucket/prefix, "
+         "abfs://container@account.dfs.core.windows.net/prefix, hdfs://namenode/path or file:///path. "
+         "Its options (endpoint, credentials, region ...) are the rsm.config.* keys."),
+    _key("remote.log.storage.manager.impl.prefix", _STR, "rsm.config.", NonEmptyString(),
+         "Prefix of the keys passed, prefix stripped, to the remote store as its options."),
+    _key("remote.log.manager.task.interval.ms", _LONG, 30000, at_least(1),
+         "Delay between two runs of each partition's copy and remote-retention tasks."),
+    _key("remote.log.manager.copier.thread.pool.size", _INT, 10, at_least(1),
+         "Threads copying segments to the remote store."),
+    _key("remote.log.manager.expiration.thread.pool.size", _INT, 10, at_least(1),
+         "Threads deleting remote segments past retention."),
+    _key("remote.log.reader.threads", _INT, 10, at_least(1),
+         "Threads serving fetches and ListOffsets that need the remote tier."),
+    _key("remote.log.reader.max.pending.tasks", _INT, 100, at_least(1),
+         "Remote reads queued at most; when full, a fetch needing the remote tier gets an error."),
+    _key("remote.log.index.file.cache.total.size.bytes", _LONG, 1073741824, at_least(1),
+         "Local disk budget of the cache of remote segments' indexes."),
+    _key("remote.log.manager.copy.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
+         "Broker-wide upload quota to the remote store."),
+    _key("remote.log.manager.fetch.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
+         "Broker-wide read quota from the remote store."),
+    _key("remote.fetch.max.wait.ms", _INT, 500, at_least(1),
+         "Longest wait of a fetch that needs remote data."),
+    _key("remote.list.offsets.request.timeout.ms", _LONG, 30000, at_least(1),
+         "Timeout of a ListOffsets lookup in the remote tier."),
     # broker-only
     _key("log.dirs", _LIST, None, DirList(), "Log directories; wins over log.dir."),
     _key("log.dir", _LIST, ("/tmp/kafka-logs",), DirList(), "Log directory used when log.dirs is unset."),
@@ -322,6 +377,22 @@ def check_topic_config_names(names: Iterable[str]) -> None:
         if name not in TOPIC_CONFIGS:
             raise ConfigError(f"Unknown topic config name: {name}", config=name)
 
+
+
+def check_local_retention(local_name: str, local_value: int, retention_name: str, retention_value: int,
+                          *, config: str | None = None) -> None:
+    """Kafka's ``validateRemoteStorageRetentionSize``/``Time``: when ``retention_value`` is limited
+    (not negative), ``local_value`` must be -2, or neither -1 nor more than it. Kafka's message,
+    naming the topic configs; ``config`` names the key to report instead (a broker synonym)."""
+    if retention_value < 0 or local_value == -2:
+        return
+    if local_value == -1:
+        reason = f"Value must not be -1 as {retention_name} value is set as {retention_value}."
+    elif local_value > retention_value:
+        reason = f"Value must not be more than {retention_name} property value: {retention_value}"
+    else:
+        return
+    raise invalid_value(config or local_name, local_value, reason, shown_name=local_name)
 
 
 def check_compaction_lags(min_lag_ms: int, max_lag_ms: int) -> None:

@@ -9,6 +9,13 @@ Precedence of a topic config (Kafka's ``LogConfig.fromProps`` over ``extractLogC
 At topic level a ``retention.ms`` below -1 is rejected. Stored overrides that no longer validate
 are made loadable by :mod:`.stored_overrides`. A :class:`LogConfig` is immutable: every method is
 thread-safe and takes no lock.
+
+Tiered storage: a :class:`LogConfig` holds ``local.retention.*`` as configured
+(``configured_local_retention_ms``/``_bytes``, -2 meaning "as retention.*") and answers the
+effective values as :attr:`LogConfig.local_retention_ms`/``_bytes`` (Kafka's
+``localRetentionMs()``/``localRetentionBytes()``). What CreateTopics and AlterConfigs refuse of a
+tiered topic (Kafka's ``validateTopicLogConfigValues``, with Kafka's messages) is
+:func:`check_tiered_storage`; a config is not refused at construction, so a stored one always loads.
 """
 
 from __future__ import annotations
@@ -21,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import ConfigError
 from tidelog.records.varint import INT32_MAX, INT32_MIN
-from tidelog.storage.config_keys import BROKER_CONFIGS, TOPIC_CONFIGS, check_compaction_lags, check_topic_config_names
+from tidelog.storage.config_keys import (
+    BROKER_CONFIGS,
+    NEVER_TIERED_TOPICS,
+    TOPIC_CONFIGS,
+    check_compaction_lags,
+    check_local_retention,
+    check_topic_config_names,
+)
 
 if TYPE_CHECKING:
     from tidelog.storage.broker_config import BrokerConfig
@@ -70,10 +84,10 @@ class LogConfig:
     min_insync_replicas: int = _default("min.insync.replicas")
     leader_replication_throttled_replicas: tuple[str, ...] = _default("leader.replication.throttled.replicas")
     follower_replication_throttled_replicas: tuple[str, ...] = _default("follower.replication.throttled.replicas")
-    remote_storage_enable: bool = _default("remote.storage.enable")
-    local_retention_ms: int = _default("local.retention.ms")
-    local_retention_bytes: int = _default("local.retention.bytes")
-    remote_log_copy_disable: bool = _default("remote.log.copy.disable")
+    remote_storage_enable: bool = _default("remote.storage.enable")  # the topic is tiered
+    configured_local_retention_ms: int = _default("local.retention.ms")  # -2: see local_retention_ms
+    configured_local_retention_bytes: int = _default("local.retention.bytes")  # -2: see local_retention_bytes
+    remote_log_copy_disable: bool = _default("remote.log.copy.disable")  # tiered but read-only
     remote_log_delete_on_disable: bool = _default("remote.log.delete.on.disable")
     overridden: frozenset[str] = field(default=frozenset(), compare=False)
 
@@ -134,6 +148,26 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
     @property
+    def local_retention_ms(self) -> int:
+        """Effective local retention by age (Kafka's ``localRetentionMs()``): ``local.retention.ms``,
+        or ``retention.ms`` when that is -2. Meaningful for a tiered topic only."""
+        configured = self.configured_local_retention_ms
+        return self.retention_ms if configured == -2 else configured
+
+    @property
+    def local_retention_bytes(self) -> int:
+        """Effective local retention by size (Kafka's ``localRetentionBytes()``):
+        ``local.retention.bytes``, or ``retention.bytes`` when that is -2. Tiered topics only."""
+        configured = self.configured_local_retention_bytes
+        return self.retention_bytes if configured == -2 else configured
+
+    @property
+    def remote_copy_enabled(self) -> bool:
+        """Whether sealed segments are to be copied to the remote store: the topic is tiered
+        (``remote.storage.enable``) and not read-only (``remote.log.copy.disable``)."""
+        return self.remote_storage_enable and not self.remote_log_copy_disable
+
+    @property
     def max_segment_ms(self) -> int:
         """Roll age: ``min(segment.ms, max.compaction.lag.ms)`` for compacted topics, else ``segment.ms``."""
         if self.compact and self.max_compaction_lag_ms > 0:
@@ -152,6 +186,52 @@ class LogConfig:
         draw = (rng or _random).randint(INT32_MIN, INT32_MAX)
         magnitude = 0 if draw == INT32_MIN else abs(draw)  # Kafka's Utils.abs maps MIN_VALUE to 0
         return magnitude % min(self.segment_jitter_ms, self.segment_ms)
+
+
+DISABLE_WITHOUT_DELETE = (
+    "It is invalid to disable remote storage without deleting remote data. "
+    "If you want to keep the remote data and turn to read only, please set "
+    "`remote.storage.enable=true,remote.log.copy.disable=true`. "
+    "If you want to disable remote storage and delete all remote data, please set "
+    "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+)
+SYSTEM_DISABLED = ("Tiered Storage functionality is disabled in the broker. "
+                   "Topic cannot be configured with remote log storage.")
+_COPY_DISABLED = ("When `remote.log.copy.disable` is set to true, the `local.retention.{0}` and `retention.{0}` "
+                  "must be set to the identical value because there will be no more logs copied to the remote storage.")
+
+
+def check_tiered_storage(topic: str, config: LogConfig, *, system_enabled: bool,
+                         was_tiered: bool = False) -> None:
+    """Raise :class:`ConfigError` if CreateTopics or AlterConfigs must refuse ``config`` for
+    ``topic`` (Kafka's ``LogConfig.validateTopicLogConfigValues``, Kafka's messages):
+
+    * a tiered topic on a broker whose ``remote.log.storage.system.enable`` is false;
+    * an internal topic with ``remote.storage.enable=true`` (Kafka never tiers them);
+    * ``local.retention.*`` of -1, or above ``retention.*``, when ``retention.*`` is not -1;
+    * ``remote.log.copy.disable=true`` with ``local.retention.*`` neither -2 nor ``retention.*``;
+    * ``was_tiered`` (the topic's current config) turned off without ``remote.log.delete.on.disable=true``.
+
+    Unlike Kafka, compacted topics (``compact``, ``compact,delete``) may be tiered. Pure: no lock.
+    """
+    if not config.remote_storage_enable:
+        if was_tiered and not config.remote_log_delete_on_disable:
+            raise ConfigError(DISABLE_WITHOUT_DELETE, config="remote.storage.enable", topic=topic)
+        return
+    if topic in NEVER_TIERED_TOPICS:
+        raise ConfigError(f"Topic {topic} is internal and is never tiered: remote.storage.enable=true is not "
+                          "allowed on it", config="remote.storage.enable", topic=topic)
+    if not system_enabled:
+        raise ConfigError(SYSTEM_DISABLED, config="remote.storage.enable", topic=topic)
+    check_local_retention("local.retention.bytes", config.configured_local_retention_bytes,
+                          "retention.bytes", config.retention_bytes)
+    check_local_retention("local.retention.ms", config.configured_local_retention_ms,
+                          "retention.ms", config.retention_ms)
+    if config.remote_log_copy_disable:
+        for unit, local, total in (("bytes", config.configured_local_retention_bytes, config.retention_bytes),
+                                   ("ms", config.configured_local_retention_ms, config.retention_ms)):
+            if local not in (-2, total):
+                raise ConfigError(_COPY_DISABLED.format(unit), config=f"local.retention.{unit}", topic=topic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ broker, whose minimums are lower, e.g. ``segment.index.bytes``) is never a reaso
 partition unloaded: a number outside its range loads as the nearest bound, and anything else
 unusable is left out, each with a note the caller logs. New overrides (AlterConfigs, CreateTopics)
 are still refused by :mod:`.config`'s validation.
+
+A stored ``remote.storage.enable=true`` on a broker whose ``remote.log.storage.system.enable`` is
+false is left out too (Kafka refuses to start then): the topic loads untiered, so its local
+segments follow ``retention.*`` and nothing is copied or read remotely; its remote data stays in
+the store, and the override comes back when tiered storage is switched on again.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from collections.abc import Mapping
 
 from tidelog.errors import ConfigError
 from tidelog.storage.config import TOPIC_CONFIGS, BrokerConfig, check_topic_config_names
+
+_SYSTEM_OFF = ("You have to delete all topics with the property remote.storage.enable=true before disabling "
+               "tiered storage cluster-wide")  # Kafka's startup refusal
 
 
 def loadable_overrides(broker: BrokerConfig, overrides: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -25,7 +33,10 @@ def loadable_overrides(broker: BrokerConfig, overrides: Mapping[str, str]) -> tu
     for name, raw in sorted(overrides.items()):
         try:
             check_topic_config_names([name])
-            TOPIC_CONFIGS[name].parse(raw)
+            value = TOPIC_CONFIGS[name].parse(raw)
+            if name == "remote.storage.enable" and value and not broker.remote_log_storage_system_enable:
+                notes.append(f"{name}={raw} left out (remote.log.storage.system.enable is false): {_SYSTEM_OFF}")
+                continue
             usable[name] = raw
         except ConfigError as e:
             key = TOPIC_CONFIGS.get(name)
