@@ -678,3 +678,106 @@ def _build(log: Log, segments: list[tuple[list[int], int]]) -> list[FakeSegment]
     for segment, fake in zip(log.segments, built):
         set_mtime(segment.log.path, fake.mtime)
     return built
+
+
+# --- tiered logs: local retention (UnifiedLogTest's remote-storage retention cases) ------------
+
+def test_tiered_log_deletes_local_segments_only_once_copied(make_log: MakeLog, clock: FakeClock) -> None:
+    """testRetentionOnLocalLogDeletionWhenRemoteLogCopyEnabled: a tiered log whose segments all breach
+    local.retention.ms deletes none until the remote tier holds them, then exactly the copied ones;
+    the log start offset stays (the records are still the remote tier's), the local one moves."""
+    log = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", local_retention_ms=1000,
+                   retention_ms=-1)
+    append(log, 15, clock.milliseconds() - 2000)
+    log.update_high_watermark(log.log_end_offset)
+    assert bases(log) == [0, 5, 10] and log.config.remote_copy_enabled
+
+    plan = delete_now(log, clock)
+    assert plan.segments == () and bases(log) == [0, 5, 10]
+    assert any("not in the remote tier yet (it holds nothing yet)" in r for r in plan.reasons)
+
+    log.update_highest_offset_in_remote_storage(6)  # [0, 5) copied; [5, 10) only partly
+    plan = delete_now(log, clock)
+    assert [d.base_offset for d in plan.segments] == [0]
+    assert plan.segments[0].cause == "local.retention.ms"
+    assert bases(log) == [5, 10]
+    assert (log.log_start_offset, log.local_log_start_offset) == (0, 5)
+
+    log.update_highest_offset_in_remote_storage(14)
+    delete_now(log, clock)
+    assert bases(log) == [10], "the active segment is never copied, so it stays"
+    assert (log.log_start_offset, log.local_log_start_offset) == (0, 10)
+    log.update_highest_offset_in_remote_storage(3)
+    assert log.highest_offset_in_remote_storage == 14, "it only moves forward"
+
+
+def test_tiered_log_local_retention_bytes_follows_retention_bytes_at_minus_two(make_log: MakeLog, clock: FakeClock) -> None:
+    """local.retention.bytes=-2 means retention.bytes; a set local limit wins over it."""
+    follow = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", retention_bytes=SIZE * 10)
+    own = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", retention_bytes=SIZE * 10,
+                   local_retention_bytes=SIZE * 5)
+    for log in (follow, own):
+        append(log, 15)
+        log.update_high_watermark(log.log_end_offset)
+        log.update_highest_offset_in_remote_storage(14)
+        delete_now(log, clock)
+    assert bases(follow) == [5, 10]
+    assert bases(own) == [10]
+    assert own.log_start_offset == 0
+
+
+def test_tiered_log_with_copy_disabled_follows_retention_as_before(make_log: MakeLog, clock: FakeClock) -> None:
+    """remote.log.copy.disable: nothing more is copied and local data follows retention.*, moving the log
+    start offset, as on a log that is not tiered."""
+    log = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", remote_log_copy_disable="true",
+                   retention_bytes=SIZE * 10)
+    append(log, 15)
+    log.update_high_watermark(log.log_end_offset)
+    assert not log.config.remote_copy_enabled
+    delete_now(log, clock)
+    assert bases(log) == [5, 10] and log.log_start_offset == 5
+
+
+def test_tiered_dry_run_matches_the_live_pass(make_log: MakeLog, clock: FakeClock) -> None:
+    log = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", local_retention_bytes=SIZE * 4)
+    append(log, 20)
+    log.update_high_watermark(log.log_end_offset)
+    log.update_highest_offset_in_remote_storage(9)
+    dry = plan_retention(log, clock.milliseconds())
+    live = delete_now(log, clock)
+    assert dry.segments == live.segments and [d.base_offset for d in live.segments] == [0, 5]
+    assert dry.log_start_offset_after == live.log_start_offset_after == 0
+
+
+def test_tiered_log_reads_and_list_offsets_below_the_local_start(make_log: MakeLog, clock: FakeClock) -> None:
+    """A read of an offset only the remote tier holds is Kafka's OFFSET_MOVED_TO_TIERED_STORAGE (109);
+    ListOffsets -4 answers the local log start offset and -5 the highest remote offset."""
+    from tidelog.errors import OffsetMovedToTieredStorageError
+    from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP
+
+    log = make_log(segment_bytes=SIZE * 5, remote_storage_enable="true", local_retention_bytes=SIZE * 4)
+    append(log, 15)
+    log.leader_epoch_cache.assign(3, 0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.fetch_offset_by_timestamp(LATEST_TIERED_TIMESTAMP).offset == -1
+    log.update_highest_offset_in_remote_storage(9)
+    delete_now(log, clock)
+    assert log.local_log_start_offset == 10
+    with pytest.raises(OffsetMovedToTieredStorageError) as raised:
+        log.read(4, 1 << 20)
+    assert raised.value.error_code == 109 and "local log starts at 10" in str(raised.value)
+    assert log.read(10, 1 << 20).records
+    assert log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP).offset == 0
+    assert (log.fetch_offset_by_timestamp(EARLIEST_LOCAL_TIMESTAMP).offset,
+            log.fetch_offset_by_timestamp(EARLIEST_LOCAL_TIMESTAMP).leader_epoch) == (10, 3)
+    assert log.fetch_offset_by_timestamp(LATEST_TIERED_TIMESTAMP).offset == 9
+
+
+def test_list_offsets_tiered_specs_on_a_log_that_is_not_tiered(make_log: MakeLog) -> None:
+    from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP
+
+    log = make_log()
+    append(log, 3)
+    log.update_highest_offset_in_remote_storage(2)  # ignored by ListOffsets: the log is not tiered
+    assert log.fetch_offset_by_timestamp(EARLIEST_LOCAL_TIMESTAMP) == log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP)
+    assert log.fetch_offset_by_timestamp(LATEST_TIERED_TIMESTAMP).offset == -1

@@ -96,6 +96,13 @@ class OffsetOutOfRangeError(TidelogError):
     error_code = 1
 
 
+class OffsetMovedToTieredStorageError(OffsetOutOfRangeError):
+    """A read of an offset the log still holds, but only in the remote tier: at or above the log
+    start offset and below the local log start offset (Kafka OFFSET_MOVED_TO_TIERED_STORAGE)."""
+
+    error_code = 109
+
+
 class CorruptIndexError(TidelogError):
     """An index file fails its sanity check (wrong length, entries out of order)."""
 

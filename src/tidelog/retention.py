@@ -27,9 +27,14 @@ a :class:`RetentionPlan` whose ``reasons`` say, for each pass, why it stops wher
 (``tidelog explain``). A walk stops early: when nothing is deletable it looks at one segment per
 pass, and reads a segment's time index only when the time pass reaches it.
 
-Differences from Kafka: there is no tiered storage, so ``local.retention.*`` and the
-"copied to remote storage" condition do not apply; Kafka's count of deleted segments is the
-number of entries in the plan.
+A tiered log (``remote.storage.enable`` with copying on: :attr:`LogConfig.remote_copy_enabled`) keeps its
+records in the remote tier, so here, as in Kafka, retention deletes only local copies: the size and
+time passes use ``local.retention.bytes`` / ``local.retention.ms`` (-2: ``retention.*``), a segment
+goes only once the remote tier holds it (its last offset at or below
+:attr:`Log.highest_offset_in_remote_storage`) or the log start offset has passed it, and the
+deletion moves the local log start offset, not the log start offset. ``retention.*`` over both
+tiers is the remote tier's pass. Kafka's count of deleted segments is the number of entries in
+the plan.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ from tidelog.topic_partition import TopicPartition
 LOG_START_OFFSET = "log start offset"
 RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
-CAUSES = (LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS)
+LOCAL_RETENTION_BYTES = "local.retention.bytes"
+LOCAL_RETENTION_MS = "local.retention.ms"
+CAUSES = (LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS, LOCAL_RETENTION_BYTES, LOCAL_RETENTION_MS)
 
 
 class SegmentInfo(Protocol):
@@ -243,11 +250,14 @@ class _State:
     log_start_offset: int
     high_watermark: int
     log_end_offset: int
+    tiered: bool = False  # the log's remote copy is on: only copied segments go, locally
+    highest_remote_offset: int = -1
 
     @classmethod
     def of(cls, log: Log) -> _State:
         """Needs ``log.lock``."""
-        return cls(tuple(log.segments), log.log_start_offset, log.high_watermark, log.log_end_offset)
+        return cls(tuple(log.segments), log.log_start_offset, log.high_watermark, log.log_end_offset,
+                   log.config.remote_copy_enabled, log.highest_offset_in_remote_storage)
 
     def after_deleting(self, count: int) -> _State:
         """The state once the ``count`` oldest segments are gone: what ``Log.delete_oldest_segments``
@@ -255,8 +265,9 @@ class _State:
         if count == 0:
             return self
         remaining = self.segments[count:] or (_EmptyActiveSegment(self.log_end_offset),)
-        return _State(remaining, max(self.log_start_offset, remaining[0].base_offset),
-                      self.high_watermark, self.log_end_offset)
+        start = self.log_start_offset if self.tiered else max(self.log_start_offset, remaining[0].base_offset)
+        return _State(remaining, start, self.high_watermark, self.log_end_offset, self.tiered,
+                      self.highest_remote_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +288,33 @@ class _Outcome:
 
 def _run(cause: str, state: _State, judge: Judge) -> _Outcome:
     found = walk(state.segments, log_end_offset=state.log_end_offset,
-                 high_watermark=state.high_watermark, judge=judge)
+                 high_watermark=state.high_watermark, judge=_copied_first(judge, state) if state.tiered else judge)
     deleted = tuple(SegmentDeletion(s.base_offset, upper, s.size, cause, detail)
                     for s, upper, detail in found.deletable)
     return _Outcome(PassResult(cause, deleted, found.stop, rolls=found.every_segment),
                     tuple(s for s, _, _ in found.deletable))
+
+
+def _copied_first(judge: Judge, state: _State) -> Judge:
+    """Kafka's ``isSegmentEligibleForDeletion`` after the pass's own judgement, for a tiered log: a
+    segment goes only when the remote tier holds its last offset, or the log start offset has
+    passed it (the active segment is never copied, so never goes this way)."""
+    highest, start = state.highest_remote_offset, state.log_start_offset
+
+    def judged(segment: SegmentInfo, following: SegmentInfo | None) -> tuple[bool, str]:
+        deletable, why = judge(segment, following)
+        if not deletable or (following is not None and following.base_offset <= start):
+            return deletable, why
+        if following is None:
+            return False, f"active segment {_name(segment)} is never copied to the remote tier: it stays local"
+        last = following.base_offset - 1
+        if last > highest:
+            held = f"up to offset {highest}" if highest >= 0 else "nothing yet"
+            return False, (f"segment {_name(segment)} (up to offset {last}) is not in the remote tier yet "
+                           f"(it holds {held}): local copies go only once copied")
+        return True, f"{why}; in the remote tier"
+
+    return judged
 
 
 def _skip(cause: str, why: str) -> _Outcome:
@@ -304,50 +337,51 @@ def _log_start_offset_pass(state: _State) -> _Outcome:
     return _run(LOG_START_OFFSET, state, judge)
 
 
-def _size_pass(retention_bytes: int) -> Callable[[_State], _Outcome]:
-    """Kafka's ``deleteRetentionSizeBreachedSegments``: the log's size counts the active segment."""
+def _size_pass(retention_bytes: int, key: str = RETENTION_BYTES) -> Callable[[_State], _Outcome]:
+    """Kafka's ``deleteRetentionSizeBreachedSegments``: the log's size counts the active segment.
+    ``key``: the config the limit came from (``local.retention.bytes`` on a tiered log)."""
 
     def run(state: _State) -> _Outcome:
         if retention_bytes < 0:
-            return _skip(RETENTION_BYTES, f"retention.bytes={retention_bytes}: no size limit")
+            return _skip(key, f"{key}={retention_bytes}: no size limit")
         total = sum(s.size for s in state.segments)
         if total < retention_bytes:
             size, limit = _two_sizes(total, retention_bytes)
-            return _skip(RETENTION_BYTES, f"size {size} below retention.bytes {limit}")
+            return _skip(key, f"size {size} below {key} {limit}")
         over = total - retention_bytes
 
         def judge(segment: SegmentInfo, following: SegmentInfo | None) -> tuple[bool, str]:
             nonlocal over
             if over - segment.size >= 0:
-                detail = f"log {format_bytes(over)} over retention.bytes {format_bytes(retention_bytes)}"
+                detail = f"log {format_bytes(over)} over {key} {format_bytes(retention_bytes)}"
                 over -= segment.size
                 return True, detail
             return False, (f"deleting segment {_name(segment)} ({format_bytes(segment.size)}) would take the log "
-                           f"below retention.bytes {format_bytes(retention_bytes)} (it is {format_bytes(over)} over)")
+                           f"below {key} {format_bytes(retention_bytes)} (it is {format_bytes(over)} over)")
 
-        return _run(RETENTION_BYTES, state, judge)
+        return _run(key, state, judge)
 
     return run
 
 
-def _time_pass(retention_ms: int, now_ms: int) -> Callable[[_State], _Outcome]:
-    """Kafka's ``deleteRetentionMsBreachedSegments``."""
+def _time_pass(retention_ms: int, now_ms: int, key: str = RETENTION_MS) -> Callable[[_State], _Outcome]:
+    """Kafka's ``deleteRetentionMsBreachedSegments``; ``key`` as for :func:`_size_pass`."""
 
     def judge(segment: SegmentInfo, following: SegmentInfo | None) -> tuple[bool, str]:
         largest = segment.largest_timestamp
         age = now_ms - largest
         if age > retention_ms:
-            return True, f"{_newest(segment, age)}, over retention.ms {format_duration(retention_ms)}"
+            return True, f"{_newest(segment, age)}, over {key} {format_duration(retention_ms)}"
         if age < 0:
             return False, (f"segment {_name(segment)} has a timestamp {format_duration(-age)} in the future: "
                            f"it and every newer segment are kept")
-        return False, (f"segment {_name(segment)}: {_newest(segment, age)}, within retention.ms "
+        return False, (f"segment {_name(segment)}: {_newest(segment, age)}, within {key} "
                        f"{format_duration(retention_ms)} (deletable in {format_duration(retention_ms - age + 1)})")
 
     def run(state: _State) -> _Outcome:
         if retention_ms < 0:
-            return _skip(RETENTION_MS, f"retention.ms={retention_ms}: no time limit")
-        return _run(RETENTION_MS, state, judge)
+            return _skip(key, f"{key}={retention_ms}: no time limit")
+        return _run(key, state, judge)
 
     return run
 
@@ -358,8 +392,12 @@ def _newest(segment: SegmentInfo, age: int) -> str:
     return f"newest record {format_duration(age)} old"
 
 
-def _passes(config: LogConfig, now_ms: int) -> tuple[list[Callable[[_State], _Outcome]], tuple[str, ...]]:
-    """Kafka's ``deleteOldSegments``: the passes that apply under ``cleanup.policy``, and notes."""
+def _passes(config: LogConfig, now_ms: int, tiered: bool = False) -> tuple[list[Callable[[_State], _Outcome]], tuple[str, ...]]:
+    """Kafka's ``deleteOldSegments``: the passes that apply under ``cleanup.policy``, and notes.
+    ``tiered``: the log's remote copy is on, so the local limits apply (Kafka's ``localRetentionMs``)."""
+    if config.delete and tiered:
+        return [_log_start_offset_pass, _size_pass(config.local_retention_bytes, LOCAL_RETENTION_BYTES),
+                _time_pass(config.local_retention_ms, now_ms, LOCAL_RETENTION_MS)], ()
     if config.delete:
         return [_log_start_offset_pass, _size_pass(config.retention_bytes), _time_pass(config.retention_ms, now_ms)], ()
     policy = ",".join(sorted(config.cleanup_policy))
@@ -371,13 +409,16 @@ def _passes(config: LogConfig, now_ms: int) -> tuple[list[Callable[[_State], _Ou
 
 def plan_segments(
     segments: Sequence[SegmentInfo], *, config: LogConfig, log_start_offset: int, high_watermark: int,
-    log_end_offset: int, now_ms: int, topic_partition: TopicPartition,
+    log_end_offset: int, now_ms: int, topic_partition: TopicPartition, tiered: bool = False,
+    highest_remote_offset: int = -1,
 ) -> RetentionPlan:
     """The pure decision: which prefix of ``segments`` (oldest first, the last one active) retention
     deletes at ``now_ms`` and why, each pass decided on what the previous one would leave. Reads
-    only sizes, and timestamps of segments the time pass reaches."""
-    state = before = _State(tuple(segments), log_start_offset, high_watermark, log_end_offset)
-    passes, notes = _passes(config, now_ms)
+    only sizes, and timestamps of segments the time pass reaches. ``tiered``: the log's remote
+    copy is on, and the remote tier holds offsets up to ``highest_remote_offset``."""
+    state = before = _State(tuple(segments), log_start_offset, high_watermark, log_end_offset, tiered,
+                            highest_remote_offset)
+    passes, notes = _passes(config, now_ms, tiered)
     results = []
     for run in passes:
         outcome = run(state)
@@ -398,7 +439,8 @@ def plan_retention(log: Log, now_ms: int) -> RetentionPlan:
         return plan_segments(
             log.segments, config=log.config, log_start_offset=log.log_start_offset,
             high_watermark=log.high_watermark, log_end_offset=log.log_end_offset, now_ms=now_ms,
-            topic_partition=log.topic_partition,
+            topic_partition=log.topic_partition, tiered=log.config.remote_copy_enabled,
+            highest_remote_offset=log.highest_offset_in_remote_storage,
         )
 
 
@@ -408,18 +450,20 @@ def delete_old_segments(log: Log, now_ms: int) -> RetentionPlan:
     decided. Returns what was deleted and why.
 
     Deleted segments' files are renamed ``.deleted`` and unlinked after ``file.delete.delay.ms``
-    by the log's scheduler; the log start offset moves to the first remaining segment's base.
+    by the log's scheduler; the log start offset (of a tiered log: the local log start offset) moves
+    to the first remaining segment's base.
     """
     with log.lock:
         before = _State.of(log)
-        passes, notes = _passes(log.config, now_ms)
+        passes, notes = _passes(log.config, now_ms, before.tiered)
         results = []
         for run in passes:
             outcome = run(_State.of(log))
             results.append(outcome.result)
             if outcome.segments:
                 reason = _deletion_reason(log, outcome.result.cause)
-                log.delete_oldest_segments(outcome.segments, reason)  # type: ignore[arg-type]
+                log.delete_oldest_segments(outcome.segments, reason,  # type: ignore[arg-type]
+                                           move_log_start=not before.tiered)
         return _plan(log.topic_partition, log.config, before, now_ms, False, results, notes, log.log_start_offset)
 
 
@@ -436,6 +480,10 @@ def _deletion_reason(log: Log, cause: str) -> str:
         return f"retention time {log.config.retention_ms} ms breach"
     if cause == RETENTION_BYTES:
         return f"retention size {log.config.retention_bytes} bytes breach"
+    if cause == LOCAL_RETENTION_MS:
+        return f"local retention time {log.config.local_retention_ms} ms breach"
+    if cause == LOCAL_RETENTION_BYTES:
+        return f"local retention size {log.config.local_retention_bytes} bytes breach"
     return f"log start offset {log.log_start_offset} breach"
 
 

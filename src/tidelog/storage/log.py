@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import OffsetOutOfRangeError, PolicyViolationError, StorageError
+from tidelog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, PolicyViolationError, StorageError
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import fileops, files
@@ -87,6 +87,10 @@ class Log(AppendPath):
         self._txn_index_check = TxnIndexCheck(self.topic_partition, local.dir, self._lock, self._txn_log_state)
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._closed = False
+        # Kafka's highestOffsetInRemoteStorage: the last offset the remote tier holds in a finished
+        # segment, -1 until the remote tier says (kept in memory only, as in Kafka: after a restart
+        # no local segment of a tiered log is deleted until the remote tier has been asked again).
+        self._highest_remote_offset = -1
         self._take_config(local.config)
         self._producer_state_expiry(producer_id_expiration_check_interval_ms)
 
@@ -178,6 +182,27 @@ class Log(AppendPath):
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """Kafka's ``localLogStartOffset``: the first offset held on local disk, never below the
+        log start offset. Below it (and at or above the log start offset) only the remote tier
+        holds records; for a log that is not tiered it equals the log start offset once
+        retention has run. Takes no lock."""
+        first = self._segments.first
+        return self._log_start_offset if first is None else max(self._log_start_offset, first.base_offset)
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """The last offset of a finished remote segment, -1 when none is known. Takes no lock."""
+        return self._highest_remote_offset
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """What the remote tier reports it holds (after a copy, or when asked after a restart);
+        only moves forward. Thread-safe: takes the log's lock."""
+        with self._lock:
+            if offset > self._highest_remote_offset:
+                self._highest_remote_offset = offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -310,6 +335,7 @@ class Log(AppendPath):
         takes the log's lock for the bound, reads the files without it."""
         with self._lock:
             self._check_in_range(start_offset)
+            self._check_local(start_offset)
             end = self._log_end_offset
             bound = self._local.bound(end if isolation is FetchIsolation.LOG_END else self._high_watermark, end)
             segment = self._segments.floor(start_offset)
@@ -317,6 +343,14 @@ class Log(AppendPath):
             return FetchDataInfo(LogOffsetMetadata(start_offset), b"")
         info = self._local.read_from(segment, start_offset, max_length, bound, min_one_message)
         return info if info is not None else FetchDataInfo(LogOffsetMetadata(self._log_end_offset), b"")
+
+    def _check_local(self, offset: int) -> None:
+        local_start = self.local_log_start_offset
+        if offset < local_start and self._local.config.remote_storage_enable:
+            raise OffsetMovedToTieredStorageError(
+                f"offset {offset} is held only by the remote tier (local log starts at {local_start})",
+                topic_partition=str(self.topic_partition),
+            )
 
     def _check_in_range(self, offset: int) -> None:
         if offset < self._log_start_offset or offset > self._log_end_offset:
@@ -331,16 +365,23 @@ class Log(AppendPath):
         self, timestamp: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets (§3.4): -2 earliest, -1 latest (the high watermark for consumers, the
-        log end for ``LOG_END``), -3 the record with the max timestamp, -4 earliest local,
-        else the first record with a timestamp >= ``timestamp``. None when nothing matches.
+        log end for ``LOG_END``), -3 the record with the max timestamp (local segments, as in
+        Kafka), -4 earliest local (the local log start offset of a tiered log, else as -2), -5 the
+        highest offset in the remote tier (-1 when none or not tiered), else the first local record
+        with a timestamp >= ``timestamp``. None when nothing matches.
         Thread-safe: takes no lock (reads the offsets once and a snapshot of the segment list)."""
+        tiered = self._local.config.remote_storage_enable
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP and tiered:
+            local_start = self.local_log_start_offset
+            return TimestampAndOffset(-1, local_start, self.leader_epoch_cache.epoch_for_offset(local_start))
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(-1, self._log_start_offset, self._earliest_epoch())
         if timestamp == LATEST_TIMESTAMP:
             offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark
             return TimestampAndOffset(-1, offset, self.leader_epoch_cache.latest_epoch)
         if timestamp == LATEST_TIERED_TIMESTAMP:
-            return TimestampAndOffset(-1, -1, None)
+            highest = self._highest_remote_offset if tiered else -1
+            return TimestampAndOffset(-1, highest, self.leader_epoch_cache.epoch_for_offset(highest) if highest >= 0 else None)
         if timestamp == MAX_TIMESTAMP:
             return self._local.max_timestamp_offset()
         if timestamp < 0:
@@ -419,11 +460,13 @@ class Log(AppendPath):
             # start and claim that its last epoch starts there.
             self.leader_epoch_cache.flush()
 
-    def delete_oldest_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
+    def delete_oldest_segments(self, segments: Sequence[LogSegment], reason: str, *, move_log_start: bool = True) -> int:
         """Kafka's ``deleteSegments`` for a prefix retention chose: ``segments`` must be the oldest
         segments, in order, each ending at or below the high watermark. When they are every
         segment, the log rolls first so an (empty) active segment remains. The log start offset
-        moves to the base offset of the first segment kept. Returns how many were deleted.
+        moves to the base offset of the first segment kept, unless ``move_log_start`` is False
+        (a tiered log's local retention: the records stay readable from the remote tier, and
+        only the local log start offset moves). Returns how many were deleted.
         Thread-safe: takes the log's lock."""
         with self._lock:
             if not segments:
@@ -441,7 +484,7 @@ class Log(AppendPath):
                 if self.active_segment.base_offset == last.base_offset:  # the empty active one was recreated
                     doomed.pop()
             kept = self._segments.higher(last.base_offset)
-            if kept is not None:
+            if kept is not None and move_log_start:
                 self.maybe_increment_log_start_offset(kept.base_offset, reason)
             self.delete_segments(doomed, reason)
             return len(doomed)
