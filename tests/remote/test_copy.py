@@ -226,3 +226,24 @@ def test_a_copy_resumes_after_a_restart(tmp_path: Path, store: ArrowRemoteStore,
     keys = {i.key for i in store.list(partition_prefix(tip)) if "/metadata/" not in i.key}
     assert keys == {object_key(s, k) for s in finished for k in RemoteFileKind if k is not RemoteFileKind.TRANSACTION_INDEX}
     log.close()
+
+
+def test_a_segment_swapped_by_the_cleaner_mid_copy_is_a_retriable_error(tmp_path: Path, store: ArrowRemoteStore,
+                                                                        tip) -> None:
+    log = make_log(tmp_path / "orders-2", 2)
+    segment, next_base = log.segments[0], log.segments[1].base_offset
+    log_path = files.log_file(log.dir, segment.base_offset)
+
+    def fail(operation: str, key: str) -> str | None:
+        if key.endswith(".index") and operation == "put_file":  # a cleaned .log renamed over the name
+            cleaned = log_path.with_name(log_path.name + files.CLEANED_SUFFIX)
+            cleaned.write_bytes(log_path.read_bytes()[: log_path.stat().st_size // 2])
+            cleaned.replace(log_path)
+        return None
+
+    metadata = _meta(FlakyStore(store, fail), tip)
+    with pytest.raises(SegmentSourceGoneError) as raised:
+        copy_segment(metadata.store, metadata, segment, next_base, dir=log.dir, epochs=log.leader_epoch_cache.entries)
+    assert raised.value.path == log_path and raised.value.object is None
+    assert metadata.segments() == [] and [i.key for i in store.list() if "/metadata/" not in i.key] == []
+    log.close()

@@ -62,6 +62,7 @@ __all__ = ["MissingSegmentFileError", "SegmentSourceGoneError", "clean_unreferen
 logger = logging.getLogger(__name__)
 
 _UNLIMITED = CopyQuota()
+_METADATA = "metadata"  # the object a failed metadata event names
 
 
 class _Segment(Protocol):
@@ -131,13 +132,14 @@ def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment:
         started = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate(tip), segment.base_offset, next_base_offset - 1, pinned.max_timestamp_ms,
             broker_id, clock.milliseconds(), pinned.log_size, leaders, txn_idx_empty=pinned.txn_index_empty)
-        key = "metadata"
+        key: str | None = _METADATA
         try:
             started = metadata.begin_copy(started)
             for kind, key in _upload(store, started, pinned, epochs_text, quota):
-                logger.debug("uploaded %s of %s", kind.name, started.segment_id)
+                logger.debug("uploading %s of %s", kind.name, started.segment_id)
+            key = None  # the local files' check: the error names the path
             pinned.check_unchanged()
-            key = "metadata"
+            key = _METADATA
             finished = metadata.finish_copy(started)
         except Exception as e:
             error = _copy_error(_source_gone(pinned) or e, partition, started, key)
@@ -174,7 +176,8 @@ def _source_gone(pinned: SegmentFiles) -> SegmentSourceGoneError | None:
     return None
 
 
-def _copy_error(cause: Exception, partition: str, segment: RemoteLogSegmentMetadata, key: str) -> RemoteStorageError:
+def _copy_error(cause: Exception, partition: str, segment: RemoteLogSegmentMetadata,
+                key: str | None) -> RemoteStorageError:
     """The copy's error: the cause's class and context, plus partition, segment id and object."""
     kind = type(cause) if isinstance(cause, RemoteStorageError) else RemoteStorageError
     detail = cause.message if isinstance(cause, TidelogError) else f"{type(cause).__name__}: {cause}"
