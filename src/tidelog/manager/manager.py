@@ -69,6 +69,7 @@ from tidelog.manager.log_dir_failure import FaultCause, FaultKind, FaultReportin
 from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.registry_sync import RegistrySteps, RegistrySync
+from tidelog.manager.remote_tier import RemoteTier
 from tidelog.manager.reports import (
     LogDirInfo,
     PartitionFetch,
@@ -138,6 +139,9 @@ class LogManager:
                                           self._ensure_open, lambda: self._closed)
         self.topic_changes = TopicChanges(broker, pm, self._topic_registry, self._loader, scheduler, od, rs,
                                           self.cleaner, self.describe_topic, self._ensure_open)
+        # The remote tier (tiered storage) when remote.log.storage.system.enable: copy passes, status.
+        self.remote_tier = RemoteTier.for_broker(broker, clock, scheduler, self.logs,
+                                                 lambda topic: self._record(topic).topic_id, lambda: self._closed)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -469,6 +473,8 @@ class LogManager:
         """Schedule the periodic tasks and the probe of offline dirs, start the cleaner; idempotent.
         Thread-safe: under the manager's lock."""
         self.background.startup()
+        if self.remote_tier is not None:
+            self.remote_tier.startup()
 
     def retention_task(self) -> list[RetentionPlan]:
         """The periodic retention pass (logs without ``compact``, each paused for the cleaner).

@@ -1,0 +1,190 @@
+"""RemoteTier: the LogManager's remote tier (Kafka's ``RemoteLogManager``, copy side).
+
+Built by the manager when ``remote.log.storage.system.enable`` is on, over the store at
+``remote.log.storage.uri`` (options: the ``rsm.config.`` keys). Every
+``remote.log.manager.task.interval.ms`` a copy pass runs over the live logs of tiered topics
+(``remote.storage.enable``), ``remote.log.manager.copier.thread.pool.size`` partitions at a time.
+For each partition it:
+
+1. loads the partition's remote metadata once (one LIST of its ``metadata/`` prefix; kept in
+   memory after, this process being the partition's only writer) and tells the log the highest
+   offset the remote tier holds (Kafka's ``updateHighestOffsetInRemoteStorage``: until then local
+   retention deletes nothing of a tiered log, after a restart too);
+2. unless ``remote.log.copy.disable``, runs :func:`tidelog.remote.copy.copy_log` (cleanup of what a
+   crash left, then every sealed segment below the last stable offset not yet copied), and tells
+   the log the new highest offset, also after a failure.
+
+The last outcome per partition (copied segments, the error and when) is kept for
+:meth:`RemoteTier.status`. Remote retention, remote reads and remote compaction are not built yet.
+
+Thread-safety: every public method is thread-safe. Passes take ``_pass_lock`` (one at a time, so
+a partition never has two copiers), the per-partition state ``_lock``; logs are read through
+their own locks by the functions called.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tidelog.clock import Clock
+from tidelog.errors import TidelogError
+from tidelog.remote.copy import copy_log
+from tidelog.remote.metadata import TopicIdPartition
+from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.quota import CopyQuota
+from tidelog.remote.store import RemoteStore, open_store
+from tidelog.scheduler import Scheduler
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "tidelog-remote-log-copy"
+
+
+@dataclass(frozen=True, slots=True)
+class TieredPartitionStatus:
+    """One tiered partition as ``tidelog tiered status`` shows it."""
+
+    topic_partition: TopicPartition
+    log_start_offset: int
+    local_log_start_offset: int
+    log_end_offset: int
+    highest_remote_offset: int  # -1: none
+    remote_segments: int
+    remote_bytes: int
+    copy_lag_segments: int  # sealed local segments not yet in the remote tier (Kafka's RemoteCopyLagSegments)
+    copy_lag_bytes: int
+    copy_enabled: bool
+    last_error: str | None  # the last pass's error, None when it succeeded or none ran
+    last_pass_ms: int | None
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    metadata: RemotePartitionMetadata
+    last_error: str | None = None
+    last_pass_ms: int | None = None
+
+
+class RemoteTier:
+    """The copy side of the remote tier for one LogManager (see the module doc). ``logs``: the
+    manager's live logs; ``topic_id_of``: a topic's id (objects are named by it)."""
+
+    def __init__(self, broker: BrokerConfig, store: RemoteStore, clock: Clock, scheduler: Scheduler,
+                 logs: Callable[..., list[tuple[TopicPartition, Log]]],
+                 topic_id_of: Callable[[str], str], is_closed: Callable[[], bool] = lambda: False) -> None:
+        self.store = store
+        self._is_closed = is_closed
+        self._broker = broker
+        self._clock = clock
+        self._scheduler = scheduler
+        self._logs = logs
+        self._topic_id_of = topic_id_of
+        self._quota = CopyQuota(broker.remote_log_manager_copy_max_bytes_per_second, clock=clock)
+        self._lock = threading.Lock()
+        self._pass_lock = threading.Lock()
+        self._partitions: dict[TopicPartition, _PartitionState] = {}
+        # A partition whose metadata could not be loaded: (error, when), for status.
+        self._load_errors: dict[TopicPartition, tuple[str | None, int]] = {}
+        self._started = False
+
+    @classmethod
+    def for_broker(cls, broker: BrokerConfig, clock: Clock, scheduler: Scheduler,
+                   logs: Callable[..., list[tuple[TopicPartition, Log]]], topic_id_of: Callable[[str], str],
+                   is_closed: Callable[[], bool]) -> RemoteTier | None:
+        """The remote tier the broker config asks for; None with ``remote.log.storage.system.enable`` off."""
+        if not broker.remote_log_storage_system_enable:
+            return None
+        store = open_store(broker.remote_log_storage_uri, dict(broker.rsm_config))
+        return cls(broker, store, clock, scheduler, logs, topic_id_of, is_closed)
+
+    def startup(self) -> None:
+        """Schedule the copy pass every ``remote.log.manager.task.interval.ms``; idempotent. Thread-safe."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        period = self._broker.remote_log_manager_task_interval_ms
+        self._scheduler.schedule_periodic(TASK_NAME, self._periodic_pass, period, period)
+
+    def _periodic_pass(self) -> None:
+        if self._is_closed():  # the scheduler may outlive the manager
+            return
+        try:
+            self.copy_pass()
+        except Exception:  # noqa: BLE001 - a pass must not kill the scheduler's thread
+            log.exception("remote tier: copy pass failed")
+
+    def copy_pass(self, topic: str | None = None) -> dict[TopicPartition, int]:
+        """One pass over the tiered logs (of ``topic``): returns, per partition, how many segments
+        were copied. A partition's failure is logged and kept for :meth:`status`; it does not stop
+        the others. Thread-safe: passes run one at a time."""
+        tiered = [(tp, lg) for tp, lg in self._logs(topic) if lg.config.remote_storage_enable]
+        with self._pass_lock:
+            workers = max(1, min(self._broker.remote_log_manager_copier_thread_pool_size, len(tiered)))
+            with ThreadPoolExecutor(workers, thread_name_prefix="tidelog-remote-copier") as pool:
+                counts = list(pool.map(lambda item: self._copy_partition(*item), tiered))
+        return {tp: count for (tp, _), count in zip(tiered, counts)}
+
+    def _copy_partition(self, tp: TopicPartition, lg: Log) -> int:
+        state: _PartitionState | None = None
+        try:
+            state = self._state(tp)
+            lg.update_highest_offset_in_remote_storage(state.metadata.highest_offset())
+            copied = []
+            if lg.config.remote_copy_enabled:
+                try:
+                    copied = copy_log(lg, self.store, state.metadata, epochs=lg.leader_epoch_cache.entries,
+                                      clock=self._clock, quota=self._quota)
+                finally:
+                    lg.update_highest_offset_in_remote_storage(state.metadata.highest_offset())
+            self._note(tp, None)
+            return len(copied)
+        except TidelogError as e:
+            log.warning("%s: remote copy failed: %s", tp, e)
+            self._note(tp, str(e))
+            return 0
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        with self._lock:
+            state = self._partitions.get(tp)
+        if state is None:
+            tip = TopicIdPartition(self._topic_id_of(tp.topic), tp)
+            metadata = RemotePartitionMetadata.load(self.store, tip, clock=self._clock)
+            with self._lock:
+                state = self._partitions.setdefault(tp, _PartitionState(metadata))
+        return state
+
+    def _note(self, tp: TopicPartition, error: str | None) -> None:
+        now = self._clock.milliseconds()
+        with self._lock:
+            state = self._partitions.get(tp)
+            if state is None:  # its metadata could not be loaded
+                self._load_errors[tp] = (error, now)
+            else:
+                state.last_error, state.last_pass_ms = error, now
+
+    def status(self, topic: str | None = None) -> list[TieredPartitionStatus]:
+        """Each tiered partition's local and remote ranges, copy lag and last error, as of the
+        last pass (remote figures from this process's cached metadata). Thread-safe."""
+        return [self._status_of(tp, lg) for tp, lg in self._logs(topic) if lg.config.remote_storage_enable]
+
+    def _status_of(self, tp: TopicPartition, lg: Log) -> TieredPartitionStatus:
+        with self._lock:
+            state = self._partitions.get(tp)
+            error, when = ((state.last_error, state.last_pass_ms) if state is not None
+                           else self._load_errors.get(tp, (None, None)))
+        finished = state.metadata.finished_segments() if state is not None else []
+        highest = lg.highest_offset_in_remote_storage
+        sealed = lg.segments[:-1]
+        lagging = [s for s in sealed if s.base_offset > highest]
+        return TieredPartitionStatus(
+            tp, lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset, highest, len(finished),
+            sum(m.segment_size_in_bytes for m in finished), len(lagging), sum(s.size for s in lagging),
+            lg.config.remote_copy_enabled, error, when)
