@@ -95,3 +95,20 @@ def test_a_throttled_copy_waits_and_stays_byte_for_byte(tmp_path: Path, store: A
     assert abs(quota.throttled_seconds - uploaded / 50_000) <= WINDOW_SECONDS
     assert_matches_local(store, copied, log.dir, log.segments[1].base_offset)
     log.close()
+
+
+def test_put_file_asks_the_hook_before_each_chunk(tmp_path: Path, store: ArrowRemoteStore) -> None:
+    from tidelog.remote.store import CHUNK_BYTES
+
+    source = tmp_path / "big.log"
+    source.write_bytes(b"x" * (2 * CHUNK_BYTES + 5))
+    asked: list[int] = []
+    store.put_file("t/0/big.log", source, on_chunk=asked.append)
+    assert asked == [CHUNK_BYTES, CHUNK_BYTES, 5] and store.size("t/0/big.log") == 2 * CHUNK_BYTES + 5
+
+    def refuse(n: int) -> None:
+        raise RuntimeError("quota wait interrupted")
+
+    with pytest.raises(RuntimeError):
+        store.put_file("t/0/other.log", source, on_chunk=refuse)
+    assert [i.key for i in store.list()] == ["t/0/big.log"]  # nothing published

@@ -8,6 +8,9 @@ segment metadata, kept in the store itself.
 - :mod:`~tidelog.remote.metadata_log`: :class:`RemotePartitionMetadata`, the partition's
   metadata as an append-only log of event objects plus snapshots (format in
   :mod:`~tidelog.remote.metadata_codec`, replay rules in :mod:`~tidelog.remote.metadata_state`);
+- :mod:`~tidelog.remote.copy`: copying sealed segments (Kafka's ``copyLogSegment``), the
+  candidates rule and the cleanup of what a crash left; the local files pinned during a copy in
+  :mod:`~tidelog.remote.segment_files`, the upload quota in :mod:`~tidelog.remote.quota`;
 - :mod:`~tidelog.remote.errors`: the typed errors.
 
 A layer-3 package beside ``retention`` and ``cleaner``: it imports ``storage`` and the

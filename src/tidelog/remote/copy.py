@@ -213,7 +213,9 @@ def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata) ->
     (idempotent: absent objects are fine) and mark each DELETE_SEGMENT_FINISHED; returns them.
     After it, copying resumes from ``metadata.highest_offset() + 1``. Costs per segment two
     metadata events (one when already DELETE_STARTED) and a DELETE per object kind. Raises the
-    first ``RemoteStorageError`` (the rest wait for the next call)."""
+    first ``RemoteStorageError`` (the rest wait for the next call). Call it only while no copy
+    of the partition is in flight (at a restart, or by the partition's copier between copies):
+    a copy in flight is STARTED too."""
     cleaned = []
     for segment in metadata.unreferenced():
         _delete_segment(store, metadata, segment)
