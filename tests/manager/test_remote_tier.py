@@ -80,13 +80,34 @@ def test_a_restart_asks_the_remote_tier_before_deleting_local_segments(broker: O
     log = manager.get_log(tp(TOPIC))
     assert log is not None and log.highest_offset_in_remote_storage == -1
     count = log.num_segments
-    manager.run_retention()
+    manager.retention_task()
     assert log.num_segments == count, "highestOffsetInRemoteStorage is in memory only: -1 after a restart"
     manager.remote_tier.copy_pass()  # type: ignore[union-attr]
     assert log.highest_offset_in_remote_storage == copied[-1][1]
     assert remote_segments(uri, manager) == copied, "the new process copied nothing twice"
-    manager.run_retention()
+    manager.retention_task()
     assert log.num_segments == 1
+
+
+def test_on_demand_retention_asks_the_remote_tier_first(broker: Opener, one_dir: list[Path], tmp_path: Path) -> None:
+    """``run_retention`` (``tidelog retention run``) in a process that ran no copy pass: it loads what the
+    remote tier holds first, so the copied local segments go; the log start offset, checkpointed for
+    a tiered log, stays at 0 across the restart."""
+    uri = (tmp_path / "store").as_uri()
+    manager = broker.open(one_dir, tiered_props(uri))
+    manager.create_topic(TOPIC, 1, TIERED)
+    produce(manager, 20)
+    manager.remote_tier.copy_pass()  # type: ignore[union-attr]
+    manager.shutdown()
+    manager = broker.open(one_dir, tiered_props(uri))
+    manager.run_retention()
+    log = manager.get_log(tp(TOPIC))
+    assert log is not None and log.num_segments == 1
+    manager.shutdown()
+    manager = broker.open(one_dir, tiered_props(uri))
+    log = manager.get_log(tp(TOPIC))
+    assert log is not None and (log.log_start_offset, log.num_segments) == (0, 1)
+    assert log.local_log_start_offset == log.segments[0].base_offset > 0
 
 
 def test_a_failing_store_is_reported_and_deletes_nothing(broker: Opener, one_dir: list[Path], tmp_path: Path) -> None:

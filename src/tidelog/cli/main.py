@@ -30,6 +30,7 @@ from tidelog.cli.produce import produce
 from tidelog.cli.retention import explain, retention
 from tidelog.cli.serve import serve
 from tidelog.cli.spark import spark
+from tidelog.cli.tiered import tiered
 from tidelog.cli.tables import parse_key_values
 from tidelog.cli.topics import topics
 from tidelog.cli.users import users
@@ -57,7 +58,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides:
 
 
 for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, clean,
-                serve, dump, verify, demo, spark, users):
+                serve, dump, verify, demo, spark, users, tiered):
     cli.add_command(command)
 
 

@@ -29,6 +29,7 @@ from tidelog.manager.log_dir import LogDir, describe_error
 from tidelog.manager.offline_dirs import OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.registry_sync import RegistrySync, unconfirmed_note
+from tidelog.manager.remote_tier import RemoteTier
 from tidelog.scheduler import Scheduler
 from tidelog.storage.checkpoints import OffsetCheckpointFile
 from tidelog.storage.config import BrokerConfig
@@ -46,7 +47,8 @@ class BackgroundTasks:
     def __init__(self, broker: BrokerConfig, partition_map: PartitionMap, clock: Clock, scheduler: Scheduler,
                  offline_dirs: OfflineDirs, registry_sync: RegistrySync, cleaner: LogCleaner | None,
                  logs: Callable[..., list[tuple[TopicPartition, Log]]],
-                 ensure_open: Callable[[], None], is_closed: Callable[[], bool]) -> None:
+                 ensure_open: Callable[[], None], is_closed: Callable[[], bool],
+                 remote_tier: RemoteTier | None = None) -> None:
         self._broker = broker
         self._map = partition_map
         self._clock = clock
@@ -57,6 +59,7 @@ class BackgroundTasks:
         self._logs = logs
         self._ensure_open = ensure_open
         self._is_closed = is_closed
+        self._remote_tier = remote_tier
         self._started = False  # under the map's lock
 
     def startup(self) -> None:
@@ -111,8 +114,12 @@ class BackgroundTasks:
     def run_retention(self, topic: str | None = None, *, dry_run: bool = False) -> list[retention.RetentionPlan]:
         """One retention pass over every live log (of ``topic``), on demand: what was deleted (or,
         with ``dry_run``, would be) and why. Compacted logs get what their policy allows (only
-        the log-start-offset pass for ``compact``). Thread-safe as :meth:`retention_task`, without
+        the log-start-offset pass for ``compact``). Tiered logs first learn what the remote tier
+        holds (:meth:`RemoteTier.refresh`: in a process that ran no copy pass, local retention
+        would otherwise delete nothing of them). Thread-safe as :meth:`retention_task`, without
         the cleaner's pause."""
+        if self._remote_tier is not None:
+            self._remote_tier.refresh(topic)
         return self._retention_over(self._logs(topic), dry_run=dry_run)
 
     def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
@@ -208,5 +215,9 @@ class BackgroundTasks:
 
 
 def _log_start_entry(lg: Log) -> int | None:
+    """Kafka's rule: a tiered log's log start offset is always checkpointed (its records below the
+    first local segment are the remote tier's); another log's only when above its first segment."""
+    if lg.config.remote_storage_enable:
+        return lg.log_start_offset
     first = lg.segments[0].base_offset if lg.num_segments else lg.log_start_offset
     return lg.log_start_offset if lg.log_start_offset > first else None

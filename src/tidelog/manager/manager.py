@@ -135,13 +135,13 @@ class LogManager:
         # the failure steps the manager uses; an instance attribute is the cheapest lookup for the
         # append path's storage_op
         self._failures, self._storage_op, self._online_dirs = od.failures, od.storage_op, od.online_dirs
-        self.background = BackgroundTasks(broker, pm, clock, scheduler, od, rs, self.cleaner, self.logs,
-                                          self._ensure_open, lambda: self._closed)
-        self.topic_changes = TopicChanges(broker, pm, self._topic_registry, self._loader, scheduler, od, rs,
-                                          self.cleaner, self.describe_topic, self._ensure_open)
         # The remote tier (tiered storage) when remote.log.storage.system.enable: copy passes, status.
         self.remote_tier = RemoteTier.for_broker(broker, clock, scheduler, self.logs,
                                                  lambda topic: self._record(topic).topic_id, lambda: self._closed)
+        self.background = BackgroundTasks(broker, pm, clock, scheduler, od, rs, self.cleaner, self.logs,
+                                          self._ensure_open, lambda: self._closed, self.remote_tier)
+        self.topic_changes = TopicChanges(broker, pm, self._topic_registry, self._loader, scheduler, od, rs,
+                                          self.cleaner, self.describe_topic, self._ensure_open)
 
     # --- opening ------------------------------------------------------------------------------
 

@@ -170,6 +170,18 @@ class RemoteTier:
             else:
                 state.last_error, state.last_pass_ms = error, now
 
+    def refresh(self, topic: str | None = None) -> None:
+        """Load the remote metadata of every tiered partition (of ``topic``) not loaded yet and tell
+        each log its highest remote offset, copying nothing (what a status needs in a process
+        that ran no pass). A failure is kept for :meth:`status`. Thread-safe."""
+        for tp, lg in self._logs(topic):
+            if not lg.config.remote_storage_enable:
+                continue
+            try:
+                lg.update_highest_offset_in_remote_storage(self._state(tp).metadata.highest_offset())
+            except TidelogError as e:
+                self._note(tp, str(e))
+
     def status(self, topic: str | None = None) -> list[TieredPartitionStatus]:
         """Each tiered partition's local and remote ranges, copy lag and last error, as of the
         last pass (remote figures from this process's cached metadata). Thread-safe."""

@@ -69,6 +69,9 @@ class LoadParams:
     # recovery point at the checkpoint, exactly as after recovering here.
     recovered_elsewhere: bool = False
     on_segment_recovered: SegmentRecovered | None = None
+    # A tiered log (remote.storage.enable): its log start offset is the checkpoint's, even below
+    # the first local segment (Kafka's LogLoader; the records between are the remote tier's).
+    remote_log_enabled: bool = False
 
 
 def load_log(params: LoadParams) -> LoadedLog:
@@ -264,8 +267,9 @@ def _settle_offsets(segments: LogSegments, params: LoadParams, truncated: int, n
     _release_inactive_indexes(segments, params.config.max_index_size)
     recovery_point = next_offset if params.had_clean_shutdown else min(params.recovery_point_checkpoint, next_offset)
     first_base = segments.first.base_offset  # type: ignore[union-attr]
+    start = params.log_start_offset_checkpoint
     return LoadedLog(
-        segments, max(params.log_start_offset_checkpoint, first_base), recovery_point, next_offset,
+        segments, start if params.remote_log_enabled else max(start, first_base), recovery_point, next_offset,
         params.had_clean_shutdown, truncated, names,
     )
 

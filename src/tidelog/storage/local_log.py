@@ -90,6 +90,7 @@ class LocalLog:
             log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
             had_clean_shutdown=had_clean_shutdown, draw_jitter=config.random_segment_jitter,
             recovered_elsewhere=recovered_elsewhere, on_segment_recovered=on_segment_recovered,
+            remote_log_enabled=config.remote_storage_enable,
         ))
         local = cls(dir, config, loaded.segments, recovery_point=loaded.recovery_point, clock=clock,
                     scheduler=scheduler, topic_partition=topic_partition)
