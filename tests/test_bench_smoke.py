@@ -26,7 +26,7 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "offset_map", "clean_1gb", "clean_many_keys", "kafka_cleaner", "kafka_recovery",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
-                   "server_partial_requests_memory", "server_decompression_memory"}
+                   "server_partial_requests_memory", "server_decompression_memory", "remote_upload"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections"}
@@ -37,6 +37,8 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS}
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
+# The remote tier's upload: targeted where SeaweedFS can be built (Go), a "skipped" row where not
+UPLOAD_ROW = "remote_upload"
 KAFKA_BENCHMARKS = ("kafka_cleaner", "kafka_recovery", "kafka_produce_fetch")
 
 
@@ -73,10 +75,11 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
             assert row["figure"] > 0, row
         elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
             assert row["figure"] > 0 and row["baseline"] > 0, row
-    assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW})
+    assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
-    connector = next(row for row in rows if row["benchmark"] == CONNECTOR_ROW)
-    assert set(targeted) == TARGETED_ROWS | (set() if connector["details"].get("skipped") else {CONNECTOR_ROW})
+    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW)
+                and not row["details"].get("skipped")}
+    assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
 
 
