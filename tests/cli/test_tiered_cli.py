@@ -49,3 +49,24 @@ def test_copy_then_status_then_local_retention(tmp_path: Path) -> None:
 def test_tiered_commands_need_the_remote_tier(tmp_path: Path) -> None:
     code, _, err = run_cli(tmp_path / "data", "tiered", "status")
     assert code != 0 and "remote.log.storage.system.enable=true" in err
+
+
+def test_explain_shows_both_tiers_and_what_waits_to_be_copied(tmp_path: Path) -> None:
+    data, store = tmp_path / "data", tmp_path / "store"
+    opts = remote(store)
+    ok(data, *opts, "topics", "create", "orders", "--config", "remote.storage.enable=true",
+       "--config", "segment.bytes=600", "--config", "local.retention.ms=0")
+    records = b"".join(orjson.dumps({"key": f"k{i}", "value": f"value-{i:04d}"}) + b"\n" for i in range(40))
+    ok(data, *opts, "produce", "orders", "--batch-size", "4", stdin=records)
+
+    before = ok(data, *opts, "explain", "orders")
+    assert "tiered: local [0, 40), remote tier empty; " in before
+    assert "sealed segment(s) waiting to be copied: the next copy pass (every 30000 ms)" in before
+    assert "is not in the remote tier yet (it holds nothing yet)" in before
+
+    ok(data, *opts, "tiered", "copy")
+    after = ok(data, *opts, "explain", "orders")
+    assert "would delete" in after and "; in the remote tier" in after
+    assert "nothing waiting to be copied: the active segment is copied once it is rolled" in after
+    tiered = json.loads(ok(data, *opts, "explain", "orders", "--json"))[0]["tiered"]
+    assert tiered["remote_segments"] >= 2 and tiered["copy_lag_segments"] == 0

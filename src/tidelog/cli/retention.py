@@ -5,6 +5,7 @@ per partition what the next pass would delete and why or why not. Both print the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import click
 
@@ -45,13 +46,16 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
 @click.pass_context
 def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
     """For each partition (of TOPIC): what the next retention pass would delete and why, or why
-    not; for compacted partitions also what the cleaner would clean, or why not and when."""
+    not; for compacted partitions also what the cleaner would clean, or why not and when; for
+    tiered partitions both tiers' ranges and what waits to be copied and why."""
     with open_manager(ctx, read_only=True) as manager:
-        plans = manager.explain_retention(topic)
+        plans = manager.explain_retention(topic)  # asks the remote tier first, for tiered logs
         cleaning = {}
         if manager.cleaner is not None:  # only compacted partitions: explaining reads segment headers
             cleaning = {str(tp): manager.cleaner.manager.explain(tp) for tp in manager.live_partitions(topic)
                         if manager.partition_config(tp).compact}
+        remote = manager.remote_tier
+        tiered = {str(row.topic_partition): row for row in remote.status(topic)} if remote is not None else {}
     if as_json:
         out = []
         for p in plans:
@@ -59,11 +63,17 @@ def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
             explained = cleaning.get(str(p.topic_partition))
             if explained is not None:
                 item["cleaning"] = explained.to_json()
+            row = tiered.get(str(p.topic_partition))
+            if row is not None:
+                item["tiered"] = {**asdict(row), "topic_partition": str(row.topic_partition)}
             out.append(item)
         echo_json(out)
         return
     for plan in plans:
         click.echo("\n".join(plan.summary()))
+        row = tiered.get(str(plan.topic_partition))
+        if row is not None and remote is not None:
+            click.echo("  " + row.summary(remote.task_interval_ms))
         explained = cleaning.get(str(plan.topic_partition))
         if explained is not None:
             click.echo("\n".join("  cleaner: " + line if i == 0 else "  " + line

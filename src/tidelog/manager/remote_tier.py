@@ -64,6 +64,22 @@ class TieredPartitionStatus:
     last_error: str | None  # the last pass's error, None when it succeeded or none ran
     last_pass_ms: int | None
 
+    def summary(self, task_interval_ms: int) -> str:
+        """One line for ``tidelog explain``: both tiers' ranges, and what waits to be copied and why."""
+        local = f"local [{self.local_log_start_offset}, {self.log_end_offset})"
+        remote = (f"remote [{self.log_start_offset}, {self.highest_remote_offset}] in {self.remote_segments} segment(s)"
+                  if self.highest_remote_offset >= 0 else "remote tier empty")
+        if not self.copy_enabled:
+            waiting = "copying is off (remote.log.copy.disable): nothing more is copied"
+        elif self.last_error is not None:
+            waiting = f"{self.copy_lag_segments} segment(s) waiting to be copied; the last copy failed: {self.last_error}"
+        elif self.copy_lag_segments:
+            waiting = (f"{self.copy_lag_segments} sealed segment(s) waiting to be copied: the next copy pass "
+                       f"(every {task_interval_ms} ms) copies those below the last stable offset")
+        else:
+            waiting = "nothing waiting to be copied: the active segment is copied once it is rolled"
+        return f"tiered: {local}, {remote}; {waiting}"
+
 
 @dataclass(slots=True)
 class _PartitionState:
@@ -181,6 +197,11 @@ class RemoteTier:
                 lg.update_highest_offset_in_remote_storage(self._state(tp).metadata.highest_offset())
             except TidelogError as e:
                 self._note(tp, str(e))
+
+    @property
+    def task_interval_ms(self) -> int:
+        """``remote.log.manager.task.interval.ms``: how often the copy pass runs. Thread-safe."""
+        return self._broker.remote_log_manager_task_interval_ms
 
     def status(self, topic: str | None = None) -> list[TieredPartitionStatus]:
         """Each tiered partition's local and remote ranges, copy lag and last error, as of the
