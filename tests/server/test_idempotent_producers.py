@@ -164,6 +164,8 @@ def _serve(data: Path, port: int) -> subprocess.Popen[str]:
         if re.search(r"listening on PLAINTEXT://127\.0\.0\.1:\d+", line):
             return process
         before.append(line)
+    process.kill()
+    process.wait()
     raise AssertionError(f"tidelog serve exited without its banner: {''.join(before)}")
 
 
@@ -203,9 +205,14 @@ def test_librdkafka_idempotent_producer_survives_kill_and_clean_restart(tmp_path
     finally:
         stop.set()
         sender.join()
-    assert producer.flush(3 * TIMEOUT_S) == 0
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 0
+    try:
+        assert producer.flush(3 * TIMEOUT_S) == 0
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:  # a failed assertion above: the test stops what it started
+            process.kill()
+            process.wait()
     assert failures == []
     with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
         values = [v for _, _, _, v in log_records(manager, "restarts", 0)]
