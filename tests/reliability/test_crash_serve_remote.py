@@ -2,12 +2,12 @@
 
 A tiered topic is written locally first (five sealed segments of 2 MiB), then ``tidelog serve``
 starts with a copy pass every 100 ms throttled to 2 MB/s, so each segment takes about a second
-to upload; the process is killed (-9) about 1.5 s in, in the middle of an upload. The store is
+to upload; the process is killed (-9) 3 s in (start-up, then about 1.5 segments), mid-copy. The store is
 then read as another host would (a fresh metadata load): every finished segment must be whole.
 A second ``tidelog serve`` must finish the copy: each sealed segment in the remote tier exactly
 once, nothing left STARTED, no orphan object, and the local segments untouched.
 
-Marked soak (``make soak``): it times a kill against an upload and runs for ~20 s.
+Marked soak (``make soak``): it times a kill against an upload and runs for ~16 s.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_sigkill_during_an_upload_publishes_nothing_partial_and_the_restart_fini
     after_kill = _load(uri, data)
     _check_finished_whole(uri, data, after_kill)
     assert len(after_kill.finished_segments()) < len(sealed), "the kill came after the whole copy: too late"
-    assert after_kill.unreferenced(), "the kill came between two uploads, not during one"
+    assert after_kill.unreferenced(), "no segment was left STARTED: the kill came between two copies"
 
     process = _serve(data, remote)
     try:

@@ -83,7 +83,7 @@ class TieredPartitionStatus:
 
 @dataclass(slots=True)
 class _PartitionState:
-    metadata: RemotePartitionMetadata
+    metadata: RemotePartitionMetadata | None = None  # None until loaded
     last_error: str | None = None
     last_pass_ms: int | None = None
 
@@ -106,8 +106,6 @@ class RemoteTier:
         self._lock = threading.Lock()
         self._pass_lock = threading.Lock()
         self._partitions: dict[TopicPartition, _PartitionState] = {}
-        # A partition whose metadata could not be loaded: (error, when), for status.
-        self._load_errors: dict[TopicPartition, tuple[str | None, int]] = {}
         self._started = False
 
     @classmethod
@@ -149,17 +147,15 @@ class RemoteTier:
         return {tp: count for (tp, _), count in zip(tiered, counts)}
 
     def _copy_partition(self, tp: TopicPartition, lg: Log) -> int:
-        state: _PartitionState | None = None
         try:
-            state = self._state(tp)
-            lg.update_highest_offset_in_remote_storage(state.metadata.highest_offset())
+            metadata = self._learn(tp, lg)
             copied = []
             if lg.config.remote_copy_enabled:
                 try:
-                    copied = copy_log(lg, self.store, state.metadata, epochs=lg.leader_epoch_cache.entries,
+                    copied = copy_log(lg, self.store, metadata, epochs=lg.leader_epoch_cache.entries,
                                       clock=self._clock, quota=self._quota)
                 finally:
-                    lg.update_highest_offset_in_remote_storage(state.metadata.highest_offset())
+                    lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
             self._note(tp, None)
             return len(copied)
         except TidelogError as e:
@@ -167,36 +163,36 @@ class RemoteTier:
             self._note(tp, str(e))
             return 0
 
-    def _state(self, tp: TopicPartition) -> _PartitionState:
+    def _learn(self, tp: TopicPartition, lg: Log) -> RemotePartitionMetadata:
+        """The partition's remote metadata (loaded on first use, then kept), and the log told the
+        highest offset it holds (Kafka's ``updateHighestOffsetInRemoteStorage``)."""
         with self._lock:
-            state = self._partitions.get(tp)
-        if state is None:
+            metadata = self._partitions.setdefault(tp, _PartitionState()).metadata
+        if metadata is None:
             tip = TopicIdPartition(self._topic_id_of(tp.topic), tp)
-            metadata = RemotePartitionMetadata.load(self.store, tip, clock=self._clock)
+            loaded = RemotePartitionMetadata.load(self.store, tip, clock=self._clock)
             with self._lock:
-                state = self._partitions.setdefault(tp, _PartitionState(metadata))
-        return state
+                state = self._partitions[tp]
+                metadata = state.metadata = state.metadata or loaded
+        lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
+        return metadata
 
     def _note(self, tp: TopicPartition, error: str | None) -> None:
         now = self._clock.milliseconds()
         with self._lock:
-            state = self._partitions.get(tp)
-            if state is None:  # its metadata could not be loaded
-                self._load_errors[tp] = (error, now)
-            else:
-                state.last_error, state.last_pass_ms = error, now
+            state = self._partitions.setdefault(tp, _PartitionState())
+            state.last_error, state.last_pass_ms = error, now
 
     def refresh(self, topic: str | None = None) -> None:
         """Load the remote metadata of every tiered partition (of ``topic``) not loaded yet and tell
         each log its highest remote offset, copying nothing (what a status needs in a process
         that ran no pass). A failure is kept for :meth:`status`. Thread-safe."""
         for tp, lg in self._logs(topic):
-            if not lg.config.remote_storage_enable:
-                continue
-            try:
-                lg.update_highest_offset_in_remote_storage(self._state(tp).metadata.highest_offset())
-            except TidelogError as e:
-                self._note(tp, str(e))
+            if lg.config.remote_storage_enable:
+                try:
+                    self._learn(tp, lg)
+                except TidelogError as e:
+                    self._note(tp, str(e))
 
     @property
     def task_interval_ms(self) -> int:
@@ -210,14 +206,12 @@ class RemoteTier:
 
     def _status_of(self, tp: TopicPartition, lg: Log) -> TieredPartitionStatus:
         with self._lock:
-            state = self._partitions.get(tp)
-            error, when = ((state.last_error, state.last_pass_ms) if state is not None
-                           else self._load_errors.get(tp, (None, None)))
-        finished = state.metadata.finished_segments() if state is not None else []
+            state = self._partitions.get(tp) or _PartitionState()
+        finished = state.metadata.finished_segments() if state.metadata is not None else []
         highest = lg.highest_offset_in_remote_storage
         sealed = lg.segments[:-1]
         lagging = [s for s in sealed if s.base_offset > highest]
         return TieredPartitionStatus(
             tp, lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset, highest, len(finished),
             sum(m.segment_size_in_bytes for m in finished), len(lagging), sum(s.size for s in lagging),
-            lg.config.remote_copy_enabled, error, when)
+            lg.config.remote_copy_enabled, state.last_error, state.last_pass_ms)

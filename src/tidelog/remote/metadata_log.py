@@ -336,8 +336,4 @@ class RemotePartitionMetadata:
 
 
 def _uuid(segment: SegmentRef) -> str:
-    if isinstance(segment, RemoteLogSegmentMetadata):
-        return segment.id
-    if isinstance(segment, RemoteLogSegmentId):
-        return segment.id
-    return segment
+    return segment if isinstance(segment, str) else segment.id

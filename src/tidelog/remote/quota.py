@@ -30,9 +30,6 @@ UNLIMITED = INT64_MAX
 """Kafka's default quota, ``Long.MAX_VALUE``: no throttling."""
 WINDOW_SECONDS = 1.0
 """Kafka's quota window (``remote.log.manager.copy.quota.window.size.seconds``, 1 s)."""
-WINDOW_COUNT = 11
-"""Kafka's number of windows (``remote.log.manager.copy.quota.window.num``); documented, this
-limiter paces continuously instead of sampling windows (module docstring)."""
 
 
 class CopyQuota:

@@ -335,10 +335,11 @@ class Log(AppendPath):
         takes the log's lock for the bound, reads the files without it."""
         with self._lock:
             self._check_in_range(start_offset)
-            self._check_local(start_offset)
             end = self._log_end_offset
             bound = self._local.bound(end if isolation is FetchIsolation.LOG_END else self._high_watermark, end)
             segment = self._segments.floor(start_offset)
+            if segment is None:  # below the first local segment: only a tiered log has records there
+                self._check_local(start_offset)
         if start_offset >= bound.offset:
             return FetchDataInfo(LogOffsetMetadata(start_offset), b"")
         info = self._local.read_from(segment, start_offset, max_length, bound, min_one_message)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tidelog.records.varint import INT64_MAX
+
 if TYPE_CHECKING:
     from tidelog.storage.segment import LogSegment
-
-INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tidelog.clock import Clock
 from tidelog.errors import LogSegmentOffsetOverflowError
+from tidelog.records import NO_TIMESTAMP
+from tidelog.records.varint import INT32_MAX, INT64_MAX
 from tidelog.storage import fileops, files, segment_recovery
 from tidelog.storage._append_kernel import (
     PRODUCED_INDEX_DUE,
@@ -36,9 +38,6 @@ from tidelog.storage.segment_reader import SegmentReader, offset_for_timestamp
 from tidelog.storage.segment_recovery import RecoveryResult, TailCheck
 from tidelog.storage.txn_index import TransactionIndex
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-NO_TIMESTAMP = -1
 
 
 class LogSegment:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tidelog.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError
-from tidelog.records import FileBatch
+from tidelog.records import NO_TIMESTAMP, FileBatch
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from tidelog.records.varint import INT32_MAX, INT64_MAX
 from tidelog.storage import fileops, files
 from tidelog.storage.file_records import BatchHeaders
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-NO_TIMESTAMP = -1
 _TXN_MARKER = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK  # both bits: an end-transaction marker
 
 
@@ -134,7 +132,7 @@ def _last_entry_position(segment: LogSegment) -> int:
     if checked is not None:
         # The entry sanity_check just read: a load after a clean stop maps no index for it.
         return OffsetIndex.parse_entry(checked, segment.base_offset).position
-    return segment.offset_index.lookup(2**63 - 1).position
+    return segment.offset_index.lookup(INT64_MAX).position
 
 
 def recover(segment: LogSegment) -> RecoveryResult:
