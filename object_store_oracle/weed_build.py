@@ -119,10 +119,14 @@ def _make_writable(tree: Path) -> None:
 
 
 def main() -> int:
-    """Build or find ``weed``; print its path and how long that took. Exit 1 with Go's output on failure."""
+    """Build or find ``weed``; print its path and how long that took. Exit 1 with Go's output on
+    failure; exit 0 with a note where Go is missing (the object-store tests then skip, saying why)."""
     started = time.monotonic()
     try:
         path = weed_binary()
+    except WeedToolMissing as exc:
+        print(f"object_store_oracle: no weed, the object-store tests will skip: {exc}", file=sys.stderr)
+        return 0
     except WeedUnavailable as exc:
         print(f"object_store_oracle: {exc}", file=sys.stderr)
         return 1

@@ -102,11 +102,13 @@ def test_stopped_server_refuses_connections_and_leaves_no_process(
         tmp_path: Path, s3_filesystem: S3FilesystemFactory) -> None:
     server = WeedS3Server(tmp_path / "weed")
     credentials = server.start()
-    s3 = s3_filesystem(credentials)
-    s3.create_dir("short-lived")
-    pid = server.pid
-    assert pid is not None and _processes_mentioning(str(tmp_path))
-    server.stop()
+    try:
+        s3 = s3_filesystem(credentials)
+        s3.create_dir("short-lived")
+        pid = server.pid
+        assert pid is not None and _processes_mentioning(str(tmp_path))
+    finally:
+        server.stop(timeout_s=2.0)  # then SIGKILL of the group: what is checked below holds either way
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
     assert _processes_mentioning(str(tmp_path)) == []

@@ -157,7 +157,7 @@ _TOPIC_KEYS = (
          "Replication throttle; accepted for compatibility, unused by storage."),
     _key("remote.storage.enable", _BOOL, False, None,
          "Tiered storage: copy sealed segments to the remote store (remote.log.storage.uri) and keep only "
-         "local.retention.* on local disk; retention.* then covers both tiers. Needs "
+         "local.retention.* on local disk (retention.* over both tiers: not built yet). Needs "
          "remote.log.storage.system.enable=true on the broker. Compacted topics may be tiered too (Kafka "
          "refuses them); internal topics never are."),
     _key("local.retention.ms", _LONG, -2, at_least(-2),
@@ -169,11 +169,11 @@ _TOPIC_KEYS = (
          "disk; -2 = retention.bytes. Must not be -1 or more than retention.bytes when retention.bytes is "
          "not -1.", _S("log.local.retention.bytes"), field_name="configured_local_retention_bytes"),
     _key("remote.log.copy.disable", _BOOL, False, None,
-         "Tiered topics: stop copying to the remote store; remote data stays readable and is deleted by "
-         "retention.*, local data follows retention.* (so local.retention.* must be -2 or equal to it)."),
+         "Tiered topics: stop copying to the remote store; local data follows retention.* (so "
+         "local.retention.* must be -2 or equal to it). Remote reads and remote retention: not built yet."),
     _key("remote.log.delete.on.disable", _BOOL, False, None,
-         "Must be true to turn remote.storage.enable from true to false: the topic's remote data is then "
-         "deleted."),
+         "Must be true to turn remote.storage.enable from true to false (Kafka deletes the remote data "
+         "then; not built yet: the objects stay in the store)."),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _TOPIC_KEYS})
@@ -234,21 +234,21 @@ _BROKER_KEYS = (
     _key("remote.log.manager.copier.thread.pool.size", _INT, 10, at_least(1),
          "Threads copying segments to the remote store."),
     _key("remote.log.manager.expiration.thread.pool.size", _INT, 10, at_least(1),
-         "Threads deleting remote segments past retention."),
+         "Threads deleting remote segments past retention. Accepted; not used yet (remote retention)."),
     _key("remote.log.reader.threads", _INT, 10, at_least(1),
-         "Threads serving fetches and ListOffsets that need the remote tier."),
+         "Threads serving fetches and ListOffsets that need the remote tier. Accepted; not used yet (remote reads)."),
     _key("remote.log.reader.max.pending.tasks", _INT, 100, at_least(1),
-         "Remote reads queued at most; when full, a fetch needing the remote tier gets an error."),
+         "Remote reads queued at most. Accepted; not used yet (remote reads)."),
     _key("remote.log.index.file.cache.total.size.bytes", _LONG, 1073741824, at_least(1),
-         "Local disk budget of the cache of remote segments' indexes."),
+         "Local disk budget of the cache of remote segments' indexes. Accepted; not used yet (remote reads)."),
     _key("remote.log.manager.copy.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
          "Broker-wide upload quota to the remote store."),
     _key("remote.log.manager.fetch.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
-         "Broker-wide read quota from the remote store."),
+         "Broker-wide read quota from the remote store. Accepted; not used yet (remote reads)."),
     _key("remote.fetch.max.wait.ms", _INT, 500, at_least(1),
-         "Longest wait of a fetch that needs remote data."),
+         "Longest wait of a fetch that needs remote data. Accepted; not used yet (remote reads)."),
     _key("remote.list.offsets.request.timeout.ms", _LONG, 30000, at_least(1),
-         "Timeout of a ListOffsets lookup in the remote tier."),
+         "Timeout of a ListOffsets lookup in the remote tier. Accepted; not used yet (remote reads)."),
     # broker-only
     _key("log.dirs", _LIST, None, DirList(), "Log directories; wins over log.dir."),
     _key("log.dir", _LIST, ("/tmp/kafka-logs",), DirList(), "Log directory used when log.dirs is unset."),
