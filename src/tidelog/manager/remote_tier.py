@@ -152,8 +152,9 @@ class RemoteTier:
             copied = []
             if lg.config.remote_copy_enabled:
                 try:
-                    copied = copy_log(lg, self.store, metadata, epochs=lg.leader_epoch_cache.entries,
-                                      clock=self._clock, quota=self._quota)
+                    with metadata.task_lock:
+                        copied = copy_log(lg, self.store, metadata, epochs=lg.leader_epoch_cache.entries,
+                                          clock=self._clock, quota=self._quota)
                 finally:
                     lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
             self._note(tp, None)

@@ -175,6 +175,11 @@ class RemotePartitionMetadata:
         self._broker_id = broker_id
         self._interval = snapshot_interval
         self._lock = threading.RLock()
+        #: Held by whoever changes the partition's remote segments over several steps (a copy
+        #: pass, a remote expiration, a compaction's staging and swap), so such changes run one
+        #: at a time, as Kafka's per-partition tasks do: a cleanup of STARTED segments must never
+        #: run while another task has one in flight. Taken before ``_lock``, never inside it.
+        self.task_lock = threading.RLock()
         self._loaded = loaded
         self._uncertain = False
 
