@@ -285,12 +285,13 @@ class RegistrySync:
         return TopicRecord(topic, topic_id, count, MappingProxyType(configs), unconfirmed=unconfirmed)
 
     def _adoptable_overrides(self, topic: str, overrides: Mapping[str, str]) -> dict[str, str]:
-        """``overrides`` as :meth:`create_topic` validates them, each kept only when it passes
-        with those kept before it (in name order); the others are left out with a warning."""
+        """``overrides`` as :meth:`create_topic` validates them (:meth:`BrokerConfig.checked_topic_config`,
+        Kafka's tiered-storage refusals included), each kept only when it passes with those kept
+        before it (in name order); the others are left out with a warning."""
         kept: dict[str, str] = {}
         for name, value in sorted(overrides.items()):
             try:
-                self._broker.log_config({**kept, name: value})
+                self._broker.checked_topic_config(topic, {**kept, name: value})
             except ConfigError as e:
                 log.warning("topic %s: Kafka's override %s=%s is left out: %s", topic, name, value, e)
             else:
