@@ -10,6 +10,8 @@
   ``s3_filesystem``: a factory for ``pyarrow.fs.S3FileSystem`` clients of a server (one attempt per
   request, short timeouts: an error surfaces at once instead of after the SDK's retries).
   ``s3``: a client of ``object_store``. ``bucket``: a fresh, empty bucket per test, deleted after.
+  ``fault_proxy``: a fault-injecting proxy in front of ``object_store`` (5xx, 403, slow, dropped,
+  refused; ``object_store_oracle/fault_proxy.py``), one per test.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tidelog.testing import FakeClock, FakeScheduler
 if TYPE_CHECKING:  # imported by the fixtures that use them: most sessions start no store
     from pyarrow import fs as pafs
 
-    from object_store_oracle import S3Credentials, WeedS3Server
+    from object_store_oracle import FaultProxy, S3Credentials, WeedS3Server
 
     S3FilesystemFactory = Callable[..., pafs.S3FileSystem]
 
@@ -77,6 +79,17 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedS3Ser
         yield server
     finally:
         server.stop(timeout_s=5.0)  # its data is thrown away: no need to wait out weed's ~15 s SIGTERM
+
+
+@pytest.fixture
+def fault_proxy(object_store: WeedS3Server) -> Iterator[FaultProxy]:
+    """A :class:`~object_store_oracle.fault_proxy.FaultProxy` in front of ``object_store``: passes
+    every request through until the test switches a fault on; stopped (listener, connections,
+    threads) after the test. ``fault_proxy.store_options(object_store.credentials)`` reaches it."""
+    from object_store_oracle import FaultProxy
+
+    with FaultProxy(object_store.endpoint_url) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")

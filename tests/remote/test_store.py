@@ -15,6 +15,7 @@ import pytest
 from tidelog.errors import ConfigError, TidelogError
 from tidelog.remote.errors import (
     RemoteAccessDeniedError,
+    RemoteBucketNotFoundError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStoreServerError,
@@ -281,7 +282,7 @@ def test_connection_refused_is_unreachable_and_retriable() -> None:
      RemoteAccessDeniedError),
     (OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not connect"),
      RemoteStoreUnreachableError),
-    (OSError("Bucket 'b' not found; AWS Error NO_SUCH_BUCKET"), RemoteResourceNotFoundError),
+    (OSError("Bucket 'b' not found; AWS Error NO_SUCH_BUCKET"), RemoteBucketNotFoundError),
     (OSError(errno.EIO, "Input/output error"), RemoteStorageError),
 ])
 def test_failures_are_classified(exc: OSError, kind: type) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidelog.remote.errors import RemoteAccessDeniedError, RemoteResourceNotFoundError
+from tidelog.remote.errors import RemoteAccessDeniedError, RemoteBucketNotFoundError, RemoteResourceNotFoundError
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import CHUNK_BYTES, ArrowRemoteStore, ObjectInfo
 from tidelog.testing import FakeClock
@@ -81,9 +81,18 @@ def test_metadata_round_trip_on_s3(remote: ArrowRemoteStore) -> None:
     assert reader.next_sequence == writer.next_sequence == 5
 
 
-def test_a_bucket_that_does_not_exist_reads_as_empty_and_its_objects_as_not_found(object_store: object) -> None:
+def test_a_bucket_that_does_not_exist_is_named_by_every_operation(object_store: object) -> None:
+    """S3 lists a missing bucket as empty; the store asks for the bucket then, so a wrong bucket in
+    remote.log.storage.uri is an error, never an empty remote tier."""
     store = ArrowRemoteStore("s3://no-such-bucket-tidelog/tier", _options(object_store))
-    assert store.list() == [] and store.list("t/0/") == []
-    with pytest.raises(RemoteResourceNotFoundError):
+    for operation in (store.list, lambda: store.list("t/0/"), lambda: store.put("t/0/k", b"x")):
+        with pytest.raises(RemoteBucketNotFoundError) as raised:
+            operation()
+        assert "bucket does not exist" in str(raised.value) and raised.value.uri == "s3://no-such-bucket-tidelog/tier"
+    with pytest.raises(RemoteResourceNotFoundError):  # a GET starts with a HEAD, whose 404 has no body to tell
         store.get("t/0/k")
-    store.delete("t/0/k")
+    store.delete("t/0/k")  # deleting what is not there is fine
+
+
+def test_an_empty_prefix_of_an_existing_bucket_lists_as_empty(remote: ArrowRemoteStore) -> None:
+    assert remote.list() == [] and remote.list("t/0/") == []

@@ -4,7 +4,8 @@ A store error carries ``operation`` (``put``, ``get_range`` ...), ``key`` (the o
 relative to the store's prefix), ``uri`` (the store's location without credentials) and
 ``cause`` (the underlying message); ``__cause__`` is the original exception. The kind of
 failure is the class, so a caller decides by ``except`` clause: a missing object
-(:class:`RemoteResourceNotFoundError`, Kafka's ``RemoteResourceNotFoundException``), refused
+(:class:`RemoteResourceNotFoundError`, Kafka's ``RemoteResourceNotFoundException``; its
+subclass :class:`RemoteBucketNotFoundError` when the bucket itself is missing), refused
 credentials (:class:`RemoteAccessDeniedError`), a store that cannot be reached
 (:class:`RemoteStoreUnreachableError`), a store answering that it failed or is overloaded
 (:class:`RemoteStoreServerError`: HTTP 5xx, throttling), anything else
@@ -16,7 +17,11 @@ Metadata errors name the metadata object's key; transition errors name the segme
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from tidelog.errors import TidelogError
+
+E = TypeVar("E", bound=TidelogError)
 
 
 class RemoteStorageError(TidelogError):
@@ -28,6 +33,11 @@ class RemoteStorageError(TidelogError):
 
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The object (or the bucket holding it) does not exist."""
+
+
+class RemoteBucketNotFoundError(RemoteResourceNotFoundError):
+    """The bucket (container) named by ``remote.log.storage.uri`` does not exist: nothing under
+    it can be read or written until it is created."""
 
 
 class RemoteAccessDeniedError(RemoteStorageError):
@@ -61,3 +71,10 @@ class RemoteSegmentStateError(TidelogError):
     """A remote segment state change that Kafka's ``RemoteLogSegmentState.isValidTransition``
     forbids, or one naming a segment the partition does not have. Context: ``segment_id``,
     ``from_state``, ``to_state``."""
+
+
+def with_context(error: E, message: str | None = None, **context: Any) -> E:
+    """A copy of ``error`` (same class, so same ``retriable``) with ``context`` added (existing
+    keys kept) and, when given, another message; the caller raises it ``from error``."""
+    merged = {**context, **error.context}
+    return type(error)(error.message if message is None else message, **merged)

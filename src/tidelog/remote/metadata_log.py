@@ -40,11 +40,13 @@ from dataclasses import dataclass, field, replace
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import TidelogError
 from tidelog.remote.errors import (
+    RemoteBucketNotFoundError,
     RemoteMetadataError,
     RemoteMetadataVersionError,
     RemoteResourceNotFoundError,
     RemoteSegmentStateError,
     RemoteStorageError,
+    with_context,
 )
 from tidelog.remote.metadata import (
     RemoteLogSegmentId,
@@ -92,13 +94,20 @@ class _Loaded:
 def _read_log(store: RemoteStore, tip: TopicIdPartition) -> _Loaded:
     """Read the partition's metadata log: one LIST, the newest readable snapshot, the events
     after it. An object listed but gone when read (the writer pruned it meanwhile: a reader that
-    raced two snapshots) starts the read again, up to :data:`_READ_ATTEMPTS` times."""
-    for _ in range(_READ_ATTEMPTS - 1):
-        try:
-            return _read_once(store, tip)
-        except RemoteResourceNotFoundError:
-            continue
-    return _read_once(store, tip)
+    raced two snapshots) starts the read again, up to :data:`_READ_ATTEMPTS` times. Every error
+    names the partition (``partition``) besides the object."""
+    try:
+        for _ in range(_READ_ATTEMPTS - 1):
+            try:
+                return _read_once(store, tip)
+            except RemoteBucketNotFoundError:
+                raise
+            except RemoteResourceNotFoundError:
+                continue
+        return _read_once(store, tip)
+    except RemoteStorageError as e:
+        raise with_context(e, f"loading the remote metadata of {tip.topic_partition} failed: {e.message}",
+                           partition=str(tip.topic_partition)) from e
 
 
 def _read_once(store: RemoteStore, tip: TopicIdPartition) -> _Loaded:
@@ -207,8 +216,8 @@ class RemotePartitionMetadata:
 
     def begin_copy(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
         """Record a new segment in COPY_SEGMENT_STARTED (before uploading any of its objects),
-        stamped with the clock's time; returns it as recorded."""
-        stamped = replace(metadata, event_timestamp_ms=self._clock.milliseconds())
+        stamped with the clock's time and this writer's broker id; returns it as recorded."""
+        stamped = replace(metadata, event_timestamp_ms=self._clock.milliseconds(), broker_id=self._broker_id)
         with self._lock:
             self._append(SegmentAdded(stamped))
             return self._current(stamped.id)
@@ -269,7 +278,7 @@ class RemotePartitionMetadata:
         except RemoteStorageError:
             self._uncertain = True
             raise
-        state.apply(event)
+        state.apply_checked(event)
         self._loaded.last_sequence = sequence
         self._loaded.events[sequence] = key
         if sequence - self._loaded.snapshot_sequence >= self._interval:

@@ -60,6 +60,10 @@ class RemoteSegmentsState:
     def apply(self, event: Event) -> None:
         """Check ``event``, then change the state by it."""
         self.check(event)
+        self.apply_checked(event)
+
+    def apply_checked(self, event: Event) -> None:
+        """Change the state by ``event``, which :meth:`check` accepted on this very state."""
         self._finished = None
         if isinstance(event, SegmentAdded):
             self._segments.setdefault(event.segment.id, event.segment)

@@ -39,6 +39,7 @@ import pyarrow.fs as pafs
 from tidelog.errors import ConfigError
 from tidelog.remote.errors import (
     RemoteAccessDeniedError,
+    RemoteBucketNotFoundError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStoreServerError,
@@ -103,6 +104,7 @@ class ArrowRemoteStore:
         self._fs, self._root = _filesystem(uri, dict(options or {}), self.uri)
         self._staged = self._fs.type_name in _RENAME_PUBLISHED
         self._local = self._fs.type_name == "local"
+        self._buckets = self._fs.type_name == "s3"  # a LIST of a missing bucket reads as empty
 
     def __repr__(self) -> str:
         return f"ArrowRemoteStore({self.uri!r})"
@@ -165,15 +167,28 @@ class ArrowRemoteStore:
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under the directory ``prefix`` ('' = the whole store), recursively,
-        ordered by key; empty when nothing is there. One LIST (paged by the store). Thread-safe, no lock."""
+        ordered by key; empty when nothing is there, :class:`RemoteBucketNotFoundError` when the
+        bucket is missing. One LIST (paged by the store), plus a HEAD of the bucket when it comes
+        back empty on S3. Thread-safe, no lock."""
         base = self._dir_path(prefix)
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         with self._translated("list", prefix):
             infos = self._fs.get_file_info(selector)
+            if not infos and self._buckets:
+                self._check_bucket(prefix)
         start = len(self._root) + 1 if self._root else 0
         found = (ObjectInfo(i.path[start:], i.size) for i in infos
                  if i.type == pafs.FileType.File and _TEMP_MARK not in i.base_name)
         return sorted(found)
+
+    def _check_bucket(self, prefix: str) -> None:
+        """Raise :class:`RemoteBucketNotFoundError` when the bucket is missing (an S3 LIST of a
+        missing bucket reads as empty otherwise); one HEAD, only after an empty listing."""
+        bucket = self._root.partition("/")[0]
+        if self._fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise RemoteBucketNotFoundError(
+                "remote store list failed: bucket does not exist", operation="list", key=prefix, uri=self.uri,
+                cause=f"no bucket {bucket!r} at the endpoint; create it or fix remote.log.storage.uri")
 
     def delete(self, key: str) -> None:
         """Delete the object ``key``; an absent object is fine (idempotent). Thread-safe, no lock."""
@@ -254,8 +269,9 @@ class ArrowRemoteStore:
 # --- errors --------------------------------------------------------------------------------
 
 _KINDS: tuple[tuple[type[RemoteStorageError], str, tuple[str, ...], frozenset[int]], ...] = (
+    (RemoteBucketNotFoundError, "bucket does not exist", ("nosuchbucket", "bucket does not exist"), frozenset()),
     (RemoteResourceNotFoundError, "object not found",
-     ("does not exist", "nosuchkey", "nosuchbucket", "not found", "resource_not_found"),
+     ("does not exist", "nosuchkey", "not found", "resource_not_found"),
      frozenset({errno.ENOENT})),
     (RemoteAccessDeniedError, "access denied",
      ("access_denied", "accessdenied", "access denied", "forbidden", "invalidaccesskeyid",
