@@ -17,14 +17,13 @@ straight to the LogManager, never through Produce), so:
 from __future__ import annotations
 
 from tidelog.errors import InvalidTopicError
+# The one list of their names is the storage layer's (its tiered-storage refusals need it too); the
+# configs Kafka creates them with (:data:`~tidelog.manager.kraft_metadata.INTERNAL_TOPIC_CONFIGS`)
+# and the group coordinator's topic take their names from here.
+from tidelog.storage.config_keys import CONSUMER_OFFSETS, INTERNAL_TOPICS, SHARE_GROUP_STATE, TRANSACTION_STATE
 
-CONSUMER_OFFSETS = "__consumer_offsets"
-TRANSACTION_STATE = "__transaction_state"
-SHARE_GROUP_STATE = "__share_group_state"
-#: The one list of their names: the configs Kafka creates them with
-#: (:data:`~tidelog.manager.kraft_metadata.INTERNAL_TOPIC_CONFIGS`) and the group coordinator's
-#: topic take their names from here.
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE})
+__all__ = ["CONSUMER_OFFSETS", "INTERNAL_TOPICS", "SHARE_GROUP_STATE", "TRANSACTION_STATE", "check_appendable",
+           "check_deletable", "is_internal"]
 
 
 def is_internal(topic: str) -> bool:

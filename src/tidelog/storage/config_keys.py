@@ -82,9 +82,14 @@ SEGMENT_BYTES_MIN = 14  # Kafka 3.x's RECORD_OVERHEAD_V0; see the module docstri
 SEGMENT_INDEX_BYTES_MIN = 12  # one time-index entry; see the module docstring
 CLEANER_ENGINES = ("in-process", "spark")  # tidelog.cleaner.engine
 REMOTE_STORE_SCHEMES = ("s3", "gs", "abfs", "abfss", "hdfs", "file")  # remote.log.storage.uri
-NEVER_TIERED_TOPICS = frozenset({  # Kafka's UnifiedLog.isRemoteLogEnabled never tiers these
-    "__consumer_offsets", "__transaction_state", "__share_group_state", "__remote_log_metadata", "__cluster_metadata",
-})
+CONSUMER_OFFSETS = "__consumer_offsets"
+TRANSACTION_STATE = "__transaction_state"
+SHARE_GROUP_STATE = "__share_group_state"
+#: Kafka's internal topics (``Topic.isInternal``): the one list of their names, which the manager
+#: (:mod:`tidelog.manager.internal_topics`: what clients may not do to them) takes from here.
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE, SHARE_GROUP_STATE})
+#: Kafka's ``UnifiedLog.isRemoteLogEnabled`` never tiers these: the internal topics and the two metadata topics.
+NEVER_TIERED_TOPICS = INTERNAL_TOPICS | {"__remote_log_metadata", "__cluster_metadata"}
 
 _TOPIC_KEYS = (
     _key("segment.bytes", _INT, 1073741824, at_least(SEGMENT_BYTES_MIN),
