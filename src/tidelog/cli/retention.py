@@ -11,6 +11,7 @@ import click
 
 from tidelog.cli.context import open_manager
 from tidelog.cli.tables import echo_json
+from tidelog.remote.expiration import REMOTE_NOTHING, REMOTE_SUMMARY
 from tidelog.retention import RetentionPlan, format_bytes
 
 
@@ -26,6 +27,8 @@ def retention() -> None:
 @click.pass_context
 def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> None:
     """One retention pass over every partition (of --topic), printing what was deleted and why.
+    Tiered partitions (remote.storage.enable) also get remote retention: retention.ms,
+    retention.bytes (both tiers) and the log start offset delete remote segments.
 
     Deleted segments are renamed .deleted at once and their files removed after
     file.delete.delay.ms by `tidelog serve`, or at the next start-up."""
@@ -35,9 +38,14 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
         echo_json([p.to_json() for p in plans])
         return
     for plan in plans:
-        if plan.segments:
+        if plan.segments or _remote_deletes(plan):
             click.echo("\n".join(plan.summary()))
     click.echo(_totals(plans, dry_run))
+
+
+def _remote_deletes(plan: RetentionPlan) -> bool:
+    """Whether the plan's note from remote retention says it deletes remote segments."""
+    return any(n.startswith(REMOTE_SUMMARY) and not n.startswith(REMOTE_NOTHING) for n in plan.notes)
 
 
 @click.command()
@@ -47,7 +55,8 @@ def run(ctx: click.Context, topic: str | None, dry_run: bool, as_json: bool) -> 
 def explain(ctx: click.Context, topic: str | None, as_json: bool) -> None:
     """For each partition (of TOPIC): what the next retention pass would delete and why, or why
     not; for compacted partitions also what the cleaner would clean, or why not and when; for
-    tiered partitions both tiers' ranges and what waits to be copied and why."""
+    tiered partitions both tiers' ranges, what waits to be copied and why, and what remote
+    retention (retention.* over both tiers, the log start offset) would delete next and why."""
     with open_manager(ctx, read_only=True) as manager:
         plans = manager.explain_retention(topic)  # asks the remote tier first, for tiered logs
         cleaning = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from tidelog import retention
@@ -116,11 +117,23 @@ class BackgroundTasks:
         with ``dry_run``, would be) and why. Compacted logs get what their policy allows (only
         the log-start-offset pass for ``compact``). Tiered logs first learn what the remote tier
         holds (:meth:`RemoteTier.refresh`: in a process that ran no copy pass, local retention
-        would otherwise delete nothing of them). Thread-safe as :meth:`retention_task`, without
-        the cleaner's pause."""
+        would otherwise delete nothing of them), then run remote retention (retention.* over
+        both tiers, :class:`~.remote_retention.RemoteRetention`), whose plan becomes a note of the
+        partition's plan. Thread-safe as :meth:`retention_task`, without the cleaner's pause."""
+        return self._run_retention(topic, dry_run=dry_run, remote_notes=True)
+
+    def _run_retention(self, topic: str | None, *, dry_run: bool, remote_notes: bool) -> list[retention.RetentionPlan]:
+        remote = {}
         if self._remote_tier is not None:
             self._remote_tier.refresh(topic)
-        return self._retention_over(self._logs(topic), dry_run=dry_run)
+            if not dry_run:
+                self._remote_tier.retention.resume_pending()
+            remote = self._remote_tier.retention.expiration_pass(topic, dry_run=dry_run)
+        plans = self._retention_over(self._logs(topic), dry_run=dry_run)
+        if not remote_notes:
+            return plans
+        return [replace(p, notes=(*p.notes, remote[p.topic_partition].summary())) if p.topic_partition in remote else p
+                for p in plans]
 
     def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
         now = self._clock.milliseconds()
@@ -139,8 +152,9 @@ class BackgroundTasks:
 
     def explain_retention(self, topic: str | None = None) -> list[retention.RetentionPlan]:
         """What the next retention pass would delete, and why or why not, per partition. Thread-safe:
-        reads each log's segments under that log's lock; changes nothing."""
-        return self.run_retention(topic, dry_run=True)
+        reads each log's segments under that log's lock; changes nothing. A tiered partition's
+        remote retention is in its :meth:`RemoteTier.status` row, not in the plan's notes."""
+        return self._run_retention(topic, dry_run=True, remote_notes=False)
 
     def flush_dirty_logs(self) -> None:
         """Kafka's ``flushDirtyLogs``: flush every log whose last flush is ``flush.ms`` old.

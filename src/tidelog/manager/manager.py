@@ -70,6 +70,7 @@ from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.record_reads import RecordReads
 from tidelog.manager.registry_sync import RegistrySteps, RegistrySync
+from tidelog.manager.remote_retention import REMOTE_DISABLED, TOPIC_DELETED, remote_data_deletion, turns_tiering_off
 from tidelog.manager.remote_tier import RemoteTier
 from tidelog.manager.reports import (
     LogDirInfo,
@@ -136,6 +137,8 @@ class LogManager(RecordReads):
                                                  lambda topic: self._record(topic).topic_id, lambda: self._closed)
         self.background = BackgroundTasks(broker, pm, clock, scheduler, od, rs, self.cleaner, self.logs,
                                           self._ensure_open, lambda: self._closed, self.remote_tier)
+        if self.remote_tier is not None:  # remote retention checkpoints the log start offsets it raises
+            self.remote_tier.retention.checkpoint_log_start_offsets = self.checkpoint_log_start_offsets
         self.topic_changes = TopicChanges(broker, pm, self._topic_registry, self._loader, scheduler, od, rs,
                                           self.cleaner, self.describe_topic, self._ensure_open)
 
@@ -298,14 +301,20 @@ class LogManager(RecordReads):
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: under the manager's
-        lock, after waiting for the cleaner outside it."""
-        self.topic_changes.delete_topic(name)
+        lock, after waiting for the cleaner outside it. A tiered topic's remote data goes too
+        (:meth:`.remote_retention.RemoteRetention.deleting`)."""
+        with remote_data_deletion(self.remote_tier, self._record(name), TOPIC_DELETED):
+            self.topic_changes.delete_topic(name)
 
     def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
                            delete: Iterable[str] = ()) -> LogConfig:
         """Set and/or remove ``topic``'s overrides, applied to its live logs at once. Thread-safe:
-        under the manager's lock; each log swaps its config under its own."""
-        return self.topic_changes.alter_topic_config(topic, set, delete)
+        under the manager's lock; each log swaps its config under its own. Turning
+        ``remote.storage.enable`` off with ``remote.log.delete.on.disable`` deletes the remote data."""
+        record = self._record(topic)
+        reason = REMOTE_DISABLED if turns_tiering_off(record.configs, set, delete) else None
+        with remote_data_deletion(self.remote_tier, record, reason):
+            return self.topic_changes.alter_topic_config(topic, set, delete)
 
     # --- partitions and records: the doors of the server, the CLI and Spark ----------------
     # Each looks the live log up once (:meth:`log`) and calls it; none takes the manager's lock.

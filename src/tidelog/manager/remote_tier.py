@@ -15,7 +15,8 @@ For each partition it:
    the log the new highest offset, also after a failure.
 
 The last outcome per partition (copied segments, the error and when) is kept for
-:meth:`RemoteTier.status`. Remote retention, remote reads and remote compaction are not built yet.
+:meth:`RemoteTier.status`. After the copy pass, the same task runs remote retention
+(:class:`~tidelog.manager.remote_retention.RemoteRetention`, :attr:`RemoteTier.retention`).
 
 Thread-safety: every public method is thread-safe. Passes take ``_pass_lock`` (one at a time, so
 a partition never has two copiers), the per-partition state ``_lock``; logs are read through
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 from tidelog.clock import Clock
 from tidelog.errors import TidelogError
+from tidelog.manager.remote_retention import RemoteRetention
 from tidelog.remote.copy import copy_log
 from tidelog.remote.metadata import TopicIdPartition
 from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -63,6 +65,10 @@ class TieredPartitionStatus:
     copy_enabled: bool
     last_error: str | None  # the last pass's error, None when it succeeded or none ran
     last_pass_ms: int | None
+    # what remote retention would delete next and why (ExpirationPlan.to_json(); None before the
+    # metadata is loaded), and the last expiration's error
+    remote_retention: dict[str, object] | None = None
+    remote_retention_error: str | None = None
 
     def summary(self, task_interval_ms: int) -> str:
         """One line for ``tidelog explain``: both tiers' ranges, and what waits to be copied and why."""
@@ -78,7 +84,12 @@ class TieredPartitionStatus:
                        f"(every {task_interval_ms} ms) copies those below the last stable offset")
         else:
             waiting = "nothing waiting to be copied: the active segment is copied once it is rolled"
-        return f"tiered: {local}, {remote}; {waiting}"
+        expiring = ""
+        if self.remote_retention is not None:
+            expiring = f"; {self.remote_retention['summary']}"
+        if self.remote_retention_error is not None:
+            expiring += f"; the last remote retention failed: {self.remote_retention_error}"
+        return f"tiered: {local}, {remote}; {waiting}{expiring}"
 
 
 @dataclass(slots=True)
@@ -107,6 +118,9 @@ class RemoteTier:
         self._pass_lock = threading.Lock()
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._started = False
+        #: Remote retention (Kafka's RLMExpirationTask) and deletion of remote data; run after each copy pass.
+        self.retention = RemoteRetention(broker, store, clock, logs, self._learn, self._cached, self.forget,
+                                         topic_id_of)
 
     @classmethod
     def for_broker(cls, broker: BrokerConfig, clock: Clock, scheduler: Scheduler,
@@ -134,6 +148,11 @@ class RemoteTier:
             self.copy_pass()
         except Exception:  # noqa: BLE001 - a pass must not kill the scheduler's thread
             log.exception("remote tier: copy pass failed")
+        try:  # Kafka's RLMExpirationTask, after the copy (also for topics with copying off)
+            self.retention.resume_pending()
+            self.retention.expiration_pass()
+        except Exception:  # noqa: BLE001 - as above
+            log.exception("remote tier: expiration pass failed")
 
     def copy_pass(self, topic: str | None = None) -> dict[TopicPartition, int]:
         """One pass over the tiered logs (of ``topic``): returns, per partition, how many segments
@@ -215,4 +234,20 @@ class RemoteTier:
         return TieredPartitionStatus(
             tp, lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset, highest, len(finished),
             sum(m.segment_size_in_bytes for m in finished), len(lagging), sum(s.size for s in lagging),
-            lg.config.remote_copy_enabled, state.last_error, state.last_pass_ms)
+            lg.config.remote_copy_enabled, state.last_error, state.last_pass_ms,
+            *self._retention_of(tp, lg))
+
+    def _retention_of(self, tp: TopicPartition, lg: Log) -> tuple[dict[str, object] | None, str | None]:
+        plan = self.retention.plan(tp, lg)
+        return (None if plan is None else plan.to_json()), self.retention.last_error(tp)
+
+    def _cached(self, tp: TopicPartition) -> RemotePartitionMetadata | None:
+        with self._lock:
+            state = self._partitions.get(tp)
+        return None if state is None else state.metadata
+
+    def forget(self, tp: TopicPartition) -> None:
+        """Drop ``tp``'s cached remote metadata (its remote data was deleted): the next use loads
+        it again. Thread-safe: takes ``_lock``."""
+        with self._lock:
+            self._partitions.pop(tp, None)

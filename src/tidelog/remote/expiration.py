@@ -70,6 +70,8 @@ LOG_START_OFFSET = "log start offset"
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
 CAUSES = (LOG_START_OFFSET, RETENTION_MS, RETENTION_BYTES)
+REMOTE_SUMMARY = "remote retention: "  # how ExpirationPlan.summary() starts
+REMOTE_NOTHING = "remote retention: nothing: "  # ... when it deletes nothing
 
 _STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
@@ -123,10 +125,10 @@ class ExpirationPlan:
         retry = (f"; {self.leftovers} segment(s) left DELETE_SEGMENT_STARTED by an interrupted delete are "
                  f"deleted again first" if self.leftovers else "")
         if not self.deletions:
-            return f"remote retention: nothing: {self.stop}{retry}"
+            return f"{REMOTE_NOTHING}{self.stop}{retry}"
         first, last = self.deletions[0].segment, self.deletions[-1].segment
         causes = ", ".join(dict.fromkeys(d.cause for d in self.deletions))
-        return (f"remote retention: {len(self.deletions)} segment(s) [{first.start_offset}, {last.end_offset}] "
+        return (f"{REMOTE_SUMMARY}{len(self.deletions)} segment(s) [{first.start_offset}, {last.end_offset}] "
                 f"({format_bytes(self.total_bytes)}) past {causes}: {self.deletions[0].detail}; log start offset "
                 f"{self.log_start_offset} -> {self.log_start_offset_after}; then stops: {self.stop}{retry}")
 

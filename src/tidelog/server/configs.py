@@ -11,6 +11,9 @@ nothing.
 
 The broker (resource name = this node's id, or "" for the cluster-wide defaults, which are always
 empty here): its known keys, as set in ``server.properties`` (STATIC_BROKER_CONFIG) or defaulted.
+A key that may carry a secret (``ConfigKey.sensitive``: ``remote.log.storage.uri``, whose query
+may hold an Azure SAS token) is answered as Kafka answers its PASSWORD keys: ``is_sensitive`` set
+and the value (and its synonyms' values) null.
 Where tidelog differs from Kafka: broker configs are static. There is no dynamic broker config, so
 altering one is refused with INVALID_REQUEST ("cannot update these configs dynamically", Kafka's
 words for keys that are not dynamic), and describing the cluster defaults answers none.
@@ -111,13 +114,14 @@ def _broker_entries(broker: BrokerConfig, synonyms: bool, docs: bool) -> list[An
         key = BROKER_CONFIGS[name]
         explicit = name in broker.explicit
         value = broker.get(name)
-        shown = None if value is None else key.format(value)
+        shown = None if value is None or key.sensitive else key.format(value)  # Kafka: a sensitive value is null
         source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
         found = [Synonym(name=name, value=shown, source=_SOURCE_IDS[source])] if synonyms else []
         if synonyms and explicit and key.default is not None:
-            found.append(Synonym(name=name, value=key.format(key.default), source=_SOURCE_IDS[ConfigSource.DEFAULT_CONFIG]))
+            default = None if key.sensitive else key.format(key.default)
+            found.append(Synonym(name=name, value=default, source=_SOURCE_IDS[ConfigSource.DEFAULT_CONFIG]))
         entries.append(Entry(name=name, value=shown, read_only=True, config_source=_SOURCE_IDS[source],
-                             is_default=not explicit, is_sensitive=False, synonyms=found,
+                             is_default=not explicit, is_sensitive=key.sensitive, synonyms=found,
                              config_type=_TYPE_IDS.get(key.type, 0), documentation=key.doc if docs else None))
     return entries
 

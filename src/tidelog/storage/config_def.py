@@ -247,6 +247,7 @@ class ConfigKey:
     negative_means_unlimited: bool = False  # broker-derived negative value → -1 (retention.ms)
     as_set: bool = False  # LIST kept as a frozenset (cleanup.policy)
     field_name: str | None = None  # the LogConfig field when not the snake_case name
+    sensitive: bool = False  # may carry a secret: DescribeConfigs hides its value (Kafka's PASSWORD type)
 
     @property
     def attribute(self) -> str:

@@ -231,7 +231,8 @@ _BROKER_KEYS = (
     _key("remote.log.storage.uri", _STR, "", UriScheme(REMOTE_STORE_SCHEMES),
          "tidelog only: the remote store's location, e.g. s3://bucket/prefix, gs://bucket/prefix, "
          "abfs://container@account.dfs.core.windows.net/prefix, hdfs://namenode/path or file:///path. "
-         "Its options (endpoint, credentials, region ...) are the rsm.config.* keys."),
+         "Its options (endpoint, credentials, region ...) are the rsm.config.* keys. Sensitive (an abfs "
+         "SAS token may ride in its query): DescribeConfigs hides its value.", sensitive=True),
     _key("remote.log.storage.manager.impl.prefix", _STR, "rsm.config.", NonEmptyString(),
          "Prefix of the keys passed, prefix stripped, to the remote store as its options."),
     _key("remote.log.manager.task.interval.ms", _LONG, 30000, at_least(1),

@@ -1,0 +1,247 @@
+"""RemoteRetention: the remote tier's retention for a LogManager (Kafka's ``RLMExpirationTask``
+per tiered partition, and the deletion of a partition's remote data).
+
+- :meth:`RemoteRetention.expiration_pass`: per tiered partition (``remote.storage.enable``, copying
+  on or off), :func:`tidelog.remote.expiration.expire_remote_segments` on the partition's cached
+  metadata, ``remote.log.manager.expiration.thread.pool.size`` partitions at a time. The log start
+  offset it raises is checkpointed (the manager's ``checkpoint_log_start_offsets``) before any
+  delete; a checkpoint whose log dir failed deletes nothing. A pass makes no LIST: the metadata
+  was loaded once per partition per process; with nothing to delete it makes no request at all.
+- :meth:`RemoteRetention.deleting`: around a topic deletion or a config change that turns
+  ``remote.storage.enable`` off with ``remote.log.delete.on.disable=true``: a pending-deletion
+  object is written first, the change is made, then the partitions' remote data goes
+  (:mod:`tidelog.remote.partition_delete`); for a disable, each live log's start offset first
+  moves to its local log start offset (Kafka's ``ConfigHandler``) and is checkpointed.
+- :meth:`RemoteRetention.resume_pending`: once per process, finishes the deletions a crash or an
+  outage left (or drops those whose change did not commit).
+
+Thread-safety: every public method is thread-safe; the per-partition work holds the partition
+metadata's ``task_lock``; the dicts of last plans and errors are under ``_lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Protocol
+
+from tidelog.clock import Clock
+from tidelog.errors import StorageError, TidelogError
+from tidelog.remote.expiration import ExpirationPlan, expire_remote_segments, plan_for_log
+from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.partition_delete import (
+    REMOTE_DISABLED,
+    TOPIC_DELETED,
+    PendingDeletion,
+    finish_pending,
+    list_pending,
+    record_pending,
+)
+from tidelog.remote.store import RemoteStore
+from tidelog.storage.config import BrokerConfig
+from tidelog.storage.log import Log
+from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+__all__ = ["REMOTE_DISABLED", "TOPIC_DELETED", "RemoteRetention", "remote_data_deletion", "turns_tiering_off"]
+
+
+class RemoteRetention:
+    """Remote retention of one LogManager's remote tier (module docstring). ``metadata_of``: the
+    partition's metadata, loaded once then cached (the tier's); ``cached``: the cached one or
+    None; ``forget``: drop the cached one; ``topic_id_of``: a live topic's id (raises for an
+    unknown topic). Set :attr:`checkpoint_log_start_offsets` to the manager's checkpoint."""
+
+    def __init__(self, broker: BrokerConfig, store: RemoteStore, clock: Clock,
+                 logs: Callable[..., list[tuple[TopicPartition, Log]]],
+                 metadata_of: Callable[[TopicPartition, Log], RemotePartitionMetadata],
+                 cached: Callable[[TopicPartition], RemotePartitionMetadata | None],
+                 forget: Callable[[TopicPartition], None], topic_id_of: Callable[[str], str]) -> None:
+        self.store = store
+        self._broker = broker
+        self._clock = clock
+        self._logs = logs
+        self._metadata_of = metadata_of
+        self._cached = cached
+        self._forget = forget
+        self._topic_id_of = topic_id_of
+        #: Makes every log dir's log start offsets durable (the manager's checkpoint).
+        self.checkpoint_log_start_offsets: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
+        self._last_plans: dict[TopicPartition, ExpirationPlan] = {}
+        self._last_errors: dict[TopicPartition, str] = {}
+        self._resumed = False
+
+    # --- expiration -----------------------------------------------------------------------------
+
+    def expiration_pass(self, topic: str | None = None, *, dry_run: bool = False) -> dict[TopicPartition, ExpirationPlan]:
+        """One expiration of every tiered partition (of ``topic``): the plan each carried out (or,
+        with ``dry_run``, would). A partition's failure is logged and kept (:meth:`last_error`);
+        the others go on. Thread-safe."""
+        tiered = [(tp, lg) for tp, lg in self._logs(topic) if lg.config.remote_storage_enable]
+        if not tiered:
+            return {}
+        workers = max(1, min(self._broker.remote_log_manager_expiration_thread_pool_size, len(tiered)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="tidelog-remote-expiration") as pool:
+            plans = list(pool.map(lambda item: self._expire(*item, dry_run=dry_run), tiered))
+        return {tp: plan for (tp, _), plan in zip(tiered, plans) if plan is not None}
+
+    def _expire(self, tp: TopicPartition, lg: Log, *, dry_run: bool) -> ExpirationPlan | None:
+        try:
+            metadata = self._metadata_of(tp, lg)
+            if dry_run:
+                return plan_for_log(lg, metadata, self._clock.milliseconds())
+            plan = expire_remote_segments(self.store, metadata, lg, now_ms=self._clock.milliseconds(),
+                                          checkpoint_log_start=lambda: self._checkpoint(tp, lg))
+        except TidelogError as e:
+            log.warning("%s: remote retention failed: %s", tp, e)
+            with self._lock:
+                self._last_errors[tp] = str(e)
+            return None
+        with self._lock:
+            self._last_plans[tp] = plan
+            self._last_errors.pop(tp, None)
+        return plan
+
+    def _checkpoint(self, tp: TopicPartition, lg: Log) -> None:
+        """The log start offset made durable, or :class:`StorageError` (a failed checkpoint takes its
+        dir offline and the log out of the live set: nothing may be deleted then)."""
+        self.checkpoint_log_start_offsets()
+        if not any(live is lg for _, live in self._logs(tp.topic)):
+            raise StorageError(f"{tp}: the log start offset checkpoint failed (its log dir is offline): no "
+                               "remote segment deleted", path=lg.dir)
+
+    def plan(self, tp: TopicPartition, lg: Log) -> ExpirationPlan | None:
+        """What the next expiration would delete from ``tp``, on the cached metadata (None before
+        it is loaded). No request. Thread-safe."""
+        metadata = self._cached(tp)
+        return None if metadata is None else plan_for_log(lg, metadata, self._clock.milliseconds())
+
+    def last_error(self, tp: TopicPartition) -> str | None:
+        """The last expiration's error for ``tp``, None after a success. Thread-safe."""
+        with self._lock:
+            return self._last_errors.get(tp)
+
+    def last_plan(self, tp: TopicPartition) -> ExpirationPlan | None:
+        """The last expiration carried out on ``tp`` by this process. Thread-safe."""
+        with self._lock:
+            return self._last_plans.get(tp)
+
+    # --- deleting a partition's remote data -----------------------------------------------------
+
+    @contextmanager
+    def deleting(self, topic: str, topic_id: str, partitions: int, reason: str) -> Iterator[None]:
+        """Around the change that calls for deleting ``topic``'s remote data (``reason``:
+        :data:`~tidelog.remote.partition_delete.TOPIC_DELETED` or ``REMOTE_DISABLED``): the
+        pending-deletion object is written first (a store failure raises and the change is not
+        made), then the change runs; if it raised, the object is dropped; else the data goes
+        (failures are logged; :meth:`resume_pending` finishes). Thread-safe."""
+        pending = PendingDeletion(topic, topic_id, partitions, reason)
+        record_pending(self.store, pending)
+        try:
+            yield
+        except BaseException:
+            self._settle(pending)
+            raise
+        self._settle(pending)
+
+    def resume_pending(self) -> None:
+        """Once per process: finish every pending deletion the store holds whose change committed,
+        drop the others. One LIST. Failures are logged and retried at the next call. Thread-safe."""
+        with self._lock:
+            if self._resumed:
+                return
+        try:
+            pending = list_pending(self.store)
+        except TidelogError as e:
+            log.error("remote tier: pending remote deletions not read (retried at the next pass): %s", e)
+            return
+        settled = [self._settle(p) for p in pending]
+        with self._lock:
+            self._resumed = all(settled)
+
+    def _settle(self, pending: PendingDeletion) -> bool:
+        """Finish ``pending`` when its change committed, else drop its object; False on a store failure."""
+        try:
+            if not self._committed(pending):
+                self.store.delete(pending.key)
+                return True
+            if pending.reason == REMOTE_DISABLED:
+                self._move_log_starts(pending.topic)
+            finish_pending(self.store, pending, lambda tip: self._cached(tip.topic_partition))
+            return True
+        except TidelogError as e:
+            log.error("remote data of topic %s not deleted yet (%s; retried at the next start): %s",
+                      pending.topic, pending.reason, e)
+            return False
+        finally:
+            for number in range(pending.partitions):
+                self._forget(TopicPartition(pending.topic, number))
+
+    def _committed(self, pending: PendingDeletion) -> bool:
+        """Whether the change ``pending`` was written for took effect: the topic (by id) is gone,
+        or, for a disable, it is live with no tiered log left."""
+        try:
+            live_id: str | None = self._topic_id_of(pending.topic)
+        except TidelogError:
+            live_id = None
+        if live_id != pending.topic_id:
+            return True
+        if pending.reason == TOPIC_DELETED:
+            return False
+        return not any(lg.config.remote_storage_enable for _, lg in self._logs(pending.topic))
+
+    def _move_log_starts(self, topic: str) -> None:
+        """Kafka's ``ConfigHandler`` on a disable with delete: each live log starts at its local log
+        start offset (never past its high watermark), checkpointed before the remote data goes."""
+        for tp, lg in self._logs(topic):
+            target = min(lg.local_log_start_offset, lg.high_watermark)
+            lg.maybe_increment_log_start_offset(target, "remote storage disabled with remote.log.delete.on.disable")
+        self.checkpoint_log_start_offsets()
+
+
+_ENABLE = "remote.storage.enable"
+_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
+
+
+def _true(value: object) -> bool:
+    return str(value).strip().lower() == "true"  # Kafka's Boolean.parseBoolean
+
+
+def turns_tiering_off(current: Mapping[str, str], set: Mapping[str, str] | None, delete: Iterable[str]) -> bool:
+    """Whether an alter of a topic whose overrides are ``current`` (SET ``set``, DELETE ``delete``)
+    turns ``remote.storage.enable`` from true to false with ``remote.log.delete.on.disable=true``
+    (the change that deletes the remote data; without the flag the alter is refused anyway)."""
+    removed = frozenset(delete)
+    merged = {k: v for k, v in current.items() if k not in removed}
+    merged.update({k: str(v) for k, v in (set or {}).items()})
+    return _true(current.get(_ENABLE, "false")) and not _true(merged.get(_ENABLE, "false")) \
+        and _true(merged.get(_DELETE_ON_DISABLE, "false"))
+
+
+@contextmanager
+def remote_data_deletion(tier: _Tier | None, record: _Record, reason: str | None) -> Iterator[None]:
+    """:meth:`RemoteRetention.deleting` around a topic change when it deletes remote data: a
+    deletion (``reason`` TOPIC_DELETED) of a tiered topic, or a disable (``reason`` REMOTE_DISABLED);
+    otherwise (no remote tier, no reason, a topic deleted that is not tiered) just the change."""
+    tiered = _true(record.configs.get(_ENABLE, "false"))
+    if tier is None or reason is None or (reason == TOPIC_DELETED and not tiered):
+        yield
+        return
+    with tier.retention.deleting(record.name, record.topic_id, record.partitions, reason):
+        yield
+
+
+class _Record(Protocol):
+    name: str
+    topic_id: str
+    partitions: int
+    configs: Mapping[str, str]
+
+
+class _Tier(Protocol):
+    retention: RemoteRetention
