@@ -224,10 +224,10 @@ class TopicChanges:
             check_topic_config_names([*removed, *(set or {})])
             overrides = {k: v for k, v in record.configs.items() if k not in removed}
             overrides.update({k: str(v) for k, v in (set or {}).items()})
-            self._broker.checked_topic_config(topic, overrides, current=record.configs)  # before anything is written
+            config = self._broker.checked_topic_config(topic, overrides, current=record.configs)  # before anything is written
             updated = record.replace(configs=MappingProxyType(overrides))  # keeps the partitions' log dirs
             self.commit({**self._registry.topics, topic: updated}, self._registry.deleted_topic_ids)
-            return self.apply_topic_config(topic, overrides)
+            return self.apply_topic_config(topic, overrides, config)
 
     def commit(self, topics: Mapping[str, TopicRecord], deleted: frozenset[str],
                 returning: LogDir | None = None, *, sync_copies: bool = True) -> None:
@@ -264,11 +264,11 @@ class TopicChanges:
             raise StorageError("cannot rename partition dir for deletion", path=path, operation="rename") from e
         return target
 
-    def apply_topic_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig:
+    def apply_topic_config(self, topic: str, configs: Mapping[str, str], config: LogConfig | None = None) -> LogConfig:
         """Live logs of ``topic`` take ``configs`` at once (they were opened with what was known
-        then). The caller holds the map's lock (or is the start-up load); each log swaps its
-        config under its own."""
-        config = self._topic_registry.set_config(topic, configs)
+        then); ``config``: the LogConfig of ``configs`` when the caller built and checked it already.
+        The caller holds the map's lock (or is the start-up load); each log swaps its config under its own."""
+        config = self._topic_registry.set_config(topic, configs, config)
         for tp, lg in self._map.logs.items():
             if tp.topic == topic:
                 lg.update_config(config)

@@ -90,9 +90,10 @@ class TopicRegistry:
             log.warning("topic %s: stored override %s", topic, note)
         return self._broker.log_config(usable)
 
-    def set_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig:
-        """``topic``'s config is now the broker's with ``configs`` (validated: :class:`ConfigError`)."""
-        config = self._broker.log_config(dict(configs))
+    def set_config(self, topic: str, configs: Mapping[str, str], config: LogConfig | None = None) -> LogConfig:
+        """``topic``'s config is now the broker's with ``configs`` (validated: :class:`ConfigError`);
+        ``config``: that LogConfig when the caller built it already (not built again)."""
+        config = config if config is not None else self._broker.log_config(dict(configs))
         self._configs[topic] = config
         return config
 

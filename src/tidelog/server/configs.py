@@ -180,10 +180,10 @@ def _alter_resource(manager: LogManager, node_id: int, resource_type: int, name:
     for config, op, value in ops:
         _apply(updated, config, op, value, manager, name)
     check_topic_config_names(updated)
-    manager.broker.checked_topic_config(name, updated, current=current)  # the whole new set (ConfigError)
-    if not validate_only:
-        removed = [k for k in current if k not in updated]
-        manager.alter_topic_config(name, set=updated, delete=removed)
+    if validate_only:  # the check alter_topic_config makes before writing, and nothing written
+        manager.broker.checked_topic_config(name, updated, current=current)  # the whole new set (ConfigError)
+        return
+    manager.alter_topic_config(name, set=updated, delete=[k for k in current if k not in updated])  # checks, then writes
 
 
 def _apply(overrides: dict[str, str], config: str, op: int, value: Any, manager: LogManager, topic: str) -> None:
