@@ -22,7 +22,9 @@ skipped, as consumers do; every batch's CRC is checked (``check.crcs``).
 every data record up to the high watermark; ``read_committed`` stops at the last stable offset
 and skips the records of aborted transactions, found in the segments' ``.txnindex`` as a broker
 answers a read_committed fetch (:mod:`tidelog.storage.read_committed`); "latest" is then the
-last stable offset. Output formats are in
+last stable offset. On a tiered topic, offsets below the local log start are read from the
+remote tier through the manager's remote-read door (ranged reads, cached indexes), and
+``--timestamp`` searches the remote segments there too. Output formats are in
 :mod:`tidelog.cli.record_io`; a record the format cannot show (invalid UTF-8 in JSON) stops the
 command with an error naming its offset, after the records before it were printed.
 
@@ -44,7 +46,7 @@ import click
 from tidelog.cli.context import open_manager
 from tidelog.cli.record_io import BASE64, UTF8, RecordTuple, binary, format_json, format_text
 from tidelog.cli.remote_options import bootstrap_option, check_remote_usage
-from tidelog.errors import TidelogError
+from tidelog.errors import OffsetMovedToTieredStorageError, TidelogError
 from tidelog.manager import LogManager, PartitionOffsets
 from tidelog.records import iter_batches
 from tidelog.records.record import TimestampType
@@ -98,7 +100,7 @@ def iter_records(manager: LogManager, tp: TopicPartition, start: int, committed:
     aborted = AbortedBatchFilter(manager.aborted_transactions(tp, start, end)) if committed else None
     offset = start
     while offset < end:
-        batches = [batch for _, batch in iter_batches(manager.read(tp, offset, FETCH_MAX_BYTES, isolation).records)]
+        batches = [batch for _, batch in iter_batches(_read(manager, tp, offset, isolation))]
         if not batches:
             return
         for batch in batches:
@@ -112,6 +114,17 @@ def iter_records(manager: LogManager, tp: TopicPartition, start: int, committed:
                     if offset <= record[0] < end:
                         yield kind, record
             offset = batch.next_offset
+
+
+def _read(manager: LogManager, tp: TopicPartition, offset: int, isolation: FetchIsolation) -> bytes:
+    """Up to FETCH_MAX_BYTES of batches from ``offset``: from the local log, or from the remote tier
+    when only it holds the offset (the broker's door, on its remote reader threads)."""
+    try:
+        return manager.read(tp, offset, FETCH_MAX_BYTES, isolation).records
+    except OffsetMovedToTieredStorageError:
+        if manager.remote_tier is None:
+            raise
+        return manager.fetch_remote(tp, offset, FETCH_MAX_BYTES, isolation).result().records
 
 
 def _tuples(batch: object) -> Iterator[RecordTuple]:

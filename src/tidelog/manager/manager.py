@@ -503,6 +503,7 @@ class LogManager(RecordReads):
             self._scheduler.shutdown()
         if self.cleaner is not None:
             self.cleaner.shutdown()
+        self.close_remote_reader()
         clean = self.background.close_logs()
         self.offline_dirs.close_offline_logs()
         for failure in self._failures.offline_dirs():  # its logs are closed; it was not shut down cleanly

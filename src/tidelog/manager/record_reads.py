@@ -3,11 +3,25 @@
 Each looks the live log up once (``self.log``, the manager's) and calls it, taking no manager
 lock. A base class rather than a component: the fetch path is hot, and a method found on the
 manager's own class costs no extra hop per call.
+
+Reads from the remote tier (tiered storage) go through :meth:`RecordReads.fetch_remote`, called
+only after a local read raised ``OffsetMovedToTieredStorageError`` (the local fetch path pays
+nothing for it), and through :meth:`list_offsets` / :meth:`aborted_transactions` on a tiered log
+whose log start lies below its local start. They run on the
+:class:`~tidelog.manager.remote_reads.RemoteReader` built on first use.
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
+
+from tidelog.errors import OffsetMovedToTieredStorageError
+from tidelog.manager.log_dir import LogDir
+from tidelog.manager.remote_reads import RemoteReader
+from tidelog.manager.remote_tier import RemoteTier
 from tidelog.manager.reports import PartitionFetch, PartitionOffsets
+from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, TimestampAndOffset
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
@@ -18,6 +32,12 @@ _new_tuple = tuple.__new__
 
 class RecordReads:
     """The read doors of :class:`~tidelog.manager.manager.LogManager` (see the module doc)."""
+
+    broker: BrokerConfig  # the manager's
+    remote_tier: RemoteTier | None  # the manager's
+    _dirs: list[LogDir]  # the manager's
+    _remote_reader: RemoteReader | None = None
+    _remote_reader_lock = threading.Lock()  # shared by every manager of the process: taken once per reader built
 
     def log(self, tp: TopicPartition) -> Log:
         """The live log of ``tp`` (:meth:`LogManager.log`, which overrides this)."""
@@ -55,16 +75,63 @@ class RecordReads:
     def aborted_transactions(self, tp: TopicPartition, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions of ``tp`` overlapping [``start``, ``end``) (read from the
         segments' ``.txnindex`` files). Thread-safe as :meth:`read`."""
-        return self.log(tp).collect_aborted_transactions(start, end)
+        lg = self.log(tp)
+        if self.remote_tier is not None and start < lg.local_log_start_offset:
+            return self.remote_reader().aborted_transactions(tp, lg, start, end)
+        return lg.collect_aborted_transactions(start, end)
 
     def list_offsets(self, tp: TopicPartition, timestamp: int,
                      isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for ``tp``: -2 earliest, -1 latest (the bound of ``isolation``), -3
         the record with the largest timestamp, -4 earliest local, -5 latest tiered, else the first
         record whose timestamp is >= ``timestamp``; None when nothing matches. By timestamp it
-        reads the time indexes and, for the last step, segment bytes. Thread-safe: the log
+        reads the time indexes and, for the last step, segment bytes; on a tiered log whose log
+        start is below its local start, the remote segments there first (on a remote reader
+        thread, within ``remote.list.offsets.request.timeout.ms``), as Kafka. Thread-safe: the log
         takes its own lock."""
-        return self.log(tp).fetch_offset_by_timestamp(timestamp, isolation)
+        lg = self.log(tp)
+        if timestamp >= 0 and self.remote_tier is not None and lg.local_log_start_offset > lg.log_start_offset:
+            found = self.remote_reader().offset_for_timestamp(tp, lg, timestamp)
+            if found is not None:
+                return found
+        return lg.fetch_offset_by_timestamp(timestamp, isolation)
+
+    def fetch_remote(self, tp: TopicPartition, offset: int, max_bytes: int, isolation: FetchIsolation, *,
+                     min_one_message: bool = True) -> Future[PartitionFetch]:
+        """A consumer's fetch of ``tp`` from the remote tier, for an offset whose local read raised
+        ``OffsetMovedToTieredStorageError``: the read runs on a remote reader thread (never the
+        caller's); the future's result is as :meth:`fetch`'s, or its error. Raises at once
+        ``OffsetMovedToTieredStorageError`` when the broker has no remote tier and
+        :class:`~tidelog.manager.remote_reads.RemoteReadQueueFullError` when
+        ``remote.log.reader.max.pending.tasks`` reads already wait. Thread-safe."""
+        lg = self.log(tp)
+        if self.remote_tier is None:
+            raise OffsetMovedToTieredStorageError(
+                f"offset {offset} is held only by the remote tier and remote.log.storage.system.enable is off",
+                topic_partition=str(tp))
+        return self.remote_reader().fetch(tp, lg, offset, max_bytes, isolation, min_one_message)
+
+    def remote_reader(self) -> RemoteReader:
+        """The remote tier's reader (thread pool and index cache under the first log dir), built on
+        first use. Raises ``StorageError``-like errors when the cache dir cannot be made and
+        ``RuntimeError`` without a remote tier. Thread-safe: the reader lock when building."""
+        reader = self._remote_reader
+        if reader is not None:
+            return reader
+        tier = self.remote_tier
+        if tier is None:
+            raise RuntimeError("no remote tier: remote.log.storage.system.enable is off")
+        with self._remote_reader_lock:
+            if self._remote_reader is None:
+                self._remote_reader = RemoteReader(self.broker, tier.store, self._dirs[0].path, tier.metadata_of)
+            return self._remote_reader
+
+    def close_remote_reader(self) -> None:
+        """Stop the remote reader if one was built (its pool, its index cache). Idempotent. Thread-safe."""
+        with self._remote_reader_lock:
+            reader, self._remote_reader = self._remote_reader, None
+        if reader is not None:
+            reader.close()
 
     def offsets(self, tp: TopicPartition) -> PartitionOffsets:
         """``tp``'s log start offset, high watermark, last stable offset and log end, read one after

@@ -203,6 +203,11 @@ class RemoteTier:
             state = self._partitions.setdefault(tp, _PartitionState())
             state.last_error, state.last_pass_ms = error, now
 
+    def metadata_of(self, tp: TopicPartition, lg: Log) -> RemotePartitionMetadata:
+        """The partition's remote metadata for a reader (loaded on first use as a pass does, then
+        kept); the log is told its highest remote offset. Thread-safe: ``_lock``, the log's lock."""
+        return self._learn(tp, lg)
+
     def refresh(self, topic: str | None = None) -> None:
         """Load the remote metadata of every tiered partition (of ``topic``) not loaded yet and tell
         each log its highest remote offset, copying nothing (what a status needs in a process

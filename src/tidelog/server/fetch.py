@@ -26,6 +26,15 @@ answering as soon as ``min_bytes`` are there, or at ``max_wait_ms`` with what th
 any partition answers at once. Only appends through this server wake a fetch (they are the only
 appends while it owns the log dirs).
 
+**Remote tier** (tiered storage, Kafka 4.2's ``DelayedRemoteFetch``): a partition whose local read
+raises OffsetMovedToTieredStorageError (its offset is below the local log start) is read from the
+remote tier on the manager's remote reader threads (:meth:`LogManager.fetch_remote`), never on the
+event loop or the thread pool of local reads; it takes its place in the byte limits with its own
+limit reserved (so the response stays within ``fetch.max.bytes`` plus one batch). The response
+then waits for every remote read up to ``remote.fetch.max.wait.ms``; a read not done by then comes
+back empty without an error (the consumer asks again), and the fetch answers without a long poll.
+Local partitions' results are delayed by that wait at most.
+
 **Fetch sessions** (KIP-227) are refused the way Kafka's broker does when it keeps no session
 cache: a full fetch (epoch 0 or -1) is answered sessionless (session id 0, so the client keeps
 sending full fetches); an incremental one (epoch > 0) gets FETCH_SESSION_ID_NOT_FOUND.
@@ -34,10 +43,13 @@ sending full fetches); an incremental one (epoch > 0) gets FETCH_SESSION_ID_NOT_
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import Any
 
+from tidelog.errors import OffsetMovedToTieredStorageError
 from tidelog.manager import LogManager
+from tidelog.manager.reports import PartitionFetch
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
@@ -69,6 +81,7 @@ class PartitionRead:
     log_start_offset: int = -1
     records: bytes = b""
     aborted: tuple[tuple[int, int], ...] | None = None
+    remote: Future[PartitionFetch] | None = None  # a read from the remote tier under way
 
 
 async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> ResponseParts:
@@ -103,6 +116,9 @@ async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchI
     while True:
         ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
         reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes)
+        if any(r.remote is not None for r in reads):
+            ctx.arrivals.cancel(ticket)
+            return await _finish_remote(ctx, reads)
         remaining = deadline - loop.time()
         if _satisfied(reads, min_bytes) or remaining <= 0 or not await ctx.arrivals.wait(ticket, remaining):
             ctx.arrivals.cancel(ticket)
@@ -121,10 +137,14 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
     min_one = True
     reads = []
     for spec in specs:
-        read = _read_one(manager, spec, isolation, max(0, min(spec.max_bytes, left)), min_one)
+        limit = max(0, min(spec.max_bytes, left))
+        read = _read_one(manager, spec, isolation, limit, min_one)
         if read.records:
             min_one = False
             left -= len(read.records)
+        elif read.remote is not None:  # its bytes are not known yet: its limit is reserved
+            min_one = False
+            left -= limit
         reads.append(read)
     return reads
 
@@ -134,11 +154,52 @@ def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, l
     tp = TopicPartition(spec.topic, spec.partition)
     try:  # limit 0: the range check only
         got = manager.fetch(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
+    except OffsetMovedToTieredStorageError as e:
+        return _read_remote(manager, tp, spec, isolation, limit, min_one, e)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         manager.report_read_error(tp, "fetch", e)  # a disk fault fails this partition's read
         return PartitionRead(spec, error_code(e))
     return PartitionRead(spec, ErrorCode.NONE, got.high_watermark, got.last_stable_offset, got.log_start_offset,
                          got.records, got.aborted)
+
+
+def _read_remote(manager: LogManager, tp: TopicPartition, spec: FetchSpec, isolation: FetchIsolation, limit: int,
+                 min_one: bool, moved: OffsetMovedToTieredStorageError) -> PartitionRead:
+    """Start the remote read of a partition whose local read raised ``moved`` (no remote tier:
+    the error itself, OFFSET_MOVED_TO_TIERED_STORAGE)."""
+    if manager.remote_tier is None:
+        return PartitionRead(spec, error_code(moved))
+    try:
+        future = manager.fetch_remote(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
+    except Exception as e:  # noqa: BLE001 - a full reader queue, a partition gone
+        return PartitionRead(spec, error_code(e))
+    return PartitionRead(spec, ErrorCode.NONE, remote=future)
+
+
+async def _finish_remote(ctx: ApiContext, reads: list[PartitionRead]) -> list[PartitionRead]:
+    """Wait for the remote reads of ``reads`` up to ``remote.fetch.max.wait.ms``; each done one
+    gives its records or its error, each other one is cancelled and comes back empty without an
+    error (Kafka's expired DelayedRemoteFetch)."""
+    waiting = {id(r): asyncio.wrap_future(r.remote) for r in reads if r.remote is not None}
+    await asyncio.wait(waiting.values(), timeout=ctx.manager.broker.remote_fetch_max_wait_ms / 1000)
+    return [r if r.remote is None else _remote_result(ctx.manager, r, waiting[id(r)]) for r in reads]
+
+
+def _remote_result(manager: LogManager, read: PartitionRead, waited: asyncio.Future[PartitionFetch]) -> PartitionRead:
+    spec = read.spec
+    if not waited.done() or waited.cancelled():
+        waited.cancel()  # cancels the read if it has not started
+        try:
+            now = manager.offsets(TopicPartition(spec.topic, spec.partition))
+        except Exception as e:  # noqa: BLE001 - the partition went away meanwhile
+            return PartitionRead(spec, error_code(e))
+        return PartitionRead(spec, ErrorCode.NONE, now.high_watermark, now.last_stable_offset, now.log_start_offset)
+    error = waited.exception()
+    if error is not None:
+        return PartitionRead(spec, error_code(error))
+    got = waited.result()
+    return replace(read, high_watermark=got.high_watermark, last_stable_offset=got.last_stable_offset,
+                   log_start_offset=got.log_start_offset, records=got.records, aborted=got.aborted, remote=None)
 
 
 def _responses(reads: list[PartitionRead], committed: bool) -> list[tuple[str, list[PartitionResponse]]]:

@@ -1,7 +1,10 @@
 """ListOffsets (v1-v10): -2 earliest (the log start offset), -1 latest (the high watermark, or the
 last stable offset for ``read_committed``), -3 the record with the largest timestamp (v7+), -4
-earliest local (v8+), -5 latest tiered (v9+; -1 here, nothing is tiered), else the first offset
-whose timestamp is at least the one asked for; -1/-1 when no record matches (Kafka's answer).
+earliest local (v8+), -5 latest tiered (v9+; -1 on a topic that is not tiered), else the first
+offset whose timestamp is at least the one asked for; -1/-1 when no record matches (Kafka's answer).
+On a tiered topic the search by timestamp looks at the remote segments below the local log start
+first (:meth:`LogManager.list_offsets`, on a remote reader thread within
+``remote.list.offsets.request.timeout.ms``; REQUEST_TIMED_OUT past it).
 A special timestamp below the version that introduced it gets UNSUPPORTED_VERSION for its partition.
 """
 
