@@ -394,8 +394,10 @@ def _newest(segment: SegmentInfo, age: int) -> str:
 
 def _passes(config: LogConfig, now_ms: int, tiered: bool = False) -> tuple[list[Callable[[_State], _Outcome]], tuple[str, ...]]:
     """Kafka's ``deleteOldSegments``: the passes that apply under ``cleanup.policy``, and notes.
-    ``tiered``: the log's remote copy is on, so the local limits apply (Kafka's ``localRetentionMs``)."""
-    if config.delete and tiered:
+    ``tiered``: the log's remote copy is on, so the local limits apply (Kafka's ``localRetentionMs``),
+    whatever the policy: a compacted tiered log (beyond Kafka) frees its copied segments locally
+    too, as the remote tier holds them and the cleaner cleans them there."""
+    if tiered:
         return [_log_start_offset_pass, _size_pass(config.local_retention_bytes, LOCAL_RETENTION_BYTES),
                 _time_pass(config.local_retention_ms, now_ms, LOCAL_RETENTION_MS)], ()
     if config.delete:

@@ -60,6 +60,23 @@ MIN_MAP_READ = 1 << 20  # offset-map reads: the partial-cleaning boundary depend
 MIN_COPY_READ = 4 << 20
 
 
+class TieredPassLike(Protocol):
+    """The remote side of one pass over a tiered log (:class:`tidelog.cleaner.remote_clean.TieredPass`)."""
+
+    def map_source(self, first_dirty: int) -> Log: ...
+    def clean_remote(self, engine: CleaningEngine, round: CleaningRound, legacy_horizon: int, stats: CleanerStats,
+                     end_offset: int, check_done: CheckDone) -> int: ...
+    @property
+    def highest_remote(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class TieredCleaning(Protocol):
+    """Opens the remote side of a pass (:class:`tidelog.cleaner.remote_clean.RemoteCleaning`)."""
+
+    def open_pass(self, tp: TopicPartition, log: Log) -> TieredPassLike | None: ...
+
+
 class LogToCleanLike(Protocol):
     """What the cleaner needs of the planner's choice (:class:`tidelog.cleaner.plan.LogToClean`)."""
 
@@ -426,6 +443,18 @@ def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_in
     return groups
 
 
+def split_groups_at(groups: Sequence[list[LogSegment]], highest_remote_offset: int) -> list[list[LogSegment]]:
+    """``groups`` of a tiered log, each split where its segments pass the highest remote offset:
+    a group never mixes segments the remote tier holds with ones it does not (else the copy
+    pass would copy a merged segment overlapping remote ones)."""
+    out: list[list[LogSegment]] = []
+    for group in groups:
+        held = [s for s in group if s.base_offset <= highest_remote_offset]
+        rest = [s for s in group if s.base_offset > highest_remote_offset]
+        out.extend(g for g in (held, rest) if g)
+    return out
+
+
 def _index_bytes(segment: LogSegment) -> int:
     return segment.offset_index.entries * 8
 
@@ -442,8 +471,9 @@ class Cleaner:
     def __init__(self, engine: CleaningEngine, clock: Clock, *, check_done: CheckDone = _never_aborted,
                  on_pass_done: Callable[[TopicPartition, int], None] | None = None,
                  producer_id_expiration_ms: int = 86_400_000, name: str = "cleaner-0",
-                 all_passes: bool = True) -> None:
+                 all_passes: bool = True, remote: TieredCleaning | None = None) -> None:
         self.engine = engine
+        self._remote = remote
         self._clock = clock
         self._check_done = check_done
         self._on_pass_done = on_pass_done
@@ -475,8 +505,19 @@ class Cleaner:
         """One pass (Kafka's ``doClean``): map from ``first_dirty``, then rewrite every segment
         below the map's end, from the start of the log."""
         now = self._clock.milliseconds() if current_time is None else current_time
+        tier = None if dry_run or self._remote is None else self._remote.open_pass(tp, log)
+        try:
+            return self._clean_pass(log, tp, first_dirty, first_uncleanable, now, tier, dry_run)
+        finally:
+            if tier is not None:
+                tier.close()
+
+    def _clean_pass(self, log: Log, tp: TopicPartition, first_dirty: int, first_uncleanable: int, now: int,
+                    tier: TieredPassLike | None, dry_run: bool) -> tuple[int, CleanerStats]:
         stats = CleanerStats(self._clock, passes=1)
-        lookup = self.engine.build_offset_map(log, first_dirty, first_uncleanable, stats, self._check_done)
+        source = log if tier is None else tier.map_source(first_dirty)
+        lookup = self.engine.build_offset_map(source, first_dirty, first_uncleanable, stats,  # type: ignore[arg-type]
+                                              self._check_done)
         end_offset = lookup.latest_offset + 1
         if end_offset <= first_dirty:
             raise LogCleaningError(
@@ -485,7 +526,7 @@ class Cleaner:
                 topic_partition=str(tp),
             )
         stats.index_done()
-        before_dirty = log.segments_between(0, first_dirty)
+        before_dirty = source.segments_between(0, first_dirty)
         legacy_horizon = before_dirty[-1].last_modified_ms - log.config.delete_retention_ms if before_dirty else 0
         round = CleaningRound(
             offset_map=lookup, current_time=now, delete_retention_ms=log.config.delete_retention_ms,
@@ -495,6 +536,10 @@ class Cleaner:
         txn = CleanedTransactionMetadata([], lambda _: None)
         groups = group_segments_by_size(log.segments_between(0, end_offset), log.config.segment_bytes,
                                         log.config.segment_index_bytes, first_uncleanable)
+        if tier is not None:
+            tier.clean_remote(self.engine, round, legacy_horizon, stats, end_offset, self._check_done)
+        if log.config.remote_storage_enable:
+            groups = split_groups_at(groups, log.highest_offset_in_remote_storage if tier is None else tier.highest_remote)
         if hasattr(self.engine, "clean_groups"):
             self._clean_all(log, tp, groups, round, txn, legacy_horizon, stats, dry_run)
             groups = []

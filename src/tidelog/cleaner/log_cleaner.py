@@ -34,6 +34,7 @@ from tidelog.cleaner.clean import Cleaner, CleanerBuffers, CleaningEngine, InPro
 from tidelog.cleaner.manager import CleanerManager
 from tidelog.cleaner.plan import LogToClean
 from tidelog.cleaner.quarantine import PHASE_CLEANING, PHASE_RETENTION
+from tidelog.cleaner.remote_clean import RemoteCleaning, RemoteSource
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.throttler import Throttler
 from tidelog.errors import ConfigError, LogCleaningAbortedError, LogCleaningError
@@ -97,7 +98,7 @@ class _CleanerThread:
         self.cleaner = Cleaner(
             self.engine, owner.clock, check_done=owner.manager.check_cleaning_aborted,
             on_pass_done=self._pass_done, producer_id_expiration_ms=owner.broker.producer_id_expiration_ms,
-            name=self.name,
+            name=self.name, remote=owner.remote,
         )
 
     def use_engine(self, engine: CleaningEngine) -> None:
@@ -131,15 +132,20 @@ class _CleanerThread:
 
 class LogCleaner:
     """Owns the cleaner threads and the :class:`CleanerManager` (states, checkpoints, quarantine).
-    ``engines``: the engines other than in-process that ``tidelog.cleaner.engine`` may name."""
+    ``engines``: the engines other than in-process that ``tidelog.cleaner.engine`` may name.
+    ``remote``: the remote tier's store and metadata of a tiered log (:mod:`.remote_clean`);
+    with it, tiered compacted logs are cleaned across both tiers."""
 
     def __init__(self, broker: BrokerConfig, log_dirs: Sequence[Path], logs: LogsSource, clock: Clock,
-                 *, manager: CleanerManager | None = None, engines: Mapping[str, EngineFactory] = NO_ENGINES) -> None:
+                 *, manager: CleanerManager | None = None, engines: Mapping[str, EngineFactory] = NO_ENGINES,
+                 remote: RemoteSource | None = None) -> None:
         self.broker = broker
         self.engines = engines
         self.clock = clock
         self._logs = logs
-        self.manager = manager or CleanerManager(list(log_dirs), logs, clock)
+        self.remote = None if remote is None else RemoteCleaning(remote, clock)
+        self.manager = manager or CleanerManager(list(log_dirs), logs, clock,
+                                                 remote_spans=None if self.remote is None else self.remote.spans)
         self.buffers = CleanerBuffers.for_thread(broker)
         self.throttler = Throttler(broker.log_cleaner_io_max_bytes_per_second, clock)
         self._threads = [_CleanerThread(i, self) for i in range(max(1, broker.log_cleaner_threads))]
@@ -195,6 +201,8 @@ class LogCleaner:
         logs, then quarantine upkeep. Returns what was cleaned, or None."""
         worker = self._threads[thread_index]
         result = None
+        if self.remote is not None:
+            self.remote.deletions.run_due()
         to_clean = self.manager.grab_filthiest_compacted_log()
         if to_clean is not None:
             result = worker.clean_log(to_clean)

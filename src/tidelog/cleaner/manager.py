@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +68,8 @@ from tidelog.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 LogsSource = Callable[[], Iterable[tuple[TopicPartition, Log]]]
+RemoteSpans = Callable[[TopicPartition, Log], Sequence[tuple[int, int, int]]]
+"""A tiered log's remote-only segments as (start, end, bytes), from cached metadata (no I/O)."""
 
 @dataclass(frozen=True, slots=True)
 class SelectionStats:
@@ -89,12 +91,15 @@ class CleanerManager:
     ``log_dirs``: the log dirs whose ``cleaner-offset-checkpoint`` this manager owns (created
     empty if missing). ``logs``: returns the current (partition, log) pairs; a log's log dir is
     its partition dir's parent. ``quarantine_initial_backoff_ms`` doubles after each failed retry
-    up to ``quarantine_max_backoff_ms``.
+    up to ``quarantine_max_backoff_ms``. ``remote_spans``: a tiered log's remote-only segments,
+    counted in its dirty ratio.
     """
 
     def __init__(self, log_dirs: Iterable[Path | str], logs: LogsSource, clock: Clock = SYSTEM_CLOCK, *,
                  quarantine_initial_backoff_ms: int = DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
-                 quarantine_max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS) -> None:
+                 quarantine_max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS,
+                 remote_spans: RemoteSpans | None = None) -> None:
+        self._remote_spans = remote_spans
         self._quarantine = Quarantine(quarantine_initial_backoff_ms, quarantine_max_backoff_ms)
         self._logs = logs
         self._clock = clock
@@ -167,7 +172,8 @@ class CleanerManager:
     def _stats(self, tp: TopicPartition, lg: Log, now: int) -> LogToClean | None:
         """The log's stats (a stale checkpoint rewritten), or None after quarantining it."""
         try:
-            stats = log_to_clean(tp, lg, self._checkpoint_for(tp, lg), now)
+            spans = self._remote_spans(tp, lg) if self._remote_spans is not None else ()
+            stats = log_to_clean(tp, lg, self._checkpoint_for(tp, lg), now, remote_spans=spans)
         except Exception as e:  # one bad partition never stops the cleaner
             error = LogCleaningError("failed to calculate log cleaning stats", topic_partition=str(tp))
             error.__cause__ = e

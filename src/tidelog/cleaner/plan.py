@@ -265,13 +265,19 @@ def _stable_bound(view: _View) -> tuple[str, int, str, int | None]:
 
 # --- the stats (§3.7.3 steps 3-4) ------------------------------------------------------------------
 
-def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now: int) -> LogToClean:
+def log_to_clean(tp: TopicPartition, log: Log, checkpoint: int | None, now: int, *,
+                 remote_spans: Sequence[tuple[int, int, int]] = ()) -> LogToClean:
     """The cleaning stats of ``log`` at ``now`` with the cleaner ``checkpoint`` (None: no entry).
-    Reads segment metadata only: sizes, and the timestamps of dirty non-active segments."""
+    Reads segment metadata only: sizes, and the timestamps of dirty non-active segments.
+    ``remote_spans``: a tiered log's segments held only remotely, as (start, end inclusive,
+    bytes); each counts as clean below the first dirty offset, else as cleanable."""
     view = _View.of(log)
     cleanable = _cleanable(view, log, checkpoint, now)
     aligned, cleanable_bytes = _cleanable_bytes(view, cleanable)
     clean_bytes = sum(s.size for s in view.between(-1, cleanable.first_dirty_offset))
+    remote_clean = sum(size for _, end, size in remote_spans if end < cleanable.first_dirty_offset)
+    clean_bytes += remote_clean
+    cleanable_bytes += sum(size for _, _, size in remote_spans) - remote_clean
     earliest = _earliest_dirty_timestamp(view, cleanable.first_dirty_offset)
     return LogToClean(
         topic_partition=tp, log=log, offsets=cleanable, first_uncleanable_offset=aligned,

@@ -63,7 +63,7 @@ from tidelog.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 #: Dirs inside a log dir that are not partitions and that Kafka's LogManager skips.
-SKIPPED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache"})
+SKIPPED_DIRS = frozenset({"__cluster_metadata-0", "remote-log-index-cache", "remote-log-cleaner"})
 DEFAULT_NODE_ID = 1
 
 

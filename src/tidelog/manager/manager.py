@@ -117,7 +117,9 @@ class LogManager(RecordReads):
         if broker.log_cleaner_enable:
             self.cleaner = FaultReportingCleaner(broker, [d.path for d in dirs], self.logs, clock,
                                                  on_failure=lambda *failed: self.offline_dirs.cleaner_failed(*failed),
-                                                 engines=cleaner_engines)  # offline_dirs is built next
+                                                 engines=cleaner_engines,  # offline_dirs is built next
+                                                 remote=lambda *a: self.remote_tier.cleaner_source(*a)
+                                                 if self.remote_tier is not None else None)
         # registry_sync and offline_dirs call topic_changes, built last (it calls them): bound late
         self.registry_sync = rs = RegistrySync(broker, pm, self._topic_registry, self.cleaner, RegistrySteps(
             lambda *a, **kw: self.topic_changes.commit(*a, **kw),

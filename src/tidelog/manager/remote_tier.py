@@ -208,6 +208,20 @@ class RemoteTier:
         kept); the log is told its highest remote offset. Thread-safe: ``_lock``, the log's lock."""
         return self._learn(tp, lg)
 
+    def cleaner_source(self, tp: TopicPartition, lg: Log,
+                       load: bool) -> tuple[RemoteStore, RemotePartitionMetadata] | None:
+        """The log cleaner's access to a tiered log's remote tier
+        (:data:`tidelog.cleaner.remote_clean.RemoteSource`): the store and the partition's
+        metadata, loaded if needed when ``load`` (else only what is cached: no I/O); None for a
+        log that is not tiered. Thread-safe: ``_lock`` (and the log's lock when loading)."""
+        if not lg.config.remote_storage_enable:
+            return None
+        if load:
+            return self.store, self._learn(tp, lg)
+        with self._lock:
+            state = self._partitions.get(tp)
+        return None if state is None or state.metadata is None else (self.store, state.metadata)
+
     def refresh(self, topic: str | None = None) -> None:
         """Load the remote metadata of every tiered partition (of ``topic``) not loaded yet and tell
         each log its highest remote offset, copying nothing (what a status needs in a process

@@ -1,0 +1,348 @@
+"""Compaction across both tiers of a tiered log (beyond Kafka, which refuses tiered compacted topics).
+
+A compacted tiered log keeps its oldest segments only in the remote store. Kafka's cleaner cleans
+every segment from the log start to the end of the dirty section each pass; here the remote tier
+is cleaned in the same pass, against the same offset map, by the same engine
+(:mod:`.remote_view` lets it read remote segments):
+
+1. **Map.** When the dirty section starts below the local log start offset, the offset map is
+   built over a :class:`~.remote_view.TierView` of the remote segments below the local start
+   followed by the local segments (each remote one downloaded in turn); otherwise over the local
+   log as before.
+2. **Remote tier.** Every finished remote segment starting below the map's end is grouped
+   (:func:`~.clean.group_segments_by_size`, index sizes estimated from the ``.log`` size and
+   ``index.interval.bytes``: no I/O) and each group cleaned by the engine's ``clean_group`` into
+   the workspace. A group of one segment whose cleaned ``.log`` is byte-identical to the source
+   is kept as it is (nothing uploaded). Any other result is staged as a new remote segment with a
+   fresh id (COPY_SEGMENT_STARTED, then Kafka's file set: ``.log``, ``.index``, ``.timeindex``,
+   ``.txnindex`` when non-empty, the last source segment's producer snapshot and leader-epoch
+   checkpoint, whose offsets it ends at). The offsets of each group are kept whole: the new
+   segment spans the group's first start offset to its last end offset, with the group's leader
+   epochs, even when every record was removed (an empty ``.log``, as Kafka keeps empty cleaned
+   segments locally), so the remote ranges stay contiguous and the highest remote offset is
+   unchanged.
+3. **Switch.** One :meth:`~tidelog.remote.metadata_log.RemotePartitionMetadata.swap` event moves
+   the replaced segments to DELETE_SEGMENT_STARTED and the staged ones to FINISHED: a reader of
+   the metadata sees the old set or the new one, never a mix. The replaced objects are deleted
+   ``file.delete.delay.ms`` later (:class:`RemoteDeletions`, run by the cleaner threads), so a
+   reader mid-read finishes; a crash before that leaves them DELETE_STARTED, which the copy
+   pass's cleanup (and the next remote clean) deletes, and no reader ever lists.
+4. **Local tier.** Cleaned as before; for a tiered log the local groups never mix segments the
+   remote tier holds with segments it does not (:func:`~.clean.split_groups_at`), or the copy
+   pass would copy a merged segment overlapping remote ones.
+
+Both tiers see the same decisions (same map, same round: time, delete horizon, producers), so a
+segment both local and remote is cleaned alike in each, and the records the two tiers keep are the
+records an untiered log keeps. The pass holds the partition's ``task_lock`` from the start of the
+pass to its end (a copy or a remote expiration of the partition waits; the copy pass's cleanup of
+STARTED segments never runs beside a staged one). An error (an abort included) before the switch
+deletes what was staged (best effort; what remains is STARTED, and cleanup deletes it).
+
+Cost per pass: every remote segment below the map's end is downloaded once (twice for the ones in
+the dirty section: map and rewrite); uploads only for groups that changed; one metadata event per
+staged segment plus one swap. Disk: one source segment plus one cleaned group in the workspace.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from tidelog.clock import Clock
+from tidelog.cleaner.clean import group_segments_by_size
+from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, Workspace
+from tidelog.cleaner.retain import CleaningRound
+from tidelog.cleaner.stats import CleanerStats
+from tidelog.cleaner.transactions import CleanedTransactionMetadata
+from tidelog.remote.errors import RemoteStorageError
+from tidelog.remote.metadata import (
+    RemoteFileKind,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    object_key,
+)
+from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.segment_files import pin_segment_files
+from tidelog.remote.store import RemoteStore
+from tidelog.storage import files
+from tidelog.storage.log import Log
+from tidelog.storage.segment import LogSegment
+from tidelog.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+RemotePartition = tuple[RemoteStore, RemotePartitionMetadata]
+RemoteSource = Callable[[TopicPartition, Log, bool], "RemotePartition | None"]
+"""``source(tp, log, load)``: the store and remote metadata of a tiered log, None when the log is
+not tiered or there is no remote tier. ``load=False`` must not do I/O (the cleaner's stats call
+it under its lock): it answers only what is already loaded."""
+
+Span = tuple[int, int, int]  # (start offset, end offset inclusive, bytes) of a remote-only segment
+
+
+def remote_only_spans(log: Log, metadata: RemotePartitionMetadata | None) -> list[Span]:
+    """The finished remote segments wholly below the local log start offset (held only
+    remotely), as spans, for the dirty ratio. From cached metadata: no I/O."""
+    if metadata is None:
+        return []
+    local_start = log.local_log_start_offset
+    return [(m.start_offset, m.end_offset, m.segment_size_in_bytes) for m in metadata.finished_segments()
+            if m.end_offset < local_start]
+
+
+class RemoteDeletions:
+    """Replaced remote segments waiting ``file.delete.delay.ms`` before their objects go.
+    Thread-safe (its own lock; a deletion takes the partition's ``task_lock``). The partition's
+    metadata is asked of ``source`` again when the delay is over (the remote tier may have
+    reloaded it meanwhile)."""
+
+    def __init__(self, source: RemoteSource, clock: Clock) -> None:
+        self._source = source
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._due: list[tuple[int, TopicPartition, Log, list[RemoteLogSegmentMetadata]]] = []
+
+    def add(self, tp: TopicPartition, log: Log, segments: list[RemoteLogSegmentMetadata], delay_ms: int) -> None:
+        with self._lock:
+            self._due.append((self._clock.milliseconds() + max(delay_ms, 0), tp, log, segments))
+
+    def waiting(self, tp: TopicPartition) -> set[str]:
+        """The ids of ``tp``'s segments still waiting."""
+        with self._lock:
+            return {s.id for _, p, _, segs in self._due if p == tp for s in segs}
+
+    def run_due(self) -> int:
+        """Delete the objects of every segment whose delay has passed, then mark it
+        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. Returns how many went."""
+        now = self._clock.milliseconds()
+        with self._lock:
+            due = [d for d in self._due if d[0] <= now]
+            self._due = [d for d in self._due if d[0] > now]
+        done = 0
+        for item in due:
+            _, tp, log, segments = item
+            try:
+                found = self._source(tp, log, True)
+                if found is None:  # no longer tiered here: cleanup of the remote tier is not ours
+                    continue
+                store, metadata = found
+                with metadata.task_lock:
+                    for segment in segments:
+                        if metadata.segment(segment) is not None:
+                            delete_segment_objects(store, metadata, segment)
+                        done += 1
+            except RemoteStorageError as e:
+                logger.warning("%s: replaced remote segments not deleted yet (retried): %s", tp, e)
+                with self._lock:
+                    self._due.append(item)
+        return done
+
+
+def delete_segment_objects(store: RemoteStore, metadata: RemotePartitionMetadata,
+                           segment: RemoteLogSegmentMetadata) -> None:
+    """DELETE_SEGMENT_STARTED (a no-op if it is), every object deleted, DELETE_SEGMENT_FINISHED."""
+    metadata.begin_delete(segment)
+    for kind in RemoteFileKind:
+        store.delete(object_key(segment, kind))
+    metadata.finish_delete(segment)
+
+
+@dataclass(slots=True)
+class _Staged:
+    old: list[RemoteLogSegmentMetadata]
+    new: RemoteLogSegmentMetadata
+
+
+class TieredPass:
+    """One cleaning pass's remote side for one partition (module docstring). Holds the
+    partition's ``task_lock`` from :meth:`open` to :meth:`close`. Not thread-safe."""
+
+    def __init__(self, tp: TopicPartition, log: Log, store: RemoteStore, metadata: RemotePartitionMetadata,
+                 deletions: RemoteDeletions, broker_id: int = -1) -> None:
+        self.tp = tp
+        self.log = log
+        self.store = store
+        self.metadata = metadata
+        self._deletions = deletions
+        self._broker_id = broker_id
+        metadata.task_lock.acquire()
+        try:
+            self._clean_orphans()
+            root = log.dir.parent / WORKSPACE_DIR / log.dir.name
+            self.workspace = Workspace(root, store, log.config, log.clock)
+        except BaseException:
+            metadata.task_lock.release()
+            raise
+        self.remote = [RemoteSegment(m, self.workspace) for m in metadata.finished_segments()]
+        self.highest_remote = max(metadata.highest_offset(), log.highest_offset_in_remote_storage)
+        self._staged: list[_Staged] = []
+
+    def close(self) -> None:
+        """Remove the workspace and release the ``task_lock``."""
+        try:
+            self.workspace.close()
+        finally:
+            self.metadata.task_lock.release()
+
+    def _clean_orphans(self) -> None:
+        """Delete STARTED segments (a crashed copy or clean: no other task runs while the lock is
+        held) and DELETE_STARTED ones not waiting for their delay (a crash left them)."""
+        waiting = self._deletions.waiting(self.tp)
+        for segment in self.metadata.unreferenced():
+            if segment.id not in waiting:
+                delete_segment_objects(self.store, self.metadata, segment)
+
+    # --- the map -------------------------------------------------------------------------------
+
+    def map_source(self, first_dirty: int) -> Log | TierView:
+        """What the offset map reads: the local log, or, when the dirty section starts below the
+        local log start offset, the remote segments below it followed by the local segments."""
+        local_start = self.log.local_log_start_offset
+        below = [s for s in self.remote if s.base_offset < local_start]
+        if first_dirty >= local_start or not below:
+            return self.log
+        remote_end = below[-1].metadata.end_offset + 1
+        local = self.log.segments
+        following = [s for i, s in enumerate(local)
+                     if (local[i + 1].base_offset if i + 1 < len(local) else self.log.log_end_offset + 1) > remote_end]
+        return TierView(self.log, [*below, *following], self.workspace.out)
+
+    # --- the remote tier -------------------------------------------------------------------------
+
+    def clean_remote(self, engine: object, round: CleaningRound, legacy_horizon: int, stats: CleanerStats,
+                     end_offset: int, check_done: Callable[[TopicPartition], None]) -> int:
+        """Clean every remote segment starting below ``end_offset`` with ``engine`` (its
+        ``clean_group``), stage what changed and switch in one swap; returns the number of
+        segments replaced. An exception before the switch deletes what was staged."""
+        tp = self.log.topic_partition
+        segments = [s for s in self.remote if s.base_offset < end_offset]
+        if not segments:
+            return 0
+        view = TierView(self.log, segments, self.workspace.out)
+        txn = CleanedTransactionMetadata([], lambda _: None)
+        try:
+            for group in group_remote(segments, self.log, round.upper_bound_offset):
+                check_done(tp)
+                cleaned = engine.clean_group(view, group, round, txn, legacy_horizon, stats,  # type: ignore[attr-defined]
+                                             check_done)
+                self._stage(group, cleaned)
+            check_done(tp)
+            return self._switch()
+        except Exception:
+            self._abandon_staged()
+            raise
+
+    def _stage(self, group: Sequence[RemoteSegment], cleaned: LogSegment) -> None:
+        """Upload ``cleaned`` as the replacement of ``group`` (STARTED), unless it is the single
+        source segment unchanged. The workspace's output is emptied either way."""
+        try:
+            if len(group) == 1 and self._same_bytes(group[0], cleaned):
+                return
+            cleaned.change_file_suffixes(files.CLEANED_SUFFIX, "")
+            cleaned.close_handlers()
+            self.workspace.release()
+            staged = self._upload(group, cleaned.base_offset)
+            self._staged.append(_Staged([s.metadata for s in group], staged))
+        finally:
+            cleaned.delete_files()
+            for path in self.workspace.out.iterdir():
+                path.unlink()
+
+    def _same_bytes(self, source: RemoteSegment, cleaned: LogSegment) -> bool:
+        if cleaned.size != source.size:
+            return False
+        original = self.workspace.materialize(source).log.path
+        return filecmp.cmp(original, cleaned.log.path, shallow=False)
+
+    def _upload(self, group: Sequence[RemoteSegment], base: int) -> RemoteLogSegmentMetadata:
+        """Stage the cleaned segment in ``workspace.out`` (files under their final names) as a
+        new remote segment: COPY_SEGMENT_STARTED, then each object of Kafka's file set."""
+        last = group[-1].metadata
+        out, next_base = self.workspace.out, last.end_offset + 1
+        files.producer_snapshot_file(out, next_base).write_bytes(
+            self.store.get(object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)))
+        epochs_text = self.store.get(object_key(last, RemoteFileKind.LEADER_EPOCH))
+        tip = self.metadata.topic_id_partition
+        with pin_segment_files(out, base, next_base, partition=str(tip.topic_partition)) as pinned:
+            started = self.metadata.begin_copy(RemoteLogSegmentMetadata(
+                RemoteLogSegmentId.generate(tip), base, last.end_offset, pinned.max_timestamp_ms, self._broker_id,
+                self.log.clock.milliseconds(), pinned.log_size, merged_epochs(s.metadata for s in group),
+                txn_idx_empty=pinned.txn_index_empty))
+            for file in pinned.files:
+                self.store.put_file(object_key(started, file.kind), file.path, length=file.size)
+            self.store.put(object_key(started, RemoteFileKind.LEADER_EPOCH), epochs_text)
+        return started
+
+    def _switch(self) -> int:
+        if not self._staged:
+            return 0
+        old = [m for s in self._staged for m in s.old]
+        self.metadata.swap(old, [s.new for s in self._staged])
+        self._staged = []
+        self._deletions.add(self.tp, self.log, old, self.log.config.file_delete_delay_ms)
+        logger.info("%s: %d remote segment(s) replaced by their cleaned versions", self.log.topic_partition, len(old))
+        return len(old)
+
+    def _abandon_staged(self) -> None:
+        for staged in self._staged:
+            try:
+                delete_segment_objects(self.store, self.metadata, staged.new)
+            except Exception as e:  # noqa: BLE001 - the pass's own error is what the caller sees
+                logger.warning("staged remote segment %s not deleted yet (cleanup retries): %s", staged.new.id, e)
+        self._staged = []
+
+
+def group_remote(segments: Sequence[RemoteSegment], log: Log, first_uncleanable: int) -> list[list[RemoteSegment]]:
+    """:func:`~.clean.group_segments_by_size` over remote segments, each index's entries
+    estimated as ``size // index.interval.bytes + 1`` (an upper bound of what the index holds)."""
+    interval = max(1, log.config.index_interval_bytes)
+    sized = []
+    for s in segments:
+        entries = SimpleNamespace(entries=s.size // interval + 1)
+        sized.append(SimpleNamespace(base_offset=s.base_offset, size=s.size, offset_index=entries, time_index=entries,
+                                     segment=s))
+    groups = group_segments_by_size(sized, log.config.segment_bytes, log.config.segment_index_bytes,  # type: ignore[arg-type]
+                                    first_uncleanable)
+    return [[g.segment for g in group] for group in groups]  # type: ignore[attr-defined]
+
+
+def merged_epochs(segments: Iterable[RemoteLogSegmentMetadata]) -> tuple[tuple[int, int], ...]:
+    """The leader epochs of consecutive segments as one segment's: each epoch once, at the first
+    offset it starts in the group."""
+    out: list[tuple[int, int]] = []
+    for segment in segments:
+        for epoch, offset in segment.segment_leader_epochs:
+            if not out or epoch > out[-1][0]:
+                out.append((epoch, offset))
+    return tuple(out)
+
+
+class RemoteCleaning:
+    """What the cleaner threads share for tiered logs: the injected :data:`RemoteSource` and the
+    replaced segments waiting for their delay. Thread-safe."""
+
+    def __init__(self, source: RemoteSource, clock: Clock) -> None:
+        self._source = source
+        self.deletions = RemoteDeletions(source, clock)
+
+    def spans(self, tp: TopicPartition, log: Log) -> list[Span]:
+        """Remote-only spans of ``log`` from cached metadata (no I/O; for the dirty ratio)."""
+        if not log.config.remote_storage_enable:
+            return []
+        found = self._source(tp, log, False)
+        return remote_only_spans(log, found[1] if found is not None else None)
+
+    def open_pass(self, tp: TopicPartition, log: Log) -> TieredPass | None:
+        """The remote side of a pass over ``log``, None when it is not tiered (loads the remote
+        metadata if needed; takes the partition's ``task_lock`` until the pass closes)."""
+        if not log.config.remote_storage_enable:
+            return None
+        found = self._source(tp, log, True)
+        if found is None:
+            return None
+        store, metadata = found
+        return TieredPass(tp, log, store, metadata, self.deletions)
