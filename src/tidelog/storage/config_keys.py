@@ -162,7 +162,8 @@ _TOPIC_KEYS = (
          "Replication throttle; accepted for compatibility, unused by storage."),
     _key("remote.storage.enable", _BOOL, False, None,
          "Tiered storage: copy sealed segments to the remote store (remote.log.storage.uri) and keep only "
-         "local.retention.* on local disk (retention.* over both tiers: not built yet). Needs "
+         "local.retention.* on local disk; retention.* and the log start offset delete remote segments too "
+         "(both tiers). Needs "
          "remote.log.storage.system.enable=true on the broker. Compacted topics may be tiered too (Kafka "
          "refuses them); internal topics never are."),
     _key("local.retention.ms", _LONG, -2, at_least(-2),
@@ -175,10 +176,12 @@ _TOPIC_KEYS = (
          "not -1.", _S("log.local.retention.bytes"), field_name="configured_local_retention_bytes"),
     _key("remote.log.copy.disable", _BOOL, False, None,
          "Tiered topics: stop copying to the remote store; local data follows retention.* (so "
-         "local.retention.* must be -2 or equal to it). Remote reads and remote retention: not built yet."),
+         "local.retention.* must be -2 or equal to it). Remote data becomes read-only: retention.* still "
+         "deletes remote segments."),
     _key("remote.log.delete.on.disable", _BOOL, False, None,
-         "Must be true to turn remote.storage.enable from true to false (Kafka deletes the remote data "
-         "then; not built yet: the objects stay in the store)."),
+         "Must be true to turn remote.storage.enable from true to false; the topic's remote data is then "
+         "deleted (crash-safe: a pending-deletion object in the store, finished by the next start) and "
+         "each partition's log start offset moves to its local log start offset, as Kafka does."),
 )
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _TOPIC_KEYS})
@@ -240,7 +243,8 @@ _BROKER_KEYS = (
     _key("remote.log.manager.copier.thread.pool.size", _INT, 10, at_least(1),
          "Threads copying segments to the remote store."),
     _key("remote.log.manager.expiration.thread.pool.size", _INT, 10, at_least(1),
-         "Threads deleting remote segments past retention. Accepted; not used yet (remote retention)."),
+         "Threads running remote retention (deleting remote segments past retention.*, below the log "
+         "start offset), after each copy pass."),
     _key("remote.log.reader.threads", _INT, 10, at_least(1),
          "Threads serving fetches and ListOffsets that need the remote tier. Accepted; not used yet (remote reads)."),
     _key("remote.log.reader.max.pending.tasks", _INT, 100, at_least(1),
