@@ -207,3 +207,111 @@ def test_kill_points_against_s3(object_store: object, bucket: str, log: Log) -> 
     for n in range(0, total, 3):
         store.delete_prefix("")
         run_point(log, store, n, "after" if n % 2 else "before")
+
+
+# --- remote retention (expiration): dying before/after each write of an expiration ---------------
+
+EXPIRE_NOW = 1_700_000_000_000 + 10_000
+EXPIRE_MS = 8_500  # segments 0 and 1 (newest records at T0+~7 and T0+~1007) are past it, segment 2 is not
+
+
+class Checkpoint:
+    """The log start offset as a checkpoint file holds it: what a restart loads. ``kill`` dies
+    ``before`` or ``after`` writing it."""
+
+    def __init__(self, log: Log, kill: str | None = None) -> None:
+        self.log, self.kill, self.durable = log, kill, log.log_start_offset
+
+    def __call__(self) -> None:
+        if self.kill == "before":
+            raise Killed("killed before the log start offset checkpoint")
+        self.durable = self.log.log_start_offset
+        if self.kill == "after":
+            raise Killed("killed after the log start offset checkpoint")
+
+
+def _expiring_log(root: Path, store: RemoteStore) -> Log:
+    """A log of 3 sealed segments, all copied, with a retention.ms under which the first two expire."""
+    log = make_log(root / "orders-2", 3)
+    copy_log(log, store, _load(store), epochs=log.leader_epoch_cache.entries, broker_id=1)
+    log.update_config(log.config.with_overrides({}, retention_ms=EXPIRE_MS))
+    return log
+
+
+def _expire(log: Log, store: RemoteStore, checkpoint: Callable[[], None]) -> None:
+    from tidelog.remote.expiration import expire_remote_segments
+    expire_remote_segments(store, _load(store), log, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
+
+
+def check_expiration_resumed(log: Log, store: RemoteStore, durable_start: int) -> None:
+    """After a kill: a reader finds every offset from the checkpointed log start on in a FINISHED
+    segment that is whole; then a restart (the log reopened at the checkpointed start, reload,
+    cleanup, a pass) leaves only segment 2, nothing unreferenced, and no orphan object."""
+    fresh = _load(store)
+    check_finished_whole(log, store, fresh)
+    finished = fresh.finished_segments()
+    assert finished and finished[0].start_offset <= durable_start, \
+        f"log start {durable_start} below the first remote segment a reader finds ({finished[0].start_offset})"
+    assert all(a.end_offset + 1 == b.start_offset for a, b in zip(finished, finished[1:]))
+    config, dir = log.config, log.dir
+    log.close()
+    reopened = Log.open(dir, config, log_start_offset=durable_start, had_clean_shutdown=True)
+    try:
+        metadata = _load(store)
+        clean_unreferenced(store, metadata)
+        checkpoint = Checkpoint(reopened)
+        from tidelog.remote.expiration import expire_remote_segments
+        expire_remote_segments(store, metadata, reopened, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
+        after = _load(store)
+        assert [(s.start_offset, s.end_offset) for s in after.segments()] == [(40, 59)]
+        assert after.unreferenced() == [] and checkpoint.durable == reopened.log_start_offset == 40
+        [kept] = after.finished_segments()
+        expected = {object_key(kept, k) for k in RemoteFileKind
+                    if not (k is RemoteFileKind.TRANSACTION_INDEX and kept.txn_idx_empty)}
+        assert {i.key for i in store.list() if "/metadata/" not in i.key} == expected, "orphan objects"
+    finally:
+        reopened.close()
+
+
+def _expiration_ops(root: Path) -> list[tuple[str, str]]:
+    store = ArrowRemoteStore((root / "store").as_uri())
+    log = _expiring_log(root, store)
+    counting = KillingStore(store)
+    _expire(log, counting, Checkpoint(log))
+    log.close()
+    return counting.ops
+
+
+def test_an_expiration_deletes_two_segments_with_events_and_deletes(kill_root: Callable[[], Path]) -> None:
+    ops = _expiration_ops(kill_root())
+    assert sum(1 for op, key in ops if op == "delete" and "/metadata/" not in key) == 2 * 6  # every object kind
+    events = [key for op, key in ops if op == "put" and "/metadata/" in key and not key.endswith(".snapshot.json")]
+    assert len(events) == 4  # DELETE_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED of each
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_every_kill_point_of_an_expiration_resumes(kill_root: Callable[[], Path], when: str) -> None:
+    total = len(_expiration_ops(kill_root()))
+    for n in range(total):
+        root = kill_root()
+        store = ArrowRemoteStore((root / "store").as_uri())
+        log = _expiring_log(root, store)
+        checkpoint = Checkpoint(log)
+        with pytest.raises(Killed):
+            _expire(log, KillingStore(store, n, when), checkpoint)
+        assert checkpoint.durable == 40, "the log start offset is checkpointed before the first store write"
+        check_expiration_resumed(log, store, checkpoint.durable)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_at_the_log_start_checkpoint_of_an_expiration_resumes(kill_root: Callable[[], Path],
+                                                                     when: str) -> None:
+    root = kill_root()
+    store = ArrowRemoteStore((root / "store").as_uri())
+    log = _expiring_log(root, store)
+    checkpoint = Checkpoint(log, kill=when)
+    before = {i.key for i in store.list()}
+    with pytest.raises(Killed):
+        _expire(log, store, checkpoint)
+    assert {i.key for i in store.list()} == before, "nothing deleted before the checkpoint"
+    check_expiration_resumed(log, store, checkpoint.durable)
