@@ -41,8 +41,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import (
-    bench_cleaner, bench_kafka, bench_manager, bench_memory, bench_offset_map, bench_produce, bench_remote, bench_server,
-    bench_spark, bench_storage,
+    bench_cleaner, bench_kafka, bench_manager, bench_memory, bench_offset_map, bench_produce, bench_remote,
+    bench_remote_passes, bench_server, bench_spark, bench_storage,
 )
 from bench.bench_storage import Row, Settings
 
@@ -165,6 +165,7 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
     **bench_memory.BENCHMARKS,
     **bench_spark.BENCHMARKS,
     **bench_remote.BENCHMARKS,
+    **bench_remote_passes.BENCHMARKS,
 }
 
 

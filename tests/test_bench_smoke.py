@@ -26,10 +26,11 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "offset_map", "clean_1gb", "clean_many_keys", "kafka_cleaner", "kafka_recovery",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
-                   "server_partial_requests_memory", "server_decompression_memory", "remote_upload"}
+                   "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
+                   "remote_passes_10k"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
-                 "spark_read", "spark_write", "server_idle_connections"}
+                 "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
 INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
