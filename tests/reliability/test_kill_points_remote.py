@@ -315,3 +315,38 @@ def test_a_kill_at_the_log_start_checkpoint_of_an_expiration_resumes(kill_root: 
         _expire(log, store, checkpoint)
     assert {i.key for i in store.list()} == before, "nothing deleted before the checkpoint"
     check_expiration_resumed(log, store, checkpoint.durable)
+
+
+# --- deleting a partition's remote data (topic deletion, delete on disable) ----------------------
+
+def _delete_data(store: RemoteStore, log: Log) -> None:
+    """What a topic deletion does to the store: the pending object, then the partition's data."""
+    from tidelog.remote.partition_delete import TOPIC_DELETED, PendingDeletion, finish_pending, record_pending
+    pending = PendingDeletion(TIP.topic, TIP.topic_id, TIP.partition + 1, TOPIC_DELETED)
+    record_pending(store, pending)
+    metadata = _load(store)
+    finish_pending(store, pending, lambda tip: metadata if tip == TIP else None)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_every_kill_point_of_a_remote_data_deletion_is_finished_by_the_next_process(
+        kill_root: Callable[[], Path], log: Log, when: str) -> None:
+    from tidelog.remote.partition_delete import finish_pending, list_pending
+    counting = KillingStore(_file_store(kill_root, "counting"))
+    _pass(log, counting.inner)
+    counting.ops.clear()
+    _delete_data(counting, log)
+    assert [op for op, _ in counting.ops][0] == "put" and counting.ops[-1][0] == "delete"
+    for n in range(len(counting.ops)):
+        store = _file_store(kill_root, f"delete-{when}-{n}")
+        _pass(log, store)
+        with pytest.raises(Killed):
+            _delete_data(KillingStore(store, n, when), log)
+        pending = list_pending(store)
+        if n == 0 and when == "before":  # died before the pending object landed: the change is refused
+            assert pending == [] and len(_load(store).finished_segments()) == 3
+            check_finished_whole(log, store, _load(store))
+            continue
+        for found in pending:  # the next process
+            finish_pending(store, found, lambda tip: None)
+        assert store.list() == [], "every object of the partition and the pending object are gone"
