@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from tidelog.clock import Clock
 from tidelog.errors import TidelogError
 from tidelog.manager.remote_retention import RemoteRetention
+from tidelog.remote.backoff import Backoff, CopyRetries
 from tidelog.remote.copy import copy_log
 from tidelog.remote.metadata import TopicIdPartition
 from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -118,6 +119,9 @@ class RemoteTier:
         self._pass_lock = threading.Lock()
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._started = False
+        backoff = Backoff(broker.remote_log_manager_task_retry_backoff_ms,
+                          broker.remote_log_manager_task_retry_backoff_max_ms, broker.remote_log_manager_task_retry_jitter)
+        self.retries = CopyRetries[TopicPartition](backoff, clock, scheduler, self._retry, is_closed=is_closed)
         #: Remote retention (Kafka's RLMExpirationTask) and deletion of remote data; run after each copy pass.
         self.retention = RemoteRetention(broker, store, clock, logs, self._learn, self._cached, self.forget,
                                          topic_id_of)
@@ -157,8 +161,17 @@ class RemoteTier:
     def copy_pass(self, topic: str | None = None) -> dict[TopicPartition, int]:
         """One pass over the tiered logs (of ``topic``): returns, per partition, how many segments
         were copied. A partition's failure is logged and kept for :meth:`status`; it does not stop
-        the others. Thread-safe: passes run one at a time."""
+        the others; one waiting for its retry after a retriable error is left to the retry
+        (:mod:`tidelog.remote.backoff`). Thread-safe: passes run one at a time."""
         tiered = [(tp, lg) for tp, lg in self._logs(topic) if lg.config.remote_storage_enable]
+        return self._copy_each([item for item in tiered if not self.retries.waiting(item[0])])
+
+    def _retry(self, due: list[TopicPartition]) -> None:
+        """The backoff's retry task: copy the partitions in ``due`` that are still live and tiered."""
+        wanted = set(due)
+        self._copy_each([(tp, lg) for tp, lg in self._logs(None) if tp in wanted and lg.config.remote_storage_enable])
+
+    def _copy_each(self, tiered: list[tuple[TopicPartition, Log]]) -> dict[TopicPartition, int]:
         with self._pass_lock:
             workers = max(1, min(self._broker.remote_log_manager_copier_thread_pool_size, len(tiered)))
             with ThreadPoolExecutor(workers, thread_name_prefix="tidelog-remote-copier") as pool:
@@ -177,10 +190,13 @@ class RemoteTier:
                 finally:
                     lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
             self._note(tp, None)
+            self.retries.succeeded(tp)
             return len(copied)
         except TidelogError as e:
-            log.warning("%s: remote copy failed: %s", tp, e)
-            self._note(tp, str(e))
+            delay = self.retries.failed(tp, e)
+            when = "at the next pass" if delay is None else f"in {delay} ms (failure {self.retries.failures(tp)} in a row)"
+            log.warning("%s: remote copy failed, retried %s: %s", tp, when, e)
+            self._note(tp, f"{e}; retried {when}")
             return 0
 
     def _learn(self, tp: TopicPartition, lg: Log) -> RemotePartitionMetadata:

@@ -240,6 +240,13 @@ _BROKER_KEYS = (
          "Prefix of the keys passed, prefix stripped, to the remote store as its options."),
     _key("remote.log.manager.task.interval.ms", _LONG, 30000, at_least(1),
          "Delay between two runs of each partition's copy and remote-retention tasks."),
+    _key("remote.log.manager.task.retry.backoff.ms", _LONG, 500, at_least(1),
+         "Wait before retrying a partition's copy after a retriable store error (unreachable, 5xx, "
+         "throttled); doubles per failure in a row. Internal in Kafka, which reads none of the three retry keys."),
+    _key("remote.log.manager.task.retry.backoff.max.ms", _LONG, 30000, at_least(1),
+         "Longest wait before retrying a partition's copy."),
+    _key("remote.log.manager.task.retry.jitter", _DOUBLE, 0.2, between(0, 0.5),
+         "Random factor range [1 - jitter, 1 + jitter) applied to each retry wait."),
     _key("remote.log.manager.copier.thread.pool.size", _INT, 10, at_least(1),
          "Threads copying segments to the remote store."),
     _key("remote.log.manager.expiration.thread.pool.size", _INT, 10, at_least(1),
