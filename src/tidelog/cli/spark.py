@@ -2,8 +2,11 @@
 
 ``tidelog spark report [--master URL] [--png FILE] [--json]``: every partition's size, records,
 timestamps, dirty ratio and what retention and the cleaner would do now
-(:mod:`tidelog.spark.report`), as a table, JSON, and optionally a PNG chart. Read-only: it takes no
-lock, so it runs while ``tidelog serve`` owns the dir.
+(:mod:`tidelog.spark.report`), as a table, JSON, and optionally a PNG chart. With the remote tier
+on in the broker config (``remote.log.storage.system.enable``, ``remote.log.storage.uri``,
+``rsm.config.*``), tiered partitions also show their remote tier (segments, bytes, offset range,
+read from the store's metadata; the table adds those columns when any partition is tiered).
+Read-only: it takes no lock, so it runs while ``tidelog serve`` owns the dir.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ DEFAULT_MASTER = "local[2]"
 _TABLE_COLUMNS = ("topic", "partition", "segments", "size_bytes", "records", "log_start_offset", "end_offset",
                   "oldest_timestamp", "cleanup_policy", "dirty_ratio", "cleanable", "deletable_segments",
                   "deletable_bytes")
+_REMOTE_COLUMNS = ("remote_segments", "remote_bytes", "remote_start_offset", "remote_end_offset", "remote_error")
 
 
 @click.group()
@@ -34,7 +38,8 @@ def spark() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @click.pass_context
 def report(ctx: click.Context, master: str, png: Path | None, as_json: bool) -> None:
-    """Every partition: size, records, timestamps, dirty ratio, retention and cleaning eligibility."""
+    """Every partition: size, records, timestamps, dirty ratio, retention and cleaning eligibility;
+    for tiered topics also the remote tier (segments, bytes, offsets) from the store's metadata."""
     try:
         from tidelog.spark.report import partition_report, plot_report
         from tidelog.spark.session import local_session
@@ -50,8 +55,9 @@ def report(ctx: click.Context, master: str, png: Path | None, as_json: bool) -> 
     if as_json:
         echo_json(rows)
     else:
+        tiered = any(r["tiered"] for r in rows)
         echo_table([{**r, "dirty_ratio": None if r["dirty_ratio"] is None else f"{r['dirty_ratio']:.2f}"}
-                    for r in rows], _TABLE_COLUMNS)
+                    for r in rows], _TABLE_COLUMNS + (_REMOTE_COLUMNS if tiered else ()))
     if png is not None:
         click.echo(f"chart written to {png}", err=True)
 

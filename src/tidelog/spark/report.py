@@ -10,7 +10,14 @@ cleanup policies would do now:
   do not compact;
 * ``deletable_segments``/``deletable_bytes`` and ``retention_reason``: retention's dry run
   (:func:`tidelog.retention.plan_segments`, the same decision ``tidelog retention --dry-run``
-  makes), bounded by the readable end as the high watermark.
+  makes), bounded by the readable end as the high watermark;
+* the remote tier, for a tiered topic (``remote.storage.enable``) on a broker config with
+  ``remote.log.storage.system.enable``: ``remote_segments``, ``remote_bytes`` and the offsets
+  ``remote_start_offset``..``remote_end_offset`` of its COPY_SEGMENT_FINISHED segments, read by
+  the executor from the partition's metadata in the store itself (one LIST and a few GETs; no
+  broker needed), or ``remote_error`` saying why they could not be; null for other topics. The
+  other columns (``segments``, ``size_bytes``, ``log_start_offset`` ...) are the local tier's:
+  the files read here begin at the first local segment.
 
 Reading is read-only (:class:`~tidelog.storage.log_view.LogView`): no lock is taken, so the report
 runs while ``tidelog serve`` owns the dir. The heavy part, walking every batch header of every
@@ -26,6 +33,7 @@ knows the cleaner's live state (in progress, quarantined); the report is a snaps
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,8 +43,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tidelog import retention
-from tidelog.errors import CheckpointError, StorageError
+from tidelog.errors import CheckpointError, StorageError, TidelogError
+from tidelog.manager.registry_sync import read_topic_id
 from tidelog.manager.topics import read_newest_registry
+from tidelog.remote.metadata import TopicIdPartition
+from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.store import RemoteStore, open_store
 from tidelog.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT_FILE, OFFSET_ENTRY_FORMAT, parse_checkpoint
 from tidelog.storage.config import BROKER_CONFIGS, BrokerConfig
 from tidelog.storage.log_view import LogView, SegmentInfo
@@ -54,6 +66,8 @@ REPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("config_source", "string"), ("active_segment_bytes", "long"), ("first_dirty_offset", "long"), ("clean_bytes", "long"),
     ("dirty_bytes", "long"), ("dirty_ratio", "double"), ("cleanable", "boolean"),
     ("deletable_segments", "int"), ("deletable_bytes", "long"), ("retention_reason", "string"),
+    ("tiered", "boolean"), ("remote_segments", "int"), ("remote_bytes", "long"), ("remote_start_offset", "long"),
+    ("remote_end_offset", "long"), ("remote_error", "string"),
 )
 REPORT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in REPORT_COLUMNS)
 READ_CHUNK = 8 << 20
@@ -70,6 +84,7 @@ class PartitionTask:
     config_overrides: Mapping[str, str]
     config_source: str
     first_dirty_checkpoint: int | None
+    topic_id: str | None = None  # names the partition's objects in the remote store
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +116,7 @@ def plan_tasks(log_dirs: Sequence[Path | str]) -> list[PartitionTask]:
             str(partition_dir.parent), tp.topic, tp.partition, str(partition_dir),
             dict(record.configs) if record is not None else {},
             "topic registry" if record is not None else "broker defaults (no registry entry)",
-            checkpoints.get(tp)))
+            checkpoints.get(tp), record.topic_id if record is not None else read_topic_id(partition_dir)))
     return tasks
 
 
@@ -146,7 +161,38 @@ def partition_row(task: PartitionTask, broker: BrokerConfig | None, now_ms: int)
         "cleanable": bool(compacted and dirty_bytes and dirty_ratio >= config.min_cleanable_dirty_ratio),
         "deletable_segments": len(plan.segments), "deletable_bytes": plan.total_bytes,
         "retention_reason": "; ".join(plan.reasons),
+        **remote_columns(task, broker, config.remote_storage_enable),
     }
+
+
+_NOT_TIERED = {"tiered": False, "remote_segments": None, "remote_bytes": None, "remote_start_offset": None,
+               "remote_end_offset": None, "remote_error": None}
+
+
+def remote_columns(task: PartitionTask, broker: BrokerConfig | None, tiered: bool) -> dict[str, Any]:
+    """The remote tier's columns of one partition (module doc): from the store's metadata when the
+    topic is tiered and ``broker`` has the remote tier on, else nulls. A store or metadata failure
+    is the ``remote_error`` column, never an exception."""
+    if not tiered or broker is None or not broker.remote_log_storage_system_enable:
+        return _NOT_TIERED
+    empty = {**_NOT_TIERED, "tiered": True}
+    if task.topic_id is None:
+        return {**empty, "remote_error": "the partition's topic id is unknown (no registry entry, no partition.metadata)"}
+    tip = TopicIdPartition(task.topic_id, TopicPartition(task.topic, task.partition))
+    try:
+        store = _store(broker.remote_log_storage_uri, tuple(sorted(broker.rsm_config.items())))
+        finished = RemotePartitionMetadata.load(store, tip).finished_segments()
+    except TidelogError as e:
+        return {**empty, "remote_error": str(e)}
+    return {**empty, "remote_segments": len(finished), "remote_bytes": sum(m.segment_size_in_bytes for m in finished),
+            "remote_start_offset": min((m.start_offset for m in finished), default=None),
+            "remote_end_offset": max((m.end_offset for m in finished), default=None)}
+
+
+@functools.lru_cache(maxsize=4)
+def _store(uri: str, options: tuple[tuple[str, str], ...]) -> RemoteStore:
+    """One store per location and options per process (an executor reports many partitions)."""
+    return open_store(uri, dict(options))
 
 
 def _segment_stats(segment: SegmentInfo, end_offset: int) -> _SegmentStats:
