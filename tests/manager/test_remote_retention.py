@@ -197,3 +197,28 @@ def test_a_pending_deletion_whose_change_did_not_commit_is_dropped(broker: Opene
     manager = broker.open(one_dir, tiered_props(uri))
     manager.remote_tier.retention.resume_pending()  # type: ignore[union-attr]
     assert objects(uri, PENDING_PREFIX) == set() and fresh_segments(uri, topic_id) == copied
+
+
+def test_remote_retention_and_topic_deletion_on_s3(broker: Opener, one_dir: list[Path], object_store: object,
+                                                   bucket: str) -> None:
+    credentials = object_store.credentials  # type: ignore[attr-defined]
+    options = {"endpoint.url": credentials.endpoint_url, "access.key": credentials.access_key,
+               "secret.key": credentials.secret_key, "region": credentials.region}
+    uri = f"s3://{bucket}/tier"
+    manager = broker.open(one_dir, tiered_props(uri, **{f"rsm.config.{k}": v for k, v in options.items()}))
+    manager.create_topic(TOPIC, 1, {**TIERED, "retention.ms": str(HOUR), "local.retention.ms": "-2"})
+    for _ in range(12):
+        manager.append(tp(TOPIC), batch())
+    tier = manager.remote_tier
+    assert tier is not None
+    tier.copy_pass()
+    tip = TopicIdPartition(manager.describe_topic(TOPIC).topic_id, tp(TOPIC))
+    copied = RemotePartitionMetadata.load(open_store(uri, options), tip).finished_segments()
+    assert len(copied) >= 2
+    broker.clock.advance(HOUR + 1)
+    plans = tier.retention.expiration_pass()
+    assert [d.segment.id for d in plans[tp(TOPIC)].deletions] == [s.id for s in copied]
+    assert RemotePartitionMetadata.load(open_store(uri, options), tip).segments() == []
+    assert not [i for i in open_store(uri, options).list("") if "/metadata/" not in i.key]
+    manager.delete_topic(TOPIC)
+    assert open_store(uri, options).list("") == []
