@@ -184,7 +184,7 @@ class RemoteRetention:
 
     def _committed(self, pending: PendingDeletion) -> bool:
         """Whether the change ``pending`` was written for took effect: the topic (by id) is gone,
-        or, for a disable, it is live with no tiered log left."""
+        or, for a disable, it is live with live logs, none of them tiered."""
         try:
             live_id: str | None = self._topic_id_of(pending.topic)
         except TidelogError:
@@ -193,7 +193,8 @@ class RemoteRetention:
             return True
         if pending.reason == TOPIC_DELETED:
             return False
-        return not any(lg.config.remote_storage_enable for _, lg in self._logs(pending.topic))
+        live = self._logs(pending.topic)  # none live (all offline): not known to have committed, data stays
+        return bool(live) and not any(lg.config.remote_storage_enable for _, lg in live)
 
     def _move_log_starts(self, topic: str) -> None:
         """Kafka's ``ConfigHandler`` on a disable with delete: each live log starts at its local log
