@@ -70,7 +70,7 @@ from tidelog.manager.offline_dirs import ManagerSteps, OfflineDirs
 from tidelog.manager.partition_map import PartitionMap
 from tidelog.manager.record_reads import RecordReads
 from tidelog.manager.registry_sync import RegistrySteps, RegistrySync
-from tidelog.manager.remote_retention import REMOTE_DISABLED, TOPIC_DELETED, remote_data_deletion, turns_tiering_off
+from tidelog.manager.remote_retention import remote_data_deletion
 from tidelog.manager.remote_tier import RemoteTier
 from tidelog.manager.reports import (
     LogDirInfo,
@@ -305,7 +305,7 @@ class LogManager(RecordReads):
         """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: under the manager's
         lock, after waiting for the cleaner outside it. A tiered topic's remote data goes too
         (:meth:`.remote_retention.RemoteRetention.deleting`)."""
-        with remote_data_deletion(self.remote_tier, self._record(name), TOPIC_DELETED):
+        with remote_data_deletion(self.remote_tier, lambda: self._record(name)):
             self.topic_changes.delete_topic(name)
 
     def alter_topic_config(self, topic: str, set: Mapping[str, str] | None = None,
@@ -313,9 +313,8 @@ class LogManager(RecordReads):
         """Set and/or remove ``topic``'s overrides, applied to its live logs at once. Thread-safe:
         under the manager's lock; each log swaps its config under its own. Turning
         ``remote.storage.enable`` off with ``remote.log.delete.on.disable`` deletes the remote data."""
-        record = self._record(topic)
-        reason = REMOTE_DISABLED if turns_tiering_off(record.configs, set, delete) else None
-        with remote_data_deletion(self.remote_tier, record, reason):
+        delete = tuple(delete)
+        with remote_data_deletion(self.remote_tier, lambda: self._record(topic), (set, delete)):
             return self.topic_changes.alter_topic_config(topic, set, delete)
 
     # --- partitions and records: the doors of the server, the CLI and Spark ----------------

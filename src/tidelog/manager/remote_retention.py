@@ -225,12 +225,26 @@ def turns_tiering_off(current: Mapping[str, str], set: Mapping[str, str] | None,
 
 
 @contextmanager
-def remote_data_deletion(tier: _Tier | None, record: _Record, reason: str | None) -> Iterator[None]:
-    """:meth:`RemoteRetention.deleting` around a topic change when it deletes remote data: a
-    deletion (``reason`` TOPIC_DELETED) of a tiered topic, or a disable (``reason`` REMOTE_DISABLED);
-    otherwise (no remote tier, no reason, a topic deleted that is not tiered) just the change."""
-    tiered = _true(record.configs.get(_ENABLE, "false"))
-    if tier is None or reason is None or (reason == TOPIC_DELETED and not tiered):
+def remote_data_deletion(tier: _Tier | None, record_of: Callable[[], _Record],
+                         alter: tuple[Mapping[str, str] | None, Iterable[str]] | None = None) -> Iterator[None]:
+    """:meth:`RemoteRetention.deleting` around a topic change that deletes remote data: the topic's
+    deletion (``alter`` None) when it is tiered, or an alter (``alter``: its SET and DELETE) that
+    :func:`turns_tiering_off`; otherwise (no remote tier, a topic the lookup ``record_of`` does not
+    find: the change raises its own error) just the change."""
+    record = None
+    if tier is not None:
+        try:
+            record = record_of()
+        except TidelogError:
+            record = None
+    if record is None or tier is None:
+        yield
+        return
+    if alter is None:
+        reason = TOPIC_DELETED if _true(record.configs.get(_ENABLE, "false")) else None
+    else:
+        reason = REMOTE_DISABLED if turns_tiering_off(record.configs, *alter) else None
+    if reason is None:
         yield
         return
     with tier.retention.deleting(record.name, record.topic_id, record.partitions, reason):
