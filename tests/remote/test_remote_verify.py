@@ -14,6 +14,7 @@ from tidelog.remote.copy import copy_log
 from tidelog.remote.metadata import RemoteFileKind, TopicIdPartition, metadata_prefix, object_key
 from tidelog.remote.metadata_codec import event_name
 from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.partition_delete import TOPIC_DELETED, PendingDeletion, record_pending
 from tidelog.remote.store import ArrowRemoteStore
 from tidelog.remote.verify import list_partitions, verify_store
 from tidelog.records.batch import iter_batches
@@ -30,6 +31,10 @@ def tier(tmp_path: Path, store: ArrowRemoteStore, tip: TopicIdPartition, segment
     copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
     log.close()
     return copied
+
+
+def by_key(report) -> dict:
+    return {f.key: f for f in report.findings}
 
 
 def kinds(report) -> list[tuple[str, str]]:
@@ -127,12 +132,16 @@ def test_orphans_and_unreferenced_objects_are_warnings(tmp_path: Path, store, st
     orphan = f"orders-{TOPIC_ID}/2/00000000000000000000-AAAAAAAAAAAAAAAAAAAAAA.log"
     store.put(orphan, b"x")
     store.put("README.txt", b"hello")
+    pending = PendingDeletion("gone", TOPIC_ID, 1, TOPIC_DELETED)
+    record_pending(store, pending)
     metadata = RemotePartitionMetadata.load(store, tip)
     started = metadata.begin_copy(segment_meta(100, 199))
     store.put(object_key(started, RemoteFileKind.SEGMENT), b"half")
     report = verify_store(store)
     assert report.ok, [str(f) for f in report.errors]
-    assert kinds(report) == [("warning", "orphan"), ("warning", "orphan"), ("warning", "unreferenced")]
+    assert kinds(report) == [("warning", "orphan"), ("warning", "orphan"), ("warning", "pending_deletion"),
+                             ("warning", "unreferenced")]
+    assert by_key(report)[pending.key].partition == ""
     by_kind = {f.key: f for f in report.warnings}
     assert by_kind[orphan].partition == "orders-2" and "referenced by no segment" in by_kind[orphan].message
     assert by_kind["README.txt"].partition == ""

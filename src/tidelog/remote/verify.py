@@ -23,7 +23,9 @@ by one LIST of the whole store is checked:
 - **overlap**: the finished segments of a partition do not share an offset (an error naming both);
 - **unowned objects** (warnings, never errors): objects of a COPY_SEGMENT_STARTED or
   DELETE_SEGMENT_STARTED segment are *unreferenced* (the next copy pass's cleanup deletes them);
-  any other object under a partition prefix, or outside every partition prefix, is an *orphan*.
+  a pending deletion of a topic's remote data (:mod:`tidelog.remote.partition_delete`) is
+  reported as such; any other object under a partition prefix, or outside every partition
+  prefix, is an *orphan*.
 
 Each finding names the partition, the segment id, the object key and, where one is known, the
 byte position. Nothing is written. Costs: one LIST of the store, then per partition one LIST and
@@ -53,6 +55,7 @@ from tidelog.remote.metadata import (
 )
 from tidelog.remote.metadata_codec import decode_event, decode_snapshot, parse_name
 from tidelog.remote.metadata_log import RemotePartitionMetadata
+from tidelog.remote.partition_delete import PENDING_PREFIX
 from tidelog.remote.store import CHUNK_BYTES, ObjectInfo, RemoteStore
 from tidelog.storage.metadata import topic_id_to_uuid
 from tidelog.topic_partition import TopicPartition
@@ -146,7 +149,11 @@ def list_partitions(store: RemoteStore, topic: str | None = None
     strays: list[RemoteFinding] = []
     for info in store.list(""):
         tip = _partition_of(info.key)
-        if tip is None:
+        if info.key.startswith(PENDING_PREFIX):
+            strays.append(RemoteFinding(WARNING, "pending_deletion", "", None, info.key, None,
+                                        "a deletion of a topic's remote data is pending (a crash or an outage "
+                                        "interrupted it): the next broker start with the remote tier finishes it"))
+        elif tip is None:
             strays.append(RemoteFinding(WARNING, "orphan", "", None, info.key, None,
                                         "object outside every <topic>-<topicId>/<partition>/ prefix"))
         elif topic is None or tip.topic == topic:
