@@ -14,8 +14,11 @@ A remote fetch (:meth:`RemoteReader.read`, Kafka's ``RLM.read``):
    (:meth:`RemoteTier.metadata_of`); none: ``OffsetOutOfRangeError`` "... does not exist in the
    remote tier";
 2. its offset index from the :class:`~tidelog.remote.index_cache.RemoteIndexCache`;
-3. ranged GETs from the index's position (:func:`~tidelog.remote.remote_read.read_segment`): whole
+3. ranged reads from the index's position (:func:`~tidelog.remote.remote_read.read_segment`): whole
    batches from the first whose last offset is >= the offset, up to ``max_bytes``, one segment;
+   the bytes come through the :class:`~tidelog.remote.chunk_cache.ChunkCache` (aligned 4 MiB
+   ranged GETs, 64 MiB in memory at most, the next two chunks read ahead: a consumer catching up
+   finds its next fetch in memory);
 4. a segment without such a batch (offsets compacted away) moves to the next remote segment, and
    past the last one to the local log;
 5. for ``read_committed``, the aborted transactions of the remote ``.txnindex`` files from that
@@ -42,6 +45,7 @@ from typing import TypeVar
 
 from tidelog.errors import OffsetOutOfRangeError, TidelogError
 from tidelog.manager.reports import PartitionFetch
+from tidelog.remote.chunk_cache import ChunkCache
 from tidelog.remote.index_cache import CACHE_DIR_NAME, RemoteIndexCache
 from tidelog.remote.metadata import RemoteLogSegmentMetadata
 from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -84,6 +88,7 @@ class RemoteReader:
         self._list_timeout_s = broker.remote_list_offsets_request_timeout_ms / 1000
         self.index_cache = RemoteIndexCache(store, Path(log_dir) / CACHE_DIR_NAME,
                                             broker.remote_log_index_file_cache_total_size_bytes)
+        self.chunks = ChunkCache(store)
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tidelog-remote-reader")
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -128,6 +133,7 @@ class RemoteReader:
                 return
             self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.chunks.close()
         self.index_cache.close()
 
     # --- fetch -----------------------------------------------------------------------------------
@@ -151,9 +157,11 @@ class RemoteReader:
                 f"{metadata.highest_offset()}, local log from {lg.local_log_start_offset})", topic_partition=str(tp))
         records, next_offset = b"", -1
         while segment is not None:
+            size = segment.segment_size_in_bytes
             with self.index_cache.indexes(segment) as indexes:
                 got = read_segment(self.store, segment, indexes.offset, max(offset, segment.start_offset),
-                                   max_bytes, min_one_message, partition=str(tp))
+                                   max_bytes, min_one_message, partition=str(tp),
+                                   get_range=lambda k, s, n: self.chunks.get_range(k, s, n, object_size=size))
             if got.found:
                 records, next_offset = got.records, got.next_offset
                 break

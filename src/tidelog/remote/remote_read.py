@@ -23,6 +23,7 @@ Pure functions over a store: thread-safe as the store is; no lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,14 +94,15 @@ class RemoteSegmentReader(SegmentReader):
 
 
 def read_segment(store: RemoteStore, segment: RemoteLogSegmentMetadata, offset_index: OffsetIndex, offset: int,
-                 max_bytes: int, min_one_message: bool, *, partition: str,
-                 chunk_bytes: int = READ_CHUNK_BYTES) -> SegmentRead:
+                 max_bytes: int, min_one_message: bool, *, partition: str, chunk_bytes: int = READ_CHUNK_BYTES,
+                 get_range: Callable[[str, int, int], bytes] | None = None) -> SegmentRead:
     """Whole batches of ``segment`` from the one holding ``offset`` (Kafka's step 5: the first
     batch whose last offset is >= ``offset``), at most ``max_bytes`` in all, except that with
     ``min_one_message`` the first batch comes whole however large (Kafka's step 6; one segment
-    only). Starts at ``offset_index``'s position for ``offset``. Raises
-    :class:`RemoteSegmentCorruptError` (see the module doc) and the store's errors."""
-    read = _Read(store, segment, partition, chunk_bytes)
+    only). Starts at ``offset_index``'s position for ``offset``. ``get_range(key, start, length)``
+    replaces ``store.get_range`` (a chunk cache). Raises :class:`RemoteSegmentCorruptError` (see
+    the module doc) and the store's errors."""
+    read = _Read(store, segment, partition, chunk_bytes, get_range or store.get_range)
     position = offset_index.lookup(offset).position
     if not 0 <= position < max(read.size, 1):
         raise read.corrupt(f"offset index position {position} for offset {offset} is outside the segment's "
@@ -111,8 +113,9 @@ def read_segment(store: RemoteStore, segment: RemoteLogSegmentMetadata, offset_i
 class _Read:
     """One :func:`read_segment` call's state."""
 
-    def __init__(self, store: RemoteStore, segment: RemoteLogSegmentMetadata, partition: str, chunk_bytes: int) -> None:
-        self.store, self.segment, self.partition = store, segment, partition
+    def __init__(self, store: RemoteStore, segment: RemoteLogSegmentMetadata, partition: str, chunk_bytes: int,
+                 get_range: Callable[[str, int, int], bytes]) -> None:
+        self.store, self.segment, self.partition, self.get_range = store, segment, partition, get_range
         self.key = object_key(segment, RemoteFileKind.SEGMENT)
         self.size = segment.segment_size_in_bytes
         self.chunk_bytes = max(chunk_bytes, MIN_READ_BYTES)
@@ -164,7 +167,7 @@ class _Read:
         return SegmentRead(b"".join(parts), found, next_offset, self.gets, self.fetched)
 
     def get(self, position: int, length: int) -> bytes:
-        data = self.store.get_range(self.key, position, length)
+        data = self.get_range(self.key, position, length)
         self.gets += 1
         self.fetched += len(data)
         if len(data) != length:

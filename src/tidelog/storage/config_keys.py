@@ -253,19 +253,23 @@ _BROKER_KEYS = (
          "Threads running remote retention (deleting remote segments past retention.*, below the log "
          "start offset), after each copy pass."),
     _key("remote.log.reader.threads", _INT, 10, at_least(1),
-         "Threads serving fetches and ListOffsets that need the remote tier. Accepted; not used yet (remote reads)."),
+         "Threads serving fetches and ListOffsets by timestamp that need the remote tier (started on the "
+         "first remote read)."),
     _key("remote.log.reader.max.pending.tasks", _INT, 100, at_least(1),
-         "Remote reads queued at most. Accepted; not used yet (remote reads)."),
+         "Remote reads waiting for a reader thread at most; past it a fetch of a remote-only offset fails "
+         "(UNKNOWN_SERVER_ERROR)."),
     _key("remote.log.index.file.cache.total.size.bytes", _LONG, 1073741824, at_least(1),
-         "Local disk budget of the cache of remote segments' indexes. Accepted; not used yet (remote reads)."),
+         "Local disk budget of the cache of remote segments' indexes (<first log dir>/remote-log-index-cache, "
+         "least recently used evicted)."),
     _key("remote.log.manager.copy.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
          "Broker-wide upload quota to the remote store."),
     _key("remote.log.manager.fetch.max.bytes.per.second", _LONG, INT64_MAX, at_least(1),
          "Broker-wide read quota from the remote store. Accepted; not used yet (remote reads)."),
     _key("remote.fetch.max.wait.ms", _INT, 500, at_least(1),
-         "Longest wait of a fetch that needs remote data. Accepted; not used yet (remote reads)."),
+         "Longest wait of a fetch for its remote reads; a read not done by then comes back empty without an "
+         "error."),
     _key("remote.list.offsets.request.timeout.ms", _LONG, 30000, at_least(1),
-         "Timeout of a ListOffsets lookup in the remote tier. Accepted; not used yet (remote reads)."),
+         "Timeout of a ListOffsets by timestamp in the remote tier (REQUEST_TIMED_OUT past it)."),
     # broker-only
     _key("log.dirs", _LIST, None, DirList(), "Log directories; wins over log.dir."),
     _key("log.dir", _LIST, ("/tmp/kafka-logs",), DirList(), "Log directory used when log.dirs is unset."),
