@@ -203,6 +203,7 @@ class LogCleaner:
         result = None
         if self.remote is not None:
             self.remote.deletions.run_due()
+            self.remote.load(self._logs())
         to_clean = self.manager.grab_filthiest_compacted_log()
         if to_clean is not None:
             result = worker.clean_log(to_clean)
@@ -231,6 +232,8 @@ class LogCleaner:
     def clean_now(self, tp: TopicPartition, *, force: bool = False) -> CleaningResult | None:
         """Clean one partition now (``tidelog clean run``): with ``force`` whatever the dirty
         ratio, else only when it is a candidate. None when nothing is cleanable or it is busy."""
+        if self.remote is not None:
+            self.remote.load(pair for pair in self._logs() if pair[0] == tp)
         to_clean = self.manager.grab_for_cleaning(tp, force=force)
         if to_clean is None:
             return None

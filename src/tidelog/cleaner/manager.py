@@ -531,7 +531,9 @@ class CleanerManager:
         now = self._clock.milliseconds()
         shown = None if state is None else str(state)
         try:
-            return explain_log(tp, lg, checkpoint, now, state=shown, quarantine=quarantine, last_clean_ms=last_clean)
+            spans = self._remote_spans(tp, lg) if self._remote_spans is not None else ()
+            return explain_log(tp, lg, checkpoint, now, state=shown, quarantine=quarantine, last_clean_ms=last_clean,
+                               remote_spans=spans)
         except Exception as e:  # explain every partition, even one whose stats fail
             return failed_explanation(tp, lg, checkpoint, now, describe_error(e), state=shown,
                                       quarantine=quarantine, last_clean_ms=last_clean)

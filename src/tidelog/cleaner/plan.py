@@ -445,10 +445,12 @@ class CleaningExplanation:
 
 
 def explain_log(tp: TopicPartition, log: Log, checkpoint: int | None, now: int, *, state: str | None = None,
-                quarantine: QuarantineRecord | None = None, last_clean_ms: int | None = None) -> CleaningExplanation:
+                quarantine: QuarantineRecord | None = None, last_clean_ms: int | None = None,
+                remote_spans: Sequence[tuple[int, int, int]] = ()) -> CleaningExplanation:
     """The explanation of one partition at ``now``; ``state``, ``quarantine`` and ``last_clean_ms``
-    come from the cleaner manager (:meth:`.manager.CleanerManager.explain`)."""
-    stats = log_to_clean(tp, log, checkpoint, now)
+    come from the cleaner manager (:meth:`.manager.CleanerManager.explain`), ``remote_spans`` as
+    for :func:`log_to_clean`."""
+    stats = log_to_clean(tp, log, checkpoint, now, remote_spans=remote_spans)
     compacted = is_compacted(log)
     notes, blocked = _blockers(compacted, state, quarantine, now)
     by_records = eligible_at(tp, log, checkpoint, now) if compacted and state is None else None

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from tidelog.clock import Clock
+from tidelog.errors import TidelogError
 from tidelog.cleaner.clean import group_segments_by_size
 from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, Workspace
 from tidelog.cleaner.retain import CleaningRound
@@ -328,6 +329,18 @@ class RemoteCleaning:
     def __init__(self, source: RemoteSource, clock: Clock) -> None:
         self._source = source
         self.deletions = RemoteDeletions(source, clock)
+
+    def load(self, pairs: Iterable[tuple[TopicPartition, Log]]) -> None:
+        """Load the remote metadata of the tiered compacted logs among ``pairs`` not loaded yet
+        (a LIST and GETs each, once per process), so that :meth:`spans` can count their remote
+        bytes; a failure is logged and the log is weighed on its local bytes. Call it without
+        the cleaner manager's lock (it does I/O)."""
+        for tp, log in pairs:
+            if log.config.remote_storage_enable and log.config.compact:
+                try:
+                    self._source(tp, log, True)
+                except TidelogError as e:
+                    logger.warning("%s: remote metadata not loaded for the cleaner: %s", tp, e)
 
     def spans(self, tp: TopicPartition, log: Log) -> list[Span]:
         """Remote-only spans of ``log`` from cached metadata (no I/O; for the dirty ratio)."""
