@@ -14,6 +14,13 @@ the kill, a *new process's view* loads the partition's metadata from the same st
   once (contiguous offsets, no two segments for one), no STARTED or DELETE_STARTED segment is
   left, and the store holds exactly the objects of the finished segments (no orphan).
 
+The same method covers remote retention (an expiration of two of three segments: its
+DELETE_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED events, each object DELETE, snapshots and
+pruning, and the log start offset checkpoint before them): after a kill the checkpointed log start
+offset is covered by whole FINISHED segments, and a restart deletes exactly the expired segments
+with no orphan; and the deletion of a partition's remote data (topic deletion, delete on disable):
+after a kill at any write past the pending-deletion object, the next process empties the store.
+
 A kill leaves the page cache and the store as they were, which an in-process exception models
 for the store; the local log is only read by a copy. ``file://`` runs every point (fast);
 one case runs a sample of the points against the S3 server.
