@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from cleaner_helpers import cleaner_config, record
@@ -80,9 +81,9 @@ def roll(log: Log) -> None:
     log.update_high_watermark(log.log_end_offset)
 
 
-def cleaner(clock: FakeClock, tier: Tier | None) -> tuple[Cleaner, RemoteCleaning | None]:
+def cleaner(clock: FakeClock, tier: Tier | None, buffers: CleanerBuffers = BUFFERS) -> tuple[Cleaner, RemoteCleaning | None]:
     remote = RemoteCleaning(tier.source, clock) if tier is not None else None
-    return Cleaner(InProcessEngine(BUFFERS), clock, remote=remote), remote
+    return Cleaner(InProcessEngine(buffers), clock, remote=remote), remote
 
 
 def clean(log: Log, clock: FakeClock, tier: Tier | None, first_dirty: int = 0) -> int:
@@ -90,6 +91,14 @@ def clean(log: Log, clock: FakeClock, tier: Tier | None, first_dirty: int = 0) -
     c, _ = cleaner(clock, tier)
     end, _ = c.clean_pass(log, TP, first_dirty, log.active_segment.base_offset)
     return end
+
+
+def clean_all(log: Log, clock: FakeClock, tier: Tier | None, buffers: CleanerBuffers) -> tuple[int, int]:
+    """A whole clean (as many offset-map passes as it takes); (new first dirty offset, passes)."""
+    c, _ = cleaner(clock, tier, buffers)
+    end, stats = c.clean(SimpleNamespace(topic_partition=TP, log=log, first_dirty_offset=0,
+                                         first_uncleanable_offset=log.active_segment.base_offset))
+    return end, stats.passes
 
 
 def local_retention(log: Log, clock: FakeClock) -> None:

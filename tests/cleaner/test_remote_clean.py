@@ -242,3 +242,58 @@ def test_an_aborted_pass_leaves_the_old_set_and_no_staged_objects(tmp_path: Path
     assert both_tiers(store, log) == before
     assert fresh(store).unreferenced() == [] and stored_segment_objects(store) == segment_objects(store)
     log.close()
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+def test_a_clean_in_several_map_passes_matches_the_untiered_one(tmp_path: Path, policy: str) -> None:
+    """An offset map of 9 keys: the clean goes on pass after pass, each one reading the remote
+    tier again; the records kept are still the untiered log's, with either compacted policy."""
+    from remote_clean_helpers import clean_all
+
+    from tidelog.cleaner.clean import CleanerBuffers
+
+    small = CleanerBuffers(dedupe_buffer_size=24 * 10, load_factor=0.9, io_buffer_size=1 << 16,
+                           max_io_buffer_size=1 << 20)
+    store = _file_store(tmp_path)
+    tiered, tier, clock, plain, plain_clock = _pair(tmp_path, store, cleanup_policy=policy, retention_ms="-1")
+    _history(tiered, clock, tier)
+    _history(plain, plain_clock, None)
+    done = clean_all(tiered, clock, tier, small)
+    assert done == clean_all(plain, plain_clock, None, small) and done[1] > 1
+    assert both_tiers(store, tiered) == local_records(plain)
+    assert len({k for _, k, _ in both_tiers(store, tiered)}) == len(both_tiers(store, tiered)) == 30
+
+
+def test_aborted_transactions_in_remote_segments_are_dropped_as_locally(tmp_path: Path) -> None:
+    """The aborted data is in one remote segment, its ABORT marker and .txnindex entry in the
+    next: the pass reads the remote .txnindex objects (and goes on into later segments)."""
+    from cleaner_helpers import keyed_batch
+
+    from tidelog.records.control import build_end_txn_marker_batch
+    from tidelog.storage.txn_index import AbortedTxn
+
+    store = _file_store(tmp_path)
+    tiered, tier, clock, plain, plain_clock = _pair(tmp_path, store)
+    for log, c, t in ((tiered, clock, tier), (plain, plain_clock, None)):
+        log.append_as_follower(keyed_batch([(b"k", b"committed")], base_offset=0, partition_leader_epoch=0))
+        log.append_as_follower(keyed_batch([(b"k", b"aborted"), (b"j", b"aborted")], base_offset=1, producer_id=1,
+                                           producer_epoch=0, base_sequence=0, is_transactional=True))
+        log.roll()
+        log.append_as_follower(build_end_txn_marker_batch(commit=False, producer_id=1, producer_epoch=0,
+                                                          coordinator_epoch=0, base_offset=3, timestamp=c.milliseconds()))
+        log.active_segment.txn_index.append(AbortedTxn(1, 1, 3, 1))  # as Kafka's producer state writes it
+        log.append_as_follower(keyed_batch([(b"other", b"x")], base_offset=4))
+        log.roll()
+        log.append_as_follower(keyed_batch([(b"other", b"y")], base_offset=5))
+        log.update_high_watermark(log.log_end_offset)
+        log.roll()
+        c.advance(10)
+        if t is not None:
+            t.copy(log)
+            local_retention(log, c)
+    assert tiered.local_log_start_offset == 6
+    assert any(not s.txn_idx_empty for s in fresh(store).finished_segments())
+    assert clean(tiered, clock, tier) == clean(plain, plain_clock, None)
+    kept = both_tiers(store, tiered)
+    assert kept == local_records(plain)
+    assert (0, b"k", b"committed") in kept and not any(v == b"aborted" for _, _, v in kept)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.clock import Clock
+from tidelog.records.varint import INT64_MAX
 from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, object_key
 from tidelog.remote.store import RemoteStore
@@ -186,11 +187,13 @@ class TierView:
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Kafka's ``collectAbortedTransactions``: the remote segments' ``.txnindex`` objects from
-        the one holding ``start_offset``, then the local log's past the remote end."""
+        the one holding ``start_offset`` on (an abort is indexed in the segment of its marker, which
+        may lie past the upper bound) until one says the search is complete, then the local
+        log's past the remote end."""
         found: list[AbortedTxn] = []
         if upper_bound_offset <= start_offset:
             return found
-        for segment in self.segments_between(start_offset, upper_bound_offset):
+        for segment in self.segments_between(start_offset, INT64_MAX):
             if not isinstance(segment, RemoteSegment):
                 break
             index = segment.transaction_index()
