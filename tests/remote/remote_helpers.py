@@ -61,8 +61,8 @@ class FlakyStore:
     def put(self, key: str, data: Any) -> None:
         self._call("put", key, lambda: self.inner.put(key, data))
 
-    def put_file(self, key: str, path: Any, *, offset: int = 0, length: int | None = None) -> None:
-        self._call("put_file", key, lambda: self.inner.put_file(key, path, offset=offset, length=length))
+    def put_file(self, key: str, path: Any, **options: Any) -> None:
+        self._call("put_file", key, lambda: self.inner.put_file(key, path, **options))
 
     def get(self, key: str) -> bytes:
         return self._call("get", key, lambda: self.inner.get(key))

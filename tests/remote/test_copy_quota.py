@@ -59,10 +59,10 @@ def test_an_idle_quota_does_not_wait() -> None:
     assert quota.acquire(500) == 0
 
 
-def test_unlimited_is_free_and_passes_no_hook() -> None:
+def test_unlimited_is_free() -> None:
     slept = []
     quota = CopyQuota(UNLIMITED, sleep=slept.append)
-    assert quota.unlimited and quota.hook() is None
+    assert quota.unlimited
     assert all(quota.acquire(1 << 40) == 0 for _ in range(3)) and slept == []
     with pytest.raises(ValueError):
         CopyQuota(0)
@@ -90,7 +90,7 @@ def test_a_throttled_copy_waits_and_stays_byte_for_byte(tmp_path: Path, store: A
     clock = NsClock()
     quota = _quota(50_000, clock)
     metadata = RemotePartitionMetadata.load(store, tip, clock=clock)
-    [copied] = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, quota=quota, clock=clock)
+    [copied] = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, quota=quota)
     uploaded = sum(i.size for i in store.list() if "/metadata/" not in i.key)
     assert abs(quota.throttled_seconds - uploaded / 50_000) <= WINDOW_SECONDS
     assert_matches_local(store, copied, log.dir, log.segments[1].base_offset)
@@ -112,3 +112,20 @@ def test_put_file_asks_the_hook_before_each_chunk(tmp_path: Path, store: ArrowRe
     with pytest.raises(RuntimeError):
         store.put_file("t/0/other.log", source, on_chunk=refuse)
     assert [i.key for i in store.list()] == ["t/0/big.log"]  # nothing published
+
+
+def test_the_default_sleep_is_the_clocks(tmp_path: Path, store: ArrowRemoteStore, tip) -> None:
+    """A throttled copy under a fake clock moves the clock and sleeps no real time."""
+    import time
+
+    log = make_log(tmp_path / "orders-2", 1, batches=10, records=20)
+    clock = FakeClock()
+    quota = CopyQuota(10_000, clock=clock)  # ~20 KB of objects: ~2 s at 10 KB/s
+    began_real, began_fake = time.monotonic(), clock.milliseconds()
+    [copied] = copy_log(log, store, RemotePartitionMetadata.load(store, tip, clock=clock),
+                        epochs=log.leader_epoch_cache.entries, quota=quota)
+    uploaded = sum(i.size for i in store.list() if "/metadata/" not in i.key)
+    assert clock.milliseconds() - began_fake >= (uploaded - log.segments[0].size) / 10
+    assert time.monotonic() - began_real < 1.0
+    assert_matches_local(store, copied, log.dir, log.segments[1].base_offset)
+    log.close()

@@ -382,3 +382,18 @@ def test_concurrent_puts_and_gets_of_one_store(store: ArrowRemoteStore) -> None:
         results = list(pool.map(work, range(200)))
     assert results == [str(n).encode() * 100 for n in range(200)]
     assert len(store.list()) == 200
+
+
+def test_put_file_reads_an_open_source_and_names_the_path(tmp_path: Path, store: ArrowRemoteStore) -> None:
+    """A pinned segment file: the upload reads the open file (its inode), whatever the path names now."""
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"0123456789")
+    with open(path, "rb", buffering=0) as pinned:
+        path.unlink()
+        path.write_bytes(b"another file")
+        store.put_file("t/0/seg.log", path, offset=2, length=5, source=pinned)
+        assert store.get("t/0/seg.log") == b"23456"
+        with pytest.raises(RemoteStorageError) as raised:
+            store.put_file("t/0/seg.log", path, offset=8, length=5, source=pinned)
+    assert raised.value.source == str(path) and "shorter" in str(raised.value)
+    assert store.get("t/0/seg.log") == b"23456"

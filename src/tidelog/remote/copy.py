@@ -153,14 +153,10 @@ def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment:
 def _upload(store: RemoteStore, segment: RemoteLogSegmentMetadata, pinned: SegmentFiles, epochs_text: bytes,
             quota: CopyQuota) -> Iterable[tuple[RemoteFileKind, str]]:
     """Upload every object; yields each (kind, key) before its PUT so the caller names it on failure."""
-    hook = quota.hook()
     for file in pinned.files:
         key = object_key(segment, file.kind)
         yield file.kind, key
-        if hook is None:
-            store.put_file(key, file.path, length=file.size)
-        else:
-            store.put_file(key, file.path, length=file.size, on_chunk=hook)
+        store.put_file(key, file.path, length=file.size, on_chunk=quota.acquire, source=file.source)
     key = object_key(segment, RemoteFileKind.LEADER_EPOCH)
     yield RemoteFileKind.LEADER_EPOCH, key
     quota.acquire(len(epochs_text))

@@ -14,13 +14,13 @@ chunk stays at or under the quota (up to the chunk in flight), and a measured fi
 Kafka's over a span of its windows within one window.
 
 ``Long.MAX`` (Kafka's default) means unlimited: :attr:`CopyQuota.unlimited` is true and
-:meth:`~CopyQuota.acquire` returns at once, taking no lock (copies then pass no hook at all).
+:meth:`~CopyQuota.acquire` returns at once, taking no lock.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-import time
 from collections.abc import Callable
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
@@ -36,17 +36,18 @@ class CopyQuota:
     """A thread-safe byte-rate limiter for uploads, with an injected clock and sleep.
 
     ``bytes_per_second`` must be > 0; :data:`UNLIMITED` disables it. ``sleep(seconds)`` waits
-    (the clock's time must move meanwhile; tests pass a fake clock's ``advance``).
+    (the clock's time must move meanwhile); by default the clock's own ``sleep``, in whole ms
+    rounded up, so a fake clock moves instead of the thread sleeping.
     """
 
     def __init__(self, bytes_per_second: int = UNLIMITED, *, clock: Clock = SYSTEM_CLOCK,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         if bytes_per_second <= 0:
             raise ValueError(f"remote.log.manager.copy.max.bytes.per.second must be > 0, got {bytes_per_second}")
         self.bytes_per_second = bytes_per_second
         self.unlimited = bytes_per_second >= UNLIMITED
         self._clock = clock
-        self._sleep = sleep
+        self._sleep = sleep or (lambda seconds: clock.sleep(math.ceil(seconds * 1000)))
         self._lock = threading.Lock()
         self._next_ns: int | None = None  # when the bytes reserved so far have had their time (clock ns)
         self.throttled_seconds = 0.0  # total waited, for metrics and tests
@@ -68,13 +69,3 @@ class CopyQuota:
             with self._lock:
                 self.throttled_seconds += wait
         return wait
-
-    def hook(self) -> Callable[[int], None] | None:
-        """The ``on_chunk`` callback for :meth:`RemoteStore.put_file` (``None`` when unlimited,
-        so an unthrottled upload costs nothing)."""
-        if self.unlimited:
-            return None
-        return self._on_chunk
-
-    def _on_chunk(self, n: int) -> None:
-        self.acquire(n)

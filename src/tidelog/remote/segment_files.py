@@ -4,12 +4,12 @@ A copy reads a sealed segment while the log goes on: the cleaner may swap in a c
 segment at the same base offset (renaming files over the same names) and retention may rename
 the segment's files to ``.deleted`` and unlink them. :func:`pin_segment_files` opens every file
 the copy uploads at once and records its identity (device, inode) and size; holding the
-descriptors keeps those inodes alive, so no other file can take their numbers meanwhile.
+descriptors keeps those inodes alive, so no other file can take their numbers meanwhile, and
+each upload reads its pinned descriptor (:attr:`PinnedFile.source`), never the path again.
 :meth:`SegmentFiles.check_unchanged`, called after the uploads, stats each path again: a path
 that is gone or names another inode, or a size that moved, means the segment was replaced or
 deleted meanwhile, and the copy answers :class:`SegmentSourceGoneError` (retriable: list the
-partition's segments again). When every path still names the pinned inode with the pinned
-size, each upload (which opens the path itself) read exactly the pinned bytes.
+partition's segments again).
 
 The set is Kafka's ``LogSegmentData``: the ``.log``, ``.index``, ``.timeindex``, the
 ``.txnindex`` only when non-empty, and the producer snapshot at the next segment's base offset
@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import RemoteFileKind
@@ -45,12 +46,15 @@ class MissingSegmentFileError(RemoteStorageError):
 
 @dataclass(frozen=True, slots=True)
 class PinnedFile:
-    """One file of the set: its object kind, path, size and (device, inode) when pinned."""
+    """One file of the set: its object kind, path, size, (device, inode) when pinned, and the
+    open file (``source``, unbuffered) an upload reads, so it reads the pinned inode whatever
+    happens to the path meanwhile."""
 
     kind: RemoteFileKind
     path: Path
     size: int
     identity: tuple[int, int]
+    source: BinaryIO = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +127,13 @@ def pin_segment_files(dir: Path, base_offset: int, next_base_offset: int, *,
                                                  "segments again", partition=partition, path=path) from None
                 raise MissingSegmentFileError(f"cannot copy segment {base_offset}: its {_what(kind)} is missing",
                                               partition=partition, path=path) from None
-            stack.callback(os.close, fd)
+            source = stack.enter_context(open(fd, "rb", buffering=0, closefd=True))
             st = os.fstat(fd)
             if kind is RemoteFileKind.TRANSACTION_INDEX and st.st_size == 0:
                 continue
             if kind is RemoteFileKind.SEGMENT:
                 log_mtime_ms = st.st_mtime_ns // 1_000_000
-            pinned.append(PinnedFile(kind, path, st.st_size, (st.st_dev, st.st_ino)))
+            pinned.append(PinnedFile(kind, path, st.st_size, (st.st_dev, st.st_ino), source))
         last = TimeIndex.read_last_entry(files.time_index_file(dir, base_offset), base_offset)
         max_timestamp = last.timestamp if last.timestamp >= 0 else log_mtime_ms  # Kafka's largestTimestamp
         segment = SegmentFiles(partition, base_offset, next_base_offset, tuple(pinned), max_timestamp)

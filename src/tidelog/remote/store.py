@@ -71,7 +71,8 @@ class RemoteStore(Protocol):
     def put(self, key: str, data: bytes | bytearray | memoryview) -> None: ...
 
     def put_file(self, key: str, path: str | os.PathLike[str], *, offset: int = 0,
-                 length: int | None = None, on_chunk: Callable[[int], None] | None = None) -> None: ...
+                 length: int | None = None, on_chunk: Callable[[int], object] | None = None,
+                 source: BinaryIO | None = None) -> None: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -117,20 +118,24 @@ class ArrowRemoteStore:
             self._write(path, lambda out: out.write(data))
 
     def put_file(self, key: str, path: str | os.PathLike[str], *, offset: int = 0,
-                 length: int | None = None, on_chunk: Callable[[int], None] | None = None) -> None:
+                 length: int | None = None, on_chunk: Callable[[int], object] | None = None,
+                 source: BinaryIO | None = None) -> None:
         """Upload ``length`` bytes (to the end when ``None``) of the local file ``path`` from
         ``offset`` as the object ``key``, streamed in :data:`CHUNK_BYTES` pieces (never the whole
-        file in memory); atomic as :meth:`put`. ``on_chunk(n)`` is called before each piece of
-        ``n`` bytes is written (an upload quota waits there); what it raises aborts the upload. A local file shorter than asked fails before
-        anything is written. On S3/GCS/Azure a read error of the local file mid-upload cannot
-        abort the upload (pyarrow completes it on close), so the partial object is then deleted,
-        best effort. Thread-safe, no lock."""
+        file in memory); atomic as :meth:`put`. ``source``: the file already open (a pinned
+        segment file), read from ``offset`` (its position moves; it stays open) instead of
+        opening ``path``, which then only names it in errors. ``on_chunk(n)`` is called before
+        each piece of ``n`` bytes is written (an upload quota waits there); what it raises
+        aborts the upload. A local file shorter than asked fails before anything is written. On
+        S3/GCS/Azure a read error of the local file mid-upload cannot abort the upload (pyarrow
+        completes it on close), so the partial object is then deleted, best effort.
+        Thread-safe, no lock (one upload at a time per ``source``)."""
         target = self._path(key)
-        with _open_source(self, key, path) as source:
-            count = _source_span(self, key, path, source, offset, length)
+        with _open_source(self, key, path, source) as reader:
+            count = _source_span(self, key, path, reader, offset, length)
             with self._translated("put_file", key):
                 try:
-                    self._write(target, lambda out: _copy(self, key, path, source, out, count, on_chunk))
+                    self._write(target, lambda out: _copy(self, key, path, reader, out, count, on_chunk))
                 except _SourceReadError as e:
                     if not self._staged:
                         self._forget(target)
@@ -334,7 +339,11 @@ def _source_error(store: ArrowRemoteStore, key: str, path: object, message: str,
 
 
 @contextmanager
-def _open_source(store: ArrowRemoteStore, key: str, path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def _open_source(store: ArrowRemoteStore, key: str, path: str | os.PathLike[str],
+                 given: BinaryIO | None) -> Iterator[BinaryIO]:
+    if given is not None:
+        yield given
+        return
     try:
         source = open(path, "rb")
     except OSError as e:
@@ -358,7 +367,7 @@ def _source_span(store: ArrowRemoteStore, key: str, path: object, source: Binary
 
 
 def _copy(store: ArrowRemoteStore, key: str, path: object, source: BinaryIO, out: pa.NativeFile,
-          count: int, on_chunk: Callable[[int], None] | None = None) -> None:
+          count: int, on_chunk: Callable[[int], object] | None = None) -> None:
     while count > 0:
         try:
             chunk = source.read(min(CHUNK_BYTES, count))
