@@ -63,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 _UNLIMITED = CopyQuota()
 _METADATA = "metadata"  # the object a failed metadata event names
+_STAMPED = -1  # broker id and event time: begin_copy stamps the writer's
 
 
 class _Segment(Protocol):
@@ -109,11 +110,11 @@ def segment_leader_epochs(epochs: Iterable[EpochEntry], start_offset: int,
 
 
 def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment: _Segment, next_base_offset: int, *,
-                 dir: Path, epochs: Sequence[EpochEntry], broker_id: int = -1, clock: Clock = SYSTEM_CLOCK,
-                 quota: CopyQuota = _UNLIMITED) -> RemoteLogSegmentMetadata:
+                 dir: Path, epochs: Sequence[EpochEntry], quota: CopyQuota = _UNLIMITED) -> RemoteLogSegmentMetadata:
     """Copy the sealed segment at ``segment.base_offset`` of the partition dir ``dir`` (module
     docstring) and return its metadata as COPY_SEGMENT_FINISHED. ``epochs``: the log's leader
-    epochs (a snapshot of its cache's entries). Costs one metadata event before and one after,
+    epochs (a snapshot of its cache's entries). The metadata's broker id and event time are
+    ``metadata``'s writer's (:meth:`RemotePartitionMetadata.begin_copy` stamps them). Costs one metadata event before and one after,
     one PUT per object, the files' bytes read once; waits for ``quota``.
 
     Raises (nothing published in every case): :class:`MissingSegmentFileError` naming the file
@@ -131,7 +132,7 @@ def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment:
                                      partition=partition, path=dir)
         started = RemoteLogSegmentMetadata(
             RemoteLogSegmentId.generate(tip), segment.base_offset, next_base_offset - 1, pinned.max_timestamp_ms,
-            broker_id, clock.milliseconds(), pinned.log_size, leaders, txn_idx_empty=pinned.txn_index_empty)
+            _STAMPED, _STAMPED, pinned.log_size, leaders, txn_idx_empty=pinned.txn_index_empty)
         key: str | None = _METADATA
         try:
             started = metadata.begin_copy(started)
@@ -241,9 +242,10 @@ def copy_log(log: _Log, store: RemoteStore, metadata: RemotePartitionMetadata, *
     """One copy pass over a log: :func:`clean_unreferenced`, then :func:`copy_segment` of each
     :func:`copy_candidates` (from the highest remote offset), oldest first, stopping at the
     first failure (raised). ``epochs``: the log's leader epochs. Reads the log's segment list
-    and offsets without its lock (each a consistent snapshot). Returns the segments copied."""
+    and offsets without its lock (each a consistent snapshot). Returns the segments copied.
+    ``broker_id`` and ``clock`` are ignored: ``metadata``'s writer stamps both."""
     clean_unreferenced(store, metadata)
     candidates = copy_candidates(log.segments, highest_remote_offset=metadata.highest_offset(),
                                  log_start_offset=log.log_start_offset, last_stable_offset=log.last_stable_offset)
-    return [copy_segment(store, metadata, segment, next_base, dir=log.dir, epochs=epochs, broker_id=broker_id,
-                         clock=clock, quota=quota) for segment, next_base in candidates]
+    return [copy_segment(store, metadata, segment, next_base, dir=log.dir, epochs=epochs, quota=quota)
+            for segment, next_base in candidates]
