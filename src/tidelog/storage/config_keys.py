@@ -165,7 +165,7 @@ _TOPIC_KEYS = (
          "local.retention.* on local disk; retention.* and the log start offset delete remote segments too "
          "(both tiers). Needs "
          "remote.log.storage.system.enable=true on the broker. Compacted topics may be tiered too (Kafka "
-         "refuses them); internal topics never are."),
+         "refuses them): the cleaner compacts their remote segments as well; internal topics never are."),
     _key("local.retention.ms", _LONG, -2, at_least(-2),
          "Tiered topics: age after which a segment already copied to the remote store leaves local disk; "
          "-2 = retention.ms. Must not be -1 or more than retention.ms when retention.ms is not -1.",
