@@ -222,3 +222,44 @@ def test_remote_retention_and_topic_deletion_on_s3(broker: Opener, one_dir: list
     assert not [i for i in open_store(uri, options).list("") if "/metadata/" not in i.key]
     manager.delete_topic(TOPIC)
     assert open_store(uri, options).list("") == []
+
+
+def test_a_pass_checkpoints_once_before_deleting_from_every_partition(broker: Opener, one_dir: list[Path],
+                                                                       tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager = broker.open(one_dir, tiered_props(uri))
+    manager.create_topic(TOPIC, 3, {**TIERED, "retention.ms": str(HOUR), "local.retention.ms": "-2"})
+    for p in range(3):
+        for _ in range(12):
+            manager.append(tp(TOPIC, p), batch())
+    tier = manager.remote_tier
+    assert tier is not None
+    tier.copy_pass()
+    topic_id = manager.describe_topic(TOPIC).topic_id
+    assert all(fresh_segments(uri, topic_id, p) for p in range(3))
+    real, seen = tier.retention.checkpoint_log_start_offsets, []
+
+    def checkpoint() -> None:
+        seen.append([len(fresh_segments(uri, topic_id, p)) for p in range(3)])
+        real()
+
+    tier.retention.checkpoint_log_start_offsets = checkpoint
+    broker.clock.advance(HOUR + 1)
+    plans = tier.retention.expiration_pass()
+    assert len(seen) == 1 and all(seen[0]), "one checkpoint, before any remote segment went"
+    assert sorted(plans) == [tp(TOPIC, p) for p in range(3)]
+    assert [fresh_segments(uri, topic_id, p) for p in range(3)] == [[], [], []]
+
+    def failing() -> None:
+        raise OSError("disk gone")
+
+    tier.retention.checkpoint_log_start_offsets = failing
+    for _ in range(12):
+        manager.append(tp(TOPIC, 1), batch())
+    tier.copy_pass()
+    broker.clock.advance(HOUR + 1)
+    before = fresh_segments(uri, topic_id, 1)
+    assert before
+    with pytest.raises(OSError):
+        tier.retention.expiration_pass()
+    assert fresh_segments(uri, topic_id, 1) == before, "no checkpoint, no delete"

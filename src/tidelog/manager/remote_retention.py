@@ -2,11 +2,12 @@
 per tiered partition, and the deletion of a partition's remote data).
 
 - :meth:`RemoteRetention.expiration_pass`: per tiered partition (``remote.storage.enable``, copying
-  on or off), :func:`tidelog.remote.expiration.expire_remote_segments` on the partition's cached
-  metadata, ``remote.log.manager.expiration.thread.pool.size`` partitions at a time. The log start
-  offset it raises is checkpointed (the manager's ``checkpoint_log_start_offsets``) before any
-  delete; a checkpoint whose log dir failed deletes nothing. A pass makes no LIST: the metadata
-  was loaded once per partition per process; with nothing to delete it makes no request at all.
+  on or off), :mod:`tidelog.remote.expiration`'s steps on the partition's cached metadata,
+  ``remote.log.manager.expiration.thread.pool.size`` partitions at a time. The log start offsets it
+  raises are checkpointed (the manager's ``checkpoint_log_start_offsets``, once per pass) before
+  any delete; a checkpoint whose log dir failed deletes nothing of its logs. A pass makes no
+  LIST: the metadata was loaded once per partition per process; with nothing to delete it makes
+  no request at all, and no checkpoint.
 - :meth:`RemoteRetention.deleting`: around a topic deletion or a config change that turns
   ``remote.storage.enable`` off with ``remote.log.delete.on.disable=true``: a pending-deletion
   object is written first, the change is made, then the partitions' remote data goes
@@ -30,7 +31,7 @@ from typing import Protocol
 
 from tidelog.clock import Clock
 from tidelog.errors import StorageError, TidelogError
-from tidelog.remote.expiration import ExpirationPlan, expire_remote_segments, plan_for_log
+from tidelog.remote.expiration import ExpirationPlan, carry_out, plan_for_log, prepare_expiration
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.partition_delete import (
     REMOTE_DISABLED,
@@ -80,40 +81,62 @@ class RemoteRetention:
 
     def expiration_pass(self, topic: str | None = None, *, dry_run: bool = False) -> dict[TopicPartition, ExpirationPlan]:
         """One expiration of every tiered partition (of ``topic``): the plan each carried out (or,
-        with ``dry_run``, would). A partition's failure is logged and kept (:meth:`last_error`);
-        the others go on. Thread-safe."""
+        with ``dry_run``, would), in two phases of ``expiration.thread.pool.size`` workers: every
+        partition's plan made and log start offset raised; ONE checkpoint of the log start
+        offsets (not one per partition: the file lists every partition of its dir); then the
+        deletes, of the logs still live (a failed checkpoint takes its dir's logs out). A
+        partition's failure is logged and kept (:meth:`last_error`); the others go on. Thread-safe."""
         tiered = [(tp, lg) for tp, lg in self._logs(topic) if lg.config.remote_storage_enable]
         if not tiered:
             return {}
         workers = max(1, min(self._broker.remote_log_manager_expiration_thread_pool_size, len(tiered)))
         with ThreadPoolExecutor(workers, thread_name_prefix="tidelog-remote-expiration") as pool:
-            plans = list(pool.map(lambda item: self._expire(*item, dry_run=dry_run), tiered))
-        return {tp: plan for (tp, _), plan in zip(tiered, plans) if plan is not None}
+            prepared = list(pool.map(lambda item: self._prepare(*item, dry_run=dry_run), tiered))
+            plans = {tp: plan for (tp, _), plan in zip(tiered, prepared) if plan is not None}
+            doomed = [(tp, lg, plans[tp]) for tp, lg in tiered if tp in plans and plans[tp].deletions]
+            if doomed and not dry_run:
+                self.checkpoint_log_start_offsets()
+                live = {id(lg) for _, lg in self._logs(topic)}
+                done = pool.map(lambda item: self._carry_out(*item, live=id(item[1]) in live), doomed)
+                for (tp, _, _), ok in zip(doomed, list(done)):
+                    if not ok:
+                        del plans[tp]
+        return plans
 
-    def _expire(self, tp: TopicPartition, lg: Log, *, dry_run: bool) -> ExpirationPlan | None:
+    def _prepare(self, tp: TopicPartition, lg: Log, *, dry_run: bool) -> ExpirationPlan | None:
         try:
             metadata = self._metadata_of(tp, lg)
             if dry_run:
                 return plan_for_log(lg, metadata, self._clock.milliseconds())
-            plan = expire_remote_segments(self.store, metadata, lg, now_ms=self._clock.milliseconds(),
-                                          checkpoint_log_start=lambda: self._checkpoint(tp, lg))
+            plan = prepare_expiration(self.store, metadata, lg, now_ms=self._clock.milliseconds())
         except TidelogError as e:
-            log.warning("%s: remote retention failed: %s", tp, e)
-            with self._lock:
-                self._last_errors[tp] = str(e)
+            self._failed(tp, e)
             return None
+        if not plan.deletions:
+            self._succeeded(tp, plan)
+        return plan
+
+    def _carry_out(self, tp: TopicPartition, lg: Log, plan: ExpirationPlan, *, live: bool) -> bool:
+        try:
+            if not live:
+                raise StorageError(f"{tp}: the log start offset checkpoint failed (its log dir is offline): no "
+                                   "remote segment deleted", path=lg.dir)
+            carry_out(self.store, self._metadata_of(tp, lg), plan)
+        except TidelogError as e:
+            self._failed(tp, e)
+            return False
+        self._succeeded(tp, plan)
+        return True
+
+    def _succeeded(self, tp: TopicPartition, plan: ExpirationPlan) -> None:
         with self._lock:
             self._last_plans[tp] = plan
             self._last_errors.pop(tp, None)
-        return plan
 
-    def _checkpoint(self, tp: TopicPartition, lg: Log) -> None:
-        """The log start offset made durable, or :class:`StorageError` (a failed checkpoint takes its
-        dir offline and the log out of the live set: nothing may be deleted then)."""
-        self.checkpoint_log_start_offsets()
-        if not any(live is lg for _, live in self._logs(tp.topic)):
-            raise StorageError(f"{tp}: the log start offset checkpoint failed (its log dir is offline): no "
-                               "remote segment deleted", path=lg.dir)
+    def _failed(self, tp: TopicPartition, error: TidelogError) -> None:
+        log.warning("%s: remote retention failed: %s", tp, error)
+        with self._lock:
+            self._last_errors[tp] = str(error)
 
     def plan(self, tp: TopicPartition, lg: Log) -> ExpirationPlan | None:
         """What the next expiration would delete from ``tp``, on the cached metadata (None before

@@ -61,8 +61,8 @@ from tidelog.retention import format_bytes, format_duration
 from tidelog.storage.config import LogConfig
 from tidelog.topic_partition import TopicPartition
 
-__all__ = ["CAUSES", "ExpirationPlan", "RemoteDeletion", "expire_remote_segments", "plan_expiration",
-           "plan_for_log"]
+__all__ = ["CAUSES", "ExpirationPlan", "RemoteDeletion", "carry_out", "expire_remote_segments",
+           "plan_expiration", "plan_for_log", "prepare_expiration"]
 
 logger = logging.getLogger(__name__)
 
@@ -255,27 +255,47 @@ def plan_for_log(log: _Log, metadata: RemotePartitionMetadata, now_ms: int) -> E
                            local_untiered_bytes=untiered, now_ms=now_ms, delete_policy=config.delete)
 
 
-def expire_remote_segments(store: RemoteStore, metadata: RemotePartitionMetadata, log: _Log, *, now_ms: int,
-                           checkpoint_log_start: Callable[[], None]) -> ExpirationPlan:
-    """One expiration of one partition (module docstring): leftovers deleted, then the plan's
-    segments, after the log start offset was raised and ``checkpoint_log_start`` returned (it must
-    make the log start offset durable, and raise when it could not: nothing is deleted then).
-    Returns the plan carried out. Raises the first ``RemoteStorageError``; what it left is
-    DELETE_SEGMENT_STARTED, deleted by the next call. Thread-safe: holds ``metadata.task_lock``
-    throughout; the log takes its own lock to move its start offset."""
+def prepare_expiration(store: RemoteStore, metadata: RemotePartitionMetadata, log: _Log, *,
+                       now_ms: int) -> ExpirationPlan:
+    """Steps 1 to 3 of an expiration but the checkpoint (module docstring): leftovers deleted, the
+    plan made, the log start offset raised in memory to :attr:`ExpirationPlan.log_start_offset_after`.
+    The caller makes the log start offset durable before :func:`carry_out`. Raises a
+    ``RemoteStorageError`` of the cleanup (nothing raised then). Thread-safe: holds
+    ``metadata.task_lock``; the log takes its own lock to move its start offset."""
     with metadata.task_lock:
         clean_unreferenced(store, metadata)
         plan = plan_for_log(log, metadata, now_ms)
-        if not plan.deletions:
-            return plan
-        target = plan.log_start_offset_after
-        if target > log.log_start_offset:
-            log.maybe_increment_log_start_offset(target, "remote retention")
-        checkpoint_log_start()
+        if plan.deletions and plan.log_start_offset_after > log.log_start_offset:
+            log.maybe_increment_log_start_offset(plan.log_start_offset_after, "remote retention")
+        return plan
+
+
+def carry_out(store: RemoteStore, metadata: RemotePartitionMetadata, plan: ExpirationPlan) -> None:
+    """Step 4, once the log start offset :func:`prepare_expiration` raised is durable: each planned
+    segment still FINISHED (a compaction may have replaced it meanwhile) is recorded
+    DELETE_SEGMENT_STARTED, then its objects go and it is recorded DELETE_SEGMENT_FINISHED. Raises
+    the first ``RemoteStorageError``; what it left is DELETE_SEGMENT_STARTED, deleted by the next
+    expiration. Thread-safe: holds ``metadata.task_lock``."""
+    with metadata.task_lock:
         for deletion in plan.deletions:
-            metadata.begin_delete(deletion.segment)
+            current = metadata.segment(deletion.segment)
+            if current is not None and current.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+                metadata.begin_delete(deletion.segment)
         clean_unreferenced(store, metadata)
-        for d in plan.deletions:
-            logger.info("%s: deleted remote segment %s [%d, %d] (%s: %s)", log.topic_partition, d.segment.id,
-                        d.segment.start_offset, d.segment.end_offset, d.cause, d.detail)
+    for d in plan.deletions:
+        logger.info("%s: deleted remote segment %s [%d, %d] (%s: %s)", plan.topic_partition, d.segment.id,
+                    d.segment.start_offset, d.segment.end_offset, d.cause, d.detail)
+
+
+def expire_remote_segments(store: RemoteStore, metadata: RemotePartitionMetadata, log: _Log, *, now_ms: int,
+                           checkpoint_log_start: Callable[[], None]) -> ExpirationPlan:
+    """One expiration of one partition (module docstring): :func:`prepare_expiration`, then
+    ``checkpoint_log_start`` (it must make the log start offset durable, and raise when it could
+    not: nothing is deleted then), then :func:`carry_out`; all under ``metadata.task_lock``.
+    Returns the plan carried out. Raises the first ``RemoteStorageError``. Thread-safe."""
+    with metadata.task_lock:
+        plan = prepare_expiration(store, metadata, log, now_ms=now_ms)
+        if plan.deletions:
+            checkpoint_log_start()
+            carry_out(store, metadata, plan)
         return plan
