@@ -202,6 +202,8 @@ def test_the_dirty_ratio_counts_remote_bytes(tmp_path: Path) -> None:
     _history(log, clock, tier)
     _, remote = cleaner(clock, tier)
     assert remote is not None
+    assert remote.spans(TP, log) == [], "nothing counted before the metadata is loaded"
+    remote.load([(TP, log)])
     spans = remote.spans(TP, log)
     remote_bytes = sum(size for _, _, size in spans)
     assert remote_bytes > 0 and all(end < log.local_log_start_offset for _, end, _ in spans)

@@ -78,9 +78,9 @@ logger = logging.getLogger(__name__)
 
 RemotePartition = tuple[RemoteStore, RemotePartitionMetadata]
 RemoteSource = Callable[[TopicPartition, Log, bool], "RemotePartition | None"]
-"""``source(tp, log, load)``: the store and remote metadata of a tiered log, None when the log is
-not tiered or there is no remote tier. ``load=False`` must not do I/O (the cleaner's stats call
-it under its lock): it answers only what is already loaded."""
+"""``source(tp, log, load)``: the store and remote metadata of a tiered log (loaded if needed when
+``load``; else only what is already loaded, without I/O), None when the log is not tiered or there
+is no remote tier."""
 
 Span = tuple[int, int, int]  # (start offset, end offset inclusive, bytes) of a remote-only segment
 
@@ -323,31 +323,41 @@ def merged_epochs(segments: Iterable[RemoteLogSegmentMetadata]) -> tuple[tuple[i
 
 
 class RemoteCleaning:
-    """What the cleaner threads share for tiered logs: the injected :data:`RemoteSource` and the
-    replaced segments waiting for their delay. Thread-safe."""
+    """What the cleaner threads share for tiered logs: the injected :data:`RemoteSource`, each
+    tiered compacted log's remote-only spans as last loaded, and the replaced segments waiting for
+    their delay. Thread-safe (a lock for the spans; :class:`RemoteDeletions` has its own)."""
 
     def __init__(self, source: RemoteSource, clock: Clock) -> None:
         self._source = source
         self.deletions = RemoteDeletions(source, clock)
+        self._lock = threading.Lock()
+        self._spans: dict[TopicPartition, list[Span]] = {}
 
     def load(self, pairs: Iterable[tuple[TopicPartition, Log]]) -> None:
-        """Load the remote metadata of the tiered compacted logs among ``pairs`` not loaded yet
-        (a LIST and GETs each, once per process), so that :meth:`spans` can count their remote
-        bytes; a failure is logged and the log is weighed on its local bytes. Call it without
-        the cleaner manager's lock (it does I/O)."""
+        """Note the remote-only spans of the tiered compacted logs among ``pairs``, loading their
+        remote metadata first where it is not loaded yet (a LIST and GETs each, once per
+        process), for :meth:`spans`; a failure is logged and the log is weighed on its local
+        bytes. Call it without the cleaner manager's lock: it does I/O, and reading the metadata
+        may wait for a remote write of the partition."""
         for tp, log in pairs:
-            if log.config.remote_storage_enable and log.config.compact:
-                try:
-                    self._source(tp, log, True)
-                except TidelogError as e:
-                    logger.warning("%s: remote metadata not loaded for the cleaner: %s", tp, e)
+            if not (log.config.remote_storage_enable and log.config.compact):
+                continue
+            try:
+                found = self._source(tp, log, True)
+            except TidelogError as e:
+                logger.warning("%s: remote metadata not loaded for the cleaner: %s", tp, e)
+                continue
+            spans = remote_only_spans(log, found[1] if found is not None else None)
+            with self._lock:
+                self._spans[tp] = spans
 
     def spans(self, tp: TopicPartition, log: Log) -> list[Span]:
-        """Remote-only spans of ``log`` from cached metadata (no I/O; for the dirty ratio)."""
+        """``log``'s remote-only spans as the last :meth:`load` noted them (for the dirty ratio;
+        no I/O, no metadata lock: the cleaner manager calls it under its own lock)."""
         if not log.config.remote_storage_enable:
             return []
-        found = self._source(tp, log, False)
-        return remote_only_spans(log, found[1] if found is not None else None)
+        with self._lock:
+            return list(self._spans.get(tp, ()))
 
     def open_pass(self, tp: TopicPartition, log: Log) -> TieredPass | None:
         """The remote side of a pass over ``log``, None when it is not tiered (loads the remote
