@@ -71,6 +71,7 @@ def test_retention_ms_deletes_old_segments_and_the_walk_stops_at_the_first_young
     assert spans(p) == [(0, 9, RETENTION_MS)]  # [20, 29] is old too, but the walk stopped at [10, 19]
     assert p.log_start_offset_after == 10
     assert "within retention.ms=1000" in p.stop
+    assert "next remote segment [10, 19] ends at or after the log start offset 10" in p.stop
     assert "past retention.ms" in p.summary() and "log start offset 0 -> 10" in p.summary()
     assert spans(plan([seg(0, 9, ts=NOW - 1000)], ms=1000)) == []  # exactly at the limit: kept (Kafka 4.x: <)
 

@@ -164,8 +164,9 @@ def plan_expiration(segments: Sequence[RemoteLogSegmentMetadata], *, topic_parti
         if segment.end_offset + 1 > high_watermark:
             stop = f"segment {_span(segment)} ends at or past the high watermark {high_watermark}"
             break
+        start_after = max([log_start_offset, *(d.segment.end_offset + 1 for d in deletions)])
         judged = _judge(segment, log_start_offset, now_ms, retention_ms if delete_policy else -1,
-                        retention_bytes if sized else -1, over, total)
+                        retention_bytes if sized else -1, over, total, (not deletions, start_after))
         if judged[0] is None:
             stop = judged[1]
             break
@@ -180,8 +181,10 @@ def plan_expiration(segments: Sequence[RemoteLogSegmentMetadata], *, topic_parti
 
 
 def _judge(segment: RemoteLogSegmentMetadata, log_start_offset: int, now_ms: int, retention_ms: int,
-           retention_bytes: int, over: int, total: int) -> tuple[str | None, str]:
-    """(cause, detail) when ``segment`` is deletable, else (None, why not: each rule's reason)."""
+           retention_bytes: int, over: int, total: int, place: tuple[bool, int]) -> tuple[str | None, str]:
+    """(cause, detail) when ``segment`` is deletable, else (None, why not: each rule's reason).
+    ``place``: whether it is the oldest segment, and the log start offset once the segments
+    before it are deleted (what the explanation names)."""
     if segment.end_offset < log_start_offset:
         return LOG_START_OFFSET, f"segment {_span(segment)} ends below the log start offset {log_start_offset}"
     age = now_ms - segment.max_timestamp_ms
@@ -192,7 +195,9 @@ def _judge(segment: RemoteLogSegmentMetadata, log_start_offset: int, now_ms: int
     if retention_bytes >= 0 and over - size >= 0:
         return RETENTION_BYTES, (f"log {format_bytes(over)} over retention.bytes={retention_bytes} (both tiers: "
                                  f"{format_bytes(total)}) covers segment {_span(segment)} ({format_bytes(size)})")
-    why = [f"oldest remote segment {_span(segment)} ends at or after the log start offset {log_start_offset}"]
+    oldest, start_after = place
+    which = "oldest remote segment" if oldest else "next remote segment"
+    why = [f"{which} {_span(segment)} ends at or after the log start offset {start_after}"]
     if retention_ms < 0:
         why.append("retention.ms=-1 (or not 'delete'): no time limit")
     elif age < 0:
