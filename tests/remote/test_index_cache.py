@@ -70,7 +70,7 @@ def test_the_bound_evicts_the_least_recently_used(tiered, store, tmp_path: Path)
             pass
     assert cache.cached_segments() == [copied[0].id, copied[2].id]
     assert cache.total_bytes <= cache.max_bytes
-    on_disk = {p.name.split("_")[1].split(".")[0] for p in (tmp_path / "cache").iterdir()}
+    on_disk = {p.name.split("_", 1)[1].rsplit(".", 1)[0] for p in (tmp_path / "cache").iterdir()}
     assert on_disk == {copied[0].id, copied[2].id}
     cache.close()
 

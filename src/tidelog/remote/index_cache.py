@@ -46,6 +46,7 @@ from pathlib import Path
 from tidelog.errors import CorruptIndexError, StorageError, TidelogError
 from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, object_key
 from tidelog.remote.store import RemoteStore
+from tidelog.storage import fileops
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.txn_index import TransactionIndex
 
@@ -105,7 +106,7 @@ class RemoteIndexCache:
         self._closed = False
         self.fetches = 0  # index objects downloaded (for tests and status)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            fileops.mkdir(self.directory, parents=True, exist_ok=True)
         except OSError as e:
             raise StorageError(f"cannot create the remote index cache dir: {e.strerror}", path=self.directory) from e
         self._reuse_files()
@@ -200,9 +201,7 @@ class RemoteIndexCache:
     def _unlink(self, entry: _Entry) -> None:
         for suffix in list(entry.files):
             try:
-                os.unlink(self._path(entry, suffix))
-            except FileNotFoundError:
-                pass
+                fileops.unlink(self._path(entry, suffix), missing_ok=True)
             except OSError as e:
                 log.warning("remote index cache: cannot delete %s: %s", self._path(entry, suffix), e)
         entry.files.clear()
@@ -244,14 +243,16 @@ class RemoteIndexCache:
             self.fetches += 1
         target = self._path(entry, _SUFFIX_OF[kind])
         temp = target.with_name(target.name + _TEMP_SUFFIX)
-        try:
-            with open(temp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, target)
+        try:  # through the file-operation seam: every step is a kill point of the crash tests
+            fd = fileops.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                fileops.write_fully(fd, data, temp)
+                fileops.fsync(fd, temp)
+            finally:
+                os.close(fd)
+            fileops.rename(temp, target)
         except OSError as e:
-            temp.unlink(missing_ok=True)
+            fileops.unlink(temp, missing_ok=True)
             raise StorageError(f"cannot write a remote index to the cache: {e.strerror}", path=target) from e
         return len(data)
 
@@ -315,6 +316,6 @@ def _remove(path: Path) -> None:
     try:
         if path.is_dir():
             return
-        path.unlink(missing_ok=True)
+        fileops.unlink(path, missing_ok=True)
     except OSError as e:
         log.warning("remote index cache: cannot delete %s: %s", path, e)
