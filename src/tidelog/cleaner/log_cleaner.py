@@ -144,8 +144,9 @@ class LogCleaner:
         self.clock = clock
         self._logs = logs
         self.remote = None if remote is None else RemoteCleaning(remote, clock)
-        self.manager = manager or CleanerManager(list(log_dirs), logs, clock,
-                                                 remote_spans=None if self.remote is None else self.remote.spans)
+        self.manager = manager or CleanerManager(
+            list(log_dirs), logs, clock, remote_spans=None if self.remote is None else self.remote.spans,
+            remote_load=None if self.remote is None else self.remote.load)
         self.buffers = CleanerBuffers.for_thread(broker)
         self.throttler = Throttler(broker.log_cleaner_io_max_bytes_per_second, clock)
         self._threads = [_CleanerThread(i, self) for i in range(max(1, broker.log_cleaner_threads))]

@@ -92,14 +92,17 @@ class CleanerManager:
     empty if missing). ``logs``: returns the current (partition, log) pairs; a log's log dir is
     its partition dir's parent. ``quarantine_initial_backoff_ms`` doubles after each failed retry
     up to ``quarantine_max_backoff_ms``. ``remote_spans``: a tiered log's remote-only segments,
-    counted in its dirty ratio.
+    counted in its dirty ratio, as ``remote_load`` (called without the lock, before an
+    explanation) last noted them.
     """
 
     def __init__(self, log_dirs: Iterable[Path | str], logs: LogsSource, clock: Clock = SYSTEM_CLOCK, *,
                  quarantine_initial_backoff_ms: int = DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
                  quarantine_max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS,
-                 remote_spans: RemoteSpans | None = None) -> None:
+                 remote_spans: RemoteSpans | None = None,
+                 remote_load: Callable[[Iterable[tuple[TopicPartition, Log]]], None] | None = None) -> None:
         self._remote_spans = remote_spans
+        self._remote_load = remote_load
         self._quarantine = Quarantine(quarantine_initial_backoff_ms, quarantine_max_backoff_ms)
         self._logs = logs
         self._clock = clock
@@ -514,12 +517,17 @@ class CleanerManager:
         """Why the cleaner cleans ``tp`` now, or why not and when it will: the plan's numbers with
         the state, quarantine and last clean time. Computed outside the manager lock. Raises
         :class:`UnknownTopicOrPartitionError`."""
-        return self._explain(tp, self._find(tp))
+        lg = self._find(tp)
+        if self._remote_load is not None:
+            self._remote_load([(tp, lg)])
+        return self._explain(tp, lg)
 
     def explain_all(self, topic: str | None = None) -> list[CleaningExplanation]:
         """:meth:`explain` for every partition (of ``topic``), by partition. Thread-safe, like :meth:`explain`."""
         pairs = sorted(((tp, lg) for tp, lg in self._snapshot_logs() if topic is None or tp.topic == topic),
                        key=lambda pair: pair[0])
+        if self._remote_load is not None:
+            self._remote_load(pairs)
         return [self._explain(tp, lg) for tp, lg in pairs]
 
     def _explain(self, tp: TopicPartition, lg: Log) -> CleaningExplanation:
