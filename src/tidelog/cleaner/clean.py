@@ -512,12 +512,21 @@ class Cleaner:
             if tier is not None:
                 tier.close()
 
+    def _engine_for(self, tier: TieredPassLike | None) -> CleaningEngine:
+        """The engine of a pass: a tiered log's pass runs in process (the engine reads remote
+        segments through stand-ins downloaded one at a time, which a Spark job cannot), with the
+        configured engine's buffers; the Spark engine for remote logs is not built."""
+        if tier is None or not hasattr(self.engine, "clean_groups"):
+            return self.engine
+        return InProcessEngine(getattr(self.engine, "buffers"))
+
     def _clean_pass(self, log: Log, tp: TopicPartition, first_dirty: int, first_uncleanable: int, now: int,
                     tier: TieredPassLike | None, dry_run: bool) -> tuple[int, CleanerStats]:
         stats = CleanerStats(self._clock, passes=1)
+        engine = self._engine_for(tier)
         source = log if tier is None else tier.map_source(first_dirty)
-        lookup = self.engine.build_offset_map(source, first_dirty, first_uncleanable, stats,  # type: ignore[arg-type]
-                                              self._check_done)
+        lookup = engine.build_offset_map(source, first_dirty, first_uncleanable, stats,  # type: ignore[arg-type]
+                                         self._check_done)
         end_offset = lookup.latest_offset + 1
         if end_offset <= first_dirty:
             raise LogCleaningError(
@@ -537,17 +546,17 @@ class Cleaner:
         groups = group_segments_by_size(log.segments_between(0, end_offset), log.config.segment_bytes,
                                         log.config.segment_index_bytes, first_uncleanable)
         if tier is not None:
-            tier.clean_remote(self.engine, round, legacy_horizon, stats, end_offset, self._check_done)
+            tier.clean_remote(engine, round, legacy_horizon, stats, end_offset, self._check_done)
         if log.config.remote_storage_enable:
             groups = split_groups_at(groups, log.highest_offset_in_remote_storage if tier is None else tier.highest_remote)
-        if hasattr(self.engine, "clean_groups"):
+        if hasattr(engine, "clean_groups"):
             self._clean_all(log, tp, groups, round, txn, legacy_horizon, stats, dry_run)
             groups = []
         for group in groups:
             if dry_run:
-                self.engine.measure_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
+                engine.measure_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
                 continue
-            cleaned = self.engine.clean_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
+            cleaned = engine.clean_group(log, group, round, txn, legacy_horizon, stats, self._check_done)
             try:
                 self._check_done(tp)
             except BaseException:
