@@ -12,7 +12,7 @@ segment still FINISHED is whole. A second
 ``tidelog serve`` must finish: no remote segment left in any state, no segment object left, and
 the log start offset past every sealed segment.
 
-Marked soak (``make soak``): it times a kill against the deletes and runs for ~45 s on 2 shared cores.
+Marked soak (``make soak``): it times a kill against the deletes and runs for 45-70 s on 2 shared cores.
 """
 
 from __future__ import annotations
