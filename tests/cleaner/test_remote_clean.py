@@ -322,3 +322,26 @@ def test_a_tiered_pass_runs_in_process_whatever_the_configured_engine(tmp_path: 
     assert end == clean(plain, plain_clock, None)
     assert both_tiers(store, tiered) == local_records(plain)
     assert getattr(spark, "_spark", None) is None, "no Spark session was taken"
+
+
+def test_a_remote_object_gone_behind_its_back_fails_the_pass_and_changes_nothing(tmp_path: Path) -> None:
+    from tidelog.remote.errors import RemoteStorageError
+    from tidelog.remote.metadata import RemoteFileKind, object_key
+
+    store = _file_store(tmp_path)
+    clock = FakeClock()
+    tier = Tier(store, clock)
+    log = open_log(tmp_path / "logs" / "events-0", clock, tiered=True)
+    _history(log, clock, tier)
+    finished = fresh(store).finished_segments()
+    doomed = object_key(finished[-1], RemoteFileKind.SEGMENT)
+    (tmp_path / "store" / doomed).unlink()
+    local_before = local_records(log)
+
+    with pytest.raises(RemoteStorageError) as failed:
+        clean(log, clock, tier)
+    assert doomed in str(failed.value), "the error names the object"
+    assert [s.id for s in fresh(store).finished_segments()] == [s.id for s in finished]
+    assert fresh(store).unreferenced() == [], "what was staged is deleted"
+    assert local_records(log) == local_before, "the local tier is not cleaned alone"
+    log.close()
