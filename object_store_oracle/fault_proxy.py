@@ -144,7 +144,7 @@ class FaultProxy:
         """Stop listening, close every connection and join every thread the proxy started; idempotent."""
         self.refuse()
         with self._lock:
-            threads = list(self._threads)
+            threads, self._threads = self._threads, set()
         for thread in threads:
             thread.join(5.0)
 
@@ -215,6 +215,7 @@ class FaultProxy:
                     _abort(conn)
                     return
                 self._connections.add(conn)
+                self._threads = {t for t in self._threads if t.is_alive()}
                 self._threads.add(thread)
             thread.start()
 
@@ -233,8 +234,8 @@ class FaultProxy:
                     self._record(method, path, "dropped")
                     return
                 if fault is not None and fault.action == "fail":
+                    self._record(method, path, f"injected {fault.status}")  # before the client can see it
                     client.sendall(_error_response(method, path, fault.status, fault.code))
-                    self._record(method, path, f"injected {fault.status}")
                     continue
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=120)
@@ -248,8 +249,8 @@ class FaultProxy:
                 if fault is not None and fault.action == "delay":
                     time.sleep(fault.seconds)
                     outcome = f"delayed {fault.seconds:g} then {outcome}"
-                client.sendall(response)
                 self._record(method, path, outcome)
+                client.sendall(response)
                 if closes:
                     return
         except (OSError, ValueError):
@@ -260,8 +261,6 @@ class FaultProxy:
                     with self._lock:
                         self._connections.discard(conn)
                     _abort(conn)
-            with self._lock:
-                self._threads.discard(threading.current_thread())
 
 
 def _pattern(key: str | None) -> re.Pattern[str] | None:

@@ -85,14 +85,16 @@ def test_a_bucket_that_does_not_exist_is_named_by_every_operation(object_store: 
     """S3 lists a missing bucket as empty; the store asks for the bucket then, so a wrong bucket in
     remote.log.storage.uri is an error, never an empty remote tier."""
     store = ArrowRemoteStore("s3://no-such-bucket-tidelog/tier", _options(object_store))
-    for operation in (store.list, lambda: store.list("t/0/"), lambda: store.put("t/0/k", b"x")):
+    for operation in (store.list, lambda: store.list("t/0/"), lambda: store.put("t/0/k", b"x"),
+                      lambda: store.get("t/0/k"), lambda: store.get_range("t/0/k", 0, 1), lambda: store.size("t/0/k")):
         with pytest.raises(RemoteBucketNotFoundError) as raised:
             operation()
         assert "bucket does not exist" in str(raised.value) and raised.value.uri == "s3://no-such-bucket-tidelog/tier"
-    with pytest.raises(RemoteResourceNotFoundError):  # a GET starts with a HEAD, whose 404 has no body to tell
-        store.get("t/0/k")
     store.delete("t/0/k")  # deleting what is not there is fine
 
 
 def test_an_empty_prefix_of_an_existing_bucket_lists_as_empty(remote: ArrowRemoteStore) -> None:
     assert remote.list() == [] and remote.list("t/0/") == []
+    with pytest.raises(RemoteResourceNotFoundError) as raised:
+        remote.size("t/0/absent")
+    assert type(raised.value) is RemoteResourceNotFoundError

@@ -164,10 +164,10 @@ class ArrowRemoteStore:
         path = self._path(key)
         with self._translated("size", key):
             info = self._fs.get_file_info(path)
-        if info.type != pafs.FileType.File:
-            raise RemoteResourceNotFoundError(
-                "remote store size failed: object not found", operation="size", key=key, uri=self.uri,
-                cause=f"no object at this key ({info.type.name})")
+            if info.type != pafs.FileType.File:
+                raise RemoteResourceNotFoundError(
+                    "remote store size failed: object not found", operation="size", key=key, uri=self.uri,
+                    cause=f"no object at this key ({info.type.name})")
         return info.size
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
@@ -179,20 +179,27 @@ class ArrowRemoteStore:
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         with self._translated("list", prefix):
             infos = self._fs.get_file_info(selector)
-            if not infos and self._buckets:
-                self._check_bucket(prefix)
+            if not infos:
+                self._check_bucket("list", prefix)
         start = len(self._root) + 1 if self._root else 0
         found = (ObjectInfo(i.path[start:], i.size) for i in infos
                  if i.type == pafs.FileType.File and _TEMP_MARK not in i.base_name)
         return sorted(found)
 
-    def _check_bucket(self, prefix: str) -> None:
-        """Raise :class:`RemoteBucketNotFoundError` when the bucket is missing (an S3 LIST of a
-        missing bucket reads as empty otherwise); one HEAD, only after an empty listing."""
+    def _check_bucket(self, operation: str, key: str) -> None:
+        """On S3, raise :class:`RemoteBucketNotFoundError` when the bucket is missing: a LIST of
+        a missing bucket reads as empty and a HEAD's 404 has no body to tell a missing object
+        from a missing bucket. One HEAD of the bucket, only after an empty listing or a not-found."""
+        if not self._buckets:
+            return
         bucket = self._root.partition("/")[0]
-        if self._fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+        try:
+            missing = self._fs.get_file_info(bucket).type == pafs.FileType.NotFound
+        except (OSError, pa.ArrowException):
+            return  # the original answer stands
+        if missing:
             raise RemoteBucketNotFoundError(
-                "remote store list failed: bucket does not exist", operation="list", key=prefix, uri=self.uri,
+                f"remote store {operation} failed: bucket does not exist", operation=operation, key=key, uri=self.uri,
                 cause=f"no bucket {bucket!r} at the endpoint; create it or fix remote.log.storage.uri")
 
     def delete(self, key: str) -> None:
@@ -265,10 +272,18 @@ class ArrowRemoteStore:
     def _translated(self, operation: str, key: str) -> Iterator[None]:
         try:
             yield
+        except RemoteBucketNotFoundError:
+            raise
+        except RemoteResourceNotFoundError as e:
+            self._check_bucket(operation, key)
+            raise e
         except RemoteStorageError:
             raise
         except (OSError, pa.ArrowException) as e:
-            raise store_error(e, operation=operation, key=key, uri=self.uri) from e
+            error = store_error(e, operation=operation, key=key, uri=self.uri)
+            if type(error) is RemoteResourceNotFoundError and operation != "delete":
+                self._check_bucket(operation, key)
+            raise error from e
 
 
 # --- errors --------------------------------------------------------------------------------
