@@ -59,7 +59,6 @@ from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, 
 from tidelog.cleaner.retain import CleaningRound
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
-from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import (
     RemoteFileKind,
     RemoteLogSegmentId,
@@ -108,17 +107,20 @@ class RemoteDeletions:
         self._due: list[tuple[int, TopicPartition, Log, list[RemoteLogSegmentMetadata]]] = []
 
     def add(self, tp: TopicPartition, log: Log, segments: list[RemoteLogSegmentMetadata], delay_ms: int) -> None:
+        """Delete ``segments`` of ``tp`` (replaced by a swap) ``delay_ms`` from now. Thread-safe (own lock)."""
         with self._lock:
             self._due.append((self._clock.milliseconds() + max(delay_ms, 0), tp, log, segments))
 
     def waiting(self, tp: TopicPartition) -> set[str]:
-        """The ids of ``tp``'s segments still waiting."""
+        """The ids of ``tp``'s segments still waiting. Thread-safe (own lock)."""
         with self._lock:
             return {s.id for _, p, _, segs in self._due if p == tp for s in segs}
 
     def run_due(self) -> int:
         """Delete the objects of every segment whose delay has passed, then mark it
-        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. Returns how many went."""
+        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. Returns how many went.
+        Thread-safe: its own lock to take the due ones, then each partition's ``task_lock``
+        (and the metadata's lock per change) while deleting, without its own."""
         now = self._clock.milliseconds()
         with self._lock:
             due = [d for d in self._due if d[0] <= now]
@@ -136,7 +138,7 @@ class RemoteDeletions:
                         if metadata.segment(segment) is not None:
                             delete_segment_objects(store, metadata, segment)
                         done += 1
-            except RemoteStorageError as e:
+            except TidelogError as e:
                 logger.warning("%s: replaced remote segments not deleted yet (retried): %s", tp, e)
                 with self._lock:
                     self._due.append(item)
@@ -334,7 +336,7 @@ class RemoteCleaning:
         self._spans: dict[TopicPartition, list[Span]] = {}
 
     def load(self, pairs: Iterable[tuple[TopicPartition, Log]]) -> None:
-        """Note the remote-only spans of the tiered compacted logs among ``pairs``, loading their
+        """Thread-safe (its lock for the note). Note the remote-only spans of the tiered compacted logs among ``pairs``, loading their
         remote metadata first where it is not loaded yet (a LIST and GETs each, once per
         process), for :meth:`spans`; a failure is logged and the log is weighed on its local
         bytes. Call it without the cleaner manager's lock: it does I/O, and reading the metadata
@@ -353,7 +355,8 @@ class RemoteCleaning:
 
     def spans(self, tp: TopicPartition, log: Log) -> list[Span]:
         """``log``'s remote-only spans as the last :meth:`load` noted them (for the dirty ratio;
-        no I/O, no metadata lock: the cleaner manager calls it under its own lock)."""
+        no I/O, no metadata lock: the cleaner manager calls it under its own lock). Thread-safe
+        (its lock)."""
         if not log.config.remote_storage_enable:
             return []
         with self._lock:
@@ -361,7 +364,9 @@ class RemoteCleaning:
 
     def open_pass(self, tp: TopicPartition, log: Log) -> TieredPass | None:
         """The remote side of a pass over ``log``, None when it is not tiered (loads the remote
-        metadata if needed; takes the partition's ``task_lock`` until the pass closes)."""
+        metadata if needed; takes the partition's ``task_lock`` until the pass closes, so it
+        waits for a copy or an expiration of the partition in progress). Thread-safe; one pass
+        per partition at a time (the cleaner manager's states see to it)."""
         if not log.config.remote_storage_enable:
             return None
         found = self._source(tp, log, True)
