@@ -132,7 +132,7 @@ def test_connection_refused_is_retried_with_backoff_until_the_store_is_back(
 
 
 def test_503_for_n_requests_then_the_copy_completes_after_backoff(
-        broker: Opener, one_dir: list[Path], object_store, fault_proxy, bucket: str) -> None:
+        broker: Opener, one_dir: list[Path], object_store, fault_proxy, bucket: str, caplog) -> None:
     uri = f"s3://{bucket}/tier"
     manager = open_tiered(broker, one_dir, object_store, fault_proxy, uri)
     manager.remote_tier.refresh()  # type: ignore[union-attr]  # metadata loaded: the faults hit the copy itself
@@ -142,6 +142,8 @@ def test_503_for_n_requests_then_the_copy_completes_after_backoff(
     row = status_of(manager)
     assert row.last_error is not None and "store failed or overloaded" in row.last_error
     assert "orders-0" in row.last_error and "SLOW_DOWN" in row.last_error and "object=" in row.last_error
+    [logged] = [r.getMessage() for r in caplog.records if r.name == "tidelog.manager.remote_tier"]
+    assert logged.startswith("orders-0: remote copy failed, retried in ") and row.last_error.split(";")[0] in logged
     assert_retention_keeps_everything(manager)
     waited = advance_until(broker, lambda: status_of(manager).last_error is None, 30_000)
     assert waited < 30_000, status_of(manager).last_error
