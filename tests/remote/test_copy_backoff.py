@@ -140,3 +140,18 @@ def test_a_partition_the_run_skips_is_left_to_the_pass(clock: FakeClock, schedul
     retries._run = runs_seen.append  # a run that reports nothing back (the partition went away)
     clock.advance(500)
     assert runs_seen == [["gone-later"]] and not retries.waiting("gone-later") and scheduler.pending() == 0
+
+
+def test_the_broker_keys_have_kafkas_names_defaults_and_ranges() -> None:
+    from tidelog.errors import ConfigError
+    from tidelog.storage.config import BrokerConfig
+
+    base = {"log.dirs": "/tmp/tidelog-unused"}
+    broker = BrokerConfig.from_properties(base)
+    assert (broker.remote_log_manager_task_retry_backoff_ms, broker.remote_log_manager_task_retry_backoff_max_ms,
+            broker.remote_log_manager_task_retry_jitter) == (500, 30_000, 0.2)
+    for name, bad in [("remote.log.manager.task.retry.backoff.ms", "0"), ("remote.log.manager.task.retry.backoff.max.ms", "0"),
+                      ("remote.log.manager.task.retry.jitter", "0.51"), ("remote.log.manager.task.retry.jitter", "-1")]:
+        with pytest.raises(ConfigError) as raised:
+            BrokerConfig.from_properties({**base, name: bad})
+        assert name in str(raised.value)
