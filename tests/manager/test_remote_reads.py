@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from manager_helpers import T0, Opener, batch, tp
+from read_helpers_manager import counting_chunks
 
 from tidelog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from tidelog.manager import LogManager
@@ -159,3 +160,22 @@ def test_a_slow_remote_read_does_not_hold_a_local_partition(broker: Opener, one_
     assert elapsed < 2.0, f"the answer waited {elapsed:.2f} s for a 3 s remote read (max wait 300 ms)"
     assert local.error == ErrorCode.NONE and local.records
     assert remote.error == ErrorCode.NONE and remote.records == b"" and remote.high_watermark == BATCHES * 5
+
+
+def test_a_small_remote_fetch_reads_a_chunk_not_the_segment(broker: Opener, one_dir: list[Path],
+                                                            tmp_path: Path) -> None:
+    manager = broker.open(one_dir, tiered_props((tmp_path / "store").as_uri()))
+    manager.create_topic("big", 1, {"remote.storage.enable": "true", "segment.bytes": str(1 << 20),
+                                    "local.retention.bytes": "1"})
+    for i in range(500):  # ~2.5 MiB: two sealed segments of ~1 MiB
+        manager.append(tp("big"), batch(5, timestamp=T0 + i, value_size=1000))
+    manager.remote_tier.copy_pass()  # type: ignore[union-attr]
+    manager.run_retention()
+    segment_bytes = manager.remote_tier.metadata_of(  # type: ignore[union-attr]
+        tp("big"), manager.get_log(tp("big"))).finished_segments()[0].segment_size_in_bytes
+    counting = counting_chunks(manager.remote_reader(), chunk_bytes=64 << 10, prefetch_chunks=1)
+    got = manager.fetch_remote(tp("big"), 700, 3000, FetchIsolation.HIGH_WATERMARK).result(10)
+    manager.remote_reader().chunks.close()  # waits for the read-ahead
+    assert got.records and len(got.records) <= 3000 + 5200
+    # the read (3000 bytes plus the index slack) spans at most two chunks, then one is read ahead
+    assert counting.range_bytes <= 3 * (64 << 10) < segment_bytes // 4, (counting.range_bytes, segment_bytes)

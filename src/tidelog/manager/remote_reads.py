@@ -16,9 +16,9 @@ A remote fetch (:meth:`RemoteReader.read`, Kafka's ``RLM.read``):
 2. its offset index from the :class:`~tidelog.remote.index_cache.RemoteIndexCache`;
 3. ranged reads from the index's position (:func:`~tidelog.remote.remote_read.read_segment`): whole
    batches from the first whose last offset is >= the offset, up to ``max_bytes``, one segment;
-   the bytes come through the :class:`~tidelog.remote.chunk_cache.ChunkCache` (aligned 4 MiB
-   ranged GETs, 64 MiB in memory at most, the next two chunks read ahead: a consumer catching up
-   finds its next fetch in memory);
+   the bytes come through the :class:`~tidelog.remote.chunk_cache.ChunkCache` (aligned 8 MiB
+   ranged GETs, 64 MiB in memory at most, the next three chunks read ahead: a consumer catching
+   up finds its next fetch in memory);
 4. a segment without such a batch (offsets compacted away) moves to the next remote segment, and
    past the last one to the local log;
 5. for ``read_committed``, the aborted transactions of the remote ``.txnindex`` files from that

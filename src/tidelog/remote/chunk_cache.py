@@ -33,9 +33,9 @@ from tidelog.remote.store import RemoteStore
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 8 << 20
 MAX_BYTES = 64 << 20
-PREFETCH_CHUNKS = 2
+PREFETCH_CHUNKS = 3
 PREFETCH_THREADS = 2
 
 
