@@ -16,7 +16,10 @@ For each partition it:
 
 The last outcome per partition (copied segments, the error and when) is kept for
 :meth:`RemoteTier.status`. After the copy pass, the same task runs remote retention
-(:class:`~tidelog.manager.remote_retention.RemoteRetention`, :attr:`RemoteTier.retention`).
+(:class:`~tidelog.manager.remote_retention.RemoteRetention`, :attr:`RemoteTier.retention`). A
+copy failing with a retriable store error is retried after a backoff by :attr:`RemoteTier.retries`
+(:mod:`tidelog.remote.backoff`), a non-retriable one at the next pass; a pass leaves a partition
+waiting for its retry alone.
 
 Thread-safety: every public method is thread-safe. Passes take ``_pass_lock`` (one at a time, so
 a partition never has two copiers), the per-partition state ``_lock``; logs are read through
