@@ -64,7 +64,7 @@ def test_a_retriable_failure_is_retried_after_its_backoff(clock: FakeClock, sche
     retries, runs = retries_of(clock, scheduler)
     runs.failing["p0"] = RETRIABLE
     assert retries.failed("p0", RETRIABLE) == 500
-    assert retries.waiting("p0") and retries.ready(["p0", "p1"]) == ["p1"]
+    assert retries.waiting("p0") and not retries.waiting("p1")
     clock.advance(499)
     assert runs.calls == []
     clock.advance(1)
@@ -92,7 +92,7 @@ def test_the_delay_stops_growing_at_max(clock: FakeClock, scheduler: FakeSchedul
 def test_a_non_retriable_failure_waits_for_the_next_pass(clock: FakeClock, scheduler: FakeScheduler) -> None:
     retries, runs = retries_of(clock, scheduler)
     assert retries.failed("p0", DENIED) is None
-    assert not retries.waiting("p0") and retries.ready(["p0"]) == ["p0"] and retries.failures("p0") == 1
+    assert not retries.waiting("p0") and retries.failures("p0") == 1
     clock.advance(60_000)
     assert runs.calls == [] and scheduler.pending() == 0
 
@@ -131,15 +131,13 @@ def test_nothing_is_retried_after_shutdown(clock: FakeClock, scheduler: FakeSche
     assert retries.failed("p2", RETRIABLE) == 500, "a scheduler that refuses the task is not an error"
 
 
-def test_a_partition_the_run_skips_is_left_to_the_pass(clock: FakeClock, scheduler: FakeScheduler) -> None:
-    retries, runs = retries_of(clock, scheduler)
-    retries.failed("gone", RETRIABLE)
-    retries.forget(["gone"])
-    retries.failed("gone-later", RETRIABLE)
+def test_a_partition_the_run_skips_is_forgotten(clock: FakeClock, scheduler: FakeScheduler) -> None:
     runs_seen: list[list[str]] = []
-    retries._run = runs_seen.append  # a run that reports nothing back (the partition went away)
+    retries = CopyRetries[str](Backoff(500, 4000, 0.0), clock, scheduler, runs_seen.append)  # reports nothing back
+    retries.failed("gone", RETRIABLE)
     clock.advance(500)
-    assert runs_seen == [["gone-later"]] and not retries.waiting("gone-later") and scheduler.pending() == 0
+    assert runs_seen == [["gone"]] and not retries.waiting("gone") and retries.failures("gone") == 0
+    assert scheduler.pending() == 0
 
 
 def test_the_broker_keys_have_kafkas_names_defaults_and_ranges() -> None:

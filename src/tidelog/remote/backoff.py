@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -130,19 +130,6 @@ class CopyRetries(Generic[K]):
             waiting = self._waiting.get(key)
             return waiting is not None and waiting.due_ms > self._clock.milliseconds()
 
-    def ready(self, keys: Iterable[K]) -> list[K]:
-        """``keys`` without those waiting for a retry not due yet."""
-        now = self._clock.milliseconds()
-        with self._lock:
-            return [k for k in keys if (w := self._waiting.get(k)) is None or w.due_ms <= now]
-
-    def forget(self, keys: Iterable[K]) -> None:
-        """Drop the state of ``keys`` (partitions gone from this broker)."""
-        with self._lock:
-            for key in keys:
-                self._waiting.pop(key, None)
-                self._failures.pop(key, None)
-
     def _schedule(self, due_ms: int, delay_ms: int) -> None:
         try:
             self._scheduler.schedule_once(RETRY_TASK_NAME, lambda: self._retry(due_ms), delay_ms)
@@ -160,10 +147,11 @@ class CopyRetries(Generic[K]):
             logger.info("remote tier: retrying the copy of %d partition(s) after backoff", len(due))
             self._run(due)
         with self._lock:
-            for key in due:  # not retried by ``run`` (the partition went away): the regular pass decides
+            for key in due:  # not retried by ``run`` (the partition went away): forgotten
                 waiting = self._waiting.get(key)
                 if waiting is not None and waiting.due_ms <= now:
                     del self._waiting[key]
+                    self._failures.pop(key, None)
             pending = [w.due_ms for w in self._waiting.values()]
             next_due = min(pending) if pending and not self._is_closed() else None
             schedule = next_due is not None and not any(t <= next_due for t in self._task_due)
