@@ -76,7 +76,7 @@ class RecordReads:
         """The aborted transactions of ``tp`` overlapping [``start``, ``end``) (read from the
         segments' ``.txnindex`` files). Thread-safe as :meth:`read`."""
         lg = self.log(tp)
-        if self.remote_tier is not None and start < lg.local_log_start_offset:
+        if self.remote_tier is not None and start < lg.local_log_start_offset and lg.config.remote_storage_enable:
             return self.remote_reader().aborted_transactions(tp, lg, start, end)
         return lg.collect_aborted_transactions(start, end)
 
@@ -90,7 +90,8 @@ class RecordReads:
         thread, within ``remote.list.offsets.request.timeout.ms``), as Kafka. Thread-safe: the log
         takes its own lock."""
         lg = self.log(tp)
-        if timestamp >= 0 and self.remote_tier is not None and lg.local_log_start_offset > lg.log_start_offset:
+        if (timestamp >= 0 and self.remote_tier is not None and lg.local_log_start_offset > lg.log_start_offset
+                and lg.config.remote_storage_enable):
             found = self.remote_reader().offset_for_timestamp(tp, lg, timestamp)
             if found is not None:
                 return found

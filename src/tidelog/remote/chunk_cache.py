@@ -87,8 +87,9 @@ class ChunkCache:
             return self._total
 
     def close(self) -> None:
-        """Stop the read-ahead threads (waiting for the GETs under way) and drop every chunk. Thread-safe."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the read-ahead threads, after the read-ahead GETs already asked for (at most
+        ``prefetch_chunks`` per thread), and drop every chunk. Thread-safe."""
+        self._pool.shutdown(wait=True)
         with self._lock:
             self._chunks.clear()
             self._sizes.clear()
