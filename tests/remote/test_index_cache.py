@@ -154,3 +154,20 @@ def test_concurrent_readers_fetch_a_segment_once(tiered, store, tmp_path: Path) 
     assert errors == [] and counting.get_calls == 2
     assert os.listdir(tmp_path / "cache") != []
     cache.close()
+
+
+def test_verify_of_a_data_dir_skips_the_cache(tiered, store, tmp_path: Path) -> None:
+    import shutil
+
+    from tidelog.storage.verify import verify_paths
+
+    log, copied = tiered
+    data = tmp_path / "data"
+    shutil.copytree(log.dir, data / log.dir.name)
+    cache = RemoteIndexCache(store, data / "remote-log-index-cache", 1 << 30)
+    with cache.indexes(copied[0]):
+        pass
+    cache.close()
+    report = verify_paths([data])
+    assert report.ok, report.problems
+    assert report.files_checked == len(list(log.dir.glob("*.*index"))) + len(list(log.dir.glob("*.log")))

@@ -95,7 +95,13 @@ def _segment_files(path: Path) -> Iterator[Path]:
         raise TidelogError("no such file or directory", path=path)
     for file in sorted(path.rglob("*")):
         if file.is_file() and file.name.endswith((files.LOG_SUFFIX, files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX)):
-            yield file
+            if not _BROKER_WORK_DIRS.intersection(file.relative_to(path).parts[:-1]):
+                yield file
+
+
+# A broker's working dirs inside a log dir that hold no partition: the remote tier's index cache
+# (``<start>_<uuid>.index``, Kafka's names) and the remote cleaner's downloads.
+_BROKER_WORK_DIRS = frozenset({"remote-log-index-cache", "remote-log-cleaner"})
 
 
 def _verify_file(path: Path, report: VerifyReport) -> None:
