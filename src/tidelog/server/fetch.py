@@ -116,7 +116,7 @@ async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchI
     while True:
         ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
         reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes)
-        if any(r.remote is not None for r in reads):
+        if reads.__class__ is _RemoteReads:  # (one check: no per-partition work for local-only fetches)
             ctx.arrivals.cancel(ticket)
             return await _finish_remote(ctx, reads)
         remaining = deadline - loop.time()
@@ -135,7 +135,7 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
     """Read every partition in order within the byte limits (see module doc). Runs in the thread pool."""
     left = max_bytes
     min_one = True
-    reads = []
+    reads: list[PartitionRead] = []
     for spec in specs:
         limit = max(0, min(spec.max_bytes, left))
         read = _read_one(manager, spec, isolation, limit, min_one)
@@ -145,8 +145,13 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
         elif read.remote is not None:  # its bytes are not known yet: its limit is reserved
             min_one = False
             left -= limit
+            reads = _RemoteReads(reads)
         reads.append(read)
     return reads
+
+
+class _RemoteReads(list[PartitionRead]):
+    """The reads of a fetch of which at least one is a remote read under way."""
 
 
 def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, limit: int,
