@@ -179,3 +179,40 @@ def test_a_small_remote_fetch_reads_a_chunk_not_the_segment(broker: Opener, one_
     assert got.records and len(got.records) <= 3000 + 5200
     # the read (3000 bytes plus the index slack) spans at most two chunks, then one is read ahead
     assert counting.range_bytes <= 3 * (64 << 10) < segment_bytes // 4, (counting.range_bytes, segment_bytes)
+
+
+def test_a_slow_remote_list_offsets_times_out_without_holding_a_thread(broker: Opener, one_dir: list[Path],
+                                                                       tmp_path: Path) -> None:
+    from tidelog.server.list_offsets import _finish_remote, _Remote, list_offsets
+
+    manager, _ = tiered_manager(broker, one_dir, tmp_path, **{"remote.list.offsets.request.timeout.ms": "300"})
+    store = manager.remote_tier.store  # type: ignore[union-attr]
+    release = threading.Event()
+
+    class StuckStore:
+        uri = store.uri
+
+        def __getattr__(self, name: str):
+            return getattr(store, name)
+
+        def get(self, key: str) -> bytes:
+            release.wait(10)
+            return store.get(key)
+
+    manager.remote_tier.store = StuckStore()  # type: ignore[union-attr,assignment]
+    asked = [SimpleNamespace(name=TOPIC, partitions=[SimpleNamespace(partition_index=0, timestamp=T0 + 2000),
+                                                     SimpleNamespace(partition_index=0, timestamp=-1)])]
+    answers = list_offsets(manager, asked, FetchIsolation.HIGH_WATERMARK, 7)
+    waiting, latest = answers[TOPIC]
+    assert isinstance(waiting, _Remote) and latest.offset == BATCHES * 5
+
+    async def finish() -> None:
+        ctx = SimpleNamespace(manager=manager, run=None)  # no thread is asked for: the lookup did not end
+        await _finish_remote(ctx, [waiting], FetchIsolation.HIGH_WATERMARK)
+
+    started = time.monotonic()
+    asyncio.run(finish())
+    assert time.monotonic() - started < 2.0
+    assert waiting.response.error_code == 7  # REQUEST_TIMED_OUT
+    release.set()
+    manager.remote_tier.store = store  # type: ignore[union-attr]

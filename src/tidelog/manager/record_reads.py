@@ -81,21 +81,35 @@ class RecordReads:
         return lg.collect_aborted_transactions(start, end)
 
     def list_offsets(self, tp: TopicPartition, timestamp: int,
-                     isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK) -> TimestampAndOffset | None:
+                     isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, *,
+                     remote: bool = True) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for ``tp``: -2 earliest, -1 latest (the bound of ``isolation``), -3
         the record with the largest timestamp, -4 earliest local, -5 latest tiered, else the first
         record whose timestamp is >= ``timestamp``; None when nothing matches. By timestamp it
         reads the time indexes and, for the last step, segment bytes; on a tiered log whose log
-        start is below its local start, the remote segments there first (on a remote reader
-        thread, within ``remote.list.offsets.request.timeout.ms``), as Kafka. Thread-safe: the log
-        takes its own lock."""
+        start is below its local start (and ``remote``), the remote segments there first
+        (:meth:`list_offsets_remote`, waited for within ``remote.list.offsets.request.timeout.ms``),
+        as Kafka. Thread-safe: the log takes its own lock."""
+        if remote:
+            future = self.list_offsets_remote(tp, timestamp)
+            if future is not None:
+                found = self.remote_reader().wait_for_list_offsets(tp, timestamp, future)
+                if found is not None:
+                    return found
+        return self.log(tp).fetch_offset_by_timestamp(timestamp, isolation)
+
+    def list_offsets_remote(self, tp: TopicPartition, timestamp: int) -> Future[TimestampAndOffset | None] | None:
+        """The remote part of a ListOffsets by ``timestamp``, started on a remote reader thread: a
+        future of the first record at or after it in the remote segments below the local log start
+        (None in it: search the local log, :meth:`list_offsets` with ``remote=False``); None at
+        once when the remote tier has nothing to search (a special timestamp, a log not tiered or
+        all local). Raises :class:`~tidelog.manager.remote_reads.RemoteReadQueueFullError` when
+        the reader queue is full. Thread-safe."""
         lg = self.log(tp)
-        if (timestamp >= 0 and self.remote_tier is not None and lg.local_log_start_offset > lg.log_start_offset
-                and lg.config.remote_storage_enable):
-            found = self.remote_reader().offset_for_timestamp(tp, lg, timestamp)
-            if found is not None:
-                return found
-        return lg.fetch_offset_by_timestamp(timestamp, isolation)
+        if (timestamp < 0 or self.remote_tier is None or lg.local_log_start_offset <= lg.log_start_offset
+                or not lg.config.remote_storage_enable):
+            return None
+        return self.remote_reader().offset_for_timestamp_async(tp, lg, timestamp)
 
     def fetch_remote(self, tp: TopicPartition, offset: int, max_bytes: int, isolation: FetchIsolation, *,
                      min_one_message: bool = True) -> Future[PartitionFetch]:

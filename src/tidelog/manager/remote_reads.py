@@ -85,7 +85,7 @@ class RemoteReader:
         self._metadata_of = metadata_of
         self._threads = broker.remote_log_reader_threads
         self._max_pending = broker.remote_log_reader_max_pending_tasks
-        self._list_timeout_s = broker.remote_list_offsets_request_timeout_ms / 1000
+        self.list_offsets_timeout_s = broker.remote_list_offsets_request_timeout_ms / 1000
         self.index_cache = RemoteIndexCache(store, Path(log_dir) / CACHE_DIR_NAME,
                                             broker.remote_log_index_file_cache_total_size_bytes)
         self.chunks = ChunkCache(store)
@@ -201,20 +201,29 @@ class RemoteReader:
 
     # --- ListOffsets -----------------------------------------------------------------------------
 
-    def offset_for_timestamp(self, tp: TopicPartition, lg: Log, timestamp: int) -> TimestampAndOffset | None:
+    def offset_for_timestamp_async(self, tp: TopicPartition, lg: Log,
+                                   timestamp: int) -> Future[TimestampAndOffset | None]:
         """The first record with a timestamp >= ``timestamp`` in the remote segments below the
-        local log start and at or past the log start offset; None when none has one (the caller
-        searches the local log then). Runs on a reader thread and waits at most
-        ``remote.list.offsets.request.timeout.ms`` (:class:`RemoteListOffsetsTimeoutError`).
-        Thread-safe."""
-        future = self.submit(self._offset_for_timestamp, tp, lg, timestamp)
+        local log start and at or past the log start offset, searched on a reader thread (see
+        :meth:`submit` for the bound); None in the future when none has one (the caller searches
+        the local log then). Thread-safe."""
+        return self.submit(self._offset_for_timestamp, tp, lg, timestamp)
+
+    def wait_for_list_offsets(self, tp: TopicPartition, timestamp: int,
+                              future: Future[TimestampAndOffset | None]) -> TimestampAndOffset | None:
+        """``future``'s answer, waited for at most ``remote.list.offsets.request.timeout.ms``
+        (then cancelled: :class:`RemoteListOffsetsTimeoutError`). Thread-safe; blocks the caller."""
         try:
-            return future.result(self._list_timeout_s)
+            return future.result(self.list_offsets_timeout_s)
         except FutureTimeout:
             future.cancel()
-            raise RemoteListOffsetsTimeoutError(
-                f"the remote tier lookup by timestamp {timestamp} took longer than "
-                f"remote.list.offsets.request.timeout.ms", topic_partition=str(tp)) from None
+            raise self.list_offsets_timeout(tp, timestamp) from None
+
+    def list_offsets_timeout(self, tp: TopicPartition, timestamp: int) -> RemoteListOffsetsTimeoutError:
+        """The error of a remote ListOffsets lookup that took too long."""
+        return RemoteListOffsetsTimeoutError(
+            f"the remote tier lookup by timestamp {timestamp} took longer than "
+            f"remote.list.offsets.request.timeout.ms", topic_partition=str(tp))
 
     def _offset_for_timestamp(self, tp: TopicPartition, lg: Log, timestamp: int) -> TimestampAndOffset | None:
         log_start, local_start = lg.log_start_offset, lg.local_log_start_offset
