@@ -25,7 +25,10 @@ from tidelog.storage import files
 from tidelog.topic_partition import TopicPartition
 
 TOPIC = "orders"
-TIERED = {"remote.storage.enable": "true", "segment.bytes": "400", "local.retention.ms": "0"}
+# file.delete.delay.ms 0: what a failed attempt leaves DELETE_SEGMENT_STARTED is deleted by the
+# next pass's cleanup only once that delay from its last event is over (clean_unreferenced)
+TIERED = {"remote.storage.enable": "true", "segment.bytes": "400", "local.retention.ms": "0",
+          "file.delete.delay.ms": "0"}
 INTERVAL_MS = 3_600_000  # the regular pass never runs by itself: each test calls copy_pass
 
 

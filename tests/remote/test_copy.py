@@ -4,7 +4,7 @@ snapshot, a failed upload cleaned up, a segment replaced mid-copy, resume after 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,13 @@ from tidelog.remote.copy import (
     segment_leader_epochs,
 )
 from tidelog.remote.errors import RemoteStorageError, RemoteStoreUnreachableError
-from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentState, object_key, partition_prefix
+from tidelog.remote.metadata import (
+    RemoteFileKind,
+    RemoteLogSegmentId,
+    RemoteLogSegmentState,
+    object_key,
+    partition_prefix,
+)
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import ArrowRemoteStore
 from tidelog.storage import files
@@ -246,4 +252,31 @@ def test_a_segment_swapped_by_the_cleaner_mid_copy_is_a_retriable_error(tmp_path
         copy_segment(metadata.store, metadata, segment, next_base, dir=log.dir, epochs=log.leader_epoch_cache.entries)
     assert raised.value.path == log_path and raised.value.object is None
     assert metadata.segments() == [] and [i.key for i in store.list() if "/metadata/" not in i.key] == []
+    log.close()
+
+
+def test_cleanup_waits_file_delete_delay_for_replaced_segments(tmp_path: Path, store: ArrowRemoteStore, tip) -> None:
+    """A segment a swap replaced stays (objects and all) until ``file.delete.delay.ms`` from the
+    swap is over, so a reader mid-read finishes; below the log start, or without ``now_ms``, it
+    goes at once. STARTED segments never wait."""
+    clock = FakeClock()
+    log = make_log(tmp_path / "orders-2", 3, clock=clock)
+    metadata = _meta(store, tip, clock)
+    first, second, _ = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
+    swapped_at = clock.milliseconds()
+    [replacement] = metadata.swap([first, second], [replace(first, segment_id=RemoteLogSegmentId.generate(tip),
+                                                              end_offset=second.end_offset)])
+    stored = lambda: {i.key for i in store.list()}  # noqa: E731
+    uploaded = stored()
+    keys = lambda m: {object_key(m, k) for k in RemoteFileKind} & uploaded  # noqa: E731 - no empty .txnindex
+    for kind in RemoteFileKind:  # the replacement's objects, as a compaction uploads them
+        store.put(object_key(replacement, kind), b"x")
+    assert clean_unreferenced(store, metadata, now_ms=swapped_at + 59_999, delete_delay_ms=60_000) == []
+    assert keys(first) | keys(second) <= stored()
+    gone = clean_unreferenced(store, metadata, now_ms=swapped_at + 59_999, delete_delay_ms=60_000,
+                              log_start_offset=first.end_offset + 1)
+    assert [m.id for m in gone] == [first.id] and not keys(first) & stored() and keys(second) <= stored()
+    gone = clean_unreferenced(store, metadata, now_ms=swapped_at + 60_000, delete_delay_ms=60_000)
+    assert [m.id for m in gone] == [second.id] and not keys(second) & stored()
+    assert metadata.unreferenced() == [] and _meta(store, tip).unreferenced() == []
     log.close()

@@ -25,8 +25,9 @@ is cleaned in the same pass, against the same offset map, by the same engine
    the replaced segments to DELETE_SEGMENT_STARTED and the staged ones to FINISHED: a reader of
    the metadata sees the old set or the new one, never a mix. The replaced objects are deleted
    ``file.delete.delay.ms`` later (:class:`RemoteDeletions`, run by the cleaner threads), so a
-   reader mid-read finishes; a crash before that leaves them DELETE_STARTED, which the copy
-   pass's cleanup (and the next remote clean) deletes, and no reader ever lists.
+   reader mid-read finishes; a crash before that leaves them DELETE_STARTED (no reader lists
+   them), and the cleanups of the copy pass and the next remote clean delete them once the same
+   delay from the swap's time, read from the store, is over.
 4. **Local tier.** Cleaned as before; for a tiered log the local groups never mix segments the
    remote tier holds with segments it does not (:func:`~.clean.split_groups_at`), or the copy
    pass would copy a merged segment overlapping remote ones.
@@ -65,6 +66,7 @@ from tidelog.remote.metadata import (
     RemoteLogSegmentMetadata,
     object_key,
 )
+from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.segment_files import pin_segment_files
 from tidelog.remote.store import RemoteStore
@@ -111,11 +113,6 @@ class RemoteDeletions:
         with self._lock:
             self._due.append((self._clock.milliseconds() + max(delay_ms, 0), tp, log, segments))
 
-    def waiting(self, tp: TopicPartition) -> set[str]:
-        """The ids of ``tp``'s segments still waiting. Thread-safe (own lock)."""
-        with self._lock:
-            return {s.id for _, p, _, segs in self._due if p == tp for s in segs}
-
     def run_due(self) -> int:
         """Delete the objects of every segment whose delay has passed, then mark it
         DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. Returns how many went.
@@ -136,22 +133,13 @@ class RemoteDeletions:
                 with metadata.task_lock:
                     for segment in segments:
                         if metadata.segment(segment) is not None:
-                            delete_segment_objects(store, metadata, segment)
+                            delete_remote_segment(store, metadata, segment)
                         done += 1
             except TidelogError as e:
                 logger.warning("%s: replaced remote segments not deleted yet (retried): %s", tp, e)
                 with self._lock:
                     self._due.append(item)
         return done
-
-
-def delete_segment_objects(store: RemoteStore, metadata: RemotePartitionMetadata,
-                           segment: RemoteLogSegmentMetadata) -> None:
-    """DELETE_SEGMENT_STARTED (a no-op if it is), every object deleted, DELETE_SEGMENT_FINISHED."""
-    metadata.begin_delete(segment)
-    for kind in RemoteFileKind:
-        store.delete(object_key(segment, kind))
-    metadata.finish_delete(segment)
 
 
 @dataclass(slots=True)
@@ -193,11 +181,9 @@ class TieredPass:
 
     def _clean_orphans(self) -> None:
         """Delete STARTED segments (a crashed copy or clean: no other task runs while the lock is
-        held) and DELETE_STARTED ones not waiting for their delay (a crash left them)."""
-        waiting = self._deletions.waiting(self.tp)
-        for segment in self.metadata.unreferenced():
-            if segment.id not in waiting:
-                delete_segment_objects(self.store, self.metadata, segment)
+        held) and DELETE_STARTED ones whose ``file.delete.delay.ms`` from their swap is over."""
+        clean_unreferenced(self.store, self.metadata, now_ms=self.log.clock.milliseconds(),
+                           delete_delay_ms=self.log.config.file_delete_delay_ms)
 
     # --- the map -------------------------------------------------------------------------------
 
@@ -293,7 +279,7 @@ class TieredPass:
     def _abandon_staged(self) -> None:
         for staged in self._staged:
             try:
-                delete_segment_objects(self.store, self.metadata, staged.new)
+                delete_remote_segment(self.store, self.metadata, staged.new)
             except Exception as e:  # noqa: BLE001 - the pass's own error is what the caller sees
                 logger.warning("staged remote segment %s not deleted yet (cleanup retries): %s", staged.new.id, e)
         self._staged = []

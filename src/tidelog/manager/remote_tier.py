@@ -189,7 +189,8 @@ class RemoteTier:
                 try:
                     with metadata.task_lock:
                         copied = copy_log(lg, self.store, metadata, epochs=lg.leader_epoch_cache.entries,
-                                          clock=self._clock, quota=self._quota)
+                                          clock=self._clock, delete_delay_ms=lg.config.file_delete_delay_ms,
+                                          quota=self._quota)
                 finally:
                     lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
             self._note(tp, None)

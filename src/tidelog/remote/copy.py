@@ -188,7 +188,7 @@ def _abandon(store: RemoteStore, metadata: RemotePartitionMetadata, segment: Rem
     """Best effort: DELETE_STARTED, every object deleted, DELETE_FINISHED; a failure leaves the
     segment for :func:`clean_unreferenced` and is logged."""
     try:
-        _delete_segment(store, metadata, segment)
+        delete_remote_segment(store, metadata, segment)
     except RemoteSegmentStateError as e:
         if metadata.segment(segment) is not None:
             logger.warning("failed copy of %s not cleaned up yet (the next cleanup retries): %s", segment.segment_id, e)
@@ -198,24 +198,37 @@ def _abandon(store: RemoteStore, metadata: RemotePartitionMetadata, segment: Rem
         logger.warning("failed copy of %s not cleaned up yet (the next cleanup retries): %s", segment.segment_id, e)
 
 
-def _delete_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment: RemoteLogSegmentMetadata) -> None:
+def delete_remote_segment(store: RemoteStore, metadata: RemotePartitionMetadata,
+                          segment: RemoteLogSegmentMetadata) -> None:
+    """Delete one segment: DELETE_SEGMENT_STARTED (a no-op when it is already), a DELETE per
+    object kind (absent objects are fine), DELETE_SEGMENT_FINISHED. Raises the first
+    ``RemoteStorageError``; the segment then stays DELETE_SEGMENT_STARTED for
+    :func:`clean_unreferenced`. Thread-safe as the metadata's changes; the caller holds
+    ``metadata.task_lock``."""
     metadata.begin_delete(segment)
     for kind in RemoteFileKind:
         store.delete(object_key(segment, kind))
     metadata.finish_delete(segment)
 
 
-def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata) -> list[RemoteLogSegmentMetadata]:
-    """Delete the objects of every COPY_SEGMENT_STARTED and DELETE_SEGMENT_STARTED segment
-    (idempotent: absent objects are fine) and mark each DELETE_SEGMENT_FINISHED; returns them.
-    After it, copying resumes from ``metadata.highest_offset() + 1``. Costs per segment two
-    metadata events (one when already DELETE_STARTED) and a DELETE per object kind. Raises the
-    first ``RemoteStorageError`` (the rest wait for the next call). Call it only while no copy
-    of the partition is in flight (at a restart, or by the partition's copier between copies):
-    a copy in flight is STARTED too."""
+def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata, *, now_ms: int | None = None,
+                       delete_delay_ms: int = 0, log_start_offset: int = 0) -> list[RemoteLogSegmentMetadata]:
+    """Delete the objects of every COPY_SEGMENT_STARTED segment and of every
+    DELETE_SEGMENT_STARTED one that ends below ``log_start_offset`` (retention's) or was recorded
+    at least ``delete_delay_ms`` before ``now_ms`` (a segment a compaction replaced waits
+    ``file.delete.delay.ms`` from its swap, so that readers mid-read finish; without ``now_ms``
+    every one), and mark each DELETE_SEGMENT_FINISHED
+    (:func:`delete_remote_segment`); returns them. After it, copying resumes from
+    ``metadata.highest_offset() + 1``. Costs per segment two metadata events (one when already
+    DELETE_STARTED) and a DELETE per object kind. Raises the first ``RemoteStorageError`` (the
+    rest wait for the next call). Call it only while no copy of the partition is in flight,
+    holding ``metadata.task_lock``: a copy in flight is STARTED too."""
     cleaned = []
     for segment in metadata.unreferenced():
-        _delete_segment(store, metadata, segment)
+        if (now_ms is not None and segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+                and segment.end_offset >= log_start_offset and segment.event_timestamp_ms + delete_delay_ms > now_ms):
+            continue
+        delete_remote_segment(store, metadata, segment)
         cleaned.append(segment)
         logger.info("cleaned unreferenced remote segment %s (%s)", segment.segment_id,
                     RemoteLogSegmentState(segment.state).name)
@@ -237,14 +250,17 @@ class _Log(Protocol):
 
 
 def copy_log(log: _Log, store: RemoteStore, metadata: RemotePartitionMetadata, *, epochs: Sequence[EpochEntry],
-             broker_id: int = -1, clock: Clock = SYSTEM_CLOCK,
+             broker_id: int = -1, clock: Clock = SYSTEM_CLOCK, delete_delay_ms: int = 0,
              quota: CopyQuota = _UNLIMITED) -> list[RemoteLogSegmentMetadata]:
     """One copy pass over a log: :func:`clean_unreferenced`, then :func:`copy_segment` of each
     :func:`copy_candidates` (from the highest remote offset), oldest first, stopping at the
     first failure (raised). ``epochs``: the log's leader epochs. Reads the log's segment list
     and offsets without its lock (each a consistent snapshot). Returns the segments copied.
-    ``broker_id`` and ``clock`` are ignored: ``metadata``'s writer stamps both."""
-    clean_unreferenced(store, metadata)
+    ``broker_id`` is ignored (``metadata``'s writer stamps it); ``clock`` and ``delete_delay_ms``
+    (the log's ``file.delete.delay.ms``) say which DELETE_SEGMENT_STARTED segments the cleanup
+    deletes (:func:`clean_unreferenced`)."""
+    clean_unreferenced(store, metadata, now_ms=clock.milliseconds(), delete_delay_ms=delete_delay_ms,
+                       log_start_offset=log.log_start_offset)
     candidates = copy_candidates(log.segments, highest_remote_offset=metadata.highest_offset(),
                                  log_start_offset=log.log_start_offset, last_stable_offset=log.last_stable_offset)
     return [copy_segment(store, metadata, segment, next_base, dir=log.dir, epochs=epochs, quota=quota)

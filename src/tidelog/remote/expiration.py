@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tidelog.remote.copy import clean_unreferenced
+from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
 from tidelog.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import RemoteStore
@@ -268,7 +268,8 @@ def prepare_expiration(store: RemoteStore, metadata: RemotePartitionMetadata, lo
     ``RemoteStorageError`` of the cleanup (nothing raised then). Thread-safe: holds
     ``metadata.task_lock``; the log takes its own lock to move its start offset."""
     with metadata.task_lock:
-        clean_unreferenced(store, metadata)
+        clean_unreferenced(store, metadata, now_ms=now_ms, delete_delay_ms=log.config.file_delete_delay_ms,
+                           log_start_offset=log.log_start_offset)
         plan = plan_for_log(log, metadata, now_ms)
         if plan.deletions and plan.log_start_offset_after > log.log_start_offset:
             log.maybe_increment_log_start_offset(plan.log_start_offset_after, "remote retention")
@@ -286,7 +287,10 @@ def carry_out(store: RemoteStore, metadata: RemotePartitionMetadata, plan: Expir
             current = metadata.segment(deletion.segment)
             if current is not None and current.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
                 metadata.begin_delete(deletion.segment)
-        clean_unreferenced(store, metadata)
+        for deletion in plan.deletions:  # all below the raised log start: deleted with no delay, as Kafka
+            current = metadata.segment(deletion.segment)
+            if current is not None:
+                delete_remote_segment(store, metadata, current)
     for d in plan.deletions:
         logger.info("%s: deleted remote segment %s [%d, %d] (%s: %s)", plan.topic_partition, d.segment.id,
                     d.segment.start_offset, d.segment.end_offset, d.cause, d.detail)
