@@ -1,6 +1,10 @@
 """A streaming pipeline on tidelog: orders -> per-customer totals in a compacted topic.
 
-    python examples/orders_pipeline.py [--data-dir DIR]      # default: a fresh ./example-data
+    python examples/orders_pipeline.py [--data-dir DIR]      # default: ./example-data
+
+``--data-dir`` must not exist, be empty, or be a dir this example made on an earlier run (it
+holds the marker file ``.orders-pipeline-example``): only then is it emptied and reused. Any
+other non-empty dir is refused and left untouched.
 
 What it does, in three rounds:
 
@@ -33,6 +37,23 @@ from typing import Any
 CUSTOMERS = ("alice", "bob", "carol", "dave", "erin")
 ORDERS_PER_ROUND = 1000
 ROUNDS = 3
+MARKER = ".orders-pipeline-example"
+
+
+def prepare_data_dir(data: Path) -> None:
+    """Make ``data`` an empty dir this example owns, deleting only what an earlier run made.
+
+    Raises SystemExit naming ``data`` when it is a file or a non-empty dir without the marker.
+    """
+    if data.exists() and not data.is_dir():
+        raise SystemExit(f"--data-dir {data} is a file, not a directory; give a new or empty directory")
+    if data.is_dir() and any(data.iterdir()):
+        if not (data / MARKER).is_file():
+            raise SystemExit(f"--data-dir {data} is not empty and was not made by this example; refusing to "
+                             f"delete it. Give a new or empty directory.")
+        shutil.rmtree(data)
+    data.mkdir(parents=True, exist_ok=True)
+    (data / MARKER).write_text("made by examples/orders_pipeline.py; it empties this dir on its next run\n")
 
 
 def create_topics(data: Path) -> None:
@@ -142,8 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=Path("example-data"))
     args = parser.parse_args()
-    if args.data_dir.exists():
-        shutil.rmtree(args.data_dir)
+    prepare_data_dir(args.data_dir)
     from tidelog.spark.session import local_session
 
     spark = local_session(app_name="tidelog orders pipeline", **{"spark.sql.shuffle.partitions": "2"})
