@@ -2,15 +2,16 @@
 
 ``remote_passes_10k``: issue 21's target "retention and copy passes over 10,000 tiered
 partitions: one remote LIST per partition per pass at most". A LogManager holds one tiered topic
-of 10,000 partitions (200 with ``--quick``), each with one sealed segment of one small batch, on a
+of 10,000 partitions (200 with ``--quick``), each with two sealed one-batch segments, on a
 ``file://`` store in the scratch dir (the request counts do not depend on the store; the times
 are those of a local directory, whose every PUT is a write, two fsyncs and a rename). Every
 store call goes through :class:`CountingStore`, and each pass is counted and timed alone:
 
 1. ``copy_first``: the first copy pass of the process, which loads each partition's remote
-   metadata (one LIST of its ``metadata/`` prefix) and copies its sealed segment;
-2. ``copy_steady``: after one more segment is sealed in every partition (untimed), the next copy
-   pass: the metadata is cached, so no LIST;
+   metadata (one LIST of its ``metadata/`` prefix) and copies the first segment (the high
+   watermark holds the second back);
+2. ``copy_steady``: the high watermark raised (untimed), the next copy pass copies the second
+   segment on the cached metadata: no LIST;
 3. ``retention_first``: the first ``LogManager.run_retention()``, over both tiers: remote
    retention (``retention.bytes`` is one segment, so the oldest remote segment of each partition
    goes: DELETEs and metadata PUTs), then local retention (``local.retention.bytes=1``: the local
@@ -30,10 +31,12 @@ from __future__ import annotations
 
 import logging
 import resource
+import shutil
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,9 +102,15 @@ class CountingStore:
 
 def counted_manager(root: Path, partitions: int, **open_kwargs: Any) -> tuple[Any, CountingStore]:
     """A LogManager over ``root/data`` with the remote tier on ``root/store`` (file://) behind a
-    :class:`CountingStore`, and one tiered topic of ``partitions`` partitions, each holding one
-    sealed segment of one batch (``local.retention.bytes=1``; ``retention.bytes`` one segment).
-    Counts start at zero."""
+    :class:`CountingStore`, and one tiered topic of ``partitions`` partitions
+    (``local.retention.bytes=1``, ``retention.bytes`` one segment), each holding two sealed
+    one-batch segments and an empty active one, its high watermark at the second segment (so a
+    copy pass copies one segment; :func:`release_second_segment` lets the next copy the other).
+
+    The partitions are written as files before the manager opens them (a template partition
+    copied into each dir): a log holds no file descriptor until it is written to, while 10,000
+    active segments appended to would hold 3 each, past this machine's limit of 20,000. Counts
+    start at zero."""
     from tidelog.manager import LogManager
     from tidelog.storage.config import BrokerConfig
 
@@ -109,34 +118,55 @@ def counted_manager(root: Path, partitions: int, **open_kwargs: Any) -> tuple[An
         "log.dirs": str(root / "data"), "remote.log.storage.system.enable": "true",
         "remote.log.storage.uri": (root / "store").resolve().as_uri(),
         "remote.log.manager.task.interval.ms": "3600000"})
+    template = _template(root / "template-0")
+    creator = LogManager.open(broker, [root / "data"], **open_kwargs)
+    try:
+        creator.create_topic(TOPIC, partitions, {"remote.storage.enable": "true", "local.retention.bytes": "1",
+                                                 "retention.bytes": str(_segment_bytes(template))})
+        dirs = [lg.dir for _, lg in creator.logs(TOPIC)]
+    finally:
+        creator.shutdown()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda d: _fill(d, template), dirs))
     manager = LogManager.open(broker, [root / "data"], **open_kwargs)
     tier = manager.remote_tier
     store = CountingStore(tier.store)
     tier.store = tier.retention.store = store  # every remote request of the passes goes through it
-    manager.create_topic(TOPIC, partitions, {"remote.storage.enable": "true", "local.retention.bytes": "1",
-                                             "retention.bytes": str(_segment_bytes())})
-    seal_one_segment(manager)
+    for _, lg in manager.logs(TOPIC):
+        lg.update_high_watermark(lg.segments[1].base_offset)
     store.take()
     return manager, store
 
 
-def _batch() -> bytes:
-    from tidelog.records.builder import build_batch
+def _template(dir: Path) -> dict[str, bytes]:
+    """The files of a partition with two sealed one-batch segments and an empty active one."""
     from tidelog.clock import SYSTEM_CLOCK
+    from tidelog.records.builder import build_batch
+    from tidelog.storage.log import Log
 
-    return build_batch([(b"k", b"v" * 100)], timestamp=SYSTEM_CLOCK.milliseconds())
+    log = Log.open(dir)
+    for _ in range(2):
+        log.append_as_leader(build_batch([(b"k", b"v" * 100)], timestamp=SYSTEM_CLOCK.milliseconds()), leader_epoch=0)
+        log.roll()
+    log.close()
+    files = {p.name: p.read_bytes() for p in dir.iterdir() if p.is_file()}
+    shutil.rmtree(dir)
+    return files
 
 
-def _segment_bytes() -> int:
-    return len(_batch())
+def _segment_bytes(template: dict[str, bytes]) -> int:
+    return len(template[f"{0:020d}.log"])
 
 
-def seal_one_segment(manager: Any) -> None:
-    """Append one batch to every partition of the topic and roll: one more sealed segment each."""
-    batch = _batch()
+def _fill(dir: Path, template: dict[str, bytes]) -> None:
+    for name, data in template.items():
+        (dir / name).write_bytes(data)
+
+
+def release_second_segment(manager: Any) -> None:
+    """Raise every partition's high watermark to its log end: its second sealed segment becomes
+    copyable. No file is opened."""
     for _, lg in manager.logs(TOPIC):
-        lg.append_as_leader(batch, leader_epoch=0)
-        lg.roll()
         lg.update_high_watermark(lg.log_end_offset)
 
 
@@ -152,8 +182,8 @@ def run_passes(manager: Any, store: CountingStore) -> dict[str, dict[str, Any]]:
     ]
     results: dict[str, dict[str, Any]] = {}
     for name, action in passes:
-        if name == "copy_steady":  # one more sealed segment per partition, untimed and uncounted
-            seal_one_segment(manager)
+        if name == "copy_steady":  # the second sealed segment becomes copyable, untimed and uncounted
+            release_second_segment(manager)
             store.take()
         rss = _rss_bytes()
         began = time.perf_counter()
