@@ -70,7 +70,8 @@ from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.segment_files import pin_segment_files
 from tidelog.remote.store import RemoteStore
-from tidelog.storage import files
+from tidelog.storage import fileops, files
+from tidelog.storage.atomic import write_file
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LogSegment
 from tidelog.topic_partition import TopicPartition
@@ -239,7 +240,7 @@ class TieredPass:
         finally:
             cleaned.delete_files()
             for path in self.workspace.out.iterdir():
-                path.unlink()
+                fileops.unlink(path)
 
     def _same_bytes(self, source: RemoteSegment, cleaned: LogSegment) -> bool:
         if cleaned.size != source.size:
@@ -252,8 +253,9 @@ class TieredPass:
         new remote segment: COPY_SEGMENT_STARTED, then each object of Kafka's file set."""
         last = group[-1].metadata
         out, next_base = self.workspace.out, last.end_offset + 1
-        files.producer_snapshot_file(out, next_base).write_bytes(
-            self.store.get(object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)))
+        write_file(files.producer_snapshot_file(out, next_base),
+                   self.store.get(object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)), sync=False,
+                   what="staged producer snapshot")
         epochs_text = self.store.get(object_key(last, RemoteFileKind.LEADER_EPOCH))
         tip = self.metadata.topic_id_partition
         with pin_segment_files(out, base, next_base, partition=str(tip.topic_partition)) as pinned:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-import shutil
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ from tidelog.records.varint import INT64_MAX
 from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, object_key
 from tidelog.remote.store import RemoteStore
-from tidelog.storage import files
+from tidelog.storage import fileops, files
+from tidelog.storage.atomic import write_file
 from tidelog.storage.config import LogConfig
 from tidelog.storage.log import Log
 from tidelog.storage.log_config import segment_config
@@ -52,15 +53,18 @@ DOWNLOAD_CHUNK = 8 << 20  # a remote .log is streamed to disk in ranges of this 
 
 def download(store: RemoteStore, key: str, path: Path, size: int) -> None:
     """Stream the object ``key`` of ``size`` bytes to ``path`` in ranges (memory: one range)."""
-    with open(path, "wb") as out:
+    fd = fileops.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
         position = 0
         while position < size:
             chunk = store.get_range(key, position, min(DOWNLOAD_CHUNK, size - position))
             if not chunk:
                 raise RemoteStorageError(f"remote object ended at {position} of its {size} bytes", key=key,
                                          uri=store.uri, operation="get_range")
-            out.write(chunk)
+            fileops.write_fully(fd, chunk, path)
             position += len(chunk)
+    finally:
+        os.close(fd)
 
 
 class Workspace:
@@ -72,11 +76,11 @@ class Workspace:
         self.store = store
         self._config = config
         self._clock = clock
-        shutil.rmtree(root, ignore_errors=True)
+        fileops.rmtree(root, ignore_errors=True)
         self.src = root / "src"
         self.out = root / "out"
-        self.src.mkdir(parents=True)
-        self.out.mkdir()
+        fileops.mkdir(self.src, parents=True)
+        fileops.mkdir(self.out)
         self._open: tuple[RemoteSegment, LogSegment] | None = None
         self._txn: dict[str, TransactionIndex | None] = {}
 
@@ -91,7 +95,8 @@ class Workspace:
                  meta.segment_size_in_bytes)
         for kind, name in ((RemoteFileKind.OFFSET_INDEX, files.offset_index_file),
                            (RemoteFileKind.TIME_INDEX, files.time_index_file)):
-            name(self.src, base).write_bytes(self.store.get(object_key(meta, kind)))
+            write_file(name(self.src, base), self.store.get(object_key(meta, kind)), sync=False,
+                       what="downloaded remote index")
         opened = LogSegment.open(self.src, base, segment_config(self._config), self._clock, file_already_exists=True)
         self._open = (segment, opened)
         return opened
@@ -103,7 +108,8 @@ class Workspace:
             return None
         if meta.id not in self._txn:
             path = self.root / f"{meta.id}{files.TXN_INDEX_SUFFIX}"
-            path.write_bytes(self.store.get(object_key(meta, RemoteFileKind.TRANSACTION_INDEX)))
+            write_file(path, self.store.get(object_key(meta, RemoteFileKind.TRANSACTION_INDEX)), sync=False,
+                       what="downloaded remote transaction index")
             self._txn[meta.id] = TransactionIndex(path, meta.start_offset)
         return self._txn[meta.id]
 
@@ -120,7 +126,7 @@ class Workspace:
             if index is not None:
                 index.close()
         self._txn.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
+        fileops.rmtree(self.root, ignore_errors=True)
 
 
 class RemoteSegment:
