@@ -68,7 +68,7 @@ def test_a_valid_plan_names_the_dirs_the_staging_sibling_and_the_topic(root: Pat
     ({"topic": "t", "subscribe": "t"}, "unknown option subscribe; the tidelog sink takes path, topic"),
     ({"topic": "t", "compression": "brotli"}, "option compression='brotli': expected none, gzip"),
     ({"topic": ""}, "option topic is empty"),
-    ({"topic": "nope"}, "topic 'nope' does not exist .* tidelog --data-dir .* topics --create nope"),
+    ({"topic": "nope"}, "topic 'nope' does not exist .* tidelog --data-dir .* topics create nope --partitions N"),
 ])
 def test_bad_options_are_refused(root: Path, options: dict[str, str], message: str) -> None:
     with pytest.raises((ConfigError, UnknownTopicOrPartitionError), match=message):

@@ -213,7 +213,7 @@ def _type_problem(name: str, data_type: DataType) -> str | None:
 def missing_topic(topic: str, log_dirs: tuple[str, ...]) -> UnknownTopicOrPartitionError:
     return UnknownTopicOrPartitionError(
         f"topic {topic!r} does not exist in the data dir; the tidelog sink does not create topics: create it with "
-        f"tidelog --data-dir {log_dirs[0]} topics --create {topic} --partitions N", topic=topic)
+        f"tidelog --data-dir {log_dirs[0]} topics create {topic} --partitions N", topic=topic)
 
 
 def read_topic_specs(log_dirs: tuple[str, ...], compression: CompressionType | None,
