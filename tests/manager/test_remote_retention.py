@@ -16,7 +16,13 @@ from tidelog.manager import LogManager
 from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import TopicIdPartition, partition_prefix
 from tidelog.remote.metadata_log import RemotePartitionMetadata
-from tidelog.remote.partition_delete import PENDING_PREFIX, TOPIC_DELETED, PendingDeletion, record_pending
+from tidelog.remote.partition_delete import (
+    PENDING_PREFIX,
+    REMOTE_DISABLED,
+    TOPIC_DELETED,
+    PendingDeletion,
+    record_pending,
+)
 from tidelog.remote.store import open_store
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 
@@ -263,3 +269,62 @@ def test_a_pass_checkpoints_once_before_deleting_from_every_partition(broker: Op
     with pytest.raises(OSError):
         tier.retention.expiration_pass()
     assert fresh_segments(uri, topic_id, 1) == before, "no checkpoint, no delete"
+
+
+def test_a_pending_deletion_never_touches_a_topic_recreated_under_the_same_name(broker: Opener, one_dir: list[Path],
+                                                                                tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager, old_id = tiered_manager(broker, one_dir, uri)
+    tier = manager.remote_tier
+    assert tier is not None
+    real = tier.store
+
+    class DeletesFail:  # the outage hits the deletion of the old topic's objects only
+        def __getattr__(self, name: str):
+            if name in ("delete", "delete_prefix"):
+                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
+            return getattr(real, name)
+
+    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    manager.delete_topic(TOPIC)
+    assert objects(uri, PENDING_PREFIX), "the old topic's deletion is pending"
+    tier.retention.store = real
+    manager.create_topic(TOPIC, 1, TIERED)  # same name, new topic id, tiered: its metadata gets cached
+    for _ in range(20):
+        manager.append(tp(TOPIC), batch())
+    tier.copy_pass()
+    new_id = manager.describe_topic(TOPIC).topic_id
+    assert new_id != old_id
+    copied = fresh_segments(uri, new_id)
+    assert copied
+    tier.retention.resume_pending()  # what the next pass does: finishes the OLD topic's deletion
+    assert objects(uri, PENDING_PREFIX) == set()
+    assert objects(uri, partition_prefix(TopicIdPartition(old_id, tp(TOPIC)))) == set()
+    assert fresh_segments(uri, new_id) == copied, "the re-created topic keeps every remote segment"
+    assert tier.copy_pass() is not None and tier.retention.last_error(tp(TOPIC)) is None
+    log = manager.get_log(tp(TOPIC))
+    assert log is not None and log.log_start_offset == 0
+
+
+def test_a_pending_disable_never_moves_the_log_start_of_a_topic_recreated_under_the_same_name(
+        broker: Opener, one_dir: list[Path], tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager, old_id = tiered_manager(broker, one_dir, uri)
+    manager.delete_topic(TOPIC)
+    manager.create_topic(TOPIC, 1, TIERED)  # same name, new topic id, tiered
+    for _ in range(20):
+        manager.append(tp(TOPIC), batch())
+    manager.remote_tier.copy_pass()  # type: ignore[union-attr]
+    manager.run_retention()  # the new topic's copied local segments go: [0, local start) is remote only
+    new_id = manager.describe_topic(TOPIC).topic_id
+    copied = fresh_segments(uri, new_id)
+    # a disable with delete of the OLD topic whose deletion a crash cut short
+    record_pending(open_store(uri), PendingDeletion(TOPIC, old_id, 1, REMOTE_DISABLED))
+    manager.shutdown()
+    manager = broker.open(one_dir, tiered_props(uri))
+    log = manager.get_log(tp(TOPIC))
+    assert log is not None and log.log_start_offset == 0 < log.local_log_start_offset
+    manager.remote_tier.retention.resume_pending()  # type: ignore[union-attr]
+    assert objects(uri, PENDING_PREFIX) == set()
+    assert log.log_start_offset == 0, "the re-created topic's log start offset stays"
+    assert fresh_segments(uri, new_id) == copied

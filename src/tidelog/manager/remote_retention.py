@@ -32,6 +32,7 @@ from typing import Protocol
 from tidelog.clock import Clock
 from tidelog.errors import StorageError, TidelogError
 from tidelog.remote.expiration import ExpirationPlan, carry_out, plan_for_log, prepare_expiration
+from tidelog.remote.metadata import TopicIdPartition
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.partition_delete import (
     REMOTE_DISABLED,
@@ -188,14 +189,18 @@ class RemoteRetention:
             self._resumed = all(settled)
 
     def _settle(self, pending: PendingDeletion) -> bool:
-        """Finish ``pending`` when its change committed, else drop its object; False on a store failure."""
+        """Finish ``pending`` when its change committed, else drop its object; False on a store
+        failure. A topic re-created under the same name (a new topic id) is never touched: only
+        metadata cached for ``pending``'s topic id is used and forgotten, and only the logs of
+        that topic id have their log start offsets moved."""
         try:
-            if not self._committed(pending):
+            live = self._live_topic_id(pending.topic) == pending.topic_id
+            if live and not self._committed_in_place(pending):
                 self.store.delete(pending.key)
                 return True
-            if pending.reason == REMOTE_DISABLED:
+            if live and pending.reason == REMOTE_DISABLED:
                 self._move_log_starts(pending.topic)
-            finish_pending(self.store, pending, lambda tip: self._cached(tip.topic_partition))
+            finish_pending(self.store, pending, self._cached_for)
             return True
         except TidelogError as e:
             log.error("remote data of topic %s not deleted yet (%s; retried at the next start): %s",
@@ -203,17 +208,24 @@ class RemoteRetention:
             return False
         finally:
             for number in range(pending.partitions):
-                self._forget(TopicPartition(pending.topic, number))
+                tip = pending.partition(number)
+                if self._cached_for(tip) is not None:
+                    self._forget(tip.topic_partition)
 
-    def _committed(self, pending: PendingDeletion) -> bool:
-        """Whether the change ``pending`` was written for took effect: the topic (by id) is gone,
-        or, for a disable, it is live with live logs, none of them tiered."""
+    def _cached_for(self, tip: TopicIdPartition) -> RemotePartitionMetadata | None:
+        """The cached metadata of ``tip``'s partition when it is of ``tip``'s topic id, else None."""
+        metadata = self._cached(tip.topic_partition)
+        return metadata if metadata is not None and metadata.topic_id_partition == tip else None
+
+    def _live_topic_id(self, topic: str) -> str | None:
         try:
-            live_id: str | None = self._topic_id_of(pending.topic)
+            return self._topic_id_of(topic)
         except TidelogError:
-            live_id = None
-        if live_id != pending.topic_id:
-            return True
+            return None
+
+    def _committed_in_place(self, pending: PendingDeletion) -> bool:
+        """Whether the change ``pending`` was written for took effect, its topic (by id) still
+        live: never for a deletion; for a disable, when the topic has live logs, none tiered."""
         if pending.reason == TOPIC_DELETED:
             return False
         live = self._logs(pending.topic)  # none live (all offline): not known to have committed, data stays
