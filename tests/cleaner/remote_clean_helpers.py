@@ -53,7 +53,7 @@ class Tier:
         assert found is not None
         metadata = found[1]
         with metadata.task_lock:
-            copy_log(log, self.store, metadata, epochs=log.leader_epoch_cache.entries, clock=self.clock, broker_id=1)
+            copy_log(log, self.store, metadata, epochs=log.leader_epoch_cache.entries, clock=self.clock)
         log.update_highest_offset_in_remote_storage(metadata.highest_offset())
 
 

@@ -106,7 +106,7 @@ def _load(store: RemoteStore) -> RemotePartitionMetadata:
 
 def _pass(log: Log, store: RemoteStore) -> None:
     """What a broker does per pass: load (once per process), clean, copy."""
-    copy_log(log, store, _load(store), epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copy_log(log, store, _load(store), epochs=log.leader_epoch_cache.entries)
 
 
 def _local(log: Log, base: int, next_base: int) -> dict[RemoteFileKind, Path]:
@@ -134,7 +134,7 @@ def check_finished_whole(log: Log, store: RemoteStore, metadata: RemotePartition
 def check_resumed(log: Log, store: RemoteStore) -> None:
     metadata = _load(store)
     clean_unreferenced(store, metadata)
-    copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
     fresh = _load(store)
     check_finished_whole(log, store, fresh)
     assert fresh.unreferenced() == [] and all(s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -240,7 +240,7 @@ class Checkpoint:
 def _expiring_log(root: Path, store: RemoteStore) -> Log:
     """A log of 3 sealed segments, all copied, with a retention.ms under which the first two expire."""
     log = make_log(root / "orders-2", 3)
-    copy_log(log, store, _load(store), epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copy_log(log, store, _load(store), epochs=log.leader_epoch_cache.entries)
     log.update_config(log.config.with_overrides({}, retention_ms=EXPIRE_MS))
     return log
 

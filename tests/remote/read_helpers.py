@@ -43,7 +43,7 @@ def tiered_log(dir: Path, store: RemoteStore, tip: TopicIdPartition, *, segments
         log.roll()
     log.update_high_watermark(log.log_end_offset)
     metadata = RemotePartitionMetadata.load(store, tip, clock=clock or FakeClock(), broker_id=1)
-    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
     assert len(copied) == segments
     return log, copied
 

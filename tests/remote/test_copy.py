@@ -84,7 +84,7 @@ def _meta(store: ArrowRemoteStore, tip, clock: FakeClock | None = None) -> Remot
 def test_a_log_is_copied_byte_for_byte(tmp_path: Path, store: ArrowRemoteStore, tip) -> None:
     log = make_log(tmp_path / "orders-2", 3, epochs=(0, 0, 3), aborted_in=(1,))
     metadata = _meta(store, tip)
-    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
     bases = [s.base_offset for s in log.segments]
     assert [(c.start_offset, c.end_offset + 1) for c in copied] == list(zip(bases, bases[1:]))
     for segment, next_base in zip(copied, bases[1:]):

@@ -33,7 +33,7 @@ def remote(object_store: object, bucket: str) -> ArrowRemoteStore:
 def test_a_log_is_copied_to_s3_byte_for_byte(tmp_path: Path, remote: ArrowRemoteStore, tip) -> None:
     log = make_log(tmp_path / "orders-2", 3, batches=20, records=50, epochs=(0, 2), aborted_in=(2,))
     metadata = RemotePartitionMetadata.load(remote, tip, clock=FakeClock(), broker_id=1)
-    copied = copy_log(log, remote, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copied = copy_log(log, remote, metadata, epochs=log.leader_epoch_cache.entries)
     bases = [s.base_offset for s in log.segments]
     assert [c.start_offset for c in copied] == bases[:3]
     for segment, next_base in zip(copied, bases[1:]):

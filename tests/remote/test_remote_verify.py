@@ -28,7 +28,7 @@ from test_copy_s3 import s3_store
 def tier(tmp_path: Path, store: ArrowRemoteStore, tip: TopicIdPartition, segments: int = 3, **kw: object) -> list:
     log = make_log(tmp_path / f"{tip.topic_partition}", segments, **kw)
     metadata = RemotePartitionMetadata.load(store, tip, clock=FakeClock(), broker_id=1)
-    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries, broker_id=1)
+    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
     log.close()
     return copied
 

@@ -250,15 +250,15 @@ class _Log(Protocol):
 
 
 def copy_log(log: _Log, store: RemoteStore, metadata: RemotePartitionMetadata, *, epochs: Sequence[EpochEntry],
-             broker_id: int = -1, clock: Clock = SYSTEM_CLOCK, delete_delay_ms: int = 0,
+             clock: Clock = SYSTEM_CLOCK, delete_delay_ms: int = 0,
              quota: CopyQuota = _UNLIMITED) -> list[RemoteLogSegmentMetadata]:
     """One copy pass over a log: :func:`clean_unreferenced`, then :func:`copy_segment` of each
     :func:`copy_candidates` (from the highest remote offset), oldest first, stopping at the
     first failure (raised). ``epochs``: the log's leader epochs. Reads the log's segment list
     and offsets without its lock (each a consistent snapshot). Returns the segments copied.
-    ``broker_id`` is ignored (``metadata``'s writer stamps it); ``clock`` and ``delete_delay_ms``
-    (the log's ``file.delete.delay.ms``) say which DELETE_SEGMENT_STARTED segments the cleanup
-    deletes (:func:`clean_unreferenced`)."""
+    The segments carry ``metadata``'s writer's broker id; ``clock`` and ``delete_delay_ms`` (the
+    log's ``file.delete.delay.ms``) say which DELETE_SEGMENT_STARTED segments the cleanup deletes
+    (:func:`clean_unreferenced`)."""
     clean_unreferenced(store, metadata, now_ms=clock.milliseconds(), delete_delay_ms=delete_delay_ms,
                        log_start_offset=log.log_start_offset)
     candidates = copy_candidates(log.segments, highest_remote_offset=metadata.highest_offset(),
