@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from read_helpers import T0, CountingStore, local_batches, tiered_log
 
+from tidelog.records import iter_batches
 from tidelog.remote.index_cache import RemoteIndexCache
 from tidelog.remote.metadata import RemoteFileKind, object_key
 from tidelog.remote.remote_read import (
@@ -163,3 +164,52 @@ def test_offset_for_timestamp_past_a_segment_is_none(tiered, store) -> None:
     _, copied, cache = tiered
     with cache.indexes(copied[0]) as idx:
         assert offset_for_timestamp(store, copied[0], idx.offset, idx.time, T0 + 10 * 10_000, 0) is None
+
+
+def _big_then_small(dir: Path, store: ArrowRemoteStore, tip):
+    """A log whose first remote segment is one 100 kB batch (offsets 0-9) and whose second holds
+    small batches (offsets 10-19), both held only by the remote tier; and its remote metadata."""
+    from read_helpers import record_batch
+
+    from tidelog.remote.copy import copy_log
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+    from tidelog.storage.log import Log
+    from tidelog.storage.log_config import LogConfig
+    from tidelog.testing import FakeClock
+
+    log = Log.open(dir, LogConfig(segment_bytes=1 << 30, index_interval_bytes=4096), clock=FakeClock())
+    log.append_as_leader(record_batch(0, 10, 10_000, T0), leader_epoch=0)
+    log.roll()
+    for n in range(10, 20, 2):
+        log.append_as_leader(record_batch(n, 2, 10, T0 + 10 * n), leader_epoch=0)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    metadata = RemotePartitionMetadata.load(store, tip, clock=FakeClock(), broker_id=1)
+    copied = copy_log(log, store, metadata, epochs=log.leader_epoch_cache.entries)
+    log.delete_oldest_segments(log.segments[:2], "test: only the remote tier holds them", move_log_start=False)
+    return log, metadata, copied
+
+
+@pytest.mark.parametrize("max_bytes", [0, 1000])
+def test_a_first_batch_that_does_not_fit_ends_the_read_in_its_segment(tmp_path: Path, store, tip,
+                                                                      max_bytes: int) -> None:
+    """Without min_one_message, a batch holding the offset that does not fit gives nothing: never
+    the next segment's batches (a consumer would skip offsets 0-9), nor its indexes fetched."""
+    from tidelog.manager.remote_reads import RemoteReader
+    from tidelog.storage.config import BrokerConfig
+    from tidelog.storage.fetch_info import FetchIsolation
+    from tidelog.topic_partition import TopicPartition
+
+    log, metadata, copied = _big_then_small(tmp_path / "orders-2", store, tip)
+    broker = BrokerConfig.from_properties({"log.dirs": str(tmp_path / "logs")})
+    reader = RemoteReader(broker, store, tmp_path / "logs", lambda tp, lg: metadata)
+    try:
+        tp = TopicPartition("orders", 2)
+        got = reader.read(tp, log, 3, max_bytes, FetchIsolation.HIGH_WATERMARK, min_one_message=False)
+        assert got.records == b""
+        assert reader.index_cache.cached_segments() == [copied[0].id]
+        first = reader.read(tp, log, 3, max_bytes, FetchIsolation.HIGH_WATERMARK, min_one_message=True)
+        assert [b.base_offset for _, b in iter_batches(first.records)] == [0]
+    finally:
+        reader.close()
+        log.close()

@@ -63,9 +63,11 @@ class RemoteSegmentCorruptError(CorruptRecordError):
 
 @dataclass(frozen=True, slots=True)
 class SegmentRead:
-    """What :func:`read_segment` returned: whole batches (``records``, possibly empty), whether a
-    batch holding an offset >= the one asked for was found in this segment (``found``; when not,
-    the read goes on in the next segment), and the ranged GETs it took (``gets``, ``fetched`` bytes)."""
+    """What :func:`read_segment` returned: whole batches (``records``, possibly empty), whether the
+    read ends in this segment (``found``: a batch holding an offset >= the one asked for is in it,
+    returned or not fitting the limit, or no byte was asked for; when not, the segment holds no
+    such batch and the read goes on in the next segment), and the ranged GETs it took (``gets``,
+    ``fetched`` bytes)."""
 
     records: bytes
     found: bool
@@ -122,11 +124,13 @@ class _Read:
         self.gets = self.fetched = 0
 
     def run(self, position: int, offset: int, max_bytes: int, min_one: bool) -> SegmentRead:
+        if max_bytes <= 0 and not min_one:  # nothing asked for: the read ends here, empty
+            return SegmentRead(b"", True, -1, 0, 0)
         parts: list[bytes] = []
         total, found, next_offset = 0, False, -1
         while position < self.size:
             room = max_bytes - total
-            if room <= 0 and (found or not min_one):
+            if room <= 0 and found:
                 break
             want = max(room, 0) + (0 if found else INDEX_SLACK_BYTES)
             chunk = self.get(position, min(self.size - position, self.chunk_bytes, max(want, MIN_READ_BYTES)))
@@ -137,6 +141,7 @@ class _Read:
                 if not found and last < offset:
                     position += need  # skipped without reading it
                     continue
+                found = True  # this batch holds the offset (or the first one past it)
                 if need > room and (parts or not min_one):
                     break
                 chunk = self.get(position, need)
