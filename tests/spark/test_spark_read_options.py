@@ -60,7 +60,7 @@ def test_exactly_one_subscription_strategy() -> None:
           path="/x", subscribe="t", subscribePattern="t.*")
     fails("No topics to subscribe to as specified value for option 'subscribe' is ' , '", path="/x", subscribe=" , ")
     fails("Pattern to subscribe is empty", path="/x", subscribePattern=" ")
-    fails("not a valid regular expression", path="/x", subscribePattern="t(")
+    fails("Option 'subscribePattern': 't\\(' is not a valid Java regular expression: Unclosed group", path="/x", subscribePattern="t(")
     fails("No topicpartitions to assign as specified value for option 'assign' is 't'", path="/x", assign="t")
     fails(r"Expected e.g. \{\"topicA\":\[0,1\]", path="/x", assign='{"t": 0}')
 
@@ -69,7 +69,10 @@ def test_subscription_selection() -> None:
     existing = [TopicPartition(t, p) for t in ("t", "tt", "u") for p in (0, 1)]
     assert parse(path="/x", subscribe="t, u").subscription.select(existing) == [
         TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0), TopicPartition("u", 1)]
-    assert [tp.topic for tp in parse(path="/x", subscribePattern="t").subscription.select(existing)] == ["t", "t"]
+    # Spark's findFirstIn: the pattern matches anywhere in the name; ^...$ for the whole name
+    assert [tp.topic for tp in parse(path="/x", subscribePattern="t").subscription.select(existing)] == [
+        "t", "t", "tt", "tt"]
+    assert [tp.topic for tp in parse(path="/x", subscribePattern="^t$").subscription.select(existing)] == ["t", "t"]
     assert parse(path="/x", assign='{"u":[1],"t":[0]}').subscription.select(existing) == [
         TopicPartition("t", 0), TopicPartition("u", 1)]
 

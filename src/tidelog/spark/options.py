@@ -11,8 +11,9 @@ option                              meaning (Kafka's unless said)
 =================================== ===========================================================
 path                                the data dir: one log dir, or comma-separated log dirs (ours;
                                     stands for ``kafka.bootstrap.servers``)
-subscribe / subscribePattern /      exactly one: topics, a Java regex matched against the whole
-assign                              topic name (``re.fullmatch``), or ``{"t":[0,1]}``
+subscribe / subscribePattern /      exactly one: topics, a Java regex found anywhere in the topic
+assign                              name (as Spark's source: ``findFirstIn``; anchor it with ^...$
+                                    for a whole-name match), or ``{"t":[0,1]}``
 startingOffsets                     earliest | latest (streams only) | ``{"t":{"0":n}}`` with
                                     -2 = earliest, -1 = latest; default earliest (batch),
                                     latest (stream)
@@ -42,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.spark.java_regex import JavaRegexError, compile_java
 from tidelog.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -113,8 +115,11 @@ class Subscription:
         if self.kind == SUBSCRIBE:
             wanted = set(self.topics)
             return [tp for tp in existing if tp.topic in wanted]
-        regex = re.compile(self.pattern)
-        return [tp for tp in existing if regex.fullmatch(tp.topic)]
+        # Spark's SubscribePatternStrategy keeps the topics where ``topicRegex.findFirstIn(name)``
+        # is defined (Scala's Regex over java.util.regex: a match anywhere in the name, not
+        # ``matches()``), so this searches; the pattern is Java syntax (tidelog.spark.java_regex).
+        regex = compile_java(self.pattern)
+        return [tp for tp in existing if regex.search(tp.topic)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,9 +261,10 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
         raise SourceOptionError(
             f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
     try:
-        re.compile(pattern)
-    except re.error as e:
-        raise SourceOptionError(f"Option 'subscribePattern': '{value}' is not a valid regular expression ({e})") from None
+        compile_java(pattern)
+    except JavaRegexError as e:
+        raise SourceOptionError(
+            f"Option 'subscribePattern': '{value}' is not a valid Java regular expression: {e}") from None
     return Subscription(SUBSCRIBE_PATTERN, pattern=pattern)
 
 
