@@ -328,3 +328,46 @@ def test_a_pending_disable_never_moves_the_log_start_of_a_topic_recreated_under_
     assert objects(uri, PENDING_PREFIX) == set()
     assert log.log_start_offset == 0, "the re-created topic's log start offset stays"
     assert fresh_segments(uri, new_id) == copied
+
+
+def test_a_pass_racing_a_topic_deletion_keeps_its_pending_object(broker: Opener, one_dir: list[Path],
+                                                                 tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager, topic_id = tiered_manager(broker, one_dir, uri)
+    tier = manager.remote_tier
+    assert tier is not None
+    real_delete, seen = manager.topic_changes.delete_topic, []
+
+    def delete_topic(name: str) -> None:  # the periodic pass's resume runs between the PUT and the commit
+        tier.retention.resume_pending()
+        seen.append(objects(uri, PENDING_PREFIX))
+        real_delete(name)
+
+    manager.topic_changes.delete_topic = delete_topic  # type: ignore[method-assign]
+    manager.delete_topic(TOPIC)
+    assert seen == [{PendingDeletion(TOPIC, topic_id, 1, TOPIC_DELETED).key}], \
+        "a deletion in flight is not judged uncommitted and dropped"
+    assert objects(uri) == set()
+
+
+def test_a_deletion_failed_after_the_start_up_resume_is_retried_at_the_next_pass(broker: Opener, one_dir: list[Path],
+                                                                                 tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager, topic_id = tiered_manager(broker, one_dir, uri)
+    tier = manager.remote_tier
+    assert tier is not None
+    tier.retention.resume_pending()  # the first pass: nothing pending
+    real = tier.store
+
+    class DeletesFail:
+        def __getattr__(self, name: str):
+            if name in ("delete", "delete_prefix"):
+                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
+            return getattr(real, name)
+
+    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    manager.delete_topic(TOPIC)
+    assert objects(uri, PENDING_PREFIX)
+    tier.retention.store = real
+    tier._periodic_pass()  # the scheduled task, same process
+    assert objects(uri) == set()

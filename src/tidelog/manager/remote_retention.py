@@ -13,11 +13,12 @@ per tiered partition, and the deletion of a partition's remote data).
   object is written first, the change is made, then the partitions' remote data goes
   (:mod:`tidelog.remote.partition_delete`); for a disable, each live log's start offset first
   moves to its local log start offset (Kafka's ``ConfigHandler``) and is checkpointed.
-- :meth:`RemoteRetention.resume_pending`: once per process, finishes the deletions a crash or an
-  outage left (or drops those whose change did not commit).
+- :meth:`RemoteRetention.resume_pending`: once per process (and again after a failed deletion),
+  finishes the deletions a crash or an outage left (or drops those whose change did not commit).
 
 Thread-safety: every public method is thread-safe; the per-partition work holds the partition
-metadata's ``task_lock``; the dicts of last plans and errors are under ``_lock``.
+metadata's ``task_lock``; the dicts of last plans and errors and the pending-deletion bookkeeping
+are under ``_lock``.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class RemoteRetention:
         self._last_plans: dict[TopicPartition, ExpirationPlan] = {}
         self._last_errors: dict[TopicPartition, str] = {}
         self._resumed = False
+        self._in_flight: set[str] = set()  # pending-deletion keys of changes running in deleting()
+        self._failed_settles = 0  # deleting()'s failures so far
 
     # --- expiration -----------------------------------------------------------------------------
 
@@ -163,30 +166,49 @@ class RemoteRetention:
         :data:`~tidelog.remote.partition_delete.TOPIC_DELETED` or ``REMOTE_DISABLED``): the
         pending-deletion object is written first (a store failure raises and the change is not
         made), then the change runs; if it raised, the object is dropped; else the data goes
-        (failures are logged; :meth:`resume_pending` finishes). Thread-safe."""
+        (failures are logged; :meth:`resume_pending` at the next pass finishes). Meanwhile
+        :meth:`resume_pending` leaves the object alone. Thread-safe."""
         pending = PendingDeletion(topic, topic_id, partitions, reason)
-        record_pending(self.store, pending)
+        with self._lock:
+            self._in_flight.add(pending.key)
         try:
-            yield
-        except BaseException:
-            self._settle(pending)
-            raise
-        self._settle(pending)
+            record_pending(self.store, pending)
+            try:
+                yield
+            except BaseException:
+                self._settle_in_flight(pending)
+                raise
+            self._settle_in_flight(pending)
+        finally:
+            with self._lock:
+                self._in_flight.discard(pending.key)
+
+    def _settle_in_flight(self, pending: PendingDeletion) -> None:
+        if not self._settle(pending):
+            with self._lock:  # the next pass lists the pending deletions again
+                self._resumed, self._failed_settles = False, self._failed_settles + 1
 
     def resume_pending(self) -> None:
-        """Once per process: finish every pending deletion the store holds whose change committed,
-        drop the others. One LIST. Failures are logged and retried at the next call. Thread-safe."""
+        """Finish every pending deletion the store holds whose change committed, drop the others
+        (those of a change in flight in :meth:`deleting` are left to it). Runs once per process,
+        and again after a failure (its own or :meth:`deleting`'s): one LIST then. Failures are
+        logged and retried at the next call. Thread-safe."""
         with self._lock:
             if self._resumed:
                 return
+            failed_before = self._failed_settles
         try:
             pending = list_pending(self.store)
         except TidelogError as e:
             log.error("remote tier: pending remote deletions not read (retried at the next pass): %s", e)
             return
-        settled = [self._settle(p) for p in pending]
+        settled = [self._settle(p) for p in pending if not self._is_in_flight(p)]
+        with self._lock:  # a deletion that failed meanwhile is listed again at the next pass
+            self._resumed = all(settled) and self._failed_settles == failed_before
+
+    def _is_in_flight(self, pending: PendingDeletion) -> bool:
         with self._lock:
-            self._resumed = all(settled)
+            return pending.key in self._in_flight
 
     def _settle(self, pending: PendingDeletion) -> bool:
         """Finish ``pending`` when its change committed, else drop its object; False on a store
@@ -203,7 +225,7 @@ class RemoteRetention:
             finish_pending(self.store, pending, self._cached_for)
             return True
         except TidelogError as e:
-            log.error("remote data of topic %s not deleted yet (%s; retried at the next start): %s",
+            log.error("remote data of topic %s not deleted yet (%s; retried at the next pass): %s",
                       pending.topic, pending.reason, e)
             return False
         finally:
