@@ -345,3 +345,62 @@ def test_a_remote_object_gone_behind_its_back_fails_the_pass_and_changes_nothing
     assert fresh(store).unreferenced() == [], "what was staged is deleted"
     assert local_records(log) == local_before, "the local tier is not cleaned alone"
     log.close()
+
+
+class _SwapAnswerLost:
+    """The store, except that the PUT of a swap event lands and then fails (the answer was lost),
+    and the next ``lists_lost`` LISTs after it fail."""
+
+    def __init__(self, inner: RemoteStore, lists_lost: int) -> None:
+        self.inner, self.uri = inner, inner.uri
+        self.lists_lost = -lists_lost  # < 0: armed by the swap
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def put(self, key: str, data: bytes) -> None:
+        from tidelog.remote.errors import RemoteStoreServerError
+
+        self.inner.put(key, data)
+        if "/metadata/" in key and b'"type":"swap"' in bytes(data):
+            self.lists_lost = -self.lists_lost
+            raise RemoteStoreServerError("injected lost answer", operation="put", key=key, uri=self.uri)
+
+    def list(self, prefix: str = "") -> object:
+        from tidelog.remote.errors import RemoteStoreUnreachableError
+
+        if self.lists_lost > 0:
+            self.lists_lost -= 1
+            raise RemoteStoreUnreachableError("injected outage", operation="list", key=prefix, uri=self.uri)
+        return self.inner.list(prefix)
+
+
+@pytest.mark.parametrize("lists_lost", [0, 1])
+def test_a_swap_whose_answer_is_lost_keeps_the_segments_it_published(tmp_path: Path, lists_lost: int) -> None:
+    """The swap event landed but its PUT failed: readers see the cleaned set, so neither the
+    pass's own cleanup nor the next copy pass's may delete it (the replaced set is already
+    DELETE_SEGMENT_STARTED: that would leave no segment for those offsets). With ``lists_lost``,
+    the pass cannot read the metadata again, and the copy pass's cleanup must."""
+    from tidelog.remote.errors import RemoteStorageError
+
+    inner = _file_store(tmp_path)
+    store = _SwapAnswerLost(inner, lists_lost)
+    tiered, _, clock, plain, plain_clock = _pair(tmp_path, inner)
+    tier = Tier(store, clock)  # type: ignore[arg-type]
+    _history(tiered, clock, tier)
+    _history(plain, plain_clock, None)
+    clean(plain, plain_clock, None)
+    expected = [r for r in local_records(plain) if r[0] < tiered.local_log_start_offset]
+
+    with pytest.raises(RemoteStorageError, match="injected lost answer"):
+        clean(tiered, clock, tier)
+    for _ in range(2):  # after the failed pass, then after the next copy pass's cleanup
+        assert remote_records(inner, tiered.local_log_start_offset) == expected, "the cleaned set is readable"
+        assert segment_objects(inner) <= stored_segment_objects(inner), "every published segment has its objects"
+        tier.copy(tiered)
+    clock.advance(60_000)  # file.delete.delay.ms after the swap: the replaced segments' objects go
+    tier.copy(tiered)
+    assert remote_records(inner, tiered.local_log_start_offset) == expected
+    assert stored_segment_objects(inner) == segment_objects(inner), "nothing orphaned"
+    tiered.close()
+    plain.close()

@@ -64,6 +64,7 @@ from tidelog.remote.metadata import (
     RemoteFileKind,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     object_key,
 )
 from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
@@ -279,12 +280,23 @@ class TieredPass:
         return len(old)
 
     def _abandon_staged(self) -> None:
-        for staged in self._staged:
+        """Delete the staged segments still COPY_SEGMENT_STARTED, best effort (cleanup deletes
+        what remains). The metadata is settled first: a swap whose answer was lost may have
+        published them, and then they are the only segments of their offsets."""
+        staged, self._staged = self._staged, []
+        try:
+            self.metadata.settle()
+        except Exception as e:  # noqa: BLE001 - the pass's own error is what the caller sees
+            logger.warning("%s: staged remote segments left to cleanup: %s", self.tp, e)
+            return
+        for s in staged:
+            current = self.metadata.segment(s.new)
+            if current is None or current.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+                continue
             try:
-                delete_remote_segment(self.store, self.metadata, staged.new)
-            except Exception as e:  # noqa: BLE001 - the pass's own error is what the caller sees
-                logger.warning("staged remote segment %s not deleted yet (cleanup retries): %s", staged.new.id, e)
-        self._staged = []
+                delete_remote_segment(self.store, self.metadata, current)
+            except Exception as e:  # noqa: BLE001 - as above
+                logger.warning("staged remote segment %s not deleted yet (cleanup retries): %s", s.new.id, e)
 
 
 def group_remote(segments: Sequence[RemoteSegment], log: Log, first_uncleanable: int) -> list[list[RemoteSegment]]:

@@ -222,7 +222,10 @@ def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata, *,
     ``metadata.highest_offset() + 1``. Costs per segment two metadata events (one when already
     DELETE_STARTED) and a DELETE per object kind. Raises the first ``RemoteStorageError`` (the
     rest wait for the next call). Call it only while no copy of the partition is in flight,
-    holding ``metadata.task_lock``: a copy in flight is STARTED too."""
+    holding ``metadata.task_lock``: a copy in flight is STARTED too. The metadata is settled
+    first (:meth:`RemotePartitionMetadata.settle`): a segment a lost answer left STARTED in
+    memory may be FINISHED in the store."""
+    metadata.settle()
     cleaned = []
     for segment in metadata.unreferenced():
         if (now_ms is not None and segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED

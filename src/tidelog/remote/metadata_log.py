@@ -206,6 +206,15 @@ class RemotePartitionMetadata:
             self._loaded = _read_log(self.store, self.topic_id_partition)
             self._uncertain = False
 
+    def settle(self) -> None:
+        """Read the log from the store again when the outcome of a write is unknown (its PUT
+        failed, and may have landed), so the state is the store's; no I/O otherwise. Call it
+        before acting on a segment's state after such a failure. Raises a ``RemoteStorageError``
+        when the read fails. Takes the lock."""
+        with self._lock:
+            if self._uncertain:
+                self.reload()
+
     @property
     def next_sequence(self) -> int:
         """The sequence the next event gets. Takes the lock."""
