@@ -156,8 +156,8 @@ def _consume(bootstrap: str, topic: str, total: int) -> None:
 
 
 BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
-    "remote_fetch": ("a kafka-python consumer reading a topic from the remote tier (SeaweedFS S3) through "
-                     "tidelog serve vs the same records from local segments", bench_remote_fetch),
+    "remote_fetch": ("kafka-python reading from the remote tier (SeaweedFS S3) through tidelog serve vs "
+                     "from local segments", bench_remote_fetch),
 }
 
 

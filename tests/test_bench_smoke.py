@@ -27,7 +27,7 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
-                   "remote_passes_10k"}
+                   "remote_passes_10k", "remote_fetch"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
@@ -38,8 +38,9 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS}
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
-# The remote tier's upload: targeted where SeaweedFS can be built (Go), a "skipped" row where not
+# The remote tier's upload and reads: targeted where SeaweedFS can be built (Go), a "skipped" row where not
 UPLOAD_ROW = "remote_upload"
+REMOTE_FETCH_ROW = "remote_fetch"
 KAFKA_BENCHMARKS = ("kafka_cleaner", "kafka_recovery", "kafka_produce_fetch")
 
 
@@ -76,9 +77,10 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
             assert row["figure"] > 0, row
         elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
             assert row["figure"] > 0 and row["baseline"] > 0, row
-    assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW})
+    assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW,
+                                                                                          REMOTE_FETCH_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
-    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW)
+    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW)
                 and not row["details"].get("skipped")}
     assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
