@@ -391,8 +391,31 @@ def _check_trigger_limits(parsed: SourceOptions) -> None:
 
 # --- checks against the data ----------------------------------------------------------------
 
+def check_topics_exist(parsed: SourceOptions, existing: set[TopicPartition]) -> None:
+    """Every topic named by ``subscribe`` or ``assign`` must exist, as in Spark's Kafka source.
+
+    Spark's SubscribeStrategy and AssignStrategy resolve their partitions with the admin client's
+    ``describeTopics(topics).allTopicNames().get()``, which fails for a topic the cluster does not
+    have with Kafka's ``UnknownTopicOrPartitionException`` ("This server does not host this
+    topic-partition."); batch queries fail planning with it and streaming queries fail their first
+    batch. ``subscribePattern`` only lists existing topics, so it never fails this way (a pattern
+    that matches nothing reads nothing). Raises :class:`UnknownTopicOrPartitionError` naming the
+    topics and the option."""
+    from tidelog.errors import UnknownTopicOrPartitionError
+
+    sub = parsed.subscription
+    named = sub.topics if sub.kind == SUBSCRIBE else tuple(tp.topic for tp in sub.assigned)
+    missing = sorted(set(named) - {tp.topic for tp in existing})
+    if missing and sub.kind != SUBSCRIBE_PATTERN:
+        topics = ", ".join(missing)
+        raise UnknownTopicOrPartitionError(
+            f"UnknownTopicOrPartitionException: This server does not host this topic-partition. Topic(s) {topics} "
+            f"named by option '{SPELLING[sub.kind]}' do not exist in {', '.join(parsed.log_dirs)}", topics=missing)
+
+
 def check_named_partitions(parsed: SourceOptions, existing: set[TopicPartition]) -> None:
     """Partitions named by ``assign`` or an offsets/timestamps JSON must exist in the data dir."""
+    check_topics_exist(parsed, existing)
     if parsed.subscription.kind == ASSIGN:
         missing = sorted(set(parsed.subscription.assigned) - existing)
         if missing:
