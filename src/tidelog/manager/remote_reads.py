@@ -20,7 +20,10 @@ A remote fetch (:meth:`RemoteReader.read`, Kafka's ``RLM.read``):
    ranged GETs, 64 MiB in memory at most, the next three chunks read ahead: a consumer catching
    up finds its next fetch in memory);
 4. a segment without such a batch (offsets compacted away) moves to the next remote segment, and
-   past the last one to the local log;
+   past the last one to the local log; a segment whose object is gone because retention deleted
+   it or a compaction replaced it meanwhile (it is no longer FINISHED) is looked up again (step
+   1: its replacement, or ``OffsetOutOfRangeError``); an object gone while its segment is still
+   FINISHED is the store's not-found error, naming the partition, the segment and the object;
 5. for ``read_committed``, the aborted transactions of the remote ``.txnindex`` files from that
    segment on, then the local ones (:meth:`aborted_transactions`).
 
@@ -47,9 +50,10 @@ from tidelog.errors import OffsetOutOfRangeError, TidelogError
 from tidelog.manager.reports import PartitionFetch
 from tidelog.remote.chunk_cache import ChunkCache
 from tidelog.remote.index_cache import CACHE_DIR_NAME, RemoteIndexCache
-from tidelog.remote.metadata import RemoteLogSegmentMetadata
+from tidelog.remote.errors import RemoteResourceNotFoundError, with_context
+from tidelog.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tidelog.remote.metadata_log import RemotePartitionMetadata
-from tidelog.remote.remote_read import offset_for_timestamp, read_segment
+from tidelog.remote.remote_read import SegmentRead, offset_for_timestamp, read_segment
 from tidelog.remote.store import RemoteStore
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation, TimestampAndOffset
@@ -147,21 +151,20 @@ class RemoteReader:
              min_one_message: bool = True) -> PartitionFetch:
         """A consumer's fetch of ``tp`` from the remote tier (module doc, steps 1-5), on the calling
         thread; the offsets are the log's, taken after the read. Raises ``OffsetOutOfRangeError``
-        when no FINISHED remote segment holds ``offset``, the store's and the read's errors
-        otherwise. Thread-safe."""
+        when no FINISHED remote segment holds ``offset`` (also when retention deleted it during
+        the read), the store's and the read's errors otherwise. Thread-safe."""
         metadata = self._metadata_of(tp, lg)
-        segment = metadata.segment_for_offset(offset)
-        if segment is None:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} does not exist in the remote tier (remote offsets up to "
-                f"{metadata.highest_offset()}, local log from {lg.local_log_start_offset})", topic_partition=str(tp))
+        segment = _segment_holding(metadata, tp, lg, offset)
         records, next_offset = b"", -1
         while segment is not None:
-            size = segment.segment_size_in_bytes
-            with self.index_cache.indexes(segment) as indexes:
-                got = read_segment(self.store, segment, indexes.offset, max(offset, segment.start_offset),
-                                   max_bytes, min_one_message, partition=str(tp),
-                                   get_range=lambda k, s, n: self.chunks.get_range(k, s, n, object_size=size))
+            try:
+                got = self._read_segment(tp, segment, offset, max_bytes, min_one_message)
+            except RemoteResourceNotFoundError as e:
+                current = metadata.segment(segment)
+                if current is not None and current.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+                    raise with_context(e, partition=str(tp), segment=segment.id) from e  # gone behind our back
+                segment = _segment_holding(metadata, tp, lg, offset)  # deleted or replaced meanwhile: again
+                continue
             if got.found:
                 records, next_offset = got.records, got.next_offset
                 break
@@ -175,6 +178,14 @@ class RemoteReader:
             found = self.aborted_transactions(tp, lg, offset, next_offset) if records else []
             aborted = tuple((t.producer_id, t.first_offset) for t in found)
         return PartitionFetch(records, lg.high_watermark, lg.last_stable_offset, lg.log_start_offset, aborted)
+
+    def _read_segment(self, tp: TopicPartition, segment: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+                      min_one_message: bool) -> SegmentRead:
+        size = segment.segment_size_in_bytes
+        with self.index_cache.indexes(segment) as indexes:
+            return read_segment(self.store, segment, indexes.offset, max(offset, segment.start_offset), max_bytes,
+                                min_one_message, partition=str(tp),
+                                get_range=lambda k, s, n: self.chunks.get_range(k, s, n, object_size=size))
 
     def aborted_transactions(self, tp: TopicPartition, lg: Log, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [``start``, ``end``) (Kafka's
@@ -238,6 +249,17 @@ class RemoteReader:
             if found is not None:
                 return found
         return None
+
+
+def _segment_holding(metadata: RemotePartitionMetadata, tp: TopicPartition, lg: Log,
+                     offset: int) -> RemoteLogSegmentMetadata:
+    """The FINISHED segment holding ``offset``; ``OffsetOutOfRangeError`` when none does."""
+    segment = metadata.segment_for_offset(offset)
+    if segment is None:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} does not exist in the remote tier (remote offsets up to {metadata.highest_offset()}, "
+            f"log start {lg.log_start_offset}, local log from {lg.local_log_start_offset})", topic_partition=str(tp))
+    return segment
 
 
 def _next_segment(metadata: RemotePartitionMetadata, segment: RemoteLogSegmentMetadata,
