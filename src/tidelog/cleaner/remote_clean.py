@@ -60,14 +60,8 @@ from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, 
 from tidelog.cleaner.retain import CleaningRound
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
-from tidelog.remote.metadata import (
-    RemoteFileKind,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    object_key,
-)
-from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
+from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, RemoteLogSegmentState, object_key
+from tidelog.remote.copy import clean_unreferenced, delete_remote_segment, new_segment_metadata, upload_objects
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.segment_files import pin_segment_files
 from tidelog.remote.store import RemoteStore
@@ -155,13 +149,12 @@ class TieredPass:
     partition's ``task_lock`` from :meth:`open` to :meth:`close`. Not thread-safe."""
 
     def __init__(self, tp: TopicPartition, log: Log, store: RemoteStore, metadata: RemotePartitionMetadata,
-                 deletions: RemoteDeletions, broker_id: int = -1) -> None:
+                 deletions: RemoteDeletions) -> None:
         self.tp = tp
         self.log = log
         self.store = store
         self.metadata = metadata
         self._deletions = deletions
-        self._broker_id = broker_id
         metadata.task_lock.acquire()
         try:
             self._clean_orphans()
@@ -251,7 +244,8 @@ class TieredPass:
 
     def _upload(self, group: Sequence[RemoteSegment], base: int) -> RemoteLogSegmentMetadata:
         """Stage the cleaned segment in ``workspace.out`` (files under their final names) as a
-        new remote segment: COPY_SEGMENT_STARTED, then each object of Kafka's file set."""
+        new remote segment: COPY_SEGMENT_STARTED, then each object of Kafka's file set, as a copy
+        uploads it (:func:`~tidelog.remote.copy.upload_objects`)."""
         last = group[-1].metadata
         out, next_base = self.workspace.out, last.end_offset + 1
         write_file(files.producer_snapshot_file(out, next_base),
@@ -260,13 +254,9 @@ class TieredPass:
         epochs_text = self.store.get(object_key(last, RemoteFileKind.LEADER_EPOCH))
         tip = self.metadata.topic_id_partition
         with pin_segment_files(out, base, next_base, partition=str(tip.topic_partition)) as pinned:
-            started = self.metadata.begin_copy(RemoteLogSegmentMetadata(
-                RemoteLogSegmentId.generate(tip), base, last.end_offset, pinned.max_timestamp_ms, self._broker_id,
-                self.log.clock.milliseconds(), pinned.log_size, merged_epochs(s.metadata for s in group),
-                txn_idx_empty=pinned.txn_index_empty))
-            for file in pinned.files:
-                self.store.put_file(object_key(started, file.kind), file.path, length=file.size)
-            self.store.put(object_key(started, RemoteFileKind.LEADER_EPOCH), epochs_text)
+            started = self.metadata.begin_copy(
+                new_segment_metadata(tip, pinned, merged_epochs(s.metadata for s in group)))
+            upload_objects(self.store, started, pinned, epochs_text)
         return started
 
     def _switch(self) -> int:

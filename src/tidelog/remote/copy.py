@@ -1,7 +1,8 @@
 """Copying sealed local segments to the remote tier (Kafka's ``RLMCopyTask.copyLogSegment``).
 
 - :func:`copy_candidates`: which segments a pass copies (Kafka's rule, pure);
-- :func:`copy_segment`: one segment's file set uploaded and published;
+- :func:`copy_segment`: one segment's file set uploaded and published (:func:`upload_objects`,
+  which the cleaner's remote compaction uses for the segments it stages too);
 - :func:`clean_unreferenced`: what a restart (or the next pass) does with the segments a crash
   or an outage left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED;
 - :func:`copy_log`: a pass over one :class:`~tidelog.storage.log.Log` (the three above).
@@ -36,7 +37,7 @@ its own lock per change. One copier per partition, as in Kafka.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -48,6 +49,7 @@ from tidelog.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    TopicIdPartition,
     object_key,
 )
 from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -57,7 +59,8 @@ from tidelog.remote.store import RemoteStore
 from tidelog.storage.checkpoints import EpochEntry, format_epoch_checkpoint
 
 __all__ = ["MissingSegmentFileError", "SegmentSourceGoneError", "clean_unreferenced", "copy_candidates",
-           "copy_log", "copy_segment", "leader_epoch_slice", "segment_leader_epochs"]
+           "copy_log", "copy_segment", "delete_remote_segment", "leader_epoch_slice", "new_segment_metadata",
+           "segment_leader_epochs", "upload_objects"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,14 +133,16 @@ def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment:
         if not leaders:
             raise RemoteStorageError(f"cannot copy segment {segment.base_offset}: no leader epoch covers it",
                                      partition=partition, path=dir)
-        started = RemoteLogSegmentMetadata(
-            RemoteLogSegmentId.generate(tip), segment.base_offset, next_base_offset - 1, pinned.max_timestamp_ms,
-            _STAMPED, _STAMPED, pinned.log_size, leaders, txn_idx_empty=pinned.txn_index_empty)
+        started = new_segment_metadata(tip, pinned, leaders)
         key: str | None = _METADATA
+
+        def uploading(name: str) -> None:
+            nonlocal key
+            key = name
+
         try:
             started = metadata.begin_copy(started)
-            for kind, key in _upload(store, started, pinned, epochs_text, quota):
-                logger.debug("uploading %s of %s", kind.name, started.segment_id)
+            upload_objects(store, started, pinned, epochs_text, quota=quota, before_put=uploading)
             key = None  # the local files' check: the error names the path
             pinned.check_unchanged()
             key = _METADATA
@@ -151,15 +156,31 @@ def copy_segment(store: RemoteStore, metadata: RemotePartitionMetadata, segment:
     return finished
 
 
-def _upload(store: RemoteStore, segment: RemoteLogSegmentMetadata, pinned: SegmentFiles, epochs_text: bytes,
-            quota: CopyQuota) -> Iterable[tuple[RemoteFileKind, str]]:
-    """Upload every object; yields each (kind, key) before its PUT so the caller names it on failure."""
+def new_segment_metadata(tip: TopicIdPartition, pinned: SegmentFiles,
+                         leader_epochs: tuple[tuple[int, int], ...]) -> RemoteLogSegmentMetadata:
+    """A new remote segment (fresh id) of ``pinned``'s offsets, ``.log`` size, max timestamp and
+    txn index, with ``leader_epochs``, for :meth:`RemotePartitionMetadata.begin_copy` (which
+    stamps the broker id and event time). Pure."""
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate(tip), pinned.base_offset, pinned.next_base_offset - 1, pinned.max_timestamp_ms,
+        _STAMPED, _STAMPED, pinned.log_size, leader_epochs, txn_idx_empty=pinned.txn_index_empty)
+
+
+def upload_objects(store: RemoteStore, segment: RemoteLogSegmentMetadata, pinned: SegmentFiles, epochs_text: bytes,
+                   *, quota: CopyQuota = _UNLIMITED, before_put: Callable[[str], None] | None = None) -> None:
+    """PUT the objects of ``segment`` (recorded COPY_SEGMENT_STARTED): each pinned file, read
+    from its pinned descriptor, then ``epochs_text`` as the leader-epoch checkpoint, all through
+    ``quota``. ``before_put(key)`` is called before each PUT (a caller names the object on
+    failure). Raises the store's error. Thread-safe for different segments."""
     for file in pinned.files:
         key = object_key(segment, file.kind)
-        yield file.kind, key
+        if before_put is not None:
+            before_put(key)
+        logger.debug("uploading %s of %s", file.kind.name, segment.segment_id)
         store.put_file(key, file.path, length=file.size, on_chunk=quota.acquire, source=file.source)
     key = object_key(segment, RemoteFileKind.LEADER_EPOCH)
-    yield RemoteFileKind.LEADER_EPOCH, key
+    if before_put is not None:
+        before_put(key)
     quota.acquire(len(epochs_text))
     store.put(key, epochs_text)
 
