@@ -25,7 +25,8 @@ A remote fetch (:meth:`RemoteReader.read`, Kafka's ``RLM.read``):
    1: its replacement, or ``OffsetOutOfRangeError``); an object gone while its segment is still
    FINISHED is the store's not-found error, naming the partition, the segment and the object;
 5. for ``read_committed``, the aborted transactions of the remote ``.txnindex`` files from that
-   segment on, then the local ones (:meth:`aborted_transactions`).
+   segment on, then the local ones (:meth:`aborted_transactions`), up to the end of the records
+   (of a read that went on in the local log: up to the last stable offset, as a local fetch).
 
 ListOffsets by timestamp on a tiered log searches the FINISHED remote segments below the local log
 start first (:meth:`offset_for_timestamp`), as Kafka's ``findOffsetByTimestamp``; the caller then
@@ -169,10 +170,10 @@ class RemoteReader:
                 records, next_offset = got.records, got.next_offset
                 break
             segment = _next_segment(metadata, segment, lg.local_log_start_offset)
-        else:  # no remote batch at or past the offset: the local log holds the next one
-            local = lg.read(max(offset, lg.local_log_start_offset), max_bytes, isolation, min_one_message)
-            return PartitionFetch(local.records, lg.high_watermark, lg.last_stable_offset, lg.log_start_offset,
-                                  () if isolation is FetchIsolation.TXN_COMMITTED else None)
+        else:  # no remote batch at or past the offset: the local log holds the next one (as a local fetch)
+            offset = max(offset, lg.local_log_start_offset)
+            records = lg.read(offset, max_bytes, isolation, min_one_message).records
+            next_offset = lg.last_stable_offset
         aborted = None
         if isolation is FetchIsolation.TXN_COMMITTED:
             found = self.aborted_transactions(tp, lg, offset, next_offset) if records else []
