@@ -120,9 +120,6 @@ class BackgroundTasks:
         would otherwise delete nothing of them), then run remote retention (retention.* over
         both tiers, :class:`~.remote_retention.RemoteRetention`), whose plan becomes a note of the
         partition's plan. Thread-safe as :meth:`retention_task`, without the cleaner's pause."""
-        return self._run_retention(topic, dry_run=dry_run, remote_notes=True)
-
-    def _run_retention(self, topic: str | None, *, dry_run: bool, remote_notes: bool) -> list[retention.RetentionPlan]:
         remote = {}
         if self._remote_tier is not None:
             self._remote_tier.refresh(topic)
@@ -130,8 +127,6 @@ class BackgroundTasks:
                 self._remote_tier.retention.resume_pending()
             remote = self._remote_tier.retention.expiration_pass(topic, dry_run=dry_run)
         plans = self._retention_over(self._logs(topic), dry_run=dry_run)
-        if not remote_notes:
-            return plans
         return [replace(p, notes=(*p.notes, remote[p.topic_partition].summary())) if p.topic_partition in remote else p
                 for p in plans]
 
@@ -151,10 +146,13 @@ class BackgroundTasks:
         return plans
 
     def explain_retention(self, topic: str | None = None) -> list[retention.RetentionPlan]:
-        """What the next retention pass would delete, and why or why not, per partition. Thread-safe:
+        """What the next retention pass would delete, and why or why not, per partition; tiered
+        logs first learn what the remote tier holds, as in :meth:`run_retention`. Thread-safe:
         reads each log's segments under that log's lock; changes nothing. A tiered partition's
         remote retention is in its :meth:`RemoteTier.status` row, not in the plan's notes."""
-        return self._run_retention(topic, dry_run=True, remote_notes=False)
+        if self._remote_tier is not None:
+            self._remote_tier.refresh(topic)
+        return self._retention_over(self._logs(topic), dry_run=True)
 
     def flush_dirty_logs(self) -> None:
         """Kafka's ``flushDirtyLogs``: flush every log whose last flush is ``flush.ms`` old.

@@ -110,11 +110,14 @@ class RemoteRetention:
     def _prepare(self, tp: TopicPartition, lg: Log, *, dry_run: bool) -> ExpirationPlan | None:
         try:
             metadata = self._metadata_of(tp, lg)
-            if dry_run:
+            if dry_run:  # recorded nowhere: last_plan and last_error are of passes carried out
                 return plan_for_log(lg, metadata, self._clock.milliseconds())
             plan = prepare_expiration(self.store, metadata, lg, now_ms=self._clock.milliseconds())
         except TidelogError as e:
-            self._failed(tp, e)
+            if not dry_run:
+                self._failed(tp, e)
+            else:
+                log.warning("%s: remote retention not planned: %s", tp, e)
             return None
         if not plan.deletions:
             self._succeeded(tp, plan)
