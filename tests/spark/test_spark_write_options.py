@@ -95,7 +95,7 @@ def test_staging_inside_a_log_dir_is_refused(root: Path) -> None:
 
 
 def test_overwrite_and_complete_mode_are_refused(root: Path) -> None:
-    with pytest.raises(InvalidRequestError, match="save mode overwrite is not supported.*append"):
+    with pytest.raises(InvalidRequestError, match=r"Save mode Overwrite not allowed for tidelog\. Allowed save mode is Append: use \.mode\(\"append\"\)"):
         parse_plan({"path": str(root), "topic": "t"}, KV, True)
     with pytest.raises(InvalidRequestError, match="output mode complete is not supported"):
         parse_plan({"path": str(root), "topic": "t"}, KV, True, streaming=True)
@@ -189,8 +189,14 @@ def test_spark_refuses_bad_options_at_save_before_any_job(spark, root: Path) -> 
     jobs_before = len(spark.sparkContext.statusTracker().getJobIdsForGroup())
     with pytest.raises(AnalysisException, match="unknown option subscribe"):
         df.write.format("tidelog").mode("append").option("path", str(root)).option("subscribe", "t").save()
-    with pytest.raises(AnalysisException, match="save mode overwrite is not supported"):
+    with pytest.raises(AnalysisException, match="Save mode Overwrite not allowed for tidelog"):
         df.write.format("tidelog").mode("overwrite").option("path", str(root)).option("topic", "t").save()
+    # Spark, not tidelog, refuses the default mode (ErrorIfExists) and Ignore for any Python data
+    # source, before the source is called (Spark's Kafka sink writes ErrorIfExists as Append)
+    for mode in (None, "ignore"):
+        writer = df.write.format("tidelog").option("path", str(root)).option("topic", "t")
+        with pytest.raises(AnalysisException, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+            (writer if mode is None else writer.mode(mode)).save()
     with pytest.raises(AnalysisException, match="column 'extra' is not written"):
         df.selectExpr("value", "1 as extra").write.format("tidelog").mode("append") \
             .option("path", str(root)).option("topic", "t").save()

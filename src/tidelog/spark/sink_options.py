@@ -109,9 +109,17 @@ def check_mode(overwrite: bool, streaming: bool = False) -> None:
         raise InvalidRequestError("output mode complete is not supported: a topic is an append-only log; use "
                                   "outputMode(\"append\") (or update)")
     if overwrite:
+        # Spark's Kafka sink (KafkaSourceProvider.createRelation) refuses Overwrite and Ignore with
+        # "Save mode <mode> not allowed for Kafka. Allowed save modes are Append and ErrorIfExists
+        # (default)." and writes ErrorIfExists as Append. Spark refuses ErrorIfExists and Ignore
+        # for every Python data source before the source is called (UNSUPPORTED_DATA_SOURCE_SAVE_MODE,
+        # whose text suggests Overwrite), so Overwrite is the only refused mode tidelog sees and
+        # Append the only mode to point to.
         raise InvalidRequestError(
-            "save mode overwrite is not supported: a topic is an append-only log; use .mode(\"append\") "
-            "(to empty a topic, delete and re-create it with tidelog topics)")
+            "Save mode Overwrite not allowed for tidelog. Allowed save mode is Append: use .mode(\"append\") "
+            "(a topic is an append-only log; Spark's Kafka sink also writes the default ErrorIfExists as "
+            "Append, but Spark refuses ErrorIfExists and Ignore for Python data sources such as tidelog). "
+            "To empty a topic, delete and re-create it with tidelog topics delete / tidelog topics create")
 
 
 def check_option_names(options: Mapping[str, str]) -> None:
