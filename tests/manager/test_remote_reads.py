@@ -216,3 +216,17 @@ def test_a_slow_remote_list_offsets_times_out_without_holding_a_thread(broker: O
     assert waiting.response.error_code == 7  # REQUEST_TIMED_OUT
     release.set()
     manager.remote_tier.store = store  # type: ignore[union-attr]
+
+
+def test_no_remote_reader_is_built_after_shutdown(broker: Opener, one_dir: list[Path], tmp_path: Path) -> None:
+    """A fetch racing the manager's shutdown must not build a new reader (its threads and index
+    cache would outlive the manager, never closed)."""
+    from tidelog.errors import StorageError
+
+    manager, _ = tiered_manager(broker, one_dir, tmp_path)
+    assert manager.fetch_remote(tp(TOPIC), 0, 3000, FetchIsolation.HIGH_WATERMARK).result(10).records
+    manager.shutdown()
+    with pytest.raises(StorageError, match="shut down"):
+        manager.remote_reader()
+    assert manager._remote_reader is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("tidelog-remote-reader")]

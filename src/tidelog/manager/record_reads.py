@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from tidelog.errors import OffsetMovedToTieredStorageError
+from tidelog.errors import OffsetMovedToTieredStorageError, StorageError
 from tidelog.manager.log_dir import LogDir
 from tidelog.manager.remote_reads import RemoteReader
 from tidelog.manager.remote_tier import RemoteTier
@@ -36,6 +36,7 @@ class RecordReads:
     broker: BrokerConfig  # the manager's
     remote_tier: RemoteTier | None  # the manager's
     _dirs: list[LogDir]  # the manager's
+    _closed: bool  # the manager's: shut down
     _remote_reader: RemoteReader | None = None
     _remote_reader_lock = threading.Lock()  # shared by every manager of the process: taken once per reader built
 
@@ -128,8 +129,9 @@ class RecordReads:
 
     def remote_reader(self) -> RemoteReader:
         """The remote tier's reader (thread pool and index cache under the first log dir), built on
-        first use. Raises ``StorageError``-like errors when the cache dir cannot be made and
-        ``RuntimeError`` without a remote tier. Thread-safe: the reader lock when building."""
+        first use, never after the manager's shutdown (``StorageError``). Raises ``StorageError``
+        when the cache dir cannot be made and ``RuntimeError`` without a remote tier. Thread-safe:
+        the reader lock when building (shutdown closes the reader under it)."""
         reader = self._remote_reader
         if reader is not None:
             return reader
@@ -137,6 +139,8 @@ class RecordReads:
         if tier is None:
             raise RuntimeError("no remote tier: remote.log.storage.system.enable is off")
         with self._remote_reader_lock:
+            if self._closed:
+                raise StorageError("log manager is shut down: no remote reads")
             if self._remote_reader is None:
                 self._remote_reader = RemoteReader(self.broker, tier.store, self._dirs[0].path, tier.metadata_of)
             return self._remote_reader
