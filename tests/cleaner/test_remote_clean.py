@@ -404,3 +404,31 @@ def test_a_swap_whose_answer_is_lost_keeps_the_segments_it_published(tmp_path: P
     assert stored_segment_objects(inner) == segment_objects(inner), "nothing orphaned"
     tiered.close()
     plain.close()
+
+
+def test_with_copy_disabled_the_cleaner_leaves_the_remote_tier_as_it_is(tmp_path: Path) -> None:
+    """``remote.log.copy.disable=true`` makes the remote data read-only (Kafka: nothing more is
+    uploaded): a pass writes no object and no metadata event, and cleans the local tier alone."""
+    store = _file_store(tmp_path)
+    clock = FakeClock()
+    tier = Tier(store, clock)
+    log = open_log(tmp_path / "logs" / "events-0", clock, tiered=True)
+    _history(log, clock, tier)
+    append(log, [(k, f"c{k}") for k in range(0, 30, 4)])
+    roll(log)
+    log.update_config(log.config.with_overrides({}, remote_log_copy_disable=True, local_retention_ms=-2))
+    stored = {i.key: i.size for i in store.list()}
+    remote_before = remote_records(store)
+    local_before = local_records(log)
+
+    _, remote = cleaner(clock, tier)
+    assert remote is not None
+    remote.load([(TP, log)])
+    assert remote.spans(TP, log) == [], "remote bytes the cleaner leaves are not counted as its to clean"
+    clean(log, clock, tier)
+    assert {i.key: i.size for i in store.list()} == stored, "nothing written to the store"
+    assert remote_records(store) == remote_before
+    latest = {k: o for o, k, _ in local_before}
+    assert local_records(log) == [r for r in local_before if latest[r[1]] == r[0]], "the local tier is cleaned"
+    assert len(local_records(log)) < len(local_before)
+    log.close()

@@ -32,6 +32,10 @@ is cleaned in the same pass, against the same offset map, by the same engine
    remote tier holds with segments it does not (:func:`~.clean.split_groups_at`), or the copy
    pass would copy a merged segment overlapping remote ones.
 
+With ``remote.log.copy.disable=true`` the remote data is read-only (Kafka uploads nothing more):
+steps 1 to 3 are skipped and the pass cleans the local tier alone; replaced segments already
+waiting are still deleted, as remote retention still deletes.
+
 Both tiers see the same decisions (same map, same round: time, delete horizon, producers), so a
 segment both local and remote is cleaned alike in each, and the records the two tiers keep are the
 records an untiered log keeps. The pass holds the partition's ``task_lock`` from the start of the
@@ -326,13 +330,14 @@ class RemoteCleaning:
         self._spans: dict[TopicPartition, list[Span]] = {}
 
     def load(self, pairs: Iterable[tuple[TopicPartition, Log]]) -> None:
-        """Thread-safe (its lock for the note). Note the remote-only spans of the tiered compacted logs among ``pairs``, loading their
+        """Thread-safe (its lock for the note). Note the remote-only spans of the tiered compacted
+        logs among ``pairs`` whose remote data is not read-only, loading their
         remote metadata first where it is not loaded yet (a LIST and GETs each, once per
         process), for :meth:`spans`; a failure is logged and the log is weighed on its local
         bytes. Call it without the cleaner manager's lock: it does I/O, and reading the metadata
         may wait for a remote write of the partition."""
         for tp, log in pairs:
-            if not (log.config.remote_storage_enable and log.config.compact):
+            if not (log.config.remote_copy_enabled and log.config.compact):
                 continue
             try:
                 found = self._source(tp, log, True)
@@ -345,19 +350,21 @@ class RemoteCleaning:
 
     def spans(self, tp: TopicPartition, log: Log) -> list[Span]:
         """``log``'s remote-only spans as the last :meth:`load` noted them (for the dirty ratio;
-        no I/O, no metadata lock: the cleaner manager calls it under its own lock). Thread-safe
-        (its lock)."""
-        if not log.config.remote_storage_enable:
+        none when its remote data is read-only: the cleaner leaves it); no I/O, no metadata lock:
+        the cleaner manager calls it under its own lock. Thread-safe (its lock)."""
+        if not log.config.remote_copy_enabled:
             return []
         with self._lock:
             return list(self._spans.get(tp, ()))
 
     def open_pass(self, tp: TopicPartition, log: Log) -> TieredPass | None:
-        """The remote side of a pass over ``log``, None when it is not tiered (loads the remote
-        metadata if needed; takes the partition's ``task_lock`` until the pass closes, so it
-        waits for a copy or an expiration of the partition in progress). Thread-safe; one pass
-        per partition at a time (the cleaner manager's states see to it)."""
-        if not log.config.remote_storage_enable:
+        """The remote side of a pass over ``log``, None when it is not tiered or its remote data
+        is read-only (``remote.log.copy.disable``: nothing more is uploaded, cleaned segments
+        included; the pass cleans the local tier alone). Loads the remote metadata if needed;
+        takes the partition's ``task_lock`` until the pass closes, so it waits for a copy or an
+        expiration of the partition in progress. Thread-safe; one pass per partition at a time
+        (the cleaner manager's states see to it)."""
+        if not log.config.remote_copy_enabled:
             return None
         found = self._source(tp, log, True)
         if found is None:
