@@ -105,6 +105,21 @@ def test_only_finished_segments_count_in_the_size() -> None:
     assert "deleted again first" in p.summary()
 
 
+def test_a_replaced_segment_within_its_delete_delay_is_not_called_a_leftover() -> None:
+    from dataclasses import replace
+    replaced = replace(seg(10, 19, state=RemoteLogSegmentState.DELETE_SEGMENT_STARTED), event_timestamp_ms=NOW - 1)
+    p = plan_expiration([seg(0, 9), replaced], topic_partition=TPN, log_start_offset=0, high_watermark=10_000,
+                        retention_ms=-1, retention_bytes=-1, local_untiered_bytes=0, now_ms=NOW,
+                        delete_delay_ms=60_000)
+    assert p.leftovers == 0 and p.waiting == 1
+    assert "deleted again first" not in p.summary()
+    assert "1 segment(s) DELETE_SEGMENT_STARTED wait file.delete.delay.ms=60000 (1 minute) before" in p.summary()
+    below = plan_expiration([replaced], topic_partition=TPN, log_start_offset=20, high_watermark=10_000,
+                            retention_ms=-1, retention_bytes=-1, local_untiered_bytes=0, now_ms=NOW,
+                            delete_delay_ms=60_000)
+    assert below.leftovers == 1 and below.waiting == 0, "below the log start offset nothing waits"
+
+
 def test_a_segment_being_copied_stops_the_walk() -> None:
     segments = [seg(0, 9, ts=0), seg(10, 19, ts=0, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED),
                 seg(20, 29, ts=0)]

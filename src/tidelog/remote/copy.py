@@ -59,7 +59,7 @@ from tidelog.remote.store import RemoteStore
 from tidelog.storage.checkpoints import EpochEntry, format_epoch_checkpoint
 
 __all__ = ["MissingSegmentFileError", "SegmentSourceGoneError", "clean_unreferenced", "copy_candidates",
-           "copy_log", "copy_segment", "delete_remote_segment", "leader_epoch_slice", "new_segment_metadata",
+           "copy_log", "copy_segment", "delete_is_due", "delete_remote_segment", "leader_epoch_slice", "new_segment_metadata",
            "segment_leader_epochs", "upload_objects"]
 
 logger = logging.getLogger(__name__)
@@ -232,6 +232,15 @@ def delete_remote_segment(store: RemoteStore, metadata: RemotePartitionMetadata,
     metadata.finish_delete(segment)
 
 
+def delete_is_due(segment: RemoteLogSegmentMetadata, *, now_ms: int, delete_delay_ms: int,
+                  log_start_offset: int) -> bool:
+    """Whether :func:`clean_unreferenced` deletes ``segment`` (an unreferenced one) at ``now_ms``:
+    always when COPY_SEGMENT_STARTED; when DELETE_SEGMENT_STARTED, once it ends below
+    ``log_start_offset`` or ``delete_delay_ms`` from its event are over. Pure."""
+    return (segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED or segment.end_offset < log_start_offset
+            or segment.event_timestamp_ms + delete_delay_ms <= now_ms)
+
+
 def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata, *, now_ms: int | None = None,
                        delete_delay_ms: int = 0, log_start_offset: int = 0) -> list[RemoteLogSegmentMetadata]:
     """Delete the objects of every COPY_SEGMENT_STARTED segment and of every
@@ -249,8 +258,8 @@ def clean_unreferenced(store: RemoteStore, metadata: RemotePartitionMetadata, *,
     metadata.settle()
     cleaned = []
     for segment in metadata.unreferenced():
-        if (now_ms is not None and segment.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED
-                and segment.end_offset >= log_start_offset and segment.event_timestamp_ms + delete_delay_ms > now_ms):
+        if now_ms is not None and not delete_is_due(segment, now_ms=now_ms, delete_delay_ms=delete_delay_ms,
+                                                    log_start_offset=log_start_offset):
             continue
         delete_remote_segment(store, metadata, segment)
         cleaned.append(segment)

@@ -4,9 +4,11 @@
 first (by start offset) and takes each one that is deletable, stopping at the first that is not:
 
 - a segment being copied (COPY_SEGMENT_STARTED) stops the walk;
-- a DELETE_SEGMENT_STARTED segment (a delete a crash or an outage interrupted) is counted as a
-  leftover and passed over: the executor deletes it again first
-  (:func:`~tidelog.remote.copy.clean_unreferenced`, Kafka's KAFKA-17428 retry);
+- a DELETE_SEGMENT_STARTED segment is passed over: one whose delete is due (below the log start
+  offset, or ``file.delete.delay.ms`` from its event over: a delete a crash or an outage
+  interrupted) is counted as a leftover, deleted again first
+  (:func:`~tidelog.remote.copy.clean_unreferenced`, Kafka's KAFKA-17428 retry); the others (a
+  compaction replaced them, or a copy failed, within the delay) are counted as waiting;
 - a FINISHED segment ending at or past the high watermark stops the walk (the log start offset
   never passes the high watermark);
 - a FINISHED segment is deletable, in this order of causes, when
@@ -53,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tidelog.remote.copy import clean_unreferenced, delete_remote_segment
+from tidelog.remote.copy import clean_unreferenced, delete_is_due, delete_remote_segment
 from tidelog.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import RemoteStore
@@ -98,8 +100,9 @@ class ExpirationPlan:
     """What remote retention deletes (or would) from one partition, and why it stops where it does.
 
     ``log_start_offset`` and ``high_watermark`` are the values the plan was made on;
-    ``leftovers`` counts the DELETE_SEGMENT_STARTED segments an interrupted delete left (deleted
-    again before the plan is carried out). Immutable."""
+    ``leftovers`` counts the DELETE_SEGMENT_STARTED segments whose delete is due (deleted again
+    before the plan is carried out), ``waiting`` those still within ``delete_delay_ms`` (the
+    ``file.delete.delay.ms`` the plan was made with). Immutable."""
 
     topic_partition: TopicPartition
     now_ms: int
@@ -108,6 +111,8 @@ class ExpirationPlan:
     deletions: tuple[RemoteDeletion, ...]
     stop: str
     leftovers: int = 0
+    waiting: int = 0
+    delete_delay_ms: int = 0
 
     @property
     def log_start_offset_after(self) -> int:
@@ -124,6 +129,9 @@ class ExpirationPlan:
         """One line for ``tidelog explain``: what goes next and why, or why nothing does."""
         retry = (f"; {self.leftovers} segment(s) left DELETE_SEGMENT_STARTED by an interrupted delete are "
                  f"deleted again first" if self.leftovers else "")
+        if self.waiting:
+            retry += (f"; {self.waiting} segment(s) DELETE_SEGMENT_STARTED wait file.delete.delay.ms="
+                      f"{self.delete_delay_ms} ({format_duration(self.delete_delay_ms)}) before their objects go")
         if not self.deletions:
             return f"{REMOTE_NOTHING}{self.stop}{retry}"
         first, last = self.deletions[0].segment, self.deletions[-1].segment
@@ -137,23 +145,28 @@ class ExpirationPlan:
         return {"now_ms": self.now_ms, "log_start_offset": self.log_start_offset,
                 "high_watermark": self.high_watermark, "log_start_offset_after": self.log_start_offset_after,
                 "deletions": [d.to_json() for d in self.deletions], "total_bytes": self.total_bytes,
-                "stop": self.stop, "leftovers": self.leftovers, "summary": self.summary()}
+                "stop": self.stop, "leftovers": self.leftovers, "waiting": self.waiting, "summary": self.summary()}
 
 
 def plan_expiration(segments: Sequence[RemoteLogSegmentMetadata], *, topic_partition: TopicPartition,
                     log_start_offset: int, high_watermark: int, retention_ms: int, retention_bytes: int,
-                    local_untiered_bytes: int, now_ms: int, delete_policy: bool = True) -> ExpirationPlan:
+                    local_untiered_bytes: int, now_ms: int, delete_policy: bool = True,
+                    delete_delay_ms: int = 0) -> ExpirationPlan:
     """The pure decision (module docstring): the remote segments to delete at ``now_ms``, oldest
     first, each with its cause, and why the walk stops. ``segments``: the partition's remote
     segments in any state; ``local_untiered_bytes``: the bytes of the local segments not yet in
-    the remote tier; ``delete_policy``: ``delete`` is in ``cleanup.policy``. O(segments)."""
+    the remote tier; ``delete_policy``: ``delete`` is in ``cleanup.policy``;
+    ``delete_delay_ms``: ``file.delete.delay.ms`` (which DELETE_SEGMENT_STARTED segments are
+    leftovers, which wait). O(segments)."""
     ordered = sorted(segments, key=lambda s: (s.start_offset, s.id))
     remote_bytes = sum(s.segment_size_in_bytes for s in ordered if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
     total = remote_bytes + local_untiered_bytes
     sized = delete_policy and retention_bytes >= 0
     over = total - retention_bytes if sized else 0
     deletions: list[RemoteDeletion] = []
-    leftovers = sum(1 for s in ordered if s.state == _DELETE_STARTED)
+    unreferenced = [s for s in ordered if s.state == _DELETE_STARTED]
+    leftovers = sum(1 for s in unreferenced if delete_is_due(s, now_ms=now_ms, delete_delay_ms=delete_delay_ms,
+                                                             log_start_offset=log_start_offset))
     stop = "no remote segment left to judge"
     for segment in ordered:
         if segment.state == _DELETE_STARTED:
@@ -177,7 +190,8 @@ def plan_expiration(segments: Sequence[RemoteLogSegmentMetadata], *, topic_parti
             stop = "every remote segment goes"
     if not delete_policy and not deletions and ordered:
         stop += " (cleanup.policy has no 'delete': only the log start offset deletes remote segments)"
-    return ExpirationPlan(topic_partition, now_ms, log_start_offset, high_watermark, tuple(deletions), stop, leftovers)
+    return ExpirationPlan(topic_partition, now_ms, log_start_offset, high_watermark, tuple(deletions), stop, leftovers,
+                          len(unreferenced) - leftovers, delete_delay_ms)
 
 
 def _judge(segment: RemoteLogSegmentMetadata, log_start_offset: int, now_ms: int, retention_ms: int,
@@ -249,7 +263,7 @@ class _Log(Protocol):
 
 def plan_for_log(log: _Log, metadata: RemotePartitionMetadata, now_ms: int) -> ExpirationPlan:
     """:func:`plan_expiration` for ``log`` with its remote ``metadata`` (as cached: no request), under
-    the log's ``retention.ms``, ``retention.bytes`` and ``cleanup.policy``. Reads the log's offsets
+    the log's ``retention.ms``, ``retention.bytes``, ``cleanup.policy`` and ``file.delete.delay.ms``. Reads the log's offsets
     and a snapshot of its segment list without its lock. Thread-safe."""
     config = log.config
     highest = metadata.highest_offset()
@@ -257,7 +271,8 @@ def plan_for_log(log: _Log, metadata: RemotePartitionMetadata, now_ms: int) -> E
     return plan_expiration(metadata.segments(), topic_partition=log.topic_partition,
                            log_start_offset=log.log_start_offset, high_watermark=log.high_watermark,
                            retention_ms=config.retention_ms, retention_bytes=config.retention_bytes,
-                           local_untiered_bytes=untiered, now_ms=now_ms, delete_policy=config.delete)
+                           local_untiered_bytes=untiered, now_ms=now_ms, delete_policy=config.delete,
+                           delete_delay_ms=config.file_delete_delay_ms)
 
 
 def prepare_expiration(store: RemoteStore, metadata: RemotePartitionMetadata, log: _Log, *,
