@@ -102,3 +102,18 @@ def test_an_object_deleted_behind_tidelog_s_back_names_the_partition_and_the_obj
         reader.read(TP, log, 5, 1 << 20, FetchIsolation.HIGH_WATERMARK)
     assert caught.value.context["key"] == object_key(first, RemoteFileKind.SEGMENT)
     assert caught.value.context["partition"] == str(TP)
+
+
+def test_a_failed_remote_fetch_is_logged_naming_the_partition_and_the_object(tiered, store, caplog) -> None:
+    """The fetch's answer carries only an error code: the broker's log must say what failed."""
+    log, metadata, hooked, reader, _ = tiered
+    first = metadata.finished_segments()[0]
+    key = object_key(first, RemoteFileKind.SEGMENT)
+    hooked.hook = lambda: store.delete(key)
+    with caplog.at_level("ERROR", logger="tidelog.manager.remote_reads"):
+        with pytest.raises(RemoteResourceNotFoundError):
+            reader.fetch(TP, log, 5, 1 << 20, FetchIsolation.HIGH_WATERMARK).result(10)
+        with pytest.raises(OffsetOutOfRangeError):  # the consumer's own mistake: not logged as an error
+            reader.fetch(TP, log, 10 ** 6, 1 << 20, FetchIsolation.HIGH_WATERMARK).result(10)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(TP) in errors[0] and "offset 5" in errors[0] and key in errors[0]

@@ -145,8 +145,20 @@ class RemoteReader:
 
     def fetch(self, tp: TopicPartition, lg: Log, offset: int, max_bytes: int, isolation: FetchIsolation,
               min_one_message: bool = True) -> Future[PartitionFetch]:
-        """:meth:`read` on a reader thread (see :meth:`submit` for the bound). Thread-safe."""
-        return self.submit(self.read, tp, lg, offset, max_bytes, isolation, min_one_message)
+        """:meth:`read` on a reader thread (see :meth:`submit` for the bound); a failure other than
+        ``OffsetOutOfRangeError`` is also logged (the answer carries only its code), as Kafka's
+        ``RemoteLogReader``. Thread-safe."""
+        return self.submit(self._read_logged, tp, lg, offset, max_bytes, isolation, min_one_message)
+
+    def _read_logged(self, tp: TopicPartition, lg: Log, offset: int, max_bytes: int, isolation: FetchIsolation,
+                     min_one_message: bool) -> PartitionFetch:
+        try:
+            return self.read(tp, lg, offset, max_bytes, isolation, min_one_message)
+        except OffsetOutOfRangeError:
+            raise
+        except Exception as e:
+            log.error("remote read of %s at offset %d failed: %s", tp, offset, e)
+            raise
 
     def read(self, tp: TopicPartition, lg: Log, offset: int, max_bytes: int, isolation: FetchIsolation,
              min_one_message: bool = True) -> PartitionFetch:
