@@ -3,9 +3,10 @@
 Spark's ``spark.jars.packages`` resolves through Ivy, which here reaches only ``~/.m2`` (and
 spark-packages.org, unreachable), so the connector's jars are resolved with Maven instead, like
 Kafka's (:mod:`kafka_oracle.jars`), and handed to a session as ``spark.jars``. The running Spark's
-own version is tried first, then older ones: the Maven Central mirror reachable from the build
-machine lacks ``spark-token-provider-kafka`` for 4.1+, and the 4.0.0 connector runs on Spark 4.3
-(checked: reads and writes through ``tidelog serve``). Only the connector's own jars are kept
+own version is tried first, then the newest published connector of the same major version that is
+not newer than Spark (:func:`candidate_versions`): the reachable Maven Central has no 4.3.0
+connector, and on PySpark 4.3 the 4.1.1 connector fails in streaming with ``NoSuchMethodError``
+(an API it calls changed in 4.2) while the 4.2.0 one streams. Only the connector's own jars are kept
 (the connector, its token provider, kafka-clients, commons-pool2): Spark brings the rest.
 Resolved once per machine; cached in ``.cache/``.
 """
@@ -20,7 +21,22 @@ from pathlib import Path
 
 from kafka_oracle.jars import CACHE_DIR, MAVEN_TIMEOUT_S
 
-FALLBACK_VERSIONS = ("4.1.1", "4.0.0")
+# Connector versions published on Maven Central (spark-sql-kafka-0-10_2.13 with its token provider).
+PUBLISHED_VERSIONS = ("4.2.0", "4.1.1", "4.0.0")
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+def candidate_versions(spark_version: str) -> list[str]:
+    """Connector versions to try for a Spark of ``spark_version``, best first: its own, then the
+    published ones of the same major version not newer than it, newest first (a connector newer
+    than Spark, or of another major version, calls APIs that Spark does not have)."""
+    own = _version_key(spark_version)
+    older = sorted((v for v in PUBLISHED_VERSIONS if _version_key(v)[:1] == own[:1] and _version_key(v) <= own),
+                   key=_version_key, reverse=True)
+    return list(dict.fromkeys((spark_version, *older)))
 _KEEP = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-", "commons-pool2-")
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>tidelog</groupId><artifactId>spark-kafka-connector</artifactId><version>1</version>
@@ -37,7 +53,7 @@ def connector_jars(spark_version: str) -> tuple[str, list[str]] | None:
     CACHE_DIR.mkdir(exist_ok=True)
     with open(CACHE_DIR / "resolve.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for version in dict.fromkeys((spark_version, *FALLBACK_VERSIONS)):
+        for version in candidate_versions(spark_version):
             jars = _cached(version) or _resolve(version)
             if jars:
                 return version, jars
