@@ -230,3 +230,27 @@ def test_an_outage_mid_delete_leaves_delete_started_which_the_next_pass_finishes
     expire_remote_segments(store, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=lambda: None)
     assert RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION).segments() == []
     assert _keys(store) == set()
+
+
+def test_a_compaction_swap_between_plan_and_carry_out_is_honoured(tiered) -> None:
+    """The manager's pass releases task_lock between its two phases (the shared checkpoint sits
+    between): a compaction may replace a planned segment meanwhile. The replaced one still goes
+    (it ends below the raised log start offset); its replacement stays readable."""
+    from dataclasses import replace
+
+    from tidelog.remote.expiration import carry_out, prepare_expiration
+    from tidelog.remote.metadata import RemoteLogSegmentId
+
+    log, store, metadata, clock = tiered
+    log.delete_records(25)  # inside the second segment [20, 39]: the first segment goes by the log start
+    plan_ = prepare_expiration(store, metadata, log, now_ms=clock.milliseconds())
+    [planned] = [d.segment for d in plan_.deletions]
+    second = metadata.finished_segments()[1]
+    cleaned = replace(planned, segment_id=RemoteLogSegmentId.generate(TOPIC_ID_PARTITION),
+                      end_offset=second.end_offset)
+    metadata.swap([planned, second], [cleaned])  # what the cleaner's switch writes
+    carry_out(store, metadata, plan_)
+    assert not any(planned.id in k for k in _keys(store)), "the planned segment's objects are gone"
+    fresh = RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION)
+    assert cleaned.id in {s.id for s in fresh.finished_segments()}
+    assert fresh.segment(planned.id) is None and log.log_start_offset == 25

@@ -27,7 +27,12 @@ Kafka also skips segments outside the leader-epoch lineage (unclean leader elect
 is a single replica whose lineage is the log's own, so it has no such segments.
 
 :func:`expire_remote_segments` carries a plan out, under the partition's ``task_lock`` for the
-whole expiration (no copy, cleanup or compaction swap of the partition runs meanwhile):
+whole expiration (no copy, cleanup or compaction swap of the partition runs meanwhile). The
+manager's pass instead calls :func:`prepare_expiration` (steps 1 to 3 but the checkpoint) and
+:func:`carry_out` (step 4) apart, with one checkpoint for every partition between them and the
+lock released meanwhile: a compaction may then replace a planned segment, which
+:func:`carry_out` still deletes at once (it ends below the raised log start offset, where nothing
+waits ``file.delete.delay.ms``); the replacement is judged by a later pass.
 
 1. :func:`~tidelog.remote.copy.clean_unreferenced`: leftovers of earlier runs are deleted;
 2. the plan is made on the metadata cached in memory (no LIST, no GET);
