@@ -84,3 +84,35 @@ def test_the_cleaner_compacts_a_tiered_topic_across_both_tiers(broker: Opener, o
     cleaner.run_once()
     assert not old_keys & {i.key for i in store.list()}, "replaced objects deleted after file.delete.delay.ms"
     assert _reader(uri, manager).unreferenced() == []
+
+
+def test_replaced_segments_of_a_deleted_topic_are_dropped_not_retried_forever(
+        broker: Opener, one_dir: list[Path], tmp_path: Path, caplog: object) -> None:
+    """The topic is deleted while its replaced remote segments wait for file.delete.delay.ms: the
+    topic's remote data is gone with it, and the waiting deletions are dropped, not retried (and
+    warned about) on every cleaner iteration."""
+    import logging
+
+    uri = (tmp_path / "store").as_uri()
+    manager = broker.open(one_dir, {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri})
+    manager.create_topic(TOPIC, 1, CONFIG)
+    clock = broker.clock
+    for k in range(30):
+        manager.append(tp(TOPIC), _record(k, f"a{k}", clock.milliseconds()))
+    clock.advance(10)
+    manager.remote_tier.copy_pass()  # type: ignore[union-attr]
+    manager.run_retention()
+    for k in range(0, 30, 2):
+        manager.append(tp(TOPIC), _record(k, f"b{k}", clock.milliseconds()))
+    cleaner = manager.cleaner
+    assert cleaner is not None and cleaner.remote is not None
+    result = cleaner.run_once()
+    assert result is not None and result.error is None and _reader(uri, manager).unreferenced()
+
+    manager.delete_topic(TOPIC)
+    clock.advance(1_000)
+    caplog.set_level(logging.WARNING)  # type: ignore[attr-defined]
+    for _ in range(2):
+        cleaner.run_once()
+    assert not [r for r in caplog.records if "not deleted yet" in r.getMessage()], caplog.text  # type: ignore[attr-defined]
+    assert not [i for i in open_store(uri).list() if i.key.startswith(f"{TOPIC}-")], "the topic's remote data is gone"

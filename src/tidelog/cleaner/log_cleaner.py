@@ -203,8 +203,9 @@ class LogCleaner:
         worker = self._threads[thread_index]
         result = None
         if self.remote is not None:
-            self.remote.deletions.run_due()
-            self.remote.load(self._logs())
+            live = list(self._logs())
+            self.remote.deletions.run_due(live)
+            self.remote.load(live)
         to_clean = self.manager.grab_filthiest_compacted_log()
         if to_clean is not None:
             result = worker.clean_log(to_clean)

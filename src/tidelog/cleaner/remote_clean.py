@@ -113,15 +113,21 @@ class RemoteDeletions:
         with self._lock:
             self._due.append((self._clock.milliseconds() + max(delay_ms, 0), tp, log, segments))
 
-    def run_due(self) -> int:
+    def run_due(self, live: Iterable[tuple[TopicPartition, Log]] | None = None) -> int:
         """Delete the objects of every segment whose delay has passed, then mark it
-        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. Returns how many went.
-        Thread-safe: its own lock to take the due ones, then each partition's ``task_lock``
-        (and the metadata's lock per change) while deleting, without its own."""
+        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. With ``live`` (the
+        broker's current logs), the segments of a partition whose log is no longer among them
+        (deleted, its dir offline) are dropped: its remote data went with it, or the cleanups
+        of whoever holds it delete them (they wait the same delay from the swap). Returns how
+        many went. Thread-safe: its own lock to take the due ones, then each partition's
+        ``task_lock`` (and the metadata's lock per change) while deleting, without its own."""
         now = self._clock.milliseconds()
         with self._lock:
             due = [d for d in self._due if d[0] <= now]
             self._due = [d for d in self._due if d[0] > now]
+        if live is not None:
+            current = dict(live)
+            due = [d for d in due if current.get(d[1]) is d[2]]
         done = 0
         for item in due:
             _, tp, log, segments = item
