@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from read_helpers import tiered_log
+from read_helpers import T0, tiered_log
 
 from tidelog.errors import OffsetOutOfRangeError
 from tidelog.manager.remote_reads import RemoteReader
@@ -117,3 +117,22 @@ def test_a_failed_remote_fetch_is_logged_naming_the_partition_and_the_object(tie
             reader.fetch(TP, log, 10 ** 6, 1 << 20, FetchIsolation.HIGH_WATERMARK).result(10)
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and str(TP) in errors[0] and "offset 5" in errors[0] and key in errors[0]
+
+
+def test_a_segment_deleted_by_retention_mid_lookup_by_timestamp_is_searched_again(tiered, store) -> None:
+    """ListOffsets by a timestamp inside segment 0 while retention deletes it: the answer is the
+    lookup's after the deletion (segment 1's first record), not an error."""
+    log, metadata, hooked, reader, _ = tiered
+    first, second = metadata.finished_segments()[:2]
+
+    def retention() -> None:
+        log.maybe_increment_log_start_offset(second.start_offset, "test: remote retention")
+        with metadata.task_lock:
+            metadata.begin_delete(first)
+            _delete_objects(store, first)
+            metadata.finish_delete(first)
+
+    hooked.hook = retention
+    found = reader.offset_for_timestamp_async(TP, log, T0 + 10 * 5).result(10)
+    assert found is not None and (found.offset, found.timestamp) == (second.start_offset,
+                                                                     T0 + 10 * second.start_offset)

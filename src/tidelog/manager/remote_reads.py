@@ -29,8 +29,9 @@ A remote fetch (:meth:`RemoteReader.read`, Kafka's ``RLM.read``):
    (of a read that went on in the local log: up to the last stable offset, as a local fetch).
 
 ListOffsets by timestamp on a tiered log searches the FINISHED remote segments below the local log
-start first (:meth:`offset_for_timestamp`), as Kafka's ``findOffsetByTimestamp``; the caller then
-searches the local segments.
+start first (:meth:`offset_for_timestamp_async`), as Kafka's ``findOffsetByTimestamp``, again from
+the start when a segment it reads was deleted or replaced meanwhile; the caller then searches the
+local segments.
 
 Thread-safety: every public method is thread-safe. ``_lock`` guards the in-flight count and the
 closed flag; the index cache and the partition metadata take their own locks; logs are read
@@ -173,9 +174,7 @@ class RemoteReader:
             try:
                 got = self._read_segment(tp, segment, offset, max_bytes, min_one_message)
             except RemoteResourceNotFoundError as e:
-                current = metadata.segment(segment)
-                if current is not None and current.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
-                    raise with_context(e, partition=str(tp), segment=segment.id) from e  # gone behind our back
+                _raise_unless_changed(metadata, tp, segment, e)
                 segment = _segment_holding(metadata, tp, lg, offset)  # deleted or replaced meanwhile: again
                 continue
             if got.found:
@@ -250,18 +249,35 @@ class RemoteReader:
             f"remote.list.offsets.request.timeout.ms", topic_partition=str(tp))
 
     def _offset_for_timestamp(self, tp: TopicPartition, lg: Log, timestamp: int) -> TimestampAndOffset | None:
-        log_start, local_start = lg.log_start_offset, lg.local_log_start_offset
-        for segment in self._metadata_of(tp, lg).finished_segments():
-            if segment.start_offset >= local_start:
-                break
-            if segment.end_offset < log_start or segment.max_timestamp_ms < timestamp:
-                continue
-            with self.index_cache.indexes(segment) as indexes:
-                found = offset_for_timestamp(self.store, segment, indexes.offset, indexes.time, timestamp,
-                                             max(log_start, segment.start_offset))
-            if found is not None:
-                return found
-        return None
+        metadata = self._metadata_of(tp, lg)
+        while True:  # searched again from the start when a segment was deleted or replaced meanwhile
+            log_start, local_start = lg.log_start_offset, lg.local_log_start_offset
+            for segment in metadata.finished_segments():
+                if segment.start_offset >= local_start:
+                    return None
+                if segment.end_offset < log_start or segment.max_timestamp_ms < timestamp:
+                    continue
+                try:
+                    with self.index_cache.indexes(segment) as indexes:
+                        found = offset_for_timestamp(self.store, segment, indexes.offset, indexes.time, timestamp,
+                                                     max(log_start, segment.start_offset))
+                except RemoteResourceNotFoundError as e:
+                    _raise_unless_changed(metadata, tp, segment, e)
+                    break
+                if found is not None:
+                    return found
+            else:
+                return None
+
+
+def _raise_unless_changed(metadata: RemotePartitionMetadata, tp: TopicPartition, segment: RemoteLogSegmentMetadata,
+                          error: RemoteResourceNotFoundError) -> None:
+    """Return when ``segment`` is no longer FINISHED (retention deleted it or a compaction replaced
+    it while it was read: the caller looks again); else raise ``error`` (an object gone behind
+    tidelog's back) with the partition and the segment added."""
+    current = metadata.segment(segment)
+    if current is not None and current.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+        raise with_context(error, partition=str(tp), segment=segment.id) from error
 
 
 def _segment_holding(metadata: RemotePartitionMetadata, tp: TopicPartition, lg: Log,
