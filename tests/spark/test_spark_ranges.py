@@ -1,4 +1,4 @@
-"""Range splitting (Kafka's KafkaOffsetRangeCalculator, cuts on batch starts), the rate limit and
+"""Range splitting (Kafka's KafkaOffsetRangeCalculator, cuts at offsets), the rate limit and
 offset resolution, without Spark."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from spark_read_data import T0, append_simple, append_with_gaps, open_manager
 
 from tidelog.spark.offsets import canonical, format_offsets, from_dict
 from tidelog.spark.options import OffsetSpec
-from tidelog.spark.ranges import OffsetRange, batch_aligner, rate_limit, resolve, split_ranges
+from tidelog.spark.ranges import OffsetRange, rate_limit, resolve, split_ranges
 from tidelog.storage.log_view import LogView
 from tidelog.topic_partition import TopicPartition
 
@@ -47,19 +47,14 @@ def test_max_records_per_partition_caps_every_range() -> None:
     assert len(split_ranges([r(0, 0, 100)], min_partitions=20, max_records=50)) == 20
 
 
-def test_cuts_move_to_batch_starts_and_never_repeat(tmp_path: Path) -> None:
-    m = open_manager(tmp_path / "logs")
-    m.create_topic("t", 1)
-    tp = TopicPartition("t", 0)
-    append_simple(m, tp, 1000, per_batch=10)
-    view = LogView([tmp_path / "logs"]).partition(tp)
-    view.refresh()
-    got = split_ranges([r(0, 5, 1000)], min_partitions=7, align=batch_aligner({tp: view}))
-    assert len(got) == 7
-    assert got[0].start == 5 and got[-1].end == 1000
+def test_cuts_fall_where_the_sizes_put_them_even_inside_batches() -> None:
+    """Kafka's KafkaOffsetRangeCalculator cuts at offsets, whatever the batches: so do we."""
+    got = split_ranges([r(0, 5, 1000)], min_partitions=7)
+    assert len(got) == 7 and got[0].start == 5 and got[-1].end == 1000
     assert all(a.end == b.start for a, b in zip(got, got[1:]))
-    assert all(x.start % 10 == 0 for x in got[1:])  # every cut at a batch's first offset
-    m.shutdown()
+    assert max(x.size for x in got) - min(x.size for x in got) <= 1
+    assert sizes(split_ranges([r(0, 0, 1000)], min_partitions=5)) == [
+        (0, 0, 200), (0, 200, 400), (0, 400, 600), (0, 600, 800), (0, 800, 1000)]
 
 
 def test_input_partitions_pickle_small() -> None:

@@ -7,10 +7,12 @@ and the parts left over go to the big ones); ``maxRecordsPerPartition`` then spl
 holding more offsets than that (SPARK-49259: the result is about the larger of both counts). Sizes
 are offset counts (compaction gaps included), as in Kafka.
 
-Unlike Kafka, a cut is moved to the **first offset of the batch holding it** (found through the
-offset index, see :meth:`PartitionView.locate`): two tasks never decode the same batch, so no
-segment region is read twice. A batch is never split, so a range may hold more than
-``maxRecordsPerPartition`` offsets when one batch does.
+As in Kafka, a cut falls at the offset the arithmetic gives, inside a producer batch if that is
+where it lands: both tasks next to a cut read the batch holding it and keep only their own
+offsets (the executor filters records by offset, :func:`tidelog.spark.arrow_rows.selected_rows`),
+so splits are even (1000 offsets in batches of 100 with ``minPartitions=5``: 200 each, and with
+batches of 1000 still 200 each) and every offset is read by exactly one task. The cost is one
+batch decoded twice per cut.
 
 **Resolution** turns an :class:`OffsetSpec` into per-partition offsets against a
 :class:`LogView`: earliest = log start offset, latest = readable end, -2/-1 in JSON likewise,
@@ -20,7 +22,7 @@ timestamps through ListOffsets-by-time semantics.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
@@ -49,20 +51,17 @@ class OffsetRange(InputPartition):
         return self.end - self.start
 
 
-Aligner = Callable[[OffsetRange, int], int]
-
-
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None = None,
-                 max_records: int | None = None, align: Aligner | None = None) -> list[OffsetRange]:
-    """Kafka's split of ``ranges`` (empty ones dropped), cuts moved by ``align(range, cut)`` to
-    the start of the batch holding ``cut`` (identity when None). Order: input order, then by start."""
+                 max_records: int | None = None) -> list[OffsetRange]:
+    """Kafka's split of ``ranges`` (empty ones dropped), cut at the offsets the sizes give.
+    Order: input order, then by start."""
     ranges = [r for r in ranges if r.size > 0]
     parts = _part_counts(ranges, min_partitions)
     out: list[OffsetRange] = []
     for r, n in zip(ranges, parts):
         if max_records is not None:
             n = max(n, math.ceil(r.size / max_records))
-        out.extend(_cut(r, n, align))
+        out.extend(_cut(r, n))
     return out
 
 
@@ -82,29 +81,17 @@ def _share(size: int, total: int, parts: int) -> int:
     return max(int(math.floor(size / total * parts + 0.5)), 1)
 
 
-def _cut(r: OffsetRange, parts: int, align: Aligner | None) -> list[OffsetRange]:
-    """``r`` in ``parts`` near-equal pieces (the last takes the rounding), cuts aligned."""
+def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    """``r`` in ``parts`` near-equal pieces (sizes differ by at most one offset)."""
     cuts, remaining, at = [], r.size, r.start
     for part in range(parts - 1):
         this = remaining // (parts - part)
         remaining -= this
         at += this
-        cut = align(r, at) if align is not None else at
-        if (cuts[-1] if cuts else r.start) < cut < r.end:
-            cuts.append(cut)
+        if (cuts[-1] if cuts else r.start) < at < r.end:
+            cuts.append(at)
     bounds = [r.start, *cuts, r.end]
     return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:])]
-
-
-def batch_aligner(views: Mapping[TopicPartition, PartitionView]) -> Aligner:
-    """An aligner moving a cut to the first offset of the batch holding it (or the next batch)."""
-    def align(r: OffsetRange, cut: int) -> int:
-        view = views.get(r.topic_partition)
-        if view is None:
-            return cut
-        found = view.locate(cut)
-        return r.end if found is None else max(found.base_offset, r.start)
-    return align
 
 
 # --- resolution -----------------------------------------------------------------------------

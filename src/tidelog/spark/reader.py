@@ -48,7 +48,6 @@ from tidelog.spark.arrow_rows import record_batches
 from tidelog.spark.offsets import PartitionOffsets, canonical, from_dict
 from tidelog.spark.ranges import (
     OffsetRange,
-    batch_aligner,
     check_range_bounds,
     rate_limit,
     resolve,
@@ -209,8 +208,7 @@ class TidelogBatchReader(DataSourceReader):
         end = resolve(parsed.ending, sub.bounds, sub.views, starting=False)
         check_range_bounds(start, end, sub.bounds)
         ranges = [OffsetRange(tp.topic, tp.partition, start[tp], end[tp]) for tp in sorted(end)]
-        return split_ranges(ranges, parsed.min_partitions, parsed.max_records_per_partition,
-                            batch_aligner(sub.views))
+        return split_ranges(ranges, parsed.min_partitions, parsed.max_records_per_partition)
 
     def partitions(self) -> list[InputPartition]:
         ranges = _PLANNED.pop(self._token, None)
@@ -329,8 +327,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _loss(self.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
                 continue
             ranges.append(OffsetRange(tp.topic, tp.partition, first, stop[tp]))
-        return split_ranges(ranges, self.parsed.min_partitions, self.parsed.max_records_per_partition,
-                            batch_aligner(sub.views))
+        return split_ranges(ranges, self.parsed.min_partitions, self.parsed.max_records_per_partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to record: offsets live in Spark's checkpoint (Kafka's source commits nothing)."""
