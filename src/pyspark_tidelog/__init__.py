@@ -21,5 +21,12 @@ __all__ = ["DefaultSource", "TidelogDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``format("tidelog")`` in ``spark`` (registration is per SparkSession)."""
+    """Register ``format("tidelog")`` in ``spark`` (registration is per SparkSession). On a local
+    master, first checks that the Python Spark starts for its workers can import tidelog
+    (:func:`tidelog.spark.session.check_workers_python`, which names that Python if not)."""
+    from tidelog.spark.session import check_workers_python
+
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        check_workers_python(dict(context.getConf().getAll()))
     spark.dataSource.register(TidelogDataSource)

@@ -9,6 +9,8 @@ executors' workers at ``sys.executable`` (the environment tidelog is installed i
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,56 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[2]"
+PYTHON_CONF = "spark.pyspark.python"
+# What a Python worker must import for format("tidelog") (the source module pulls in pyspark and pyarrow).
+_WORKER_IMPORTS = "import tidelog.spark.source, pyarrow"
+_CHECKED: set[str] = set()  # worker Pythons found able to import tidelog, in this process
+
+
+class WorkerPythonError(RuntimeError):
+    """The Python that Spark launches for its workers cannot import tidelog (message names it)."""
+
+
+def workers_python(conf: dict[str, str] | None = None) -> tuple[str, str]:
+    """``(executable, where it came from)``: the Python Spark starts for its Python workers (the
+    data-source lookup on the driver and every executor task): the ``spark.pyspark.python`` conf,
+    else ``PYSPARK_PYTHON`` in this (the driver's) environment, else ``python3`` from ``PATH``."""
+    if conf and conf.get(PYTHON_CONF):
+        return conf[PYTHON_CONF], f"the Spark conf {PYTHON_CONF}"
+    if os.environ.get("PYSPARK_PYTHON"):
+        return os.environ["PYSPARK_PYTHON"], "the environment variable PYSPARK_PYTHON"
+    return "python3", "Spark's default when neither spark.pyspark.python nor PYSPARK_PYTHON is set"
+
+
+def check_workers_python(conf: dict[str, str] | None = None) -> None:
+    """Fail with :class:`WorkerPythonError` when the workers' Python (:func:`workers_python`)
+    cannot import tidelog: Spark would then report only ``DATA_SOURCE_NOT_FOUND`` or a
+    ``ModuleNotFoundError`` from a task, naming neither the interpreter nor the fix.
+
+    Checks the interpreter on this machine (one ``python -c import`` subprocess, ~1 s; remembered
+    per interpreter for the process), so it speaks for local masters and for cluster workers only
+    where they run the same path with the same packages. Not thread-safe (a plain set); no lock."""
+    python, source = workers_python(conf)
+    if python in _CHECKED:
+        return
+    fix = (f"Install tidelog there ({python} -m pip install 'tidelog[spark]'), or point {PYTHON_CONF} / "
+           f"PYSPARK_PYTHON at a Python that has it (this driver runs {sys.executable}).")
+    found = shutil.which(python)
+    if found is None:
+        raise WorkerPythonError(f"Spark would start its Python workers with {python!r} (from {source}), which "
+                                f"does not exist or is not on PATH. {fix}")
+    try:
+        done = subprocess.run([found, "-c", _WORKER_IMPORTS], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise WorkerPythonError(f"Spark would start its Python workers with {python!r} (from {source}), which "
+                                f"could not be run: {e}. {fix}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise WorkerPythonError(
+            f"Spark would start its Python workers with {python!r} (from {source}), which cannot import "
+            f"tidelog's Spark source ({last}); format(\"tidelog\") would fail with DATA_SOURCE_NOT_FOUND or "
+            f"ModuleNotFoundError. {fix}")
+    _CHECKED.add(python)
 
 
 def use_this_python() -> None:
@@ -29,9 +81,12 @@ def local_session(master: str = DEFAULT_MASTER, app_name: str = "tidelog", **con
 
     ``conf`` entries are Spark confs (dots spelled as given, e.g. ``{"spark.sql.shuffle.partitions":
     "4"}`` passed as ``**{...}``). The UI is off: on a shared machine its port is one more thing
-    to collide on.
+    to collide on. On a local master, first checks that the workers' Python can import tidelog
+    (:func:`check_workers_python`; raises :class:`WorkerPythonError` naming it).
     """
     use_this_python()
+    if master.startswith("local"):
+        check_workers_python(conf)
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app_name)
