@@ -371,3 +371,26 @@ def test_a_deletion_failed_after_the_start_up_resume_is_retried_at_the_next_pass
     tier.retention.store = real
     tier._periodic_pass()  # the scheduled task, same process
     assert objects(uri) == set()
+
+
+def test_a_deletion_refused_by_a_store_outage_says_which_topic_and_why(broker: Opener, one_dir: list[Path],
+                                                                       tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    manager, topic_id = tiered_manager(broker, one_dir, uri)
+    tier = manager.remote_tier
+    assert tier is not None
+    real = tier.store
+
+    class Down:
+        def __getattr__(self, name: str):
+            raise RemoteStorageError("connection refused", operation=name, key="", uri=real.uri)
+
+    tier.retention.store = Down()  # type: ignore[assignment]
+    with pytest.raises(RemoteStorageError) as raised:
+        manager.delete_topic(TOPIC)
+    message = str(raised.value)
+    assert f"topic {TOPIC}" in message and "not deleted" in message and "connection refused" in message
+    assert manager.describe_topic(TOPIC).topic_id == topic_id, "the topic stays"
+    with pytest.raises(RemoteStorageError, match=f"topic {TOPIC}.*remote.storage.enable is not turned off"):
+        manager.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    assert manager.get_log(tp(TOPIC)).config.remote_storage_enable  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ from typing import Protocol
 
 from tidelog.clock import Clock
 from tidelog.errors import StorageError, TidelogError
+from tidelog.remote.errors import RemoteStorageError, with_context
 from tidelog.remote.expiration import ExpirationPlan, carry_out, plan_for_log, prepare_expiration
 from tidelog.remote.metadata import TopicIdPartition
 from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -167,15 +168,20 @@ class RemoteRetention:
     def deleting(self, topic: str, topic_id: str, partitions: int, reason: str) -> Iterator[None]:
         """Around the change that calls for deleting ``topic``'s remote data (``reason``:
         :data:`~tidelog.remote.partition_delete.TOPIC_DELETED` or ``REMOTE_DISABLED``): the
-        pending-deletion object is written first (a store failure raises and the change is not
-        made), then the change runs; if it raised, the object is dropped; else the data goes
+        pending-deletion object is written first (a store failure raises, naming the topic, and
+        the change is not made), then the change runs; if it raised, the object is dropped; else the data goes
         (failures are logged; :meth:`resume_pending` at the next pass finishes). Meanwhile
         :meth:`resume_pending` leaves the object alone. Thread-safe."""
         pending = PendingDeletion(topic, topic_id, partitions, reason)
         with self._lock:
             self._in_flight.add(pending.key)
         try:
-            record_pending(self.store, pending)
+            try:
+                record_pending(self.store, pending)
+            except RemoteStorageError as e:
+                change = "not deleted" if reason == TOPIC_DELETED else "remote.storage.enable is not turned off"
+                raise with_context(e, f"topic {topic}: {change}: the pending deletion of its remote data could not "
+                                      f"be written: {e.message}", topic=topic, key=pending.key) from e
             try:
                 yield
             except BaseException:
