@@ -55,7 +55,6 @@ def test_random_histories_clean_alike_with_and_without_the_remote_tier(tmp_path:
     plain = open_log(tmp_path / "plain" / "events-0", plain_clock, tiered=False, delete_retention_ms="200",
                      segment_bytes="600")
     checkpoints: dict[str, int | None] = {"tiered": None, "plain": None}
-    cleans = 0
     for _ in range(40):
         op = rng.choices(["append", "roll", "time", "copy", "retention", "clean"], [6, 2, 2, 3, 3, 1])[0]
         if op == "append":
@@ -75,14 +74,22 @@ def test_random_histories_clean_alike_with_and_without_the_remote_tier(tmp_path:
         elif op == "retention":
             local_retention(tiered, clock)
         else:
-            checkpoints["tiered"] = _clean(tiered, clock, tier, checkpoints["tiered"])
-            checkpoints["plain"] = _clean(plain, plain_clock, None, checkpoints["plain"])
-            assert checkpoints["tiered"] == checkpoints["plain"]
-            assert both_tiers(store, tiered) == local_records(plain), f"seed {seed}"
-            start = tiered.local_log_start_offset
-            highest = tiered.highest_offset_in_remote_storage
-            both = [r for r in remote_records(store) if start <= r[0] <= highest]
-            assert both == [r for r in local_records(tiered) if r[0] <= highest], "the tiers disagree"
-            cleans += 1
+            _clean_and_check(store, (tiered, clock, tier), (plain, plain_clock), checkpoints, seed)
+    _clean_and_check(store, (tiered, clock, tier), (plain, plain_clock), checkpoints, seed)  # every history ends cleaned
     tiered.close()
     plain.close()
+
+
+def _clean_and_check(store: ArrowRemoteStore, tiered_side: tuple[Log, FakeClock, Tier],
+                     plain_side: tuple[Log, FakeClock], checkpoints: dict[str, int | None], seed: int) -> None:
+    """A cleaning pass on both logs, then the checks of the module docstring."""
+    tiered, clock, tier = tiered_side
+    plain, plain_clock = plain_side
+    checkpoints["tiered"] = _clean(tiered, clock, tier, checkpoints["tiered"])
+    checkpoints["plain"] = _clean(plain, plain_clock, None, checkpoints["plain"])
+    assert checkpoints["tiered"] == checkpoints["plain"]
+    assert both_tiers(store, tiered) == local_records(plain), f"seed {seed}"
+    start = tiered.local_log_start_offset
+    highest = tiered.highest_offset_in_remote_storage
+    both = [r for r in remote_records(store) if start <= r[0] <= highest]
+    assert both == [r for r in local_records(tiered) if r[0] <= highest], "the tiers disagree"
