@@ -230,3 +230,19 @@ def test_no_remote_reader_is_built_after_shutdown(broker: Opener, one_dir: list[
         manager.remote_reader()
     assert manager._remote_reader is None
     assert not [t for t in threading.enumerate() if t.name.startswith("tidelog-remote-reader")]
+
+
+def test_without_a_remote_tier_a_moved_offset_is_offset_moved_to_tiered_storage(broker: Opener, one_dir: list[Path],
+                                                                                tmp_path: Path) -> None:
+    """A manager without a remote tier (here: detached) asked for an offset only the remote tier
+    holds: the server's fetch answers OFFSET_MOVED_TO_TIERED_STORAGE (109) and builds no reader."""
+    from tidelog.server.fetch import read_partitions
+
+    manager, _ = tiered_manager(broker, one_dir, tmp_path)
+    tier, manager.remote_tier = manager.remote_tier, None
+    try:
+        [read] = read_partitions(manager, [FetchSpec(TOPIC, 0, 0, 3000)], FetchIsolation.HIGH_WATERMARK, 1 << 20)
+        assert read.error == 109 and read.remote is None and not read.records
+        assert manager._remote_reader is None
+    finally:
+        manager.remote_tier = tier

@@ -121,9 +121,7 @@ def _read(manager: LogManager, tp: TopicPartition, offset: int, isolation: Fetch
     when only it holds the offset (the broker's door, on its remote reader threads)."""
     try:
         return manager.read(tp, offset, FETCH_MAX_BYTES, isolation).records
-    except OffsetMovedToTieredStorageError:
-        if manager.remote_tier is None:
-            raise
+    except OffsetMovedToTieredStorageError:  # raised again by fetch_remote without a remote tier
         return manager.fetch_remote(tp, offset, FETCH_MAX_BYTES, isolation).result().records
 
 

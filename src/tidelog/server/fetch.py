@@ -159,8 +159,8 @@ def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, l
     tp = TopicPartition(spec.topic, spec.partition)
     try:  # limit 0: the range check only
         got = manager.fetch(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
-    except OffsetMovedToTieredStorageError as e:
-        return _read_remote(manager, tp, spec, isolation, limit, min_one, e)
+    except OffsetMovedToTieredStorageError:
+        return _read_remote(manager, tp, spec, isolation, limit, min_one)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         manager.report_read_error(tp, "fetch", e)  # a disk fault fails this partition's read
         return PartitionRead(spec, error_code(e))
@@ -169,14 +169,12 @@ def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, l
 
 
 def _read_remote(manager: LogManager, tp: TopicPartition, spec: FetchSpec, isolation: FetchIsolation, limit: int,
-                 min_one: bool, moved: OffsetMovedToTieredStorageError) -> PartitionRead:
-    """Start the remote read of a partition whose local read raised ``moved`` (no remote tier:
-    the error itself, OFFSET_MOVED_TO_TIERED_STORAGE)."""
-    if manager.remote_tier is None:
-        return PartitionRead(spec, error_code(moved))
+                 min_one: bool) -> PartitionRead:
+    """Start the remote read of a partition whose local read raised OffsetMovedToTieredStorageError
+    (without a remote tier :meth:`LogManager.fetch_remote` raises it again: that error's code)."""
     try:
         future = manager.fetch_remote(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
-    except Exception as e:  # noqa: BLE001 - a full reader queue, a partition gone
+    except Exception as e:  # noqa: BLE001 - no remote tier, a full reader queue, a partition gone
         return PartitionRead(spec, error_code(e))
     return PartitionRead(spec, ErrorCode.NONE, remote=future)
 
