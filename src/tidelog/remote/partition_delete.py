@@ -12,8 +12,10 @@ FINISHED segment to DELETE_SEGMENT_STARTED, when this process has the partition'
 every object under ``<topic>-<topicId>/<partition>/`` goes (segments and metadata log; idempotent).
 The pending object is deleted last. A crash or an outage anywhere leaves the pending object, and
 the next process with the remote tier finds it (:func:`list_pending`: one LIST of
-``tidelog-remote-deletions/`` per process) and finishes the deletion, or drops the object when the
-change it was written for did not commit (the caller decides: it knows the registry).
+``tidelog-remote-deletions/`` per process, and again after a failure) and finishes the deletion,
+or drops the object when the change it was written for did not commit (the caller decides: it
+knows the registry). Everything is addressed by topic id: a topic re-created under the same name
+has another prefix, and the caller passes only metadata cached for the pending topic id.
 Kafka resumes none of this after a crash.
 
 Thread-safety: functions without shared state; the partition's ``task_lock`` is held while its
