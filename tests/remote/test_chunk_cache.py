@@ -76,3 +76,20 @@ def test_a_failed_get_is_raised_then_forgotten(counting: CountingStore) -> None:
     failing.clear()
     assert cache.get_range("a/x.log", 0, 10) == DATA[:10]
     cache.close()
+
+
+def test_close_waits_for_a_queued_read_ahead_and_leaves_no_chunk_claimed(store: ArrowRemoteStore) -> None:
+    """One read-ahead thread, two chunks ahead: the second waits in the queue while the first's slow
+    GET runs. close() runs both (cancelling the queued one left its chunk claimed by a future that
+    never completes, and a later read of that chunk waited forever)."""
+    store.put("a/x.log", DATA)
+    slow = CountingStore(store, delay_s=0.1)
+    cache = ChunkCache(slow, chunk_bytes=1000, max_bytes=10_000, prefetch_chunks=2, prefetch_threads=1)
+    cache.get_range("a/x.log", 0, 10, object_size=len(DATA))  # chunk 0; chunks 1 and 2 ahead
+    cache.close()
+    assert slow.range_calls == 3 and slow.range_bytes == 3000
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(cache.get_range("a/x.log", 2000, 10)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [DATA[2000:2010]], "a read after close must not wait for a read-ahead that never ran"
