@@ -394,3 +394,33 @@ def test_a_deletion_refused_by_a_store_outage_says_which_topic_and_why(broker: O
     with pytest.raises(RemoteStorageError, match=f"topic {TOPIC}.*remote.storage.enable is not turned off"):
         manager.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
     assert manager.get_log(tp(TOPIC)).config.remote_storage_enable  # type: ignore[union-attr]
+
+
+def test_metadata_forgotten_while_it_loads_is_not_cached(broker: Opener, one_dir: list[Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deletion's forget() racing a pass's first load: the pass fails for that partition with an
+    error naming it (it raised a bare KeyError that ended the whole pass), and caches nothing."""
+    from tidelog.manager import remote_tier
+
+    uri = (tmp_path / "store").as_uri()
+    manager = broker.open(one_dir, tiered_props(uri))
+    manager.create_topic(TOPIC, 2, TIERED)
+    for p in range(2):
+        for _ in range(12):
+            manager.append(tp(TOPIC, p), batch())
+    tier = manager.remote_tier
+    assert tier is not None
+    real_load = RemotePartitionMetadata.load
+
+    def load(store, tip, **kw):  # type: ignore[no-untyped-def]
+        loaded = real_load(store, tip, **kw)
+        if tip.partition == 0:
+            tier.forget(tip.topic_partition)
+        return loaded
+
+    monkeypatch.setattr(remote_tier.RemotePartitionMetadata, "load", load)
+    copied = tier.copy_pass()
+    assert copied[tp(TOPIC, 0)] == 0 and copied[tp(TOPIC, 1)] > 0, "the other partition is copied"
+    [row] = [r for r in tier.status(TOPIC) if r.topic_partition == tp(TOPIC, 0)]
+    assert row.last_error is not None and f"{TOPIC}-0" in row.last_error and "deleted" in row.last_error
+    assert tier._cached(tp(TOPIC, 0)) is None

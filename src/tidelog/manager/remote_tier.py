@@ -39,6 +39,7 @@ from tidelog.errors import TidelogError
 from tidelog.manager.remote_retention import RemoteRetention
 from tidelog.remote.backoff import Backoff, CopyRetries
 from tidelog.remote.copy import copy_log
+from tidelog.remote.errors import RemoteStorageError
 from tidelog.remote.metadata import TopicIdPartition
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.quota import CopyQuota
@@ -212,7 +213,11 @@ class RemoteTier:
             tip = TopicIdPartition(self._topic_id_of(tp.topic), tp)
             loaded = RemotePartitionMetadata.load(self.store, tip, clock=self._clock)
             with self._lock:
-                state = self._partitions[tp]
+                state = self._partitions.get(tp)
+                if state is None:  # forget() ran meanwhile: what was loaded may be gone from the store
+                    raise RemoteStorageError(f"{tp}: the remote metadata was dropped while it loaded (its remote "
+                                             "data was deleted meanwhile); it is loaded again at the next use",
+                                             partition=str(tp), uri=self.store.uri)
                 metadata = state.metadata = state.metadata or loaded
         lg.update_highest_offset_in_remote_storage(metadata.highest_offset())
         return metadata
