@@ -97,22 +97,25 @@ class RemoteRetention:
         workers = max(1, min(self._broker.remote_log_manager_expiration_thread_pool_size, len(tiered)))
         with ThreadPoolExecutor(workers, thread_name_prefix="tidelog-remote-expiration") as pool:
             prepared = list(pool.map(lambda item: self._prepare(*item, dry_run=dry_run), tiered))
-            plans = {tp: plan for (tp, _), plan in zip(tiered, prepared) if plan is not None}
-            doomed = [(tp, lg, plans[tp]) for tp, lg in tiered if tp in plans and plans[tp].deletions]
+            made = {tp: found for (tp, _), found in zip(tiered, prepared) if found is not None}
+            plans = {tp: plan for tp, (plan, _) in made.items()}
+            doomed = [(tp, lg, *made[tp]) for tp, lg in tiered if tp in made and made[tp][0].deletions]
             if doomed and not dry_run:
                 self.checkpoint_log_start_offsets()
                 live = {id(lg) for _, lg in self._logs(topic)}
                 done = pool.map(lambda item: self._carry_out(*item, live=id(item[1]) in live), doomed)
-                for (tp, _, _), ok in zip(doomed, list(done)):
+                for (tp, *_), ok in zip(doomed, list(done)):
                     if not ok:
                         del plans[tp]
         return plans
 
-    def _prepare(self, tp: TopicPartition, lg: Log, *, dry_run: bool) -> ExpirationPlan | None:
+    def _prepare(self, tp: TopicPartition, lg: Log, *,
+                 dry_run: bool) -> tuple[ExpirationPlan, RemotePartitionMetadata] | None:
+        """The plan and the metadata it was made on (the deletes go through that same instance)."""
         try:
             metadata = self._metadata_of(tp, lg)
             if dry_run:  # recorded nowhere: last_plan and last_error are of passes carried out
-                return plan_for_log(lg, metadata, self._clock.milliseconds())
+                return plan_for_log(lg, metadata, self._clock.milliseconds()), metadata
             plan = prepare_expiration(self.store, metadata, lg, now_ms=self._clock.milliseconds())
         except TidelogError as e:
             if not dry_run:
@@ -122,14 +125,15 @@ class RemoteRetention:
             return None
         if not plan.deletions:
             self._succeeded(tp, plan)
-        return plan
+        return plan, metadata
 
-    def _carry_out(self, tp: TopicPartition, lg: Log, plan: ExpirationPlan, *, live: bool) -> bool:
+    def _carry_out(self, tp: TopicPartition, lg: Log, plan: ExpirationPlan, metadata: RemotePartitionMetadata, *,
+                   live: bool) -> bool:
         try:
             if not live:
-                raise StorageError(f"{tp}: the log start offset checkpoint failed (its log dir is offline): no "
-                                   "remote segment deleted", path=lg.dir)
-            carry_out(self.store, self._metadata_of(tp, lg), plan)
+                raise StorageError(f"{tp}: no longer live after the log start offset checkpoint (its log dir went "
+                                   "offline, or it was deleted): no remote segment deleted", path=lg.dir)
+            carry_out(self.store, metadata, plan)
         except TidelogError as e:
             self._failed(tp, e)
             return False
