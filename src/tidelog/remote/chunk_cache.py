@@ -11,9 +11,12 @@ same object in the background, so the next fetch usually finds its bytes in memo
 
 Bounds. Cached chunks take at most ``max_bytes`` (least recently used evicted; a chunk being read
 is evicted only from the cache, its bytes live until the reader drops them); read-ahead runs on
-its own ``prefetch_threads`` threads and is skipped (never queued) when ``prefetch_chunks``
-GETs per thread are already waiting, so it never delays a fetch's own GET. A small read costs at
-most one chunk plus the read-ahead: never the whole object when it is larger than that.
+its own ``prefetch_threads`` threads and is skipped when ``prefetch_chunks`` GETs per thread are
+already asked for, so its queue stays that short; a read wanting a chunk that is queued for
+read-ahead waits for that GET (behind at most that queue) rather than asking twice. A small read
+costs at most one chunk plus the read-ahead: never the whole object when it is larger than that.
+Read-ahead GETs in flight are not counted in ``max_bytes``: at most ``prefetch_chunks *
+prefetch_threads`` chunks more.
 
 Errors: a GET's error is raised to every reader waiting for that chunk and the chunk is
 forgotten (the next read tries again); a failed read-ahead is forgotten silently.
