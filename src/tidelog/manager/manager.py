@@ -304,7 +304,9 @@ class LogManager(RecordReads):
     def delete_topic(self, name: str) -> None:
         """Delete ``name`` (:meth:`TopicChanges.delete_topic`). Thread-safe: under the manager's
         lock, after waiting for the cleaner outside it. A tiered topic's remote data goes too
-        (:meth:`.remote_retention.RemoteRetention.deleting`)."""
+        (:meth:`.remote_retention.RemoteRetention.deleting`): a pending-deletion PUT before the
+        change, then, outside the manager's lock, the deletes (one LIST and a DELETE per object
+        per partition) in the calling thread."""
         with remote_data_deletion(self.remote_tier, lambda: self._record(name)):
             self.topic_changes.delete_topic(name)
 
