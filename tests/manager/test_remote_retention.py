@@ -424,3 +424,34 @@ def test_metadata_forgotten_while_it_loads_is_not_cached(broker: Opener, one_dir
     [row] = [r for r in tier.status(TOPIC) if r.topic_partition == tp(TOPIC, 0)]
     assert row.last_error is not None and f"{TOPIC}-0" in row.last_error and "deleted" in row.last_error
     assert tier._cached(tp(TOPIC, 0)) is None
+
+
+def test_a_pending_disable_of_a_topic_with_no_live_log_waits(broker: Opener, one_dir: list[Path],
+                                                             tmp_path: Path) -> None:
+    """Whether a disable committed is read from the topic's live logs: with none live (their log
+    dirs offline) it is not known, so the pending object stays for a later pass (it was dropped,
+    orphaning the remote data of a committed disable)."""
+    uri = (tmp_path / "store").as_uri()
+    manager, topic_id = tiered_manager(broker, one_dir, uri)
+    tier = manager.remote_tier
+    assert tier is not None
+    real = tier.store
+
+    class DeletesFail:
+        def __getattr__(self, name: str):
+            if name in ("delete", "delete_prefix"):
+                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
+            return getattr(real, name)
+
+    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    manager.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    tier.retention.store = real
+    prefix = partition_prefix(TopicIdPartition(topic_id, tp(TOPIC)))
+    assert objects(uri, PENDING_PREFIX) and objects(uri, prefix)
+    live_logs = tier.retention._logs
+    tier.retention._logs = lambda topic=None: [] if topic == TOPIC else live_logs(topic)  # type: ignore[method-assign]
+    tier.retention.resume_pending()
+    assert objects(uri, PENDING_PREFIX), "not known to have committed: the pending object stays"
+    tier.retention._logs = live_logs  # type: ignore[method-assign]
+    tier.retention.resume_pending()
+    assert objects(uri, PENDING_PREFIX) == set() and objects(uri, prefix) == set()

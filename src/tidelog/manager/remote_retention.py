@@ -260,11 +260,16 @@ class RemoteRetention:
 
     def _committed_in_place(self, pending: PendingDeletion) -> bool:
         """Whether the change ``pending`` was written for took effect, its topic (by id) still
-        live: never for a deletion; for a disable, when the topic has live logs, none tiered."""
+        live: never for a deletion; for a disable, when none of the topic's live logs is tiered.
+        Raises ``StorageError`` (the object stays for a later pass) when no log is live (their
+        dirs offline): not known."""
         if pending.reason == TOPIC_DELETED:
             return False
-        live = self._logs(pending.topic)  # none live (all offline): not known to have committed, data stays
-        return bool(live) and not any(lg.config.remote_storage_enable for _, lg in live)
+        live = self._logs(pending.topic)
+        if not live:
+            raise StorageError(f"topic {pending.topic}: no live log tells whether remote.storage.enable was turned "
+                               "off (its log dirs are offline); the pending remote deletion waits", key=pending.key)
+        return not any(lg.config.remote_storage_enable for _, lg in live)
 
     def _move_log_starts(self, topic: str) -> None:
         """Kafka's ``ConfigHandler`` on a disable with delete: each live log starts at its local log
