@@ -4,7 +4,8 @@ The class Spark instantiates stays thin: Spark pickles it (and what it returns) 
 so it holds only the options. Each capability is built by its own module, which validates the
 options there, so a bad option fails at ``load()``/``save()`` before any job runs:
 
-* batch and streaming reads: :mod:`tidelog.spark.reader`;
+* batch and streaming reads: :mod:`tidelog.spark.reader`; batch reads of the remote tier
+  (``path`` an object-store URI such as ``s3://bucket/prefix``): :mod:`tidelog.spark.remote_source`;
 * batch and streaming writes: :mod:`tidelog.spark.writer`.
 """
 
@@ -41,19 +42,29 @@ class TidelogDataSource(DataSource):
     def schema(self) -> str:
         # Spark asks for the schema at load(): checking the read options here makes a bad option,
         # path or partition fail there, before any job (writes pass: they name no subscription).
+        from tidelog.spark import remote_source
         from tidelog.spark.reader import check_load_options
 
-        check_load_options(self.options)
+        if remote_source.is_store_path(self.options):  # s3://..., file://...: the remote tier
+            remote_source.check_load_options(self.options)
+        else:
+            check_load_options(self.options)
         return read_schema_ddl(_flag(self.options, "includeHeaders"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from tidelog.spark import remote_source
         from tidelog.spark.reader import batch_reader
 
+        if remote_source.is_store_path(self.options):
+            return remote_source.batch_reader(dict(self.options), schema)
         return batch_reader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from tidelog.spark import remote_source
         from tidelog.spark.reader import stream_reader
 
+        if remote_source.is_store_path(self.options):
+            remote_source.parse_remote_options(dict(self.options), streaming=True)  # refused: not built yet
         return stream_reader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -1,0 +1,354 @@
+"""``spark.read.format("tidelog").option("path", "s3://bucket/prefix")``: the remote tier, read
+straight from the object store, with no broker and no data dir.
+
+``path`` is the store URI a broker has as ``remote.log.storage.uri`` (``s3://``, ``gs://``,
+``abfs://``, ``abfss://``, ``hdfs://`` or ``file://``); the store's options are Spark options
+with the broker's ``rsm.config.`` keys, e.g. ``rsm.config.endpoint.url``,
+``rsm.config.access.key``, ``rsm.config.secret.key``, ``rsm.config.region`` (the names the broker
+reads, :data:`tidelog.remote.store.S3_OPTIONS`). Every other option is the local source's
+(:mod:`tidelog.spark.options`).
+
+**Only the remote tier is read**: the FINISHED remote segments of each partition, i.e. offsets up
+to the highest tiered offset. Records not yet tiered (the broker's tail) are not read; with a
+store path, ``kafka.bootstrap.servers`` is refused until the tail through the broker's Fetch API
+exists, rather than silently reading less. Streaming reads of a store are refused likewise.
+
+* **driver** (:class:`RemoteBatchReader`): one LIST of the store finds the partitions
+  (``<topic>-<topicId>/<partition>/`` prefixes), then one LIST (plus snapshot and event GETs) per
+  subscribed partition loads its remote metadata
+  (:meth:`~tidelog.remote.metadata_log.RemotePartitionMetadata.load`). Earliest is the first
+  finished segment's start, latest the highest tiered offset plus one. Timestamps are resolved
+  as Kafka's ListOffsets does: segments whose ``max_timestamp_ms`` is below the timestamp are
+  skipped unread, the first other one is searched through its time and offset indexes. Ranges
+  are split as for local reads (:func:`~tidelog.spark.ranges.split_ranges`) and each task carries
+  only the metadata of the segments its range overlaps (segments outside every range are
+  never read).
+* **executors** (:func:`read_remote_range`): per segment, ranged GETs of the ``.log`` from the
+  offset index's position (:func:`~tidelog.remote.remote_read.read_segment`, 8 MiB at a time,
+  framing and CRCs checked), turned into rows by the local reader's
+  :func:`~tidelog.spark.arrow_rows.record_batches`, so rows equal a local read of the same records
+  (compaction gaps and control records as there). Index objects are cached per worker process
+  (:class:`~tidelog.remote.index_cache.RemoteIndexCache` in a temporary dir, 64 MiB).
+
+**Faults.** A segment object gone since planning (remote retention, a compaction's swap) is data
+loss: the task fails naming the partition, the offsets and the object (``failOnDataLoss=true``)
+or skips the segment with a warning. Any other store error (unreachable, access denied, corrupt
+bytes) fails the task with a message naming the partition, the offset range and the store.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from tidelog.errors import ConfigError
+from tidelog.spark import options as o
+from tidelog.spark.arrow_rows import record_batches
+from tidelog.spark.ranges import OffsetRange, check_range_bounds, resolve, split_ranges
+from tidelog.storage.log_view import PartitionBounds
+from tidelog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from tidelog.remote.index_cache import RemoteIndexCache
+    from tidelog.remote.metadata import RemoteLogSegmentMetadata
+    from tidelog.remote.store import RemoteStore
+
+log = logging.getLogger(__name__)
+
+STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "hdfs", "file"})
+RSM_PREFIX = "rsm.config."
+BOOTSTRAP = "kafka.bootstrap.servers"
+READ_BYTES = 8 << 20
+"""Bytes of whole batches asked for per ranged read of a segment."""
+INDEX_CACHE_BYTES = 64 << 20
+"""Per executor process: the remote index cache's bound."""
+
+_PLANNED: dict[str, list[OffsetRange]] = {}  # batch plans waiting for partitions(), by reader token
+_EXECUTOR: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[RemoteStore, RemoteIndexCache]] = {}
+
+
+class RemoteReadError(RuntimeError):
+    """A remote-tier read failed for a reason other than data loss (store unreachable, access
+    denied, corrupt bytes); the message names the partition, the offset range and the store."""
+
+
+def is_store_path(options: Mapping[str, str]) -> bool:
+    """Whether ``path`` is an object-store URI (``scheme://...`` of :data:`STORE_SCHEMES`)."""
+    path = str({k.lower(): v for k, v in options.items()}.get(o.PATH, "")).strip()
+    return "://" in path and urlsplit(path).scheme.lower() in STORE_SCHEMES
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSourceOptions:
+    """A remote read's options: the local source's (``parsed``, whose ``log_dirs`` is the store
+    URI without credentials, for messages), the store URI and the ``rsm.config.`` options
+    (prefix stripped). Small: pickled into the reader."""
+
+    parsed: o.SourceOptions
+    uri: str
+    store_options: tuple[tuple[str, str], ...]
+
+    def open_store(self) -> RemoteStore:
+        from tidelog.remote.store import open_store
+
+        return open_store(self.uri, dict(self.store_options))
+
+
+def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> RemoteSourceOptions:
+    """Check and parse the options of a read of a store path; :class:`SourceOptionError` on bad
+    input (a streaming read, ``kafka.bootstrap.servers``, an unknown ``rsm.config.`` option, any
+    error of the local source's options). Makes no request to the store."""
+    from tidelog.remote.store import redact_uri
+
+    lowered = {k.lower(): str(v) for k, v in options.items()}
+    uri = lowered[o.PATH].strip()
+    shown = redact_uri(uri)
+    if BOOTSTRAP in lowered:
+        raise o.SourceOptionError(
+            f"Option '{BOOTSTRAP}' together with a store path ('{shown}') is not supported yet: a store path "
+            f"reads the remote tier only (the segments already tiered), and reading the tail not yet tiered "
+            f"through the broker is not built. Remove '{BOOTSTRAP}' to read the remote tier, or read the "
+            f"broker's data dir by its local path.")
+    if streaming:
+        raise o.SourceOptionError(
+            f"readStream with a store path ('{shown}') is not supported yet: only batch reads "
+            f"(spark.read) of the remote tier are built.")
+    store_options = tuple(sorted((k[len(RSM_PREFIX):], v) for k, v in lowered.items() if k.startswith(RSM_PREFIX)))
+    rest = {k: v for k, v in lowered.items() if not k.startswith(RSM_PREFIX)}
+    parsed = replace(o.parse_source_options(rest, streaming=False), log_dirs=(shown,))
+    ropts = RemoteSourceOptions(parsed, uri, store_options)
+    try:
+        ropts.open_store()
+    except ConfigError as e:
+        raise o.SourceOptionError(f"Option 'path' ('{shown}') or its '{RSM_PREFIX}*' options: {e}") from None
+    return ropts
+
+
+def check_load_options(options: Mapping[str, str], schema_check: bool = True) -> None:
+    """What ``DataSource.schema()`` checks for a store path, so a bad option or an unknown topic
+    fails at ``load()``: the options, then the store's partitions (one LIST of the store).
+    Option sets without a subscription are writes, or reads that fail in ``reader()``."""
+    lowered = {k.lower(): str(v) for k, v in options.items()}
+    if not any(k in lowered for k in o.STRATEGY_KEYS):
+        return
+    ropts = parse_remote_options(options, streaming=False)
+    _RemotePlan(ropts, load_metadata=False)
+
+
+def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchReader:
+    """The batch reader of a store path; raises SourceOptionError on bad input."""
+    from tidelog.spark.reader import _check_schema
+
+    ropts = parse_remote_options(options, streaming=False)
+    _check_schema(schema, ropts.parsed.include_headers)
+    return RemoteBatchReader(ropts)
+
+
+# --- planning on the driver -----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RemoteOffsetRange(OffsetRange):
+    """Offsets ``[start, end)`` of one partition read from the remote tier: one Spark task, with
+    the metadata of the FINISHED segments the range overlaps (by start offset)."""
+
+    segments: tuple[RemoteLogSegmentMetadata, ...] = ()
+
+
+class _RemoteView:
+    """Timestamp search over one partition's finished segments (for :func:`resolve`)."""
+
+    def __init__(self, store: RemoteStore, segments: list[RemoteLogSegmentMetadata], index_dir: Path) -> None:
+        self.store, self.segments, self.index_dir = store, segments, index_dir
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Kafka's ListOffsets by time over the remote segments: segments whose max timestamp is
+        below ``timestamp`` are skipped without a request; the first other one is searched."""
+        from tidelog.remote.index_cache import RemoteIndexCache
+        from tidelog.remote.remote_read import offset_for_timestamp
+
+        cache = RemoteIndexCache(self.store, self.index_dir, INDEX_CACHE_BYTES)
+        try:
+            for segment in self.segments:
+                if segment.max_timestamp_ms < timestamp:
+                    continue
+                with cache.indexes(segment) as idx:
+                    found = offset_for_timestamp(self.store, segment, idx.offset, idx.time, timestamp,
+                                                 segment.start_offset)
+                if found is not None:
+                    return found.offset
+            return None
+        finally:
+            cache.close()
+
+
+class _RemotePlan:
+    """The store's partitions and, with ``load_metadata``, the subscribed ones' finished
+    segments and bounds (driver side)."""
+
+    def __init__(self, ropts: RemoteSourceOptions, load_metadata: bool = True) -> None:
+        from tidelog.remote.errors import RemoteStorageError
+        from tidelog.remote.verify import list_partitions
+
+        self.ropts = ropts
+        parsed = ropts.parsed
+        self.store = ropts.open_store()
+        try:
+            found, _ = list_partitions(self.store)
+        except RemoteStorageError as e:
+            raise RemoteReadError(f"Cannot list the remote tier at {self.store.uri}: {e}") from e
+        self.tips = _one_topic_id_each(found)
+        existing = set(self.tips)
+        o.check_named_partitions(parsed, existing)
+        self.partitions = parsed.subscription.select(sorted(existing))
+        self.segments: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+        self.bounds: dict[TopicPartition, PartitionBounds] = {}
+        if load_metadata:
+            for tp in self.partitions:
+                self._load(tp)
+
+    def _load(self, tp: TopicPartition) -> None:
+        from tidelog.remote.errors import RemoteStorageError
+        from tidelog.remote.metadata_log import RemotePartitionMetadata
+
+        try:
+            finished = RemotePartitionMetadata.load(self.store, self.tips[tp]).finished_segments()
+        except RemoteStorageError as e:
+            raise RemoteReadError(f"Cannot plan the read of {tp} from the remote tier at {self.store.uri}: "
+                                  f"{e}") from e
+        self.segments[tp] = finished
+        start = finished[0].start_offset if finished else 0
+        end = max(s.end_offset for s in finished) + 1 if finished else 0
+        self.bounds[tp] = PartitionBounds(tp, start, end)
+
+    def ranges(self) -> list[OffsetRange]:
+        parsed = self.ropts.parsed
+        o.check_covers(parsed.starting, self.partitions, o.STARTING_OFFSETS)
+        o.check_covers(parsed.ending, self.partitions, o.ENDING_OFFSETS)
+        with tempfile.TemporaryDirectory(prefix="tidelog-remote-plan-") as tmp:
+            views = {tp: _RemoteView(self.store, self.segments[tp], Path(tmp) / str(tp)) for tp in self.partitions}
+            start = resolve(parsed.starting, self.bounds, views, starting=True,
+                            no_match_strategy=parsed.no_match_strategy)
+            end = resolve(parsed.ending, self.bounds, views, starting=False)
+        check_range_bounds(start, end, self.bounds)
+        plain = [OffsetRange(tp.topic, tp.partition, start[tp], end[tp]) for tp in sorted(end)]
+        split = split_ranges(plain, parsed.min_partitions, parsed.max_records_per_partition)
+        return [RemoteOffsetRange(r.topic, r.partition, r.start, r.end, _overlapping(self.segments[r.topic_partition],
+                                                                                      r.start, r.end))
+                for r in split]
+
+
+def _one_topic_id_each(found: Mapping) -> dict[TopicPartition, object]:
+    """``{partition: TopicIdPartition}``; a topic name under two topic ids (a topic deleted and
+    created again while its old remote data is still there) is an error naming both."""
+    ids: dict[str, set[str]] = {}
+    for tip in found:
+        ids.setdefault(tip.topic, set()).add(tip.topic_id)
+    for topic, seen in sorted(ids.items()):
+        if len(seen) > 1:
+            raise RemoteReadError(f"The remote tier holds topic '{topic}' under several topic ids "
+                                  f"({', '.join(sorted(seen))}): a deleted topic's remote data is still there; "
+                                  f"finish its deletion (start the broker) before reading it from the store")
+    return {tip.topic_partition: tip for tip in found}
+
+
+def _overlapping(segments: list[RemoteLogSegmentMetadata], start: int, end: int) -> tuple[RemoteLogSegmentMetadata, ...]:
+    return tuple(s for s in segments if s.start_offset < end and s.end_offset >= start)
+
+
+def plan(ropts: RemoteSourceOptions) -> list[OffsetRange]:
+    """The batch plan of a remote read (driver side; see the module doc for its requests)."""
+    return _RemotePlan(ropts).ranges()
+
+
+class RemoteBatchReader(DataSourceReader):
+    """``spark.read.format("tidelog")`` of a store path: planned when created, on the driver (see
+    the module doc); the plan waits in :data:`_PLANNED` as the local reader's does."""
+
+    def __init__(self, ropts: RemoteSourceOptions) -> None:
+        self.ropts = ropts
+        self._token = uuid.uuid4().hex
+        _PLANNED[self._token] = plan(ropts)
+
+    def partitions(self) -> list[InputPartition]:
+        ranges = _PLANNED.pop(self._token, None)
+        return list(plan(self.ropts) if ranges is None else ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RemoteOffsetRange):
+            return iter(())
+        return read_remote_range(self.ropts, partition)
+
+
+# --- reading on executors -------------------------------------------------------------------
+
+def _executor_store(ropts: RemoteSourceOptions) -> tuple[RemoteStore, RemoteIndexCache]:
+    """This process's store and index cache for ``ropts`` (kept across tasks of a reused worker;
+    the cache dir is removed at exit)."""
+    from tidelog.remote.index_cache import RemoteIndexCache
+
+    key = (ropts.uri, ropts.store_options)
+    found = _EXECUTOR.get(key)
+    if found is None:
+        directory = tempfile.mkdtemp(prefix="tidelog-remote-index-")
+        atexit.register(shutil.rmtree, directory, True)
+        store = ropts.open_store()
+        found = _EXECUTOR[key] = (store, RemoteIndexCache(store, Path(directory), INDEX_CACHE_BYTES))
+    return found
+
+
+def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: RemoteStore | None = None,
+                      cache: RemoteIndexCache | None = None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``r``'s records, segment by segment (executor side). ``store``/``cache``
+    replace this process's own (tests count requests this way)."""
+    from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStorageError
+    from tidelog.remote.index_cache import RemoteIndexCacheError
+    from tidelog.remote.remote_read import RemoteSegmentCorruptError
+    from tidelog.spark.reader import _loss
+
+    if store is None or cache is None:
+        store, cache = _executor_store(ropts)
+    tp = r.topic_partition
+    for segment in r.segments:
+        lo, hi = max(r.start, segment.start_offset), min(r.end, segment.end_offset + 1)
+        if lo >= hi:
+            continue
+        where = f"offsets [{lo}, {hi}) of {tp} from the remote tier at {store.uri} (segment {segment.id})"
+        try:
+            yield from _segment_rows(ropts, store, cache, segment, lo, hi)
+        except RemoteResourceNotFoundError as e:
+            _loss(ropts.parsed, f"Cannot fetch {where}: an object of the segment is gone ({e}).")
+        except (RemoteStorageError, RemoteSegmentCorruptError, RemoteIndexCacheError) as e:
+            raise RemoteReadError(f"Cannot fetch {where}: {e}") from e
+
+
+def _segment_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
+                  segment: RemoteLogSegmentMetadata, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    """Rows of offsets ``[lo, hi)`` of one segment: ranged GETs of whole batches from the offset
+    index's position, :data:`READ_BYTES` at a time."""
+    from tidelog.remote.remote_read import read_segment
+
+    tp = TopicPartition(segment.topic_id_partition.topic, segment.topic_id_partition.partition)
+    with cache.indexes(segment) as idx:
+        offset = lo
+        while offset < hi:
+            got = read_segment(store, segment, idx.offset, offset, READ_BYTES, True, partition=str(tp))
+            if not got.records:
+                return  # the segment holds nothing at or past ``offset`` (compacted away)
+            yield from record_batches(got.records, tp.topic, tp.partition, lo, hi,
+                                      include_headers=ropts.parsed.include_headers)
+            if got.next_offset <= offset:
+                return
+            offset = got.next_offset

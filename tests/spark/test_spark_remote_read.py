@@ -1,0 +1,243 @@
+"""``spark.read.format("tidelog").option("path", <store URI>)``: the remote tier read straight
+from the store (tidelog.spark.remote_source), on a file:// store and on the real S3 server.
+
+A tiered topic is written through a LogManager, its sealed segments copied; the data dir is read
+by Spark before the local copies are deleted, then the store alone is read and must give the same
+rows for the tiered offsets (compaction gaps and headers included). Pruning by offset and by time,
+unknown topics, an unreachable store and a vanished object are checked on the functions the driver
+and the executors run (in process, with a store that counts requests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from spark_read_data import T0, append_simple, batch, open_manager
+
+from tidelog.errors import UnknownTopicOrPartitionError
+from tidelog.remote.index_cache import RemoteIndexCache
+from tidelog.remote.metadata import RemoteFileKind, object_key
+from tidelog.remote.store import open_store
+from tidelog.spark import remote_source as rs
+from tidelog.spark.options import SourceOptionError
+from tidelog.spark.reader import DataLossReported
+from tidelog.topic_partition import TopicPartition
+
+COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+TIERED = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
+
+
+def build(root: Path, uri: str, store_options: dict[str, str]):  # type: ignore[no-untyped-def]
+    """A data dir with tiered topics ``events`` (2 partitions, headers, null keys and values) and
+    ``gaps`` (compacted by the cleaner: offset gaps); every sealed segment copied to ``uri``.
+    Returns (manager, data dir, remote end offset per partition)."""
+    data = root / "data"
+    props = {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri,
+             **{f"rsm.config.{k}": v for k, v in store_options.items()}}
+    manager = open_manager(data, **props)
+    manager.create_topic("events", 2, TIERED)
+    manager.create_topic("gaps", 1, {**TIERED, "cleanup.policy": "compact"})
+    for p in (0, 1):
+        append_simple(manager, TopicPartition("events", p), 900 + 100 * p, per_batch=10)
+    for first in range(0, 1500, 10):  # 25 keys over and over: compaction leaves gaps
+        manager.append(TopicPartition("gaps", 0),
+                       batch([(j, T0 + first + j, b"k%d" % ((first + j) % 25), b"v%d" % (first + j), [])
+                              for j in range(10)]))
+    assert manager.cleaner.clean_now(TopicPartition("gaps", 0), force=True) is not None
+    manager.remote_tier.copy_pass()
+    ends = {s.topic_partition: s.highest_remote_offset + 1 for s in manager.remote_tier.status()}
+    assert all(end > 100 for end in ends.values()), ends
+    return manager, data, ends
+
+
+def spark_rows(spark, path: str, **options: object) -> list[tuple]:  # type: ignore[no-untyped-def]
+    reader = spark.read.format("tidelog").option("includeHeaders", "true")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    out = []
+    for row in reader.load(path).selectExpr(*COLUMNS).collect():
+        values = list(row)
+        if values[-1] is not None:
+            values[-1] = [(h["key"], h["value"]) for h in values[-1]]
+        out.append(tuple(values))
+    return sorted(out, key=lambda r: (r[2], r[3], r[4]))
+
+
+def check_equal_to_local_read(spark, manager, data: Path, ends, uri: str,  # type: ignore[no-untyped-def]
+                              store_options: dict[str, str]) -> None:
+    local = [r for r in spark_rows(spark, str(data), subscribe="events,gaps")
+             if r[4] < ends[TopicPartition(r[2], r[3])]]
+    manager.run_retention()
+    for tp in ends:
+        assert manager.get_log(tp).local_log_start_offset >= ends[tp], "the tiered segments are gone locally"
+    remote = spark_rows(spark, uri, subscribe="events,gaps", **{f"rsm.config.{k}": v for k, v in store_options.items()})
+    assert len(remote) == len(local) > 1000
+    assert remote == local
+    gaps = [r[4] for r in remote if r[2] == "gaps"]
+    assert 0 < len(gaps) < gaps[-1] + 1, "compaction gaps, as stored"
+    assert any(r[0] is None for r in remote) and any(r[-1] for r in remote)
+
+
+def test_a_file_store_reads_row_for_row_as_the_local_dir(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    uri = (tmp_path / "store").as_uri()
+    manager, data, ends = build(tmp_path, uri, {})
+    try:
+        check_equal_to_local_read(spark, manager, data, ends, uri, {})
+    finally:
+        manager.shutdown()
+
+
+def s3_options(object_store) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    c = object_store.credentials
+    return {"endpoint.url": c.endpoint_url, "access.key": c.access_key, "secret.key": c.secret_key,
+            "region": c.region}
+
+
+def test_an_s3_store_reads_row_for_row_as_the_local_dir(spark, tmp_path: Path, object_store,  # type: ignore[no-untyped-def]
+                                                        bucket: str) -> None:
+    uri, options = f"s3://{bucket}/tiered", s3_options(object_store)
+    manager, data, ends = build(tmp_path, uri, options)
+    try:
+        check_equal_to_local_read(spark, manager, data, ends, uri, options)
+    finally:
+        manager.shutdown()
+
+
+# --- driver and executor functions in process ------------------------------------------------
+
+class CountingStore:
+    """A store passing every call through, counting the ranged GETs and GETs per key suffix."""
+
+    def __init__(self, store) -> None:  # type: ignore[no-untyped-def]
+        self.store, self.uri, self.gets = store, store.uri, []
+
+    def get(self, key: str) -> bytes:
+        self.gets.append(key)
+        return self.store.get(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self.gets.append(key)
+        return self.store.get_range(key, start, length)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.store, name)
+
+    def logs_read(self) -> set[str]:
+        return {k for k in self.gets if k.endswith(".log")}
+
+
+@pytest.fixture(scope="module")
+def tiered(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("remote-read")
+    uri = (root / "store").as_uri()
+    manager, data, ends = build(root, uri, {})
+    manager.run_retention()
+    manager.shutdown()
+    return uri, ends
+
+
+def options(uri: str, **extra: str) -> dict[str, str]:
+    strategy = {} if "assign" in extra else {"subscribe": "events"}
+    return {"path": uri, **strategy, **{k.lower(): v for k, v in extra.items()}}
+
+
+def counting(uri: str, monkeypatch) -> CountingStore:  # type: ignore[no-untyped-def]
+    store = CountingStore(open_store(uri))
+    monkeypatch.setattr(rs.RemoteSourceOptions, "open_store", lambda self: store)
+    return store
+
+
+def read(ropts, ranges, store, tmp_path: Path) -> list[int]:  # type: ignore[no-untyped-def]
+    cache = RemoteIndexCache(store, tmp_path / "index", 1 << 20)
+    offsets = []
+    for r in ranges:
+        for b in rs.read_remote_range(ropts, r, store, cache):
+            offsets += b.column(4).to_pylist()
+    return offsets
+
+
+def test_an_offset_range_reads_only_the_segments_it_overlaps(tiered, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    uri, ends = tiered
+    store = counting(uri, monkeypatch)
+    ropts = rs.parse_remote_options(options(uri, startingOffsets='{"events":{"0":500,"1":-2}}',
+                                            endingOffsets='{"events":{"0":600,"1":40}}'), streaming=False)
+    ranges = rs.plan(ropts)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 500, 600), (1, 0, 40)]
+    assert not store.logs_read(), "planning reads metadata only"
+    planned = {object_key(s, RemoteFileKind.SEGMENT) for r in ranges for s in r.segments}
+    assert all(s.start_offset < r.end and s.end_offset >= r.start for r in ranges for s in r.segments)
+    assert read(ropts, ranges, store, tmp_path) == list(range(500, 600)) + list(range(0, 40))
+    assert store.logs_read() == planned and len(planned) < 6, "segments outside the ranges are never read"
+
+
+def test_a_starting_timestamp_skips_segments_by_their_max_timestamp(tiered, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    uri, ends = tiered
+    store = counting(uri, monkeypatch)
+    # record i of events-p has timestamp T0 + (its offset): the first offset at or after T0 + 700 is 700
+    ropts = rs.parse_remote_options(options(uri, startingTimestamp=str(T0 + 700)), streaming=False)
+    ranges = rs.plan(ropts)
+    assert [(r.partition, r.start) for r in ranges] == [(0, 700), (1, 700)]
+    assert {r.end for r in ranges} == {ends[TopicPartition("events", 0)], ends[TopicPartition("events", 1)]}
+    time_indexes = [k for k in store.gets if k.endswith(".timeindex")]
+    assert len(time_indexes) == 2, "one segment searched per partition; the older ones skipped unread"
+    assert read(ropts, ranges, store, tmp_path)[:3] == [700, 701, 702]
+
+
+def test_an_ending_timestamp_with_no_match_is_the_remote_end(tiered, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    uri, ends = tiered
+    counting(uri, monkeypatch)
+    ropts = rs.parse_remote_options(options(uri, endingTimestamp=str(T0 + 10**9)), streaming=False)
+    assert [r.end for r in rs.plan(ropts) if r.partition == 0][-1] == ends[TopicPartition("events", 0)]
+
+
+def test_an_unknown_topic_fails_as_sparks_kafka_source(tiered) -> None:  # type: ignore[no-untyped-def]
+    uri, _ = tiered
+    with pytest.raises(UnknownTopicOrPartitionError, match="UnknownTopicOrPartitionException.*nope"):
+        rs.check_load_options({"path": uri, "subscribe": "nope"})
+    rs.check_load_options({"path": uri, "subscribePattern": "^nope"})  # a pattern matching nothing reads nothing
+
+
+def test_the_broker_tail_and_streams_are_refused_not_silently_partial(tiered) -> None:  # type: ignore[no-untyped-def]
+    uri, _ = tiered
+    with pytest.raises(SourceOptionError, match="kafka.bootstrap.servers.*not supported yet.*remote tier only"):
+        rs.parse_remote_options({**options(uri), "kafka.bootstrap.servers": "h:9092"}, streaming=False)
+    with pytest.raises(SourceOptionError, match="readStream with a store path .* not supported yet"):
+        rs.parse_remote_options(options(uri), streaming=True)
+    with pytest.raises(SourceOptionError, match="rsm.config"):
+        rs.parse_remote_options({**options(uri), "rsm.config.endpoint.url": "http://x"}, streaming=False)
+
+
+def test_a_vanished_segment_object_honours_fail_on_data_loss(tiered, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    uri, _ = tiered
+    store = counting(uri, monkeypatch)
+    ropts = rs.parse_remote_options(options(uri, assign='{"events":[0]}'), streaming=False)
+    [r] = rs.plan(ropts)
+    second = r.segments[1]
+    data = store.get(object_key(second, RemoteFileKind.SEGMENT))
+    store.delete(object_key(second, RemoteFileKind.SEGMENT))  # as remote retention would, after planning
+    try:
+        with pytest.raises(DataLossReported, match=rf"offsets \[{second.start_offset}, {second.end_offset + 1}\) "
+                                                   r"of events-0 .*failOnDataLoss"):
+            read(ropts, [r], store, tmp_path)
+        lenient = rs.parse_remote_options(options(uri, assign='{"events":[0]}', failOnDataLoss="false"),
+                                          streaming=False)
+        got = read(lenient, [r], store, tmp_path / "2")
+        assert got == [o for o in range(r.start, r.end) if not second.start_offset <= o <= second.end_offset]
+    finally:
+        store.put(object_key(second, RemoteFileKind.SEGMENT), data)
+
+
+def test_an_unreachable_store_names_the_partition_and_range(object_store, bucket: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    uri, good = f"s3://{bucket}/tiered", s3_options(object_store)
+    manager, _, ends = build(tmp_path, uri, good)
+    manager.shutdown()
+    as_spark = {f"rsm.config.{k}": v for k, v in good.items()}
+    ropts = rs.parse_remote_options({**options(uri, assign='{"events":[1]}'), **as_spark}, streaming=False)
+    [r] = rs.plan(ropts)
+    dead = {**as_spark, "rsm.config.endpoint.url": "http://127.0.0.1:9", "rsm.config.retry.max.attempts": "1",
+            "rsm.config.connect.timeout.ms": "500"}
+    gone = rs.parse_remote_options({**options(uri, assign='{"events":[1]}'), **dead}, streaming=False)
+    with pytest.raises(rs.RemoteReadError, match=r"offsets \[0, \d+\) of events-1 from the remote tier at s3://"):
+        list(rs.read_remote_range(gone, r))
+    with pytest.raises(rs.RemoteReadError, match="Cannot list the remote tier at s3://"):
+        rs.plan(gone)
