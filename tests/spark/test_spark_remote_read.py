@@ -9,6 +9,7 @@ and the executors run (in process, with a store that counts requests)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from spark_read_data import T0, append_simple, batch, open_manager
 
 from tidelog.errors import UnknownTopicOrPartitionError
 from tidelog.remote.index_cache import RemoteIndexCache
-from tidelog.remote.metadata import RemoteFileKind, object_key
+from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentId, RemoteLogSegmentState, object_key
+from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import open_store
 from tidelog.spark import remote_source as rs
 from tidelog.spark.options import SourceOptionError
@@ -241,3 +243,52 @@ def test_an_unreachable_store_names_the_partition_and_range(object_store, bucket
         list(rs.read_remote_range(gone, r))
     with pytest.raises(rs.RemoteReadError, match="Cannot list the remote tier at s3://"):
         rs.plan(gone)
+
+
+def test_a_segment_swapped_after_planning_is_read_from_its_replacement(tiered, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                      monkeypatch) -> None:
+    """A compaction's swap between planning and the read: the planned segment's objects are gone,
+    the partition's metadata names the segment that replaced it, and the rows are the same."""
+    uri, _ = tiered
+    store = counting(uri, monkeypatch)
+    ropts = rs.parse_remote_options(options(uri, assign='{"events":[1]}'), streaming=False)
+    [r] = rs.plan(ropts)
+    before = read(ropts, [r], store, tmp_path / "before")
+    old = r.segments[2]
+    writer = RemotePartitionMetadata.load(store.store, old.topic_id_partition)
+    new = dataclasses.replace(old, segment_id=RemoteLogSegmentId.generate(old.topic_id_partition),
+                              state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
+    writer.begin_copy(new)
+    kinds = [k for k in RemoteFileKind if k != RemoteFileKind.TRANSACTION_INDEX]  # txn_idx_empty
+    for kind in kinds:
+        store.put(object_key(new, kind), store.get(object_key(old, kind)))
+    writer.swap([old], [new])
+    for kind in kinds:  # as the cleaner does file.delete.delay.ms after its swap
+        store.delete(object_key(old, kind))
+    assert read(ropts, [r], store, tmp_path / "after") == before == list(range(r.start, r.end))
+    assert object_key(new, RemoteFileKind.SEGMENT) in store.logs_read()
+
+
+def test_spark_errors_name_the_topic_the_option_and_the_lost_range(spark, tiered) -> None:  # type: ignore[no-untyped-def]
+    """Through Spark: an unknown topic fails at load(), the broker tail is refused, and an object
+    gone between planning and the read fails the job naming the partition and offsets (or, with
+    failOnDataLoss=false, reads the rest)."""
+    uri, ends = tiered
+    with pytest.raises(Exception, match="UnknownTopicOrPartitionException"):
+        spark.read.format("tidelog").option("subscribe", "nope").load(uri)
+    with pytest.raises(Exception, match="not supported yet"):
+        spark.read.format("tidelog").option("subscribe", "events").option("kafka.bootstrap.servers", "h:1").load(uri)
+    store = open_store(uri)
+    ropts = rs.parse_remote_options(options(uri, assign='{"events":[0]}'), streaming=False)
+    victim = rs.plan(ropts)[0].segments[0]
+    key = object_key(victim, RemoteFileKind.SEGMENT)
+    data = store.get(key)
+    store.delete(key)  # listed as FINISHED, its .log gone: what retention racing a read leaves
+    try:
+        df = spark.read.format("tidelog").option("assign", '{"events":[0]}').load(uri)
+        with pytest.raises(Exception, match=rf"offsets \[0, {victim.end_offset + 1}\) of events-0.*failOnDataLoss"):
+            df.count()
+        lenient = spark.read.format("tidelog").option("assign", '{"events":[0]}').option("failOnDataLoss", "false")
+        assert lenient.load(uri).count() == ends[TopicPartition("events", 0)] - victim.end_offset - 1
+    finally:
+        store.put(key, data)

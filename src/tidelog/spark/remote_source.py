@@ -311,27 +311,84 @@ def _executor_store(ropts: RemoteSourceOptions) -> tuple[RemoteStore, RemoteInde
 
 def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: RemoteStore | None = None,
                       cache: RemoteIndexCache | None = None) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``r``'s records, segment by segment (executor side). ``store``/``cache``
-    replace this process's own (tests count requests this way)."""
+    """Arrow batches of ``r``'s records, segment by segment (executor side). A segment whose
+    object vanished since planning is looked up again in the partition's metadata: when other
+    FINISHED segments now hold its offsets (a compaction swapped it), they are read instead;
+    otherwise the offsets are lost (``failOnDataLoss``). ``store``/``cache`` replace this
+    process's own (tests count requests this way)."""
+    if store is None or cache is None:
+        store, cache = _executor_store(ropts)
+    for segment in r.segments:
+        lo, hi = max(r.start, segment.start_offset), min(r.end, segment.end_offset + 1)
+        if lo < hi:
+            yield from _segment_or_replacement(ropts, store, cache, segment, lo, hi)
+
+
+def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
+                            segment: RemoteLogSegmentMetadata, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    from tidelog.remote.errors import RemoteResourceNotFoundError
+
+    tp = segment.topic_id_partition.topic_partition
+    progress = [lo]
+    try:
+        yield from _checked_rows(ropts, store, cache, segment, lo, hi, progress)
+        return
+    except RemoteResourceNotFoundError as e:
+        gone = e
+    resume = progress[0]
+    current = [s for s in _reload(ropts, store, segment, lo, hi)
+               if s.id != segment.id and s.start_offset < hi and s.end_offset >= resume]
+    covered = resume
+    for other in current:
+        if other.start_offset > covered:
+            break
+        try:
+            yield from _checked_rows(ropts, store, cache, other, max(covered, other.start_offset),
+                                     min(hi, other.end_offset + 1), progress)
+        except RemoteResourceNotFoundError as e:
+            gone = e
+            break
+        covered = min(hi, other.end_offset + 1)
+    if covered < hi:
+        from tidelog.spark.reader import _loss
+
+        _loss(ropts.parsed, f"Cannot fetch offsets [{max(covered, progress[0])}, {hi}) of {tp} from the remote tier "
+                            f"at {store.uri} (segment {segment.id}): an object of the segment is gone ({gone}).")
+
+
+def _reload(ropts: RemoteSourceOptions, store: RemoteStore, segment: RemoteLogSegmentMetadata, lo: int,
+            hi: int) -> list[RemoteLogSegmentMetadata]:
+    """The partition's FINISHED segments now (one metadata load)."""
+    from tidelog.remote.errors import RemoteStorageError
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+
+    try:
+        return RemotePartitionMetadata.load(store, segment.topic_id_partition).finished_segments()
+    except RemoteStorageError as e:
+        raise RemoteReadError(f"Cannot fetch offsets [{lo}, {hi}) of {segment.topic_id_partition.topic_partition} "
+                              f"from the remote tier at {store.uri}: its segment {segment.id} is gone and "
+                              f"reloading the partition's remote metadata failed: {e}") from e
+
+
+def _checked_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
+                  segment: RemoteLogSegmentMetadata, lo: int, hi: int, progress: list[int]) -> Iterator[pa.RecordBatch]:
+    """:func:`_segment_rows`, keeping ``progress[0]`` at the offset after the last row yielded;
+    store errors other than a missing object become :class:`RemoteReadError` naming the
+    partition, the range and the store (a missing object is the caller's to handle)."""
     from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStorageError
     from tidelog.remote.index_cache import RemoteIndexCacheError
     from tidelog.remote.remote_read import RemoteSegmentCorruptError
-    from tidelog.spark.reader import _loss
 
-    if store is None or cache is None:
-        store, cache = _executor_store(ropts)
-    tp = r.topic_partition
-    for segment in r.segments:
-        lo, hi = max(r.start, segment.start_offset), min(r.end, segment.end_offset + 1)
-        if lo >= hi:
-            continue
-        where = f"offsets [{lo}, {hi}) of {tp} from the remote tier at {store.uri} (segment {segment.id})"
-        try:
-            yield from _segment_rows(ropts, store, cache, segment, lo, hi)
-        except RemoteResourceNotFoundError as e:
-            _loss(ropts.parsed, f"Cannot fetch {where}: an object of the segment is gone ({e}).")
-        except (RemoteStorageError, RemoteSegmentCorruptError, RemoteIndexCacheError) as e:
-            raise RemoteReadError(f"Cannot fetch {where}: {e}") from e
+    try:
+        for b in _segment_rows(ropts, store, cache, segment, lo, hi):
+            if b.num_rows:
+                progress[0] = b.column(4)[-1].as_py() + 1
+            yield b
+    except RemoteResourceNotFoundError:
+        raise
+    except (RemoteStorageError, RemoteSegmentCorruptError, RemoteIndexCacheError) as e:
+        raise RemoteReadError(f"Cannot fetch offsets [{lo}, {hi}) of {segment.topic_id_partition.topic_partition} "
+                              f"from the remote tier at {store.uri} (segment {segment.id}): {e}") from e
 
 
 def _segment_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
