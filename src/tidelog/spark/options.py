@@ -10,7 +10,9 @@ name the option and its value.
 option                              meaning (Kafka's unless said)
 =================================== ===========================================================
 path                                the data dir: one log dir, or comma-separated log dirs (ours;
-                                    stands for ``kafka.bootstrap.servers``)
+                                    stands for ``kafka.bootstrap.servers``); or a remote-tier store
+                                    URI with ``rsm.config.*`` options, batch reads only
+                                    (:mod:`tidelog.spark.remote_source`)
 subscribe / subscribePattern /      exactly one: topics, a Java regex found anywhere in the topic
 assign                              name (as Spark's source: ``findFirstIn``; anchor it with ^...$
                                     for a whole-name match), or ``{"t":[0,1]}``
