@@ -12,6 +12,12 @@
   ``s3``: a client of ``object_store``. ``bucket``: a fresh, empty bucket per test, deleted after.
   ``fault_proxy``: a fault-injecting proxy in front of ``object_store`` (5xx, 403, slow, dropped,
   refused; ``object_store_oracle/fault_proxy.py``), one per test.
+* A real Spark standalone cluster (``spark_cluster_oracle``): ``spark_cluster``, one master and two
+  workers (1 core, 1g each) per session, started from PySpark's jars on loopback; each worker runs in
+  a mount namespace where this session's whole pytest tmp tree is an empty read-only tmpfs, so a data
+  dir made under ``tmp_path`` is visible to the driver (this process) and never to an executor.
+  ``spark_cluster.session()`` is a SparkSession on it. Skipped, with the reason, only where Java or
+  PySpark's ``spark-class`` is missing; a failing start fails the test.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ if TYPE_CHECKING:  # imported by the fixtures that use them: most sessions start
     from pyarrow import fs as pafs
 
     from object_store_oracle import FaultProxy, S3Credentials, WeedS3Server
+    from spark_cluster_oracle import SparkStandaloneCluster
 
     S3FilesystemFactory = Callable[..., pafs.S3FileSystem]
 
 T0 = 1_700_000_000_000  # FakeClock's default start, ms
 SPARK_TESTS = Path(__file__).parent / "spark"
+SPARK_CLUSTER_TESTS = Path(__file__).parent / "spark_cluster"  # one SparkContext per process: same xdist worker
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -42,7 +50,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     Marked as each is collected: xdist turns the mark into a group before other
     ``pytest_collection_modifyitems`` hooks see the items.
     """
-    if SPARK_TESTS in item.path.parents:
+    if SPARK_TESTS in item.path.parents or SPARK_CLUSTER_TESTS in item.path.parents:
         item.add_marker(pytest.mark.xdist_group("spark"))
 
 
@@ -120,3 +128,31 @@ def bucket(s3: pafs.S3FileSystem) -> Iterator[str]:
         yield name
     finally:
         s3.delete_dir(name)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    """A started :class:`~spark_cluster_oracle.SparkStandaloneCluster` (master + 2 workers) whose
+    workers cannot see this session's pytest tmp tree (under xdist: every worker's); its own work dir
+    lies outside that tree. Stopped at the end of the session, nothing of it left running."""
+    import shutil
+    import tempfile
+
+    from spark_cluster_oracle import SparkClusterUnavailable, SparkStandaloneCluster, check_java, spark_home
+
+    try:
+        spark_home()
+        check_java()
+    except SparkClusterUnavailable as missing:
+        pytest.skip(f"the Spark cluster tests need Java and PySpark's spark-class: {missing}")
+    tmp_root = tmp_path_factory.getbasetemp()
+    if tmp_root.name.startswith("popen-gw"):  # xdist: hide every worker's tmp tree
+        tmp_root = tmp_root.parent
+    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-cluster-"))
+    cluster = SparkStandaloneCluster(work, workers=2, hidden=[tmp_root])
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
