@@ -292,3 +292,22 @@ def test_spark_errors_name_the_topic_the_option_and_the_lost_range(spark, tiered
         assert lenient.load(uri).count() == ends[TopicPartition("events", 0)] - victim.end_offset - 1
     finally:
         store.put(key, data)
+
+
+def test_a_topic_under_two_topic_ids_is_ambiguous_unless_one_is_being_deleted(tiered) -> None:  # type: ignore[no-untyped-def]
+    from tidelog.remote.partition_delete import PENDING_PREFIX
+    from tidelog.storage.metadata import new_topic_id
+
+    uri, _ = tiered
+    store, other = open_store(uri), new_topic_id()
+    stray, pending = f"events-{other}/0/00000000000000000000-x.log", f"{PENDING_PREFIX}events-{other}.json"
+    store.put(stray, b"")
+    try:
+        with pytest.raises(rs.RemoteReadError, match=f"topic 'events' under several topic ids .*{other}"):
+            rs.plan(rs.parse_remote_options(options(uri), streaming=False))
+        store.put(pending, b"{}")  # a deletion of the old topic id's data is under way: not read
+        ranges = rs.plan(rs.parse_remote_options(options(uri), streaming=False))
+        assert {r.partition for r in ranges} == {0, 1} and all(other not in str(r.segments) for r in ranges)
+    finally:
+        store.delete(stray)
+        store.delete(pending)

@@ -74,6 +74,7 @@ BOOTSTRAP = "kafka.bootstrap.servers"
 READ_BYTES = 8 << 20
 """Bytes of whole batches asked for per ranged read of a segment."""
 INDEX_CACHE_BYTES = 64 << 20
+_TOPIC_ID_CHARS = 22
 """Per executor process: the remote index cache's bound."""
 
 _PLANNED: dict[str, list[OffsetRange]] = {}  # batch plans waiting for partitions(), by reader token
@@ -206,10 +207,10 @@ class _RemotePlan:
         parsed = ropts.parsed
         self.store = ropts.open_store()
         try:
-            found, _ = list_partitions(self.store)
+            found, strays = list_partitions(self.store)
         except RemoteStorageError as e:
             raise RemoteReadError(f"Cannot list the remote tier at {self.store.uri}: {e}") from e
-        self.tips = _one_topic_id_each(found)
+        self.tips = _one_topic_id_each(_not_being_deleted(found, strays))
         existing = set(self.tips)
         o.check_named_partitions(parsed, existing)
         self.partitions = parsed.subscription.select(sorted(existing))
@@ -250,17 +251,27 @@ class _RemotePlan:
                 for r in split]
 
 
+def _not_being_deleted(found: Mapping, strays: list) -> dict:
+    """``found`` without the partitions of topic ids whose remote data a pending deletion is
+    removing (``tidelog-remote-deletions/<topic>-<topicId>.json``: a deleted topic, or one whose
+    remote storage was turned off with ``remote.log.delete.on.disable``)."""
+    doomed = {f.key.removesuffix(".json")[-_TOPIC_ID_CHARS:] for f in strays
+              if f.kind == "pending_deletion" and f.key}
+    return {tip: objects for tip, objects in found.items() if tip.topic_id not in doomed}
+
+
 def _one_topic_id_each(found: Mapping) -> dict[TopicPartition, object]:
-    """``{partition: TopicIdPartition}``; a topic name under two topic ids (a topic deleted and
-    created again while its old remote data is still there) is an error naming both."""
+    """``{partition: TopicIdPartition}``; a topic name under two topic ids with no pending
+    deletion of either (objects left by hand, or a store shared by two clusters) is an error
+    naming both."""
     ids: dict[str, set[str]] = {}
     for tip in found:
         ids.setdefault(tip.topic, set()).add(tip.topic_id)
     for topic, seen in sorted(ids.items()):
         if len(seen) > 1:
             raise RemoteReadError(f"The remote tier holds topic '{topic}' under several topic ids "
-                                  f"({', '.join(sorted(seen))}): a deleted topic's remote data is still there; "
-                                  f"finish its deletion (start the broker) before reading it from the store")
+                                  f"({', '.join(sorted(seen))}) and no pending deletion of any: cannot tell "
+                                  f"which one is the topic's; remove the stale <topic>-<topicId>/ prefix")
     return {tip.topic_partition: tip for tip in found}
 
 
