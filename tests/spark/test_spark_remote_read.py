@@ -199,12 +199,12 @@ def test_an_unknown_topic_fails_as_sparks_kafka_source(tiered) -> None:  # type:
     rs.check_load_options({"path": uri, "subscribePattern": "^nope"})  # a pattern matching nothing reads nothing
 
 
-def test_the_broker_tail_and_streams_are_refused_not_silently_partial(tiered) -> None:  # type: ignore[no-untyped-def]
+def test_the_broker_tail_is_refused_not_silently_partial(tiered) -> None:  # type: ignore[no-untyped-def]
     uri, _ = tiered
     with pytest.raises(SourceOptionError, match="kafka.bootstrap.servers.*not supported yet.*remote tier only"):
         rs.parse_remote_options({**options(uri), "kafka.bootstrap.servers": "h:9092"}, streaming=False)
-    with pytest.raises(SourceOptionError, match="readStream with a store path .* not supported yet"):
-        rs.parse_remote_options(options(uri), streaming=True)
+    with pytest.raises(SourceOptionError, match="minOffsetsPerTrigger' is not supported yet with a store path"):
+        rs.parse_remote_options(options(uri, minOffsetsPerTrigger="5"), streaming=True)
     with pytest.raises(SourceOptionError, match="rsm.config"):
         rs.parse_remote_options({**options(uri), "rsm.config.endpoint.url": "http://x"}, streaming=False)
 
@@ -311,3 +311,37 @@ def test_a_topic_under_two_topic_ids_is_ambiguous_unless_one_is_being_deleted(ti
     finally:
         store.delete(stray)
         store.delete(pending)
+
+
+def test_a_stream_reads_each_tiered_offset_once_across_restarts(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """readStream of a store: AvailableNow with maxOffsetsPerTrigger drains what is tiered; after
+    more segments are tiered, a restart on the same checkpoint reads only those, none twice."""
+    uri = (tmp_path / "store").as_uri()
+    manager, data, ends = build(tmp_path, uri, {})
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def drain() -> list[tuple]:  # type: ignore[type-arg]
+        stream = (spark.readStream.format("tidelog").option("subscribe", "events").option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "700").load(uri))
+        query = (stream.selectExpr("topic", "partition", "offset", "key", "value").writeStream.format("parquet")
+                 .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
+
+    def expected(upto) -> list[tuple]:  # type: ignore[no-untyped-def,type-arg]
+        rows = spark_rows(spark, str(data), subscribe="events")
+        return sorted((r[2], r[3], r[4], r[0], r[1]) for r in rows if r[4] < upto[TopicPartition(r[2], r[3])])
+
+    try:
+        first = drain()
+        assert first == expected(ends) and len(first) > 1500
+        for p in (0, 1):
+            append_simple(manager, TopicPartition("events", p), 600, per_batch=10)
+        manager.remote_tier.copy_pass()
+        later = {s.topic_partition: s.highest_remote_offset + 1 for s in manager.remote_tier.status()}
+        assert all(later[tp] > ends[tp] for tp in ends if tp.topic == "events")
+        assert drain() == expected(later), "the new offsets once, the old ones not again"
+    finally:
+        manager.shutdown()

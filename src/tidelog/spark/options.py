@@ -11,7 +11,7 @@ option                              meaning (Kafka's unless said)
 =================================== ===========================================================
 path                                the data dir: one log dir, or comma-separated log dirs (ours;
                                     stands for ``kafka.bootstrap.servers``); or a remote-tier store
-                                    URI with ``rsm.config.*`` options, batch reads only
+                                    URI with ``rsm.config.*`` options: the remote tier only
                                     (:mod:`tidelog.spark.remote_source`)
 subscribe / subscribePattern /      exactly one: topics, a Java regex found anywhere in the topic
 assign                              name (as Spark's source: ``findFirstIn``; anchor it with ^...$

@@ -11,7 +11,7 @@ reads, :data:`tidelog.remote.store.S3_OPTIONS`). Every other option is the local
 **Only the remote tier is read**: the FINISHED remote segments of each partition, i.e. offsets up
 to the highest tiered offset. Records not yet tiered (the broker's tail) are not read; with a
 store path, ``kafka.bootstrap.servers`` is refused until the tail through the broker's Fetch API
-exists, rather than silently reading less. Streaming reads of a store are refused likewise.
+exists, rather than silently reading less. Streaming reads: :mod:`tidelog.spark.remote_stream`.
 
 * **driver** (:class:`RemoteBatchReader`): one LIST of the store finds the partitions
   (``<topic>-<topicId>/<partition>/`` prefixes), then one LIST (plus snapshot and event GETs) per
@@ -110,8 +110,9 @@ class RemoteSourceOptions:
 
 def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> RemoteSourceOptions:
     """Check and parse the options of a read of a store path; :class:`SourceOptionError` on bad
-    input (a streaming read, ``kafka.bootstrap.servers``, an unknown ``rsm.config.`` option, any
-    error of the local source's options). Makes no request to the store."""
+    input (``kafka.bootstrap.servers``, an unknown ``rsm.config.`` option, any
+    error of the local source's options; ``minOffsetsPerTrigger`` for streams). Makes no request
+    to the store."""
     from tidelog.remote.store import redact_uri
 
     lowered = {k.lower(): str(v) for k, v in options.items()}
@@ -123,13 +124,13 @@ def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> Remo
             f"reads the remote tier only (the segments already tiered), and reading the tail not yet tiered "
             f"through the broker is not built. Remove '{BOOTSTRAP}' to read the remote tier, or read the "
             f"broker's data dir by its local path.")
-    if streaming:
+    if streaming and o.MIN_OFFSETS_PER_TRIGGER in lowered:
         raise o.SourceOptionError(
-            f"readStream with a store path ('{shown}') is not supported yet: only batch reads "
-            f"(spark.read) of the remote tier are built.")
+            f"Option 'minOffsetsPerTrigger' is not supported yet with a store path ('{shown}'); "
+            f"use maxOffsetsPerTrigger or a processing-time trigger.")
     store_options = tuple(sorted((k[len(RSM_PREFIX):], v) for k, v in lowered.items() if k.startswith(RSM_PREFIX)))
     rest = {k: v for k, v in lowered.items() if not k.startswith(RSM_PREFIX)}
-    parsed = replace(o.parse_source_options(rest, streaming=False), log_dirs=(shown,))
+    parsed = replace(o.parse_source_options(rest, streaming=streaming), log_dirs=(shown,))
     ropts = RemoteSourceOptions(parsed, uri, store_options)
     try:
         ropts.open_store()
@@ -145,8 +146,11 @@ def check_load_options(options: Mapping[str, str], schema_check: bool = True) ->
     lowered = {k.lower(): str(v) for k, v in options.items()}
     if not any(k in lowered for k in o.STRATEGY_KEYS):
         return
-    ropts = parse_remote_options(options, streaming=False)
-    _RemotePlan(ropts, load_metadata=False)
+    for key in (o.ENDING_OFFSETS, o.ENDING_TIMESTAMP, o.ENDING_BY_TIMESTAMP, o.MIN_OFFSETS_PER_TRIGGER):
+        lowered.pop(key, None)  # batch- or stream-only: decided when the reader is built
+    if lowered.get(o.STARTING_OFFSETS, "").strip().lower() == "latest":
+        lowered.pop(o.STARTING_OFFSETS)
+    _RemotePlan(parse_remote_options(lowered, streaming=True), load_metadata=False)
 
 
 def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchReader:
@@ -234,20 +238,28 @@ class _RemotePlan:
         end = max(s.end_offset for s in finished) + 1 if finished else 0
         self.bounds[tp] = PartitionBounds(tp, start, end)
 
+    def resolve(self, spec: o.OffsetSpec, *, starting: bool) -> dict[TopicPartition, int]:
+        """``spec`` as offsets of the subscribed partitions (timestamps searched in the store)."""
+        with tempfile.TemporaryDirectory(prefix="tidelog-remote-plan-") as tmp:
+            views = {tp: _RemoteView(self.store, self.segments[tp], Path(tmp) / str(tp)) for tp in self.partitions}
+            return resolve(spec, self.bounds, views, starting=starting,
+                           no_match_strategy=self.ropts.parsed.no_match_strategy)
+
     def ranges(self) -> list[OffsetRange]:
         parsed = self.ropts.parsed
         o.check_covers(parsed.starting, self.partitions, o.STARTING_OFFSETS)
         o.check_covers(parsed.ending, self.partitions, o.ENDING_OFFSETS)
-        with tempfile.TemporaryDirectory(prefix="tidelog-remote-plan-") as tmp:
-            views = {tp: _RemoteView(self.store, self.segments[tp], Path(tmp) / str(tp)) for tp in self.partitions}
-            start = resolve(parsed.starting, self.bounds, views, starting=True,
-                            no_match_strategy=parsed.no_match_strategy)
-            end = resolve(parsed.ending, self.bounds, views, starting=False)
+        start = self.resolve(parsed.starting, starting=True)
+        end = self.resolve(parsed.ending, starting=False)
         check_range_bounds(start, end, self.bounds)
-        plain = [OffsetRange(tp.topic, tp.partition, start[tp], end[tp]) for tp in sorted(end)]
-        split = split_ranges(plain, parsed.min_partitions, parsed.max_records_per_partition)
-        return [RemoteOffsetRange(r.topic, r.partition, r.start, r.end, _overlapping(self.segments[r.topic_partition],
-                                                                                      r.start, r.end))
+        return self.split([OffsetRange(tp.topic, tp.partition, start[tp], end[tp]) for tp in sorted(end)])
+
+    def split(self, ranges: list[OffsetRange]) -> list[OffsetRange]:
+        """``ranges`` split as Kafka splits them, each piece with the segments it overlaps."""
+        parsed = self.ropts.parsed
+        split = split_ranges(ranges, parsed.min_partitions, parsed.max_records_per_partition)
+        return [RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
+                                  _overlapping(self.segments.get(r.topic_partition, []), r.start, r.end))
                 for r in split]
 
 

@@ -4,8 +4,9 @@ The class Spark instantiates stays thin: Spark pickles it (and what it returns) 
 so it holds only the options. Each capability is built by its own module, which validates the
 options there, so a bad option fails at ``load()``/``save()`` before any job runs:
 
-* batch and streaming reads: :mod:`tidelog.spark.reader`; batch reads of the remote tier
-  (``path`` an object-store URI such as ``s3://bucket/prefix``): :mod:`tidelog.spark.remote_source`;
+* batch and streaming reads: :mod:`tidelog.spark.reader`; reads of the remote tier (``path`` an
+  object-store URI such as ``s3://bucket/prefix``): :mod:`tidelog.spark.remote_source` (batch),
+  :mod:`tidelog.spark.remote_stream` (streaming);
 * batch and streaming writes: :mod:`tidelog.spark.writer`.
 """
 
@@ -64,7 +65,9 @@ class TidelogDataSource(DataSource):
         from tidelog.spark.reader import stream_reader
 
         if remote_source.is_store_path(self.options):
-            remote_source.parse_remote_options(dict(self.options), streaming=True)  # refused: not built yet
+            from tidelog.spark.remote_stream import stream_reader as remote_stream_reader
+
+            return remote_stream_reader(dict(self.options), schema)
         return stream_reader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -1,0 +1,154 @@
+"""``spark.readStream.format("tidelog").option("path", <store URI>)``: a micro-batch stream over
+the remote tier, straight from the store (see :mod:`tidelog.spark.remote_source` for the options,
+the planning and the executors' reads).
+
+The latest offsets are the ends of the FINISHED remote segments: a batch appears as segments are
+tiered. The driver reloads the store's partitions and remote metadata (one LIST of the store, then
+one LIST plus the new metadata objects per partition) at most once per :data:`REFRESH_MS`, however
+often Spark polls. Offsets are Kafka's ``{"topic":{"partition":next offset}}`` in canonical order,
+so a checkpoint restarts where it stopped; a replayed batch reads the same offsets (the remote tier
+is immutable but for compaction, whose swaps keep every surviving record at its offset).
+``maxOffsetsPerTrigger`` is Spark 4.2's ``ReadMaxRows``, split as Kafka splits it;
+``Trigger.AvailableNow`` drains to the ends seen when it starts. ``minOffsetsPerTrigger`` is
+refused with store paths for now. Partitions that appear later start at their first remote
+offset; offsets gone from the store (remote retention) are data loss under ``failOnDataLoss``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.spark import options as o
+from tidelog.spark.offsets import PartitionOffsets, canonical, from_dict
+from tidelog.spark.ranges import OffsetRange, rate_limit
+from tidelog.spark.remote_source import (
+    RemoteOffsetRange,
+    RemoteSourceOptions,
+    _RemotePlan,
+    parse_remote_options,
+    read_remote_range,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+REFRESH_MS = 1000
+"""The longest the driver reuses the store's listing and metadata between Spark's polls."""
+
+
+def stream_reader(options: Mapping[str, str], schema: StructType) -> RemoteStreamReader:
+    """The micro-batch stream reader of a store path; raises SourceOptionError on bad input."""
+    from tidelog.spark.reader import _check_schema
+
+    ropts = parse_remote_options(options, streaming=True)
+    _check_schema(schema, ropts.parsed.include_headers)
+    return RemoteStreamReader(ropts)
+
+
+class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The driver-side instance lives as long as the query (the last plan and when it was made,
+    the AvailableNow target); executors get a pickled copy holding the options only."""
+
+    def __init__(self, ropts: RemoteSourceOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.ropts = ropts
+        self._clock = clock
+        self._plan: _RemotePlan | None = None
+        self._planned_ms = 0
+        self._latest: PartitionOffsets | None = None
+        self._target: PartitionOffsets | None = None
+        o.check_covers(ropts.parsed.starting, self._current().partitions, o.STARTING_OFFSETS)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"ropts": self.ropts}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.ropts = state["ropts"]  # type: ignore[assignment]
+        self._clock, self._plan, self._planned_ms, self._latest, self._target = SYSTEM_CLOCK, None, 0, None, None
+
+    def _current(self, fresh: bool = False) -> _RemotePlan:
+        now = self._clock.milliseconds()
+        if fresh or self._plan is None or now - self._planned_ms >= REFRESH_MS:
+            self._plan, self._planned_ms = _RemotePlan(self.ropts), now
+        return self._plan
+
+    def initialOffset(self) -> dict:
+        plan = self._current(fresh=True)
+        o.check_covers(self.ropts.parsed.starting, plan.partitions, o.STARTING_OFFSETS)
+        start = plan.resolve(self.ropts.parsed.starting, starting=True)
+        for tp, offset in start.items():
+            if offset > plan.bounds[tp].end_offset:
+                raise o.SourceOptionError(f"The starting offset {offset} of {tp} is beyond its highest remote "
+                                          f"offset + 1 ({plan.bounds[tp].end_offset})")
+        return canonical(start)
+
+    def _ends(self) -> tuple[PartitionOffsets, PartitionOffsets]:
+        plan = self._current()
+        return ({tp: b.end_offset for tp, b in plan.bounds.items()},
+                {tp: b.log_start_offset for tp, b in plan.bounds.items()})
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest, earliest = self._ends()
+        self._latest = latest
+        if self._target is not None:
+            latest = {tp: min(end, latest.get(tp, end)) for tp, end in self._target.items()}
+        if isinstance(limit, ReadMaxRows):
+            return canonical(rate_limit(limit.max_rows, from_dict(start), latest, earliest))
+        return canonical(latest)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.ropts.parsed.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else canonical(self._latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target, _ = self._ends()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        from tidelog.spark.reader import _loss
+
+        begin, stop = from_dict(start), from_dict(end)
+        if begin == stop:
+            return []
+        gone = sorted(set(begin) - set(stop))
+        if gone:
+            _loss(self.ropts.parsed, f"Partitions {', '.join(map(str, gone))} are gone from the remote tier.")
+        plan = self._current()
+        if any(stop[tp] > plan.bounds.get(tp, _NO_BOUNDS).end_offset for tp in stop):
+            plan = self._current(fresh=True)  # a restart's replay, or ends seen after this plan
+        ranges = []
+        for tp in sorted(stop):
+            bounds = plan.bounds.get(tp)
+            first = begin.get(tp, bounds.log_start_offset if bounds else 0)
+            if bounds is not None and first < bounds.log_start_offset < stop[tp]:
+                _loss(self.ropts.parsed, f"Cannot fetch offsets [{first}, {bounds.log_start_offset}) of {tp}: the "
+                                         f"remote tier now starts at {bounds.log_start_offset}.")
+                first = bounds.log_start_offset
+            if stop[tp] < first:
+                _loss(self.ropts.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
+                continue
+            ranges.append(OffsetRange(tp.topic, tp.partition, first, stop[tp]))
+        return plan.split(ranges)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to record: offsets live in Spark's checkpoint (Kafka's source commits nothing)."""
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RemoteOffsetRange):
+            return iter(())
+        return read_remote_range(self.ropts, partition)
+
+
+class _NoBounds:
+    end_offset = -1
+    log_start_offset = 0
+
+
+_NO_BOUNDS = _NoBounds()
