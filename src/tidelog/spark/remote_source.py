@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from tidelog.remote.index_cache import RemoteIndexCache
-    from tidelog.remote.metadata import RemoteLogSegmentMetadata
+    from tidelog.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
     from tidelog.remote.store import RemoteStore
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> Remo
     return ropts
 
 
-def check_load_options(options: Mapping[str, str], schema_check: bool = True) -> None:
+def check_load_options(options: Mapping[str, str]) -> None:
     """What ``DataSource.schema()`` checks for a store path, so a bad option or an unknown topic
     fails at ``load()``: the options, then the store's partitions (one LIST of the store).
     Option sets without a subscription are writes, or reads that fail in ``reader()``."""
@@ -150,7 +150,7 @@ def check_load_options(options: Mapping[str, str], schema_check: bool = True) ->
         lowered.pop(key, None)  # batch- or stream-only: decided when the reader is built
     if lowered.get(o.STARTING_OFFSETS, "").strip().lower() == "latest":
         lowered.pop(o.STARTING_OFFSETS)
-    _RemotePlan(parse_remote_options(lowered, streaming=True), load_metadata=False)
+    RemotePlan(parse_remote_options(lowered, streaming=True), load_metadata=False)
 
 
 def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchReader:
@@ -199,9 +199,11 @@ class _RemoteView:
             cache.close()
 
 
-class _RemotePlan:
+class RemotePlan:
     """The store's partitions and, with ``load_metadata``, the subscribed ones' finished
-    segments and bounds (driver side)."""
+    segments and bounds (driver side; one per planning, not shared between threads). Raises
+    :class:`RemoteReadError` naming the store (and the partition) when the store cannot be read,
+    the source's option errors for partitions or topics that do not exist."""
 
     def __init__(self, ropts: RemoteSourceOptions, load_metadata: bool = True) -> None:
         from tidelog.remote.errors import RemoteStorageError
@@ -272,7 +274,7 @@ def _not_being_deleted(found: Mapping, strays: list) -> dict:
     return {tip: objects for tip, objects in found.items() if tip.topic_id not in doomed}
 
 
-def _one_topic_id_each(found: Mapping) -> dict[TopicPartition, object]:
+def _one_topic_id_each(found: Mapping[TopicIdPartition, object]) -> dict[TopicPartition, TopicIdPartition]:
     """``{partition: TopicIdPartition}``; a topic name under two topic ids with no pending
     deletion of either (objects left by hand, or a store shared by two clusters) is an error
     naming both."""
@@ -293,7 +295,7 @@ def _overlapping(segments: list[RemoteLogSegmentMetadata], start: int, end: int)
 
 def plan(ropts: RemoteSourceOptions) -> list[OffsetRange]:
     """The batch plan of a remote read (driver side; see the module doc for its requests)."""
-    return _RemotePlan(ropts).ranges()
+    return RemotePlan(ropts).ranges()
 
 
 class RemoteBatchReader(DataSourceReader):

@@ -29,7 +29,7 @@ from tidelog.spark.ranges import OffsetRange, rate_limit
 from tidelog.spark.remote_source import (
     RemoteOffsetRange,
     RemoteSourceOptions,
-    _RemotePlan,
+    RemotePlan,
     parse_remote_options,
     read_remote_range,
 )
@@ -58,7 +58,7 @@ class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, ropts: RemoteSourceOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ropts = ropts
         self._clock = clock
-        self._plan: _RemotePlan | None = None
+        self._plan: RemotePlan | None = None
         self._planned_ms = 0
         self._latest: PartitionOffsets | None = None
         self._target: PartitionOffsets | None = None
@@ -71,10 +71,10 @@ class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.ropts = state["ropts"]  # type: ignore[assignment]
         self._clock, self._plan, self._planned_ms, self._latest, self._target = SYSTEM_CLOCK, None, 0, None, None
 
-    def _current(self, fresh: bool = False) -> _RemotePlan:
+    def _current(self, fresh: bool = False) -> RemotePlan:
         now = self._clock.milliseconds()
         if fresh or self._plan is None or now - self._planned_ms >= REFRESH_MS:
-            self._plan, self._planned_ms = _RemotePlan(self.ropts), now
+            self._plan, self._planned_ms = RemotePlan(self.ropts), now
         return self._plan
 
     def initialOffset(self) -> dict:
