@@ -345,3 +345,14 @@ def test_a_stream_reads_each_tiered_offset_once_across_restarts(spark, tmp_path:
         assert drain() == expected(later), "the new offsets once, the old ones not again"
     finally:
         manager.shutdown()
+
+
+def test_index_dirs_of_dead_workers_are_removed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = "from tidelog.spark.remote_source import index_dir; d = index_dir(); d.mkdir(); print(d)"
+    made = Path(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip())
+    assert made.is_dir(), "the worker exited without removing it (as Spark's os._exit does)"
+    mine = rs.index_dir()
+    assert not made.exists() and mine.parent == made.parent

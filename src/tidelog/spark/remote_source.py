@@ -28,7 +28,8 @@ exists, rather than silently reading less. Streaming reads: :mod:`tidelog.spark.
   framing and CRCs checked), turned into rows by the local reader's
   :func:`~tidelog.spark.arrow_rows.record_batches`, so rows equal a local read of the same records
   (compaction gaps and control records as there). Index objects are cached per worker process
-  (:class:`~tidelog.remote.index_cache.RemoteIndexCache` in a temporary dir, 64 MiB).
+  (:class:`~tidelog.remote.index_cache.RemoteIndexCache` in a temporary dir, 64 MiB; dirs of
+  dead workers are removed by the next worker, :func:`index_dir`).
 
 **Faults.** A segment object gone since planning (remote retention, a compaction's swap) is data
 loss: the task fails naming the partition, the offsets and the object (``failOnDataLoss=true``)
@@ -38,8 +39,8 @@ bytes) fails the task with a message naming the partition, the offset range and 
 
 from __future__ import annotations
 
-import atexit
 import logging
+import os
 import shutil
 import tempfile
 import uuid
@@ -320,18 +321,39 @@ class RemoteBatchReader(DataSourceReader):
 # --- reading on executors -------------------------------------------------------------------
 
 def _executor_store(ropts: RemoteSourceOptions) -> tuple[RemoteStore, RemoteIndexCache]:
-    """This process's store and index cache for ``ropts`` (kept across tasks of a reused worker;
-    the cache dir is removed at exit)."""
+    """This process's store and index cache for ``ropts`` (kept across tasks of a reused worker),
+    the cache in :func:`index_dir`."""
     from tidelog.remote.index_cache import RemoteIndexCache
 
     key = (ropts.uri, ropts.store_options)
     found = _EXECUTOR.get(key)
     if found is None:
-        directory = tempfile.mkdtemp(prefix="tidelog-remote-index-")
-        atexit.register(shutil.rmtree, directory, True)
         store = ropts.open_store()
-        found = _EXECUTOR[key] = (store, RemoteIndexCache(store, Path(directory), INDEX_CACHE_BYTES))
+        directory = index_dir() / str(len(_EXECUTOR))
+        found = _EXECUTOR[key] = (store, RemoteIndexCache(store, directory, INDEX_CACHE_BYTES))
     return found
+
+
+def index_dir() -> Path:
+    """``<tmp>/tidelog-spark-remote-index-<uid>/<pid>``: this process's index cache dir. Spark's
+    Python workers end with ``os._exit`` (no exit hooks run), so the dirs of processes no longer
+    alive are removed here, when a worker makes its own."""
+    root = Path(tempfile.gettempdir()) / f"tidelog-spark-remote-index-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    for child in root.iterdir():
+        if child.name.isdigit() and int(child.name) != os.getpid() and not _alive(int(child.name)):
+            shutil.rmtree(child, ignore_errors=True)
+    return root / str(os.getpid())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: RemoteStore | None = None,
