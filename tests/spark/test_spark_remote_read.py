@@ -356,3 +356,12 @@ def test_index_dirs_of_dead_workers_are_removed(tmp_path: Path) -> None:
     assert made.is_dir(), "the worker exited without removing it (as Spark's os._exit does)"
     mine = rs.index_dir()
     assert not made.exists() and mine.parent == made.parent
+
+
+def test_a_data_dir_given_as_a_file_uri_says_to_give_a_plain_path(tmp_path: Path) -> None:
+    manager = open_manager(tmp_path / "data")
+    manager.create_topic("events", 1)
+    append_simple(manager, TopicPartition("events", 0), 10)
+    manager.shutdown()
+    with pytest.raises(SourceOptionError, match="is a data dir, not a remote-tier store; give a data dir as a plain"):
+        rs.check_load_options({"path": (tmp_path / "data").as_uri(), "subscribe": "events"})

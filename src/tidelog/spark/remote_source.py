@@ -217,6 +217,8 @@ class RemotePlan:
             found, strays = list_partitions(self.store)
         except RemoteStorageError as e:
             raise RemoteReadError(f"Cannot list the remote tier at {self.store.uri}: {e}") from e
+        if not found:
+            _check_not_a_data_dir(ropts.uri)
         self.tips = _one_topic_id_each(_not_being_deleted(found, strays))
         existing = set(self.tips)
         o.check_named_partitions(parsed, existing)
@@ -264,6 +266,17 @@ class RemotePlan:
         return [RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
                                   _overlapping(self.segments.get(r.topic_partition, []), r.start, r.end))
                 for r in split]
+
+
+def _check_not_a_data_dir(uri: str) -> None:
+    """A ``file://`` URI naming a broker's data dir, not a store: say to give it as a plain path."""
+    from tidelog.storage.log_view import is_data_dir
+
+    parts = urlsplit(uri)
+    if parts.scheme.lower() == "file" and Path(parts.path).is_dir() and is_data_dir(Path(parts.path)):
+        raise o.SourceOptionError(
+            f"Option 'path': '{uri}' is a data dir, not a remote-tier store; give a data dir as a plain "
+            f"path ('{parts.path}'), a store as the broker's remote.log.storage.uri")
 
 
 def _not_being_deleted(found: Mapping, strays: list) -> dict:
