@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,33 @@ SEGMENT_MIB = (128, 16)  # full, quick
 ROUNDS = (5, 1)
 
 
+@contextmanager
+def weed_server(root: Path) -> Iterator[Any]:
+    """A SeaweedFS S3 server under ``root``, stopped on exit; ``WeedToolMissing`` without weed."""
+    from object_store_oracle import WeedS3Server
+
+    server = WeedS3Server(root / "weed")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(timeout_s=5.0)
+
+
+def skipped_row(name: str, missing: Exception) -> Row:
+    """The row of a remote benchmark that cannot run here (no weed)."""
+    return Row(name, f"skipped: {missing}", 0.0, "MiB/s", details={"skipped": str(missing)})
+
+
 def bench_remote_upload(settings: Settings) -> list[Row]:
-    from object_store_oracle import WeedS3Server, WeedToolMissing
+    from object_store_oracle import WeedToolMissing
 
     with scratch_dir(settings.work_dir / "remote-upload") as root:
-        server = WeedS3Server(root / "weed")
         try:
-            server.start()
+            with weed_server(root) as server:
+                times, size = _measure(server, root, settings.pick(*SEGMENT_MIB) * MIB, settings.pick(*ROUNDS))
         except WeedToolMissing as missing:
-            return [Row("remote_upload", f"skipped: {missing}", 0.0, "MiB/s", details={"skipped": str(missing)})]
-        try:
-            times, size = _measure(server, root, settings.pick(*SEGMENT_MIB) * MIB, settings.pick(*ROUNDS))
-        finally:
-            server.stop(timeout_s=5.0)
+            return [skipped_row("remote_upload", missing)]
     rate = {name: size / statistics.median(ts) / MIB for name, ts in times.items()}
     details = {"segment_bytes": size, **{f"{name}_seconds": [round(t, 3) for t in ts] for name, ts in times.items()},
                "open_output_stream_mib_s": round(rate["open_output_stream"], 1)}

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.bench_remote import skipped_row, weed_server
 from bench.bench_storage import Row, Settings, Target, scratch_dir
 
 MIB = 1 << 20
@@ -35,21 +36,17 @@ PER_BATCH = 64
 
 
 def bench_remote_fetch(settings: Settings) -> list[Row]:
-    from object_store_oracle import WeedS3Server, WeedToolMissing
+    from object_store_oracle import WeedToolMissing
 
     with scratch_dir(settings.work_dir / "remote-fetch") as root:
-        server = WeedS3Server(root / "weed")
         try:
-            server.start()
+            with weed_server(root) as server:
+                overrides = _overrides(server)
+                total = settings.pick(*TOTAL_MIB) * MIB
+                _write(root / "data", overrides, total, settings.pick(*SEGMENT_MIB) * MIB)
+                times = _measure(root / "data", overrides, total, settings.pick(*ROUNDS))
         except WeedToolMissing as missing:
-            return [Row("remote_fetch", f"skipped: {missing}", 0.0, "MiB/s", details={"skipped": str(missing)})]
-        try:
-            overrides = _overrides(server)
-            total = settings.pick(*TOTAL_MIB) * MIB
-            _write(root / "data", overrides, total, settings.pick(*SEGMENT_MIB) * MIB)
-            times = _measure(root / "data", overrides, total, settings.pick(*ROUNDS))
-        finally:
-            server.stop(timeout_s=5.0)
+            return [skipped_row("remote_fetch", missing)]
     rate = {name: total / statistics.median(ts) / MIB for name, ts in times.items()}
     details = {"bytes_per_topic": total, **{f"{name}_seconds": [round(t, 3) for t in ts] for name, ts in times.items()}}
     label = f"kafka-python reading {total / MIB:.0f} MiB from the remote tier (SeaweedFS S3) through tidelog serve"
