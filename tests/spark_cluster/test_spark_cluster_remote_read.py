@@ -1,0 +1,107 @@
+"""``spark.read.format("tidelog").option("path", "s3://…")`` on the standalone cluster: the remote
+tier of a topic read straight from the real S3 server by executors that cannot see the data dir.
+
+The topic is written through a LogManager under the pytest tmp tree (hidden from the workers), its
+sealed segments copied to the store and deleted locally. The reference rows are taken on the driver
+with ``tidelog consume``'s record iterator before the local deletion (no local Spark session here:
+one SparkContext per process, and this module's is the cluster's).
+
+soak: the cluster start, the driver's SparkContext and the first job's executors cost ~1 min on 2
+shared cores.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from pyspark import cloudpickle
+
+sys.path.append(str(Path(__file__).parent.parent / "spark"))  # the read-side helpers of tests/spark
+from spark_read_data import append_simple, expected_rows, open_manager  # noqa: E402
+from test_spark_remote_read import TIERED, s3_options  # noqa: E402
+
+from tidelog.topic_partition import TopicPartition  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from object_store_oracle import WeedS3Server
+    from spark_cluster_oracle import SparkStandaloneCluster
+
+pytestmark = pytest.mark.soak
+# executors cannot import a test module: ship this module's functions by value
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+_EXECUTOR_DIR = re.compile(r"/worker(\d+)/app-[^/]+/(\d+)$")
+COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType", "headers"]
+COUNTS = {0: 2000, 1: 2600}
+
+
+def _in_task(data_dir: str):  # type: ignore[no-untyped-def]
+    """The function each read task runs on the rows it read: (executor cwd, what opening the data
+    dir gave, the rows as plain tuples with headers as (key, value) lists or None)."""
+    def run(rows):  # type: ignore[no-untyped-def]
+        import os
+        try:
+            seen = f"listed {os.listdir(data_dir)}"
+        except OSError as e:
+            seen = type(e).__name__
+        out = []
+        for row in rows:
+            values = list(row)
+            if values[-1] is not None:
+                values[-1] = [(h["key"], h["value"]) for h in values[-1]]
+            out.append(tuple(values))
+        return [(os.getcwd(), seen, out)]
+    return run
+
+
+def test_the_cluster_reads_the_s3_tier_row_for_row_as_the_local_log(
+        cluster_spark: SparkSession, spark_cluster: SparkStandaloneCluster, object_store: WeedS3Server,
+        bucket: str, tmp_path: Path) -> None:
+    uri, store_options = f"s3://{bucket}/tiered", s3_options(object_store)
+    data = tmp_path / "data"
+    manager = open_manager(data, **{"remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri,
+                                    **{f"rsm.config.{k}": v for k, v in store_options.items()}})
+    try:
+        manager.create_topic("events", 2, TIERED)
+        for p, count in COUNTS.items():  # keys, headers, null keys and null values (append_simple's pattern)
+            append_simple(manager, TopicPartition("events", p), count, per_batch=10)
+        manager.remote_tier.copy_pass()
+        ends = {s.topic_partition: s.highest_remote_offset + 1 for s in manager.remote_tier.status()}
+        assert sorted(tp.partition for tp in ends) == [0, 1] and all(end > 1000 for end in ends.values()), ends
+        expected = []
+        for tp in sorted(ends):
+            expected += expected_rows(manager, tp, None, ends[tp], headers=True)
+        manager.run_retention()
+        for tp, end in ends.items():
+            assert manager.get_log(tp).local_log_start_offset >= end, "the tiered segments are gone locally"
+            assert not any(int(f.stem) < end for f in (data / str(tp)).glob("*.log")), "no tiered segment file left"
+        assert (data / "events-0").is_dir()  # the driver sees the data dir; the executors must not
+    finally:
+        manager.shutdown()
+
+    reader = cluster_spark.read.format("tidelog").option("subscribe", "events").option("includeHeaders", "true")
+    for key, value in store_options.items():
+        reader = reader.option(f"rsm.config.{key}", value)
+    df = reader.option("path", uri).load().selectExpr(*COLUMNS)
+    tasks = df.rdd.mapPartitions(_in_task(str(data / "events-0"))).collect()
+
+    got = sorted((row for _, _, rows in tasks for row in rows), key=lambda r: (r[2], r[3], r[4]))
+    assert len(got) == len(expected) == sum(ends.values()) > 3000
+    assert got == expected
+    assert any(r[0] is None for r in got) and any(r[1] is None for r in got) and any(r[-1] for r in got)
+    assert any(r[-1] and (r[-1][1][1] is None) for r in got), "a header with a null value"
+
+    placed = {}
+    for cwd, seen, rows in tasks:
+        match = _EXECUTOR_DIR.search(cwd)
+        assert match is not None and cwd.startswith(str(spark_cluster.work_dir)), f"a task ran outside a worker: {cwd}"
+        assert seen == "FileNotFoundError", f"{cwd}: the executor saw the data dir: {seen}"
+        placed.setdefault(match.group(1), set()).add(match.group(2))  # worker index -> executor ids
+    assert sorted(placed) == ["1", "2"], f"read tasks per worker: {placed}"
+    assert sum(1 for _, _, rows in tasks if rows) == 2, "one read task per tiered partition"
