@@ -1,10 +1,11 @@
 """``spark.read.format("tidelog").option("path", "s3://…")`` on the standalone cluster: the remote
 tier of a topic read straight from the real S3 server by executors that cannot see the data dir.
 
-The topic is written through a LogManager under the pytest tmp tree (hidden from the workers), its
-sealed segments copied to the store and deleted locally. The reference rows are taken on the driver
-with ``tidelog consume``'s record iterator before the local deletion (no local Spark session here:
-one SparkContext per process, and this module's is the cluster's).
+A topic (2 partitions) and a compacted one (offset gaps) are written through a LogManager under the
+pytest tmp tree (hidden from the workers), their sealed segments copied to the store and deleted
+locally. The reference rows are taken on the driver with ``tidelog consume``'s record iterator before
+the local deletion (no local Spark session here: one SparkContext per process, and this module's is
+the cluster's).
 
 soak: the cluster start, the driver's SparkContext and the first job's executors cost ~1 min on 2
 shared cores.
@@ -21,7 +22,7 @@ import pytest
 from pyspark import cloudpickle
 
 sys.path.append(str(Path(__file__).parent.parent / "spark"))  # the read-side helpers of tests/spark
-from spark_read_data import append_simple, expected_rows, open_manager  # noqa: E402
+from spark_read_data import T0, append_simple, batch, expected_rows, open_manager  # noqa: E402
 from test_spark_remote_read import TIERED, s3_options  # noqa: E402
 
 from tidelog.topic_partition import TopicPartition  # noqa: E402
@@ -39,6 +40,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 _EXECUTOR_DIR = re.compile(r"/worker(\d+)/app-[^/]+/(\d+)$")
 COLUMNS = ["key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType", "headers"]
 COUNTS = {0: 2000, 1: 2600}
+GAPS = TopicPartition("gaps", 0)
 
 
 def _in_task(data_dir: str):  # type: ignore[no-untyped-def]
@@ -69,11 +71,17 @@ def test_the_cluster_reads_the_s3_tier_row_for_row_as_the_local_log(
                                     **{f"rsm.config.{k}": v for k, v in store_options.items()}})
     try:
         manager.create_topic("events", 2, TIERED)
+        manager.create_topic("gaps", 1, {**TIERED, "cleanup.policy": "compact"})
         for p, count in COUNTS.items():  # keys, headers, null keys and null values (append_simple's pattern)
             append_simple(manager, TopicPartition("events", p), count, per_batch=10)
+        for first in range(0, 1500, 10):  # 25 keys over and over: compaction leaves offset gaps
+            manager.append(GAPS, batch([(j, T0 + first + j, b"k%d" % ((first + j) % 25), b"v%d" % (first + j), [])
+                                        for j in range(10)]))
+        assert manager.cleaner.clean_now(GAPS, force=True) is not None
         manager.remote_tier.copy_pass()
         ends = {s.topic_partition: s.highest_remote_offset + 1 for s in manager.remote_tier.status()}
-        assert sorted(tp.partition for tp in ends) == [0, 1] and all(end > 1000 for end in ends.values()), ends
+        assert sorted(map(str, ends)) == ["events-0", "events-1", "gaps-0"], ends
+        assert all(end > 100 for end in ends.values()), ends
         expected = []
         for tp in sorted(ends):
             expected += expected_rows(manager, tp, None, ends[tp], headers=True)
@@ -85,15 +93,18 @@ def test_the_cluster_reads_the_s3_tier_row_for_row_as_the_local_log(
     finally:
         manager.shutdown()
 
-    reader = cluster_spark.read.format("tidelog").option("subscribe", "events").option("includeHeaders", "true")
+    reader = cluster_spark.read.format("tidelog").option("subscribe", "events,gaps").option("includeHeaders", "true")
     for key, value in store_options.items():
         reader = reader.option(f"rsm.config.{key}", value)
     df = reader.option("path", uri).load().selectExpr(*COLUMNS)
     tasks = df.rdd.mapPartitions(_in_task(str(data / "events-0"))).collect()
 
     got = sorted((row for _, _, rows in tasks for row in rows), key=lambda r: (r[2], r[3], r[4]))
-    assert len(got) == len(expected) == sum(ends.values()) > 3000
+    assert len(got) == len(expected) > 3000
     assert got == expected
+    gaps = [r[4] for r in got if r[2] == "gaps"]
+    assert 0 < len(gaps) < gaps[-1] + 1, "compaction gaps, as stored"
+    assert sum(1 for r in got if r[2] == "events") == sum(end for tp, end in ends.items() if tp.topic == "events")
     assert any(r[0] is None for r in got) and any(r[1] is None for r in got) and any(r[-1] for r in got)
     assert any(r[-1] and (r[-1][1][1] is None) for r in got), "a header with a null value"
 
@@ -104,4 +115,4 @@ def test_the_cluster_reads_the_s3_tier_row_for_row_as_the_local_log(
         assert seen == "FileNotFoundError", f"{cwd}: the executor saw the data dir: {seen}"
         placed.setdefault(match.group(1), set()).add(match.group(2))  # worker index -> executor ids
     assert sorted(placed) == ["1", "2"], f"read tasks per worker: {placed}"
-    assert sum(1 for _, _, rows in tasks if rows) == 2, "one read task per tiered partition"
+    assert sum(1 for _, _, rows in tasks if rows) == 3, "one read task per tiered partition"
