@@ -86,18 +86,20 @@ class DataLossReported(RuntimeError):
 def batch_reader(options: Mapping[str, str], schema: StructType) -> TidelogBatchReader:
     """The batch reader for ``options`` (lower-cased keys); raises SourceOptionError on bad input."""
     parsed = o.parse_source_options(options, streaming=False)
-    _check_schema(schema, parsed.include_headers)
+    check_schema(schema, parsed.include_headers)
     return TidelogBatchReader(parsed)
 
 
 def stream_reader(options: Mapping[str, str], schema: StructType) -> TidelogStreamReader:
     """The micro-batch stream reader for ``options``; raises SourceOptionError on bad input."""
     parsed = o.parse_source_options(options, streaming=True)
-    _check_schema(schema, parsed.include_headers)
+    check_schema(schema, parsed.include_headers)
     return TidelogStreamReader(parsed)
 
 
-def _check_schema(schema: StructType, include_headers: bool) -> None:
+def check_schema(schema: StructType, include_headers: bool) -> None:
+    """Refuse a user-given schema other than the source's fixed one (with ``headers`` when
+    ``includeHeaders``): SourceOptionError listing both."""
     expected = _FIXED_SCHEMA + ([_HEADERS_FIELD] if include_headers else [])
     found = [(f.name, f.dataType.simpleString()) for f in schema.fields]
     if found != expected:
@@ -131,7 +133,7 @@ class _Subscribed:
         self.bounds: dict[TopicPartition, PartitionBounds] = self.view.bounds(live)
 
 
-def _loss(parsed: o.SourceOptions, message: str) -> None:
+def loss(parsed: o.SourceOptions, message: str) -> None:
     """Fail with ``message`` (failOnDataLoss) or log it and go on."""
     if parsed.fail_on_data_loss:
         raise DataLossReported(f"{message} {FAIL_ON_DATA_LOSS_TRUE}")
@@ -147,15 +149,15 @@ def read_range(parsed: o.SourceOptions, r: OffsetRange) -> Iterator[pa.RecordBat
         pview = view_of(parsed.log_dirs).partition(tp)
         bounds = pview.refresh()
     except DataLossError:
-        _loss(parsed, f"Cannot fetch offsets [{r.start}, {r.end}) of {tp}: the partition does not exist any more.")
+        loss(parsed, f"Cannot fetch offsets [{r.start}, {r.end}) of {tp}: the partition does not exist any more.")
         return
     start = r.start
     if start < bounds.log_start_offset:
-        _loss(parsed, f"Cannot fetch offset {start} of {tp}: the log start offset is now {bounds.log_start_offset}.")
+        loss(parsed, f"Cannot fetch offset {start} of {tp}: the log start offset is now {bounds.log_start_offset}.")
         start = bounds.log_start_offset
     end = r.end
     if end > bounds.end_offset:
-        _loss(parsed, f"Cannot fetch offsets up to {end} of {tp}: the log now ends at {bounds.end_offset}.")
+        loss(parsed, f"Cannot fetch offsets up to {end} of {tp}: the log now ends at {bounds.end_offset}.")
         end = bounds.end_offset
     yield from _read_batches(parsed, pview, tp, start, end)
 
@@ -174,7 +176,7 @@ def _read_batches(parsed: o.SourceOptions, pview: PartitionView, tp: TopicPartit
                     next_offset = batch.column(4)[-1].as_py() + 1
             return
         except DataLossError as e:
-            _loss(parsed, f"Cannot fetch offset {next_offset} of {tp}: {e}.")
+            loss(parsed, f"Cannot fetch offset {next_offset} of {tp}: {e}.")
             try:
                 log_start = pview.refresh().log_start_offset
             except DataLossError:
@@ -222,7 +224,71 @@ class TidelogBatchReader(DataSourceReader):
 
 # --- stream ---------------------------------------------------------------------------------
 
-class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class StreamReaderBase(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """What the stream readers of a data dir and of a store share: admission of a batch up to
+    the ends (``maxOffsetsPerTrigger``, the AvailableNow target), the latest ends reported to
+    Spark, and the checks opening :meth:`partitions`. A subclass sets ``_latest`` and
+    ``_target`` (None) and gives :meth:`_options`, :meth:`_ends` and :meth:`_ranges`. Driver
+    side, called by Spark's micro-batch thread only: not thread-safe, takes no lock."""
+
+    _latest: PartitionOffsets | None
+    _target: PartitionOffsets | None
+    _GONE_FROM = ""
+    """Where vanished partitions are gone from, for the data-loss message (``" from ..."``)."""
+
+    def _options(self) -> o.SourceOptions:
+        raise NotImplementedError
+
+    def _ends(self) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """``(ends, log start offsets)`` of the subscribed partitions now."""
+        raise NotImplementedError
+
+    def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
+        """The tasks reading ``begin`` to ``stop`` (``stop`` non-empty and not ``begin``)."""
+        raise NotImplementedError
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest, earliest = self._ends()
+        self._latest = latest
+        if self._target is not None:
+            latest = {tp: min(end, latest.get(tp, end)) for tp, end in self._target.items()}
+        return canonical(self._admit(from_dict(start), latest, earliest, limit))
+
+    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, earliest: PartitionOffsets,
+               limit: ReadLimit) -> PartitionOffsets:
+        """The end of the next batch: ``latest``, rate-limited under ``ReadMaxRows``."""
+        if isinstance(limit, ReadMaxRows):
+            return rate_limit(limit.max_rows, begin, latest, earliest)
+        return latest
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        parsed = self._options()
+        if parsed.max_offsets_per_trigger is not None:
+            return ReadMaxRows(parsed.max_offsets_per_trigger)
+        if parsed.min_offsets_per_trigger is not None:
+            return ReadMinRows(parsed.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else canonical(self._latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target, _ = self._ends()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = from_dict(start), from_dict(end)
+        if begin == stop:
+            return []
+        gone = sorted(set(begin) - set(stop))
+        if gone:
+            loss(self._options(), f"Partitions {', '.join(map(str, gone))} are gone{self._GONE_FROM}.")
+        return self._ranges(begin, stop)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to record: offsets live in Spark's checkpoint (Kafka's source commits nothing)."""
+
+
+class TidelogStreamReader(StreamReaderBase):
     """``spark.readStream.format("tidelog")`` (see the module docstring). The driver-side instance
     lives as long as the query and keeps the last ends seen, the AvailableNow target and the time
     of the last batch; executors get a pickled copy and only call :meth:`read`."""
@@ -244,6 +310,9 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.parsed = state["parsed"]  # type: ignore[assignment]
         self._clock, self._latest, self._target, self._last_trigger_ms = SYSTEM_CLOCK, None, None, None
 
+    def _options(self) -> o.SourceOptions:
+        return self.parsed
+
     # --- offsets (driver) ----------------------------------------------------------------
 
     def initialOffset(self) -> dict:
@@ -257,31 +326,20 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"The starting offset {offset} of {tp} is beyond its readable end {sub.bounds[tp].end_offset}")
         return canonical(start)
 
-    def _fetch_latest(self) -> tuple[PartitionOffsets, PartitionOffsets]:
+    def _ends(self) -> tuple[PartitionOffsets, PartitionOffsets]:
         """``(readable ends, log start offsets)`` of the subscribed partitions now (polled ~100
         times a second: a ``stat`` per log dir and three per partition when nothing changed)."""
         sub = _Subscribed(self.parsed, check_dirs=False)
         ends = {tp: b.end_offset for tp, b in sub.bounds.items()}
         return ends, {tp: b.log_start_offset for tp, b in sub.bounds.items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        latest, earliest = self._fetch_latest()
-        self._latest = latest
-        if self._target is not None:
-            latest = {tp: min(end, latest.get(tp, end)) for tp, end in self._target.items()}
-        begin = from_dict(start)
-        return canonical(self._admit(begin, latest, earliest, limit))
-
     def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, earliest: PartitionOffsets,
                limit: ReadLimit) -> PartitionOffsets:
-        if isinstance(limit, ReadAllAvailable):
-            return latest
-        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.parsed.min_offsets_per_trigger
-        if min_rows is not None and self._target is None and self._hold_back(min_rows, begin, latest, earliest):
-            return begin
-        if isinstance(limit, ReadMaxRows):
-            return rate_limit(limit.max_rows, begin, latest, earliest)
-        return latest
+        if not isinstance(limit, ReadAllAvailable):
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.parsed.min_offsets_per_trigger
+            if min_rows is not None and self._target is None and self._hold_back(min_rows, begin, latest, earliest):
+                return begin
+        return super()._admit(begin, latest, earliest, limit)
 
     def _hold_back(self, min_rows: int, begin: PartitionOffsets, latest: PartitionOffsets,
                    earliest: PartitionOffsets) -> bool:
@@ -297,40 +355,18 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms = now
         return False
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        if self.parsed.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.parsed.max_offsets_per_trigger)
-        if self.parsed.min_offsets_per_trigger is not None:
-            return ReadMinRows(self.parsed.min_offsets_per_trigger)
-        return ReadAllAvailable()
-
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else canonical(self._latest)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target, _ = self._fetch_latest()
-
     # --- planning (driver) ---------------------------------------------------------------
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = from_dict(start), from_dict(end)
-        if begin == stop:
-            return []
-        gone = sorted(set(begin) - set(stop))
-        if gone:
-            _loss(self.parsed, f"Partitions {', '.join(map(str, gone))} are gone.")
+    def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
         sub = _Subscribed(self.parsed, check_dirs=False)
         ranges = []
         for tp in sorted(stop):
             first = begin.get(tp, sub.bounds[tp].log_start_offset if tp in sub.bounds else 0)
             if stop[tp] < first:
-                _loss(self.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
+                loss(self.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
                 continue
             ranges.append(OffsetRange(tp.topic, tp.partition, first, stop[tp]))
         return split_ranges(ranges, self.parsed.min_partitions, self.parsed.max_records_per_partition)
-
-    def commit(self, end: dict) -> None:
-        """Nothing to record: offsets live in Spark's checkpoint (Kafka's source commits nothing)."""
 
     # --- executors -----------------------------------------------------------------------
 

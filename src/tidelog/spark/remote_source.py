@@ -156,10 +156,10 @@ def check_load_options(options: Mapping[str, str]) -> None:
 
 def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchReader:
     """The batch reader of a store path; raises SourceOptionError on bad input."""
-    from tidelog.spark.reader import _check_schema
+    from tidelog.spark.reader import check_schema
 
     ropts = parse_remote_options(options, streaming=False)
-    _check_schema(schema, ropts.parsed.include_headers)
+    check_schema(schema, ropts.parsed.include_headers)
     return RemoteBatchReader(ropts)
 
 
@@ -410,10 +410,10 @@ def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cach
             break
         covered = min(hi, other.end_offset + 1)
     if covered < hi:
-        from tidelog.spark.reader import _loss
+        from tidelog.spark.reader import loss
 
-        _loss(ropts.parsed, f"Cannot fetch offsets [{max(covered, progress[0])}, {hi}) of {tp} from the remote tier "
-                            f"at {store.uri} (segment {segment.id}): an object of the segment is gone ({gone}).")
+        loss(ropts.parsed, f"Cannot fetch offsets [{max(covered, progress[0])}, {hi}) of {tp} from the remote tier "
+                           f"at {store.uri} (segment {segment.id}): an object of the segment is gone ({gone}).")
 
 
 def _reload(ropts: RemoteSourceOptions, store: RemoteStore, segment: RemoteLogSegmentMetadata, lo: int,

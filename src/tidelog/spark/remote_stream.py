@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import InputPartition
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.spark import options as o
-from tidelog.spark.offsets import PartitionOffsets, canonical, from_dict
-from tidelog.spark.ranges import OffsetRange, rate_limit
+from tidelog.spark.offsets import PartitionOffsets, canonical
+from tidelog.spark.ranges import OffsetRange
+from tidelog.spark.reader import StreamReaderBase, check_schema, loss
 from tidelog.spark.remote_source import (
     RemoteOffsetRange,
     RemoteSourceOptions,
@@ -44,16 +44,16 @@ REFRESH_MS = 1000
 
 def stream_reader(options: Mapping[str, str], schema: StructType) -> RemoteStreamReader:
     """The micro-batch stream reader of a store path; raises SourceOptionError on bad input."""
-    from tidelog.spark.reader import _check_schema
-
     ropts = parse_remote_options(options, streaming=True)
-    _check_schema(schema, ropts.parsed.include_headers)
+    check_schema(schema, ropts.parsed.include_headers)
     return RemoteStreamReader(ropts)
 
 
-class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RemoteStreamReader(StreamReaderBase):
     """The driver-side instance lives as long as the query (the last plan and when it was made,
     the AvailableNow target); executors get a pickled copy holding the options only."""
+
+    _GONE_FROM = " from the remote tier"
 
     def __init__(self, ropts: RemoteSourceOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ropts = ropts
@@ -70,6 +70,9 @@ class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, object]) -> None:
         self.ropts = state["ropts"]  # type: ignore[assignment]
         self._clock, self._plan, self._planned_ms, self._latest, self._target = SYSTEM_CLOCK, None, 0, None, None
+
+    def _options(self) -> o.SourceOptions:
+        return self.ropts.parsed
 
     def _current(self, fresh: bool = False) -> RemotePlan:
         now = self._clock.milliseconds()
@@ -92,34 +95,7 @@ class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ({tp: b.end_offset for tp, b in plan.bounds.items()},
                 {tp: b.log_start_offset for tp, b in plan.bounds.items()})
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        latest, earliest = self._ends()
-        self._latest = latest
-        if self._target is not None:
-            latest = {tp: min(end, latest.get(tp, end)) for tp, end in self._target.items()}
-        if isinstance(limit, ReadMaxRows):
-            return canonical(rate_limit(limit.max_rows, from_dict(start), latest, earliest))
-        return canonical(latest)
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.ropts.parsed.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
-
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else canonical(self._latest)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._target, _ = self._ends()
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        from tidelog.spark.reader import _loss
-
-        begin, stop = from_dict(start), from_dict(end)
-        if begin == stop:
-            return []
-        gone = sorted(set(begin) - set(stop))
-        if gone:
-            _loss(self.ropts.parsed, f"Partitions {', '.join(map(str, gone))} are gone from the remote tier.")
+    def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
         plan = self._current()
         if any(stop[tp] > plan.bounds.get(tp, _NO_BOUNDS).end_offset for tp in stop):
             plan = self._current(fresh=True)  # a restart's replay, or ends seen after this plan
@@ -128,17 +104,14 @@ class RemoteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bounds = plan.bounds.get(tp)
             first = begin.get(tp, bounds.log_start_offset if bounds else 0)
             if bounds is not None and first < bounds.log_start_offset < stop[tp]:
-                _loss(self.ropts.parsed, f"Cannot fetch offsets [{first}, {bounds.log_start_offset}) of {tp}: the "
-                                         f"remote tier now starts at {bounds.log_start_offset}.")
+                loss(self.ropts.parsed, f"Cannot fetch offsets [{first}, {bounds.log_start_offset}) of {tp}: the "
+                                        f"remote tier now starts at {bounds.log_start_offset}.")
                 first = bounds.log_start_offset
             if stop[tp] < first:
-                _loss(self.ropts.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
+                loss(self.ropts.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")
                 continue
             ranges.append(OffsetRange(tp.topic, tp.partition, first, stop[tp]))
         return plan.split(ranges)
-
-    def commit(self, end: dict) -> None:
-        """Nothing to record: offsets live in Spark's checkpoint (Kafka's source commits nothing)."""
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RemoteOffsetRange):
