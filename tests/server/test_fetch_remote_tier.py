@@ -68,16 +68,7 @@ def test_kafka_python_reads_both_tiers_byte_for_byte(make_broker, tmp_path: Path
     manager.run_retention()
     assert log.local_log_start_offset > len(LINES) // 2 and log.log_start_offset == 0
 
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
-                             max_partition_fetch_bytes=100_000)
-    tp = TopicPartition(TOPIC, 0)
-    consumer.assign([tp])
-    consumer.seek(tp, 0)
-    got = []
-    while len(got) < len(LINES):
-        polled = consumer.poll(timeout_ms=int(TIMEOUT_S * 1000))
-        assert polled, f"no records within {TIMEOUT_S}s after {len(got)}"
-        got += polled[tp]
+    consumer, tp, got = read_from_zero(broker.bootstrap, 100_000)
     assert [r.offset for r in got] == list(range(len(LINES)))
     assert [r.value for r in got] == LINES
     found = consumer.offsets_for_times({tp: now + 1234})[tp]
@@ -96,6 +87,21 @@ def test_kafka_python_reads_both_tiers_byte_for_byte(make_broker, tmp_path: Path
     assert served == before
 
 
+def read_from_zero(bootstrap: str, max_partition_fetch_bytes: int) -> tuple[KafkaConsumer, TopicPartition, list]:
+    """A kafka-python consumer of partition 0 from offset 0, and every record of LINES it polled."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_partition_fetch_bytes=max_partition_fetch_bytes)
+    tp = TopicPartition(TOPIC, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    got: list = []
+    while len(got) < len(LINES):
+        polled = consumer.poll(timeout_ms=int(TIMEOUT_S * 1000))
+        assert polled, f"no records within {TIMEOUT_S}s after {len(got)}"
+        got += polled[tp]
+    return consumer, tp, got
+
+
 def cli(data: Path, overrides: list[str], *args: str, stdin: bytes = b"") -> str:
     command = [sys.executable, "-m", "tidelog.cli.main", "--data-dir", str(data)]
     for override in overrides:
@@ -109,16 +115,7 @@ def cli(data: Path, overrides: list[str], *args: str, stdin: bytes = b"") -> str
 def test_consumers_read_a_tiered_topic_from_offset_zero(tiered_data: tuple[Path, list[str]]) -> None:
     data, overrides = tiered_data
     with serve(*overrides, data=data) as served:
-        consumer = KafkaConsumer(bootstrap_servers=served.bootstrap, group_id=None, enable_auto_commit=False,
-                                 max_partition_fetch_bytes=256 * 1024)
-        tp = TopicPartition(TOPIC, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        got = []
-        while len(got) < len(LINES):
-            polled = consumer.poll(timeout_ms=int(TIMEOUT_S * 1000))
-            assert polled, f"no records within {TIMEOUT_S}s after {len(got)}"
-            got += polled[tp]
+        consumer, tp, got = read_from_zero(served.bootstrap, 256 * 1024)
         assert [r.offset for r in got] == list(range(len(LINES)))
         assert [r.value for r in got] == LINES
 
