@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.bench_storage import Row, Settings, Target, scratch_dir
+from bench.bench_storage import Row, Settings, Target, alternate, scratch_dir, seconds_of
 
 MIB = 1 << 20
 SEGMENT_MIB = (128, 16)  # full, quick
@@ -43,6 +42,16 @@ def weed_server(root: Path) -> Iterator[Any]:
 def skipped_row(name: str, missing: Exception) -> Row:
     """The row of a remote benchmark that cannot run here (no weed)."""
     return Row(name, f"skipped: {missing}", 0.0, "MiB/s", details={"skipped": str(missing)})
+
+
+def timed_rounds(runs: list[tuple[str, Callable[[], None]]], rounds: int) -> dict[str, list[float]]:
+    """Each named action run once to warm up, then timed ``rounds`` times, the actions in turn
+    (:func:`~bench.bench_storage.alternate`) so a change in the machine's state hits all alike.
+    Returns each name's seconds."""
+    for _, action in runs:
+        action()
+    samples = alternate(rounds, *(lambda _, action=action: seconds_of(action) for _, action in runs))
+    return {name: own for (name, _), own in zip(runs, samples)}
 
 
 def bench_remote_upload(settings: Settings) -> list[Row]:
@@ -100,14 +109,7 @@ def _measure(server: Any, root: Path, segment_bytes: int, rounds: int) -> tuple[
 
     runs: list[tuple[str, Callable[[], None]]] = [("copy_segment", copy), ("put_file", put_file),
                                                   ("open_output_stream", stream)]
-    for _, action in runs:  # warm-up
-        action()
-    times: dict[str, list[float]] = {name: [] for name, _ in runs}
-    for round_ in range(rounds):
-        for name, action in (runs if round_ % 2 == 0 else runs[::-1]):
-            began = time.perf_counter()
-            action()
-            times[name].append(time.perf_counter() - began)
+    times = timed_rounds(runs, rounds)
     size = path.stat().st_size
     log.close()
     return times, size

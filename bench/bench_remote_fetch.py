@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.bench_remote import skipped_row, weed_server
+from bench.bench_remote import skipped_row, timed_rounds, weed_server
 from bench.bench_storage import Row, Settings, Target, scratch_dir
 
 MIB = 1 << 20
@@ -109,15 +109,7 @@ def _measure(data: Path, overrides: dict[str, str], total: int, rounds: int) -> 
         bootstrap = _banner(process)
         runs: list[tuple[str, Callable[[], None]]] = [
             (topic, lambda topic=topic: _consume(bootstrap, topic, total)) for topic in ("tiered", "local")]
-        for _, action in runs:  # warm-up: connections, the remote index cache
-            action()
-        times: dict[str, list[float]] = {name: [] for name, _ in runs}
-        for round_ in range(rounds):
-            for name, action in (runs if round_ % 2 == 0 else runs[::-1]):
-                began = time.perf_counter()
-                action()
-                times[name].append(time.perf_counter() - began)
-        return times
+        return timed_rounds(runs, rounds)  # the warm-up opens connections, fills the remote index cache
     finally:
         process.terminate()
         process.wait(timeout=60)
