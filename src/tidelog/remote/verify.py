@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from tidelog.errors import CorruptRecordError, TidelogError
 from tidelog.records.batch import read_batch_at
-from tidelog.records.layout import LOG_OVERHEAD, OFFSET_INDEX_ENTRY, PREFIX, TIME_INDEX_ENTRY
+from tidelog.records.layout import LOG_OVERHEAD, OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY, declared_size
 from tidelog.remote.errors import RemoteMetadataError, RemoteMetadataVersionError, RemoteStorageError
 from tidelog.remote.metadata import (
     METADATA_DIR,
@@ -317,8 +317,7 @@ def _scan_log(check: _Partition, segment: RemoteLogSegmentMetadata, key: str, si
             scan.complete = False
             break
         if batch is None:
-            declared = _declared_size(buffer, local)
-            if declared is not None and declared > size - position:
+            if len(buffer) - local >= LOG_OVERHEAD and declared_size(buffer, local) > size - position:
                 break  # runs past the object's end: a partial batch, reported below
             more = check.store.get_range(key, buffer_start + len(buffer), chunk)
             if not more:
@@ -338,13 +337,6 @@ def _scan_log(check: _Partition, segment: RemoteLogSegmentMetadata, key: str, si
         check.add(ERROR, "partial_batch", f"{size - position} byte(s) after the last complete batch (a truncated "
                   "or partial batch)", segment=segment, key=key, position=position)
     return scan
-
-
-def _declared_size(buffer: bytes, local: int) -> int | None:
-    """The size the batch at ``local`` declares, None when its length field is not in ``buffer``."""
-    if len(buffer) - local < PREFIX.size:
-        return None
-    return LOG_OVERHEAD + PREFIX.unpack_from(buffer, local)[1]
 
 
 def _check_batch(check: _Partition, segment: RemoteLogSegmentMetadata, key: str, position: int, batch, scan: _Scan) -> None:
