@@ -13,6 +13,7 @@ from tidelog.records import BatchBuilder, iter_batches
 from tidelog.remote.metadata import RemoteFileKind, TopicIdPartition, object_key
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.store import open_store
+from tidelog.testing import FakeClock
 
 TOPIC = "events"
 CONFIG = {"cleanup.policy": "compact", "remote.storage.enable": "true", "segment.bytes": "1024",
@@ -44,8 +45,8 @@ def _records(uri: str, manager: LogManager) -> dict[int, tuple[int, bytes]]:
     return {int(k): (o, v) for o, k, v in seen}
 
 
-def test_the_cleaner_compacts_a_tiered_topic_across_both_tiers(broker: Opener, one_dir: list[Path],
-                                                                tmp_path: Path) -> None:
+def _tiered_first_keys(broker: Opener, one_dir: list[Path], tmp_path: Path) -> tuple[str, LogManager, FakeClock]:
+    """A compacted tiered topic whose 30 first records (keys 0..29) were copied and freed locally."""
     uri = (tmp_path / "store").as_uri()
     manager = broker.open(one_dir, {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri})
     manager.create_topic(TOPIC, 1, CONFIG)
@@ -55,6 +56,12 @@ def test_the_cleaner_compacts_a_tiered_topic_across_both_tiers(broker: Opener, o
     clock.advance(10)
     manager.remote_tier.copy_pass()  # type: ignore[union-attr]
     manager.run_retention()
+    return uri, manager, clock
+
+
+def test_the_cleaner_compacts_a_tiered_topic_across_both_tiers(broker: Opener, one_dir: list[Path],
+                                                                tmp_path: Path) -> None:
+    uri, manager, clock = _tiered_first_keys(broker, one_dir, tmp_path)
     log = manager.get_log(tp(TOPIC))
     assert log is not None and log.local_log_start_offset > 0 and log.log_start_offset == 0
     for k in range(0, 30, 2):
@@ -93,15 +100,7 @@ def test_replaced_segments_of_a_deleted_topic_are_dropped_not_retried_forever(
     warned about) on every cleaner iteration."""
     import logging
 
-    uri = (tmp_path / "store").as_uri()
-    manager = broker.open(one_dir, {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri})
-    manager.create_topic(TOPIC, 1, CONFIG)
-    clock = broker.clock
-    for k in range(30):
-        manager.append(tp(TOPIC), _record(k, f"a{k}", clock.milliseconds()))
-    clock.advance(10)
-    manager.remote_tier.copy_pass()  # type: ignore[union-attr]
-    manager.run_retention()
+    uri, manager, clock = _tiered_first_keys(broker, one_dir, tmp_path)
     for k in range(0, 30, 2):
         manager.append(tp(TOPIC), _record(k, f"b{k}", clock.milliseconds()))
     cleaner = manager.cleaner
