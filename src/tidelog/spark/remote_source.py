@@ -75,8 +75,8 @@ BOOTSTRAP = "kafka.bootstrap.servers"
 READ_BYTES = 8 << 20
 """Bytes of whole batches asked for per ranged read of a segment."""
 INDEX_CACHE_BYTES = 64 << 20
-_TOPIC_ID_CHARS = 22
 """Per executor process: the remote index cache's bound."""
+_TOPIC_ID_CHARS = 22
 
 _PLANNED: dict[str, list[OffsetRange]] = {}  # batch plans waiting for partitions(), by reader token
 _EXECUTOR: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[RemoteStore, RemoteIndexCache]] = {}
@@ -234,14 +234,13 @@ class RemotePlan:
         from tidelog.remote.metadata_log import RemotePartitionMetadata
 
         try:
-            finished = RemotePartitionMetadata.load(self.store, self.tips[tp]).finished_segments()
+            metadata = RemotePartitionMetadata.load(self.store, self.tips[tp])
         except RemoteStorageError as e:
             raise RemoteReadError(f"Cannot plan the read of {tp} from the remote tier at {self.store.uri}: "
                                   f"{e}") from e
-        self.segments[tp] = finished
+        finished = self.segments[tp] = metadata.finished_segments()
         start = finished[0].start_offset if finished else 0
-        end = max(s.end_offset for s in finished) + 1 if finished else 0
-        self.bounds[tp] = PartitionBounds(tp, start, end)
+        self.bounds[tp] = PartitionBounds(tp, start, metadata.highest_offset() + 1)
 
     def resolve(self, spec: o.OffsetSpec, *, starting: bool) -> dict[TopicPartition, int]:
         """``spec`` as offsets of the subscribed partitions (timestamps searched in the store)."""
