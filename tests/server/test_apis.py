@@ -210,6 +210,10 @@ def test_list_offsets_special_timestamps(broker: Broker) -> None:
     assert ask(-3, version=6) == (35, -1)
     assert ask(10**15) == (0, -1)
     assert client.call(samples.list_offsets("t", -1, partition=7), ListOffsetsResponse, 8).topics[0].partitions[0].error_code == 3
+    twice = samples.list_offsets("t", -2)
+    twice.topics = twice.topics + samples.list_offsets("t", -1).topics  # the topic named twice: two entries, as Kafka
+    answered = client.call(twice, ListOffsetsResponse, 8).topics
+    assert [(t.name, [p.offset for p in t.partitions]) for t in answered] == [("t", [0]), ("t", [3])]
 
 
 # --- CreateTopics / DeleteTopics ------------------------------------------------------------------

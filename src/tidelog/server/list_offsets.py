@@ -36,12 +36,12 @@ async def handle_list_offsets(ctx: ApiContext, conn: ConnectionInfo, request: Re
     isolation = FetchIsolation.TXN_COMMITTED if getattr(body, "isolation_level", 0) == READ_COMMITTED \
         else FetchIsolation.HIGH_WATERMARK
     answers = await ctx.run(list_offsets, ctx.manager, body.topics, isolation, request.api_version)
-    pending = [a for partitions in answers.values() for a in partitions if isinstance(a, _Remote)]
+    pending = [a for _, partitions in answers for a in partitions if isinstance(a, _Remote)]
     if pending:
         await _finish_remote(ctx, pending, isolation)
     return ListOffsetsResponse(throttle_time_ms=0, topics=[
         TopicResponse(name=name, partitions=[a.response if isinstance(a, _Remote) else a for a in partitions])
-        for name, partitions in answers.items()])
+        for name, partitions in answers])
 
 
 @dataclass(slots=True)
@@ -55,15 +55,12 @@ class _Remote:
 
 
 def list_offsets(manager: LogManager, topics: list[Any], isolation: FetchIsolation,
-                 version: int) -> dict[str, list[Any]]:
-    """The answer for every partition asked for, by topic in request order; a partition whose
-    lookup needs the remote tier gets a :class:`_Remote` (its lookup started on the remote reader
-    threads). Runs in the thread pool."""
-    answers: dict[str, list[Any]] = {}
-    for t in topics:
-        answers.setdefault(t.name, []).extend(
-            _one(manager, t.name, p.partition_index, p.timestamp, isolation, version) for p in t.partitions)
-    return answers
+                 version: int) -> list[tuple[str, list[Any]]]:
+    """The answer for every partition asked for, one entry per topic entry of the request (as
+    Kafka's); a partition whose lookup needs the remote tier gets a :class:`_Remote` (its lookup
+    started on the remote reader threads). Runs in the thread pool."""
+    return [(t.name, [_one(manager, t.name, p.partition_index, p.timestamp, isolation, version)
+                      for p in t.partitions]) for t in topics]
 
 
 def _one(manager: LogManager, topic: str, partition: int, timestamp: int, isolation: FetchIsolation,
