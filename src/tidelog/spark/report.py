@@ -181,12 +181,13 @@ def remote_columns(task: PartitionTask, broker: BrokerConfig | None, tiered: boo
     tip = TopicIdPartition(task.topic_id, TopicPartition(task.topic, task.partition))
     try:
         store = _store(broker.remote_log_storage_uri, tuple(sorted(broker.rsm_config.items())))
-        finished = RemotePartitionMetadata.load(store, tip).finished_segments()
+        metadata = RemotePartitionMetadata.load(store, tip)
     except TidelogError as e:
         return {**empty, "remote_error": str(e)}
-    return {**empty, "remote_segments": len(finished), "remote_bytes": sum(m.segment_size_in_bytes for m in finished),
-            "remote_start_offset": min((m.start_offset for m in finished), default=None),
-            "remote_end_offset": max((m.end_offset for m in finished), default=None)}
+    finished = metadata.finished_segments()  # by start offset
+    return {**empty, "remote_segments": len(finished), "remote_bytes": metadata.total_size(),
+            "remote_start_offset": finished[0].start_offset if finished else None,
+            "remote_end_offset": metadata.highest_offset() if finished else None}
 
 
 @functools.lru_cache(maxsize=4)
