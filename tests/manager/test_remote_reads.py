@@ -203,7 +203,7 @@ def test_a_slow_remote_list_offsets_times_out_without_holding_a_thread(broker: O
     asked = [SimpleNamespace(name=TOPIC, partitions=[SimpleNamespace(partition_index=0, timestamp=T0 + 2000),
                                                      SimpleNamespace(partition_index=0, timestamp=-1)])]
     answers = list_offsets(manager, asked, FetchIsolation.HIGH_WATERMARK, 7)
-    waiting, latest = answers[TOPIC]
+    [(_, [waiting, latest])] = answers
     assert isinstance(waiting, _Remote) and latest.offset == BATCHES * 5
 
     async def finish() -> None:
