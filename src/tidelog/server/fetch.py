@@ -145,7 +145,8 @@ def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: Fetc
         elif read.remote is not None:  # its bytes are not known yet: its limit is reserved
             min_one = False
             left -= limit
-            reads = _RemoteReads(reads)
+            if reads.__class__ is not _RemoteReads:  # copied once, at the first remote read
+                reads = _RemoteReads(reads)
         reads.append(read)
     return reads
 
