@@ -97,7 +97,7 @@ class RemoteStreamReader(StreamReaderBase):
 
     def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
         plan = self._current()
-        if any(stop[tp] > plan.bounds.get(tp, _NO_BOUNDS).end_offset for tp in stop):
+        if any(tp not in plan.bounds or stop[tp] > plan.bounds[tp].end_offset for tp in stop):
             plan = self._current(fresh=True)  # a restart's replay, or ends seen after this plan
         ranges = []
         for tp in sorted(stop):
@@ -118,10 +118,3 @@ class RemoteStreamReader(StreamReaderBase):
             return iter(())
         return read_remote_range(self.ropts, partition)
 
-
-class _NoBounds:
-    end_offset = -1
-    log_start_offset = 0
-
-
-_NO_BOUNDS = _NoBounds()
