@@ -56,6 +56,7 @@ from tidelog.errors import ConfigError
 from tidelog.spark import options as o
 from tidelog.spark.arrow_rows import record_batches
 from tidelog.spark.ranges import OffsetRange, check_range_bounds, resolve, split_ranges
+from tidelog.storage.config_keys import REMOTE_STORE_SCHEMES
 from tidelog.storage.log_view import PartitionBounds
 from tidelog.topic_partition import TopicPartition
 
@@ -69,7 +70,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "hdfs", "file"})
+STORE_SCHEMES = frozenset(REMOTE_STORE_SCHEMES)
+"""The schemes ``remote.log.storage.uri`` accepts: a ``path`` with one of them is a store."""
 RSM_PREFIX = "rsm.config."
 BOOTSTRAP = "kafka.bootstrap.servers"
 READ_BYTES = 8 << 20
