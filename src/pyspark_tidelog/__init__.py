@@ -21,12 +21,16 @@ __all__ = ["DefaultSource", "TidelogDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``format("tidelog")`` in ``spark`` (registration is per SparkSession). On a local
-    master, first checks that the Python Spark starts for its workers can import tidelog
-    (:func:`tidelog.spark.session.check_workers_python`, which names that Python if not)."""
-    from tidelog.spark.session import check_workers_python
+    """Register ``format("tidelog")`` in ``spark`` (registration is per SparkSession). First checks
+    that the Python Spark starts for its workers can import tidelog, and raises naming that Python
+    if not: on a local master by running it here
+    (:func:`tidelog.spark.session.check_workers_python`), on a cluster by one probe job on the
+    executors (:func:`tidelog.spark.session.check_cluster_workers_python`)."""
+    from tidelog.spark.session import check_cluster_workers_python, check_workers_python
 
     context = spark.sparkContext
     if context.master.startswith("local"):
         check_workers_python(dict(context.getConf().getAll()))
+    else:
+        check_cluster_workers_python(spark)
     spark.dataSource.register(TidelogDataSource)

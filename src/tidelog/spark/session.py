@@ -46,7 +46,8 @@ def check_workers_python(conf: dict[str, str] | None = None) -> None:
 
     Checks the interpreter on this machine (one ``python -c import`` subprocess, ~1 s; remembered
     per interpreter for the process), so it speaks for local masters and for cluster workers only
-    where they run the same path with the same packages. Not thread-safe (a plain set); no lock."""
+    where they run the same path with the same packages (:func:`check_cluster_workers_python`
+    asks the executors themselves). Not thread-safe (a plain set); no lock."""
     python, source = workers_python(conf)
     if python in _CHECKED:
         return
@@ -68,6 +69,46 @@ def check_workers_python(conf: dict[str, str] | None = None) -> None:
             f"tidelog's Spark source ({last}); format(\"tidelog\") would fail with DATA_SOURCE_NOT_FOUND or "
             f"ModuleNotFoundError. {fix}")
     _CHECKED.add(python)
+
+
+def check_cluster_workers_python(spark: SparkSession) -> None:
+    """On a cluster master, fail with :class:`WorkerPythonError` when the executors' Python cannot
+    import tidelog: one small job (one task per default-parallelism slot) runs a probe that needs
+    nothing but the standard library, so a task on a host without tidelog answers with its host,
+    interpreter and import error instead of a task's bare ``ModuleNotFoundError``.
+
+    Speaks for the executors the probe's tasks landed on (all of them when each has a slot's worth
+    of tasks, as on a freshly started application); remembered per master and interpreter for the
+    process. Not thread-safe (a plain set); no lock."""
+    context = spark.sparkContext
+    python, source = workers_python(dict(context.getConf().getAll()))
+    remembered = f"{context.master} {python}"
+    if remembered in _CHECKED:
+        return
+    imports = _WORKER_IMPORTS
+
+    def probe(_: object) -> list[tuple[str, str, str | None]]:
+        # defined here so that cloudpickle ships it by value: unpickling it must not import tidelog
+        import socket
+        import sys as worker_sys
+        try:
+            exec(imports, {})
+            error = None
+        except Exception as e:  # what the import raised is the finding, whatever it is
+            error = f"{type(e).__name__}: {e}"
+        return [(socket.gethostname(), worker_sys.executable, error)]
+
+    slots = max(1, context.defaultParallelism)
+    found = context.parallelize(range(slots), slots).mapPartitions(probe).collect()
+    failed = sorted({(host, exe, error) for host, exe, error in found if error is not None})
+    if failed:
+        where = "; ".join(f"on {host}, {exe}: {error}" for host, exe, error in failed)
+        raise WorkerPythonError(
+            f"the executors of {context.master} start their Python workers with {python!r} (from {source}), "
+            f"which cannot import tidelog's Spark source ({where}); every format(\"tidelog\") task would fail. "
+            f"Install tidelog on every worker host ({python} -m pip install 'tidelog[spark]'), or point "
+            f"{PYTHON_CONF} / PYSPARK_PYTHON at a Python that has it there.")
+    _CHECKED.add(remembered)
 
 
 def use_this_python() -> None:
