@@ -42,7 +42,7 @@ from rich.table import Table
 
 from bench import (
     bench_cleaner, bench_kafka, bench_manager, bench_memory, bench_offset_map, bench_produce, bench_remote,
-    bench_remote_fetch, bench_remote_passes, bench_server, bench_spark, bench_storage,
+    bench_remote_fetch, bench_remote_passes, bench_server, bench_spark, bench_spark_cluster, bench_storage,
 )
 from bench.bench_storage import Row, Settings
 
@@ -167,6 +167,7 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
     **bench_remote.BENCHMARKS,
     **bench_remote_passes.BENCHMARKS,
     **bench_remote_fetch.BENCHMARKS,
+    **bench_spark_cluster.BENCHMARKS,  # last: it stops the local Spark session the spark rows share
 }
 
 

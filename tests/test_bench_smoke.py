@@ -27,7 +27,7 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
-                   "remote_passes_10k", "remote_fetch"}
+                   "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
@@ -41,6 +41,8 @@ CONNECTOR_ROW = "spark_vs_kafka_connector"
 # The remote tier's upload and reads: targeted where SeaweedFS can be built (Go), a "skipped" row where not
 UPLOAD_ROW = "remote_upload"
 REMOTE_FETCH_ROW = "remote_fetch"
+# Spark on the two-worker cluster: targeted where weed, Java and the connector are here, "skipped" where not
+CLUSTER_READ_ROW = "spark_cluster_remote_read"
 KAFKA_BENCHMARKS = ("kafka_cleaner", "kafka_recovery", "kafka_produce_fetch")
 
 
@@ -78,9 +80,9 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
         elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
             assert row["figure"] > 0 and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW,
-                                                                                          REMOTE_FETCH_ROW})
+                                                                                          REMOTE_FETCH_ROW, CLUSTER_READ_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
-    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW)
+    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW, CLUSTER_READ_ROW)
                 and not row["details"].get("skipped")}
     assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
