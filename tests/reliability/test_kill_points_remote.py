@@ -46,6 +46,7 @@ from tidelog.topic_partition import TopicPartition
 
 sys.path.append(str(Path(__file__).parent.parent / "remote"))  # the copy tests' helpers
 from copy_helpers import make_log  # noqa: E402 - needs the path above
+from remote_helpers import expire  # noqa: E402 - needs the path above
 
 TIP = TopicIdPartition("Zx3vYqS2QmK0b1c2d3e4fA", TopicPartition("orders", 2))
 SNAPSHOT_INTERVAL = 2  # small, so that snapshot writes and pruning deletes are kill points too
@@ -246,8 +247,7 @@ def _expiring_log(root: Path, store: RemoteStore) -> Log:
 
 
 def _expire(log: Log, store: RemoteStore, checkpoint: Callable[[], None]) -> None:
-    from tidelog.remote.expiration import expire_remote_segments
-    expire_remote_segments(store, _load(store), log, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
+    expire(store, _load(store), log, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
 
 
 def check_expiration_resumed(log: Log, store: RemoteStore, durable_start: int) -> None:
@@ -267,8 +267,7 @@ def check_expiration_resumed(log: Log, store: RemoteStore, durable_start: int) -
         metadata = _load(store)
         clean_unreferenced(store, metadata)
         checkpoint = Checkpoint(reopened)
-        from tidelog.remote.expiration import expire_remote_segments
-        expire_remote_segments(store, metadata, reopened, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
+        expire(store, metadata, reopened, now_ms=EXPIRE_NOW, checkpoint_log_start=checkpoint)
         after = _load(store)
         assert [(s.start_offset, s.end_offset) for s in after.segments()] == [(40, 59)]
         assert after.unreferenced() == [] and checkpoint.durable == reopened.log_start_offset == 40

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStoreUnreachableError
+from tidelog.remote.expiration import ExpirationPlan, carry_out, prepare_expiration
 from tidelog.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -81,3 +82,16 @@ class FlakyStore:
 
     def delete_prefix(self, prefix: str) -> None:
         self._call("delete_prefix", prefix, lambda: self.inner.delete_prefix(prefix))
+
+
+def expire(store: RemoteStore, metadata: Any, log: Any, *, now_ms: int,
+           checkpoint_log_start: Callable[[], None]) -> ExpirationPlan:
+    """One partition's remote expiration composed as the manager's pass composes it
+    (``manager/remote_retention.py``): :func:`prepare_expiration` under the partition's task lock,
+    the log start checkpoint with the lock released (it must raise when it could not make the start
+    durable: nothing is deleted then), then :func:`carry_out`."""
+    plan = prepare_expiration(store, metadata, log, now_ms=now_ms)
+    if plan.deletions:
+        checkpoint_log_start()
+        carry_out(store, metadata, plan)
+    return plan

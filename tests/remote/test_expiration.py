@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from copy_helpers import T0, make_log
-from remote_helpers import TOPIC_ID_PARTITION, FlakyStore, segment_meta
+from remote_helpers import TOPIC_ID_PARTITION, FlakyStore, expire, segment_meta
 
 from tidelog.remote.copy import copy_log
 from tidelog.remote.errors import RemoteStorageError
@@ -16,7 +16,6 @@ from tidelog.remote.expiration import (
     LOG_START_OFFSET,
     RETENTION_BYTES,
     RETENTION_MS,
-    expire_remote_segments,
     plan_expiration,
     plan_for_log,
 )
@@ -174,8 +173,8 @@ def test_expiration_raises_the_log_start_before_deleting_and_deletes_every_objec
     _with(log, retention_ms=1)
     doomed = metadata.finished_segments()
     seen: list[tuple[int, set[str]]] = []
-    plan_ = expire_remote_segments(store, metadata, log, now_ms=clock.milliseconds(),
-                                   checkpoint_log_start=lambda: seen.append((log.log_start_offset, _keys(store))))
+    plan_ = expire(store, metadata, log, now_ms=clock.milliseconds(),
+                   checkpoint_log_start=lambda: seen.append((log.log_start_offset, _keys(store))))
     assert [d.segment.id for d in plan_.deletions] == [s.id for s in doomed]
     # the checkpoint ran with the new log start and before any object was deleted
     assert seen == [(60, {object_key(s, k) for s in doomed for k in RemoteFileKind if k is not RemoteFileKind.TRANSACTION_INDEX})]
@@ -190,8 +189,8 @@ def test_delete_records_then_a_pass_deletes_remote_segments_below_the_new_log_st
     before = metadata.finished_segments()
     log.delete_records(45)  # inside the third segment [40, 59]
     checkpoints = []
-    plan_ = expire_remote_segments(store, metadata, log, now_ms=clock.milliseconds(),
-                                   checkpoint_log_start=lambda: checkpoints.append(log.log_start_offset))
+    plan_ = expire(store, metadata, log, now_ms=clock.milliseconds(),
+                   checkpoint_log_start=lambda: checkpoints.append(log.log_start_offset))
     assert spans(plan_) == [(0, 19, LOG_START_OFFSET), (20, 39, LOG_START_OFFSET)]
     assert checkpoints == [45] and log.log_start_offset == 45
     fresh = RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION)
@@ -209,7 +208,7 @@ def test_a_failing_checkpoint_deletes_nothing(tiered) -> None:
         raise OSError("disk full")
 
     with pytest.raises(OSError):
-        expire_remote_segments(store, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=fail)
+        expire(store, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=fail)
     assert _keys(store) == objects and len(RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION).finished_segments()) == 3
 
 
@@ -220,14 +219,14 @@ def test_an_outage_mid_delete_leaves_delete_started_which_the_next_pass_finishes
     flaky = FlakyStore(store, lambda op, key: "before" if op == "delete" and first.id in key else None)
     metadata.store = flaky  # the writer's own store fails too, as one outage would
     with pytest.raises(RemoteStorageError):
-        expire_remote_segments(flaky, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=lambda: None)
+        expire(flaky, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=lambda: None)
     fresh = RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION)
     assert fresh.finished_segments() == [] or all(s.start_offset > 0 for s in fresh.finished_segments())
     assert any(s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED for s in fresh.segments())
     metadata.store = store
     plan_ = plan_for_log(log, metadata, clock.milliseconds())
     assert plan_.leftovers >= 1
-    expire_remote_segments(store, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=lambda: None)
+    expire(store, metadata, log, now_ms=clock.milliseconds(), checkpoint_log_start=lambda: None)
     assert RemotePartitionMetadata.load(store, TOPIC_ID_PARTITION).segments() == []
     assert _keys(store) == set()
 

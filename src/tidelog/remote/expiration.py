@@ -26,11 +26,9 @@ first (by start offset) and takes each one that is deletable, stopping at the fi
 Kafka also skips segments outside the leader-epoch lineage (unclean leader election); tidelog
 is a single replica whose lineage is the log's own, so it has no such segments.
 
-:func:`expire_remote_segments` carries a plan out, under the partition's ``task_lock`` for the
-whole expiration (no copy, cleanup or compaction swap of the partition runs meanwhile). The
-manager's pass instead calls :func:`prepare_expiration` (steps 1 to 3 but the checkpoint) and
-:func:`carry_out` (step 4) apart, with one checkpoint for every partition between them and the
-lock released meanwhile: a compaction may then replace a planned segment, which
+:func:`prepare_expiration` (steps 1 to 3 but the checkpoint) and :func:`carry_out` (step 4)
+each run under the partition's ``task_lock``; the manager's pass calls them apart, with one
+checkpoint for every partition between them and the lock released meanwhile: a compaction may then replace a planned segment, which
 :func:`carry_out` still deletes at once (it ends below the raised log start offset, where nothing
 waits ``file.delete.delay.ms``); the replacement is judged by a later pass.
 
@@ -56,7 +54,7 @@ event PUTs (DELETE_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED), one DELETE per 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,7 +66,7 @@ from tidelog.retention import format_bytes, format_duration
 from tidelog.storage.config import LogConfig
 from tidelog.topic_partition import TopicPartition
 
-__all__ = ["CAUSES", "ExpirationPlan", "RemoteDeletion", "carry_out", "expire_remote_segments",
+__all__ = ["CAUSES", "ExpirationPlan", "RemoteDeletion", "carry_out",
            "plan_expiration", "plan_for_log", "prepare_expiration"]
 
 logger = logging.getLogger(__name__)
@@ -315,16 +313,3 @@ def carry_out(store: RemoteStore, metadata: RemotePartitionMetadata, plan: Expir
         logger.info("%s: deleted remote segment %s [%d, %d] (%s: %s)", plan.topic_partition, d.segment.id,
                     d.segment.start_offset, d.segment.end_offset, d.cause, d.detail)
 
-
-def expire_remote_segments(store: RemoteStore, metadata: RemotePartitionMetadata, log: _Log, *, now_ms: int,
-                           checkpoint_log_start: Callable[[], None]) -> ExpirationPlan:
-    """One expiration of one partition (module docstring): :func:`prepare_expiration`, then
-    ``checkpoint_log_start`` (it must make the log start offset durable, and raise when it could
-    not: nothing is deleted then), then :func:`carry_out`; all under ``metadata.task_lock``.
-    Returns the plan carried out. Raises the first ``RemoteStorageError``. Thread-safe."""
-    with metadata.task_lock:
-        plan = prepare_expiration(store, metadata, log, now_ms=now_ms)
-        if plan.deletions:
-            checkpoint_log_start()
-            carry_out(store, metadata, plan)
-        return plan
