@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.clock import Clock
-from tidelog.errors import StorageError, TidelogError
+from tidelog.errors import IndexStateError, StorageError, TidelogError
 from tidelog.scheduler import Scheduler
 from tidelog.storage import fileops, files
 from tidelog.storage.atomic import fsync_dir
@@ -214,9 +214,15 @@ class LocalLog:
     def flush_segments(self, segments: Sequence[LogSegment], recovery_point: int) -> None:
         """fsync ``segments`` (taken under the lock), then the partition dir when one of them was
         created at or after ``recovery_point``. Runs without the lock; does not move the recovery
-        point (:meth:`mark_flushed` does)."""
+        point (:meth:`mark_flushed` does). A segment taken out of the map and closed meanwhile
+        (retention, a clean's swap, the delayed unlink) is skipped: nothing of it is left to make
+        durable; a live one that fails raises."""
         for segment in segments:
-            segment.flush()
+            try:
+                segment.flush()
+            except IndexStateError:
+                if self.segments.get(segment.base_offset) is segment:
+                    raise
         if any(segment.base_offset >= recovery_point for segment in segments):
             fsync_dir(self.dir)
 
