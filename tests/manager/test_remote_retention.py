@@ -7,6 +7,7 @@ deletion cut short finishes in the next process; explain says what goes next and
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ from tidelog.remote.partition_delete import (
 )
 from tidelog.remote.store import open_store
 from tidelog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+
+sys.path.append(str(Path(__file__).parent.parent / "remote"))  # the remote tests' failing store
+from remote_helpers import FlakyStore  # noqa: E402 - needs the path above
 
 TOPIC = "orders"
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "400", "local.retention.bytes": "1"}
@@ -177,13 +181,8 @@ def test_a_topic_deletion_cut_short_is_finished_by_the_next_process(broker: Open
     assert tier is not None
     real = tier.store
 
-    class Down:  # the store goes down after the pending object is written
-        def __getattr__(self, name: str):
-            if name in ("put",):
-                return getattr(real, name)
-            raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
-
-    tier.retention.store = Down()  # type: ignore[assignment]
+    # the store goes down after the pending object is written
+    tier.retention.store = FlakyStore(real, lambda op, _: None if op == "put" else "before")
     manager.delete_topic(TOPIC)  # the topic goes; its remote data waits
     assert objects(uri, PENDING_PREFIX) and objects(uri, partition_prefix(TopicIdPartition(topic_id, tp(TOPIC))))
     assert fresh_segments(uri, topic_id) == [], "readers already see no segment (one event, before the outage)"
@@ -279,13 +278,8 @@ def test_a_pending_deletion_never_touches_a_topic_recreated_under_the_same_name(
     assert tier is not None
     real = tier.store
 
-    class DeletesFail:  # the outage hits the deletion of the old topic's objects only
-        def __getattr__(self, name: str):
-            if name in ("delete", "delete_prefix"):
-                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
-            return getattr(real, name)
-
-    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    # the outage hits the deletion of objects only
+    tier.retention.store = FlakyStore(real, lambda op, _: "before" if op in ("delete", "delete_prefix") else None)
     manager.delete_topic(TOPIC)
     assert objects(uri, PENDING_PREFIX), "the old topic's deletion is pending"
     tier.retention.store = real
@@ -359,13 +353,8 @@ def test_a_deletion_failed_after_the_start_up_resume_is_retried_at_the_next_pass
     tier.retention.resume_pending()  # the first pass: nothing pending
     real = tier.store
 
-    class DeletesFail:
-        def __getattr__(self, name: str):
-            if name in ("delete", "delete_prefix"):
-                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
-            return getattr(real, name)
-
-    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    # the outage hits the deletion of objects only
+    tier.retention.store = FlakyStore(real, lambda op, _: "before" if op in ("delete", "delete_prefix") else None)
     manager.delete_topic(TOPIC)
     assert objects(uri, PENDING_PREFIX)
     tier.retention.store = real
@@ -381,15 +370,11 @@ def test_a_deletion_refused_by_a_store_outage_says_which_topic_and_why(broker: O
     assert tier is not None
     real = tier.store
 
-    class Down:
-        def __getattr__(self, name: str):
-            raise RemoteStorageError("connection refused", operation=name, key="", uri=real.uri)
-
-    tier.retention.store = Down()  # type: ignore[assignment]
+    tier.retention.store = FlakyStore(real, lambda *_: "before")  # every call fails
     with pytest.raises(RemoteStorageError) as raised:
         manager.delete_topic(TOPIC)
     message = str(raised.value)
-    assert f"topic {TOPIC}" in message and "not deleted" in message and "connection refused" in message
+    assert f"topic {TOPIC}" in message and "not deleted" in message and "injected outage" in message
     assert manager.describe_topic(TOPIC).topic_id == topic_id, "the topic stays"
     with pytest.raises(RemoteStorageError, match=f"topic {TOPIC}.*remote.storage.enable is not turned off"):
         manager.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
@@ -437,13 +422,8 @@ def test_a_pending_disable_of_a_topic_with_no_live_log_waits(broker: Opener, one
     assert tier is not None
     real = tier.store
 
-    class DeletesFail:
-        def __getattr__(self, name: str):
-            if name in ("delete", "delete_prefix"):
-                raise RemoteStorageError("store down", operation=name, key="", uri=real.uri)
-            return getattr(real, name)
-
-    tier.retention.store = DeletesFail()  # type: ignore[assignment]
+    # the outage hits the deletion of objects only
+    tier.retention.store = FlakyStore(real, lambda op, _: "before" if op in ("delete", "delete_prefix") else None)
     manager.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
     tier.retention.store = real
     prefix = partition_prefix(TopicIdPartition(topic_id, tp(TOPIC)))
