@@ -180,6 +180,24 @@ def test_batches_larger_than_the_scan_chunk_are_read_whole(
     fr.close()
 
 
+@pytest.mark.parametrize("chunk", [61, 4096])
+def test_a_read_shorter_than_asked_ends_the_walk(chunk: int) -> None:
+    """An object listed larger than it is (a store answering short): the walk stops at the last
+    whole batch instead of asking for the same bytes again and again."""
+    parts = [records(2), records(1, base_offset=2), records(3, base_offset=3, value_size=500)]
+    listed = b"".join(parts)
+    stored = listed[:len(parts[0]) + len(parts[1]) + 80]  # the third batch cut after its header
+    reads: list[tuple[int, int]] = []
+
+    def read(position: int, size: int) -> bytes:
+        reads.append((position, size))
+        assert len(reads) < 50, "the walk keeps asking for bytes that are not there"
+        return stored[position:position + size]
+
+    found = list(file_records.chunked_batches(read, "store/key", 0, len(listed), chunk))
+    assert [(p, b.base_offset) for p, b in found] == [(0, 0), (len(parts[0]), 2)]
+
+
 @pytest.mark.parametrize("chunk", [30, 61, 130, 16 << 10])
 def test_batch_locations_cross_search_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     monkeypatch.setattr(segment_reader, "SEARCH_CHUNK_BYTES", chunk)

@@ -41,8 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tidelog.errors import CorruptRecordError, TidelogError
-from tidelog.records.batch import read_batch_at
-from tidelog.records.layout import LOG_OVERHEAD, OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY, declared_size
+from tidelog.records.layout import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
 from tidelog.remote.errors import RemoteMetadataError, RemoteMetadataVersionError, RemoteStorageError
 from tidelog.remote.metadata import (
     METADATA_DIR,
@@ -58,6 +57,7 @@ from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.partition_delete import PENDING_PREFIX
 from tidelog.remote.store import CHUNK_BYTES, ObjectInfo, RemoteStore
 from tidelog.storage.metadata import topic_id_to_uuid
+from tidelog.storage.file_records import chunked_batches
 from tidelog.topic_partition import TopicPartition
 
 ERROR = "error"
@@ -305,30 +305,18 @@ def _scan_log(check: _Partition, segment: RemoteLogSegmentMetadata, key: str, si
               index: dict[int, int], chunk: int) -> _Scan:
     """Stream the ``.log`` by ranged reads and check each batch; ``index`` maps each offset-index
     position to its entry's offset (the positions whose batch is recorded)."""
-    scan = _Scan()
-    buffer, buffer_start, position = b"", 0, 0
-    while position < size:
-        local = position - buffer_start
-        try:
-            batch = read_batch_at(buffer, local)
-        except CorruptRecordError as e:
-            check.add(ERROR, "corrupt_batch", f"{e.message}; the rest of the object is not checked",
-                      segment=segment, key=key, position=position)
-            scan.complete = False
-            break
-        if batch is None:
-            if len(buffer) - local >= LOG_OVERHEAD and declared_size(buffer, local) > size - position:
-                break  # runs past the object's end: a partial batch, reported below
-            more = check.store.get_range(key, buffer_start + len(buffer), chunk)
-            if not more:
-                break  # the object ended before its listed size: reported below
-            buffer, buffer_start = buffer[local:] + more, position
-            continue
-        _check_batch(check, segment, key, position, batch, scan)
-        if position in index:
-            scan.batch_starts[position] = batch.base_offset
-        scan.batches += 1
-        position += batch.size_in_bytes
+    scan, position = _Scan(), 0
+    try:
+        for position, batch in chunked_batches(lambda at, n: check.store.get_range(key, at, n), key, 0, size, chunk):
+            _check_batch(check, segment, key, position, batch, scan)
+            if position in index:
+                scan.batch_starts[position] = batch.base_offset
+            scan.batches += 1
+            position += batch.size_in_bytes
+    except CorruptRecordError as e:
+        check.add(ERROR, "corrupt_batch", f"{e.message}; the rest of the object is not checked",
+                  segment=segment, key=key, position=position)
+        scan.complete = False
     check.report.batches += scan.batches
     check.report.bytes += position
     scan.end = position

@@ -405,14 +405,19 @@ def _remaining(views: list[memoryview], skip: int) -> list[memoryview]:
 
 
 def chunked_batches(read: Callable[[int, int], bytes], path: Path | str, start: int,
-                    end: int) -> Iterator[tuple[int, FileBatch]]:
+                    end: int, chunk_bytes: int | None = None) -> Iterator[tuple[int, FileBatch]]:
     """``(position, batch)`` of every complete batch (v2 and v0/v1) in bytes ``[start, end)`` of a
-    file read by ``read(position, size)``, a chunk at a time (a chunk grows to hold a batch larger
-    than it). Stops quietly at a partial tail; CorruptRecordError (``path``, the byte position)
-    where a header cannot be a batch. CRCs are not checked."""
-    position, chunk_size = start, SCAN_CHUNK_BYTES
+    file or object read by ``read(position, size)``, ``chunk_bytes`` at a time (default
+    :data:`SCAN_CHUNK_BYTES`; a chunk grows to
+    hold a batch larger than it). Stops quietly at a partial tail, and where ``read`` returns fewer
+    bytes than asked (the data ends there: an object shorter than listed); CorruptRecordError
+    (``path``, the byte position) where a header cannot be a batch. CRCs are not checked."""
+    position, chunk_size = start, chunk_bytes or SCAN_CHUNK_BYTES
     while position + HEADER_SIZE_UP_TO_MAGIC <= end:
-        chunk = read(position, min(chunk_size, end - position))
+        asked = min(chunk_size, end - position)
+        chunk = read(position, asked)
+        if len(chunk) < asked:
+            end = position + len(chunk)
         relative = 0
         while True:
             try:
