@@ -199,12 +199,11 @@ def test_an_unknown_topic_fails_as_sparks_kafka_source(tiered) -> None:  # type:
     rs.check_load_options({"path": uri, "subscribePattern": "^nope"})  # a pattern matching nothing reads nothing
 
 
-def test_the_broker_tail_is_refused_not_silently_partial(tiered) -> None:  # type: ignore[no-untyped-def]
+def test_store_options_are_checked_and_a_bootstrap_is_kept(tiered) -> None:  # type: ignore[no-untyped-def]
     uri, _ = tiered
-    with pytest.raises(SourceOptionError, match="kafka.bootstrap.servers.*not supported yet.*remote tier only"):
-        rs.parse_remote_options({**options(uri), "kafka.bootstrap.servers": "h:9092"}, streaming=False)
-    with pytest.raises(SourceOptionError, match="minOffsetsPerTrigger' is not supported yet with a store path"):
-        rs.parse_remote_options(options(uri, minOffsetsPerTrigger="5"), streaming=True)
+    ropts = rs.parse_remote_options({**options(uri), "kafka.bootstrap.servers": "h:9092"}, streaming=False)
+    assert ropts.bootstrap == "h:9092"  # the tail through the broker: tests in test_spark_remote_tail.py
+    assert rs.parse_remote_options(options(uri, minOffsetsPerTrigger="5"), streaming=True).parsed.min_offsets_per_trigger == 5
     with pytest.raises(SourceOptionError, match="rsm.config"):
         rs.parse_remote_options({**options(uri), "rsm.config.endpoint.url": "http://x"}, streaming=False)
 
@@ -270,14 +269,15 @@ def test_a_segment_swapped_after_planning_is_read_from_its_replacement(tiered, t
 
 
 def test_spark_errors_name_the_topic_the_option_and_the_lost_range(spark, tiered) -> None:  # type: ignore[no-untyped-def]
-    """Through Spark: an unknown topic fails at load(), the broker tail is refused, and an object
+    """Through Spark: an unknown topic fails at load(), so does a broker that does not answer, and an object
     gone between planning and the read fails the job naming the partition and offsets (or, with
     failOnDataLoss=false, reads the rest)."""
     uri, ends = tiered
     with pytest.raises(Exception, match="UnknownTopicOrPartitionException"):
         spark.read.format("tidelog").option("subscribe", "nope").load(uri)
-    with pytest.raises(Exception, match="not supported yet"):
-        spark.read.format("tidelog").option("subscribe", "events").option("kafka.bootstrap.servers", "h:1").load(uri)
+    with pytest.raises(Exception, match="from the broker at 127.0.0.1:9 .option 'kafka.bootstrap.servers'"):
+        spark.read.format("tidelog").option("subscribe", "events").option("kafka.bootstrap.servers",
+                                                                          "127.0.0.1:9").load(uri)
     store = open_store(uri)
     ropts = rs.parse_remote_options(options(uri, assign='{"events":[0]}'), streaming=False)
     victim = rs.plan(ropts)[0].segments[0]

@@ -226,13 +226,16 @@ class TidelogBatchReader(DataSourceReader):
 
 class StreamReaderBase(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """What the stream readers of a data dir and of a store share: admission of a batch up to
-    the ends (``maxOffsetsPerTrigger``, the AvailableNow target), the latest ends reported to
-    Spark, and the checks opening :meth:`partitions`. A subclass sets ``_latest`` and
-    ``_target`` (None) and gives :meth:`_options`, :meth:`_ends` and :meth:`_ranges`. Driver
-    side, called by Spark's micro-batch thread only: not thread-safe, takes no lock."""
+    the ends (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``/``maxTriggerDelay``, the
+    AvailableNow target), the latest ends reported to Spark, and the checks opening
+    :meth:`partitions`. A subclass sets ``_clock``, ``_latest``, ``_target`` and
+    ``_last_trigger_ms`` (None) and gives :meth:`_options`, :meth:`_ends` and :meth:`_ranges`.
+    Driver side, called by Spark's micro-batch thread only: not thread-safe, takes no lock."""
 
+    _clock: Clock
     _latest: PartitionOffsets | None
     _target: PartitionOffsets | None
+    _last_trigger_ms: int | None
     _GONE_FROM = ""
     """Where vanished partitions are gone from, for the data-loss message (``" from ..."``)."""
 
@@ -256,10 +259,30 @@ class StreamReaderBase(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, earliest: PartitionOffsets,
                limit: ReadLimit) -> PartitionOffsets:
-        """The end of the next batch: ``latest``, rate-limited under ``ReadMaxRows``."""
+        """The end of the next batch: ``begin`` while ``minOffsetsPerTrigger`` holds it back,
+        else ``latest``, rate-limited under ``ReadMaxRows``."""
+        if not isinstance(limit, ReadAllAvailable):
+            parsed = self._options()
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else parsed.min_offsets_per_trigger
+            if min_rows is not None and self._target is None and self._hold_back(min_rows, begin, latest, earliest):
+                return begin
         if isinstance(limit, ReadMaxRows):
             return rate_limit(limit.max_rows, begin, latest, earliest)
         return latest
+
+    def _hold_back(self, min_rows: int, begin: PartitionOffsets, latest: PartitionOffsets,
+                   earliest: PartitionOffsets) -> bool:
+        """Kafka's ``minOffsetsPerTrigger``: wait while fewer offsets are new, unless
+        ``maxTriggerDelay`` passed since the last batch (the first batch never waits)."""
+        now = self._clock.milliseconds()
+        if self._last_trigger_ms is None or now - self._last_trigger_ms >= self._options().max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        waiting = sum(end - begin.get(tp, earliest.get(tp, 0)) for tp, end in latest.items())
+        if waiting < min_rows:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def getDefaultReadLimit(self) -> ReadLimit:
         parsed = self._options()
@@ -332,28 +355,6 @@ class TidelogStreamReader(StreamReaderBase):
         sub = _Subscribed(self.parsed, check_dirs=False)
         ends = {tp: b.end_offset for tp, b in sub.bounds.items()}
         return ends, {tp: b.log_start_offset for tp, b in sub.bounds.items()}
-
-    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, earliest: PartitionOffsets,
-               limit: ReadLimit) -> PartitionOffsets:
-        if not isinstance(limit, ReadAllAvailable):
-            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.parsed.min_offsets_per_trigger
-            if min_rows is not None and self._target is None and self._hold_back(min_rows, begin, latest, earliest):
-                return begin
-        return super()._admit(begin, latest, earliest, limit)
-
-    def _hold_back(self, min_rows: int, begin: PartitionOffsets, latest: PartitionOffsets,
-                   earliest: PartitionOffsets) -> bool:
-        """Kafka's ``minOffsetsPerTrigger``: wait while fewer offsets are new, unless
-        ``maxTriggerDelay`` passed since the last batch (the first batch never waits)."""
-        now = self._clock.milliseconds()
-        if self._last_trigger_ms is None or now - self._last_trigger_ms >= self.parsed.max_trigger_delay_ms:
-            self._last_trigger_ms = now
-            return False
-        waiting = sum(end - begin.get(tp, earliest.get(tp, 0)) for tp, end in latest.items())
-        if waiting < min_rows:
-            return True
-        self._last_trigger_ms = now
-        return False
 
     # --- planning (driver) ---------------------------------------------------------------
 

@@ -8,10 +8,13 @@ with the broker's ``rsm.config.`` keys, e.g. ``rsm.config.endpoint.url``,
 reads, :data:`tidelog.remote.store.S3_OPTIONS`). Every other option is the local source's
 (:mod:`tidelog.spark.options`).
 
-**Only the remote tier is read**: the FINISHED remote segments of each partition, i.e. offsets up
-to the highest tiered offset. Records not yet tiered (the broker's tail) are not read; with a
-store path, ``kafka.bootstrap.servers`` is refused until the tail through the broker's Fetch API
-exists, rather than silently reading less. Streaming reads: :mod:`tidelog.spark.remote_stream`.
+**Without** ``kafka.bootstrap.servers`` only the remote tier is read: the FINISHED remote
+segments of each partition, i.e. offsets up to the highest tiered offset. **With** it, the read
+covers every record up to the broker's high watermark: the offsets the remote tier holds from the
+store, the rest (the tail not yet tiered, or a whole partition with no remote data) through the
+broker's Fetch API (:mod:`tidelog.spark.broker_tail`); the partitions, earliest (the broker's log
+start offset) and latest (its high watermark) and timestamps come from the broker, the boundary
+between the tiers from the remote metadata. Streaming reads: :mod:`tidelog.spark.remote_stream`.
 
 * **driver** (:class:`RemoteBatchReader`): one LIST of the store finds the partitions
   (``<topic>-<topicId>/<partition>/`` prefixes), then one LIST (plus snapshot and event GETs) per
@@ -104,6 +107,8 @@ class RemoteSourceOptions:
     parsed: o.SourceOptions
     uri: str
     store_options: tuple[tuple[str, str], ...]
+    bootstrap: str = ""
+    """``kafka.bootstrap.servers``: empty for a read of the remote tier only."""
 
     def open_store(self) -> RemoteStore:
         from tidelog.remote.store import open_store
@@ -113,28 +118,32 @@ class RemoteSourceOptions:
 
 def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> RemoteSourceOptions:
     """Check and parse the options of a read of a store path; :class:`SourceOptionError` on bad
-    input (``kafka.bootstrap.servers``, an unknown ``rsm.config.`` option, any
-    error of the local source's options; ``minOffsetsPerTrigger`` for streams). Makes no request
-    to the store."""
+    input (a malformed ``kafka.bootstrap.servers``, another ``kafka.`` option, an unknown
+    ``rsm.config.`` option, any error of the local source's options). Makes no request to the
+    store or the broker."""
     from tidelog.remote.store import redact_uri
+    from tidelog.spark.broker_client import parse_bootstrap
 
     lowered = {k.lower(): str(v) for k, v in options.items()}
     uri = lowered[o.PATH].strip()
     shown = redact_uri(uri)
-    if BOOTSTRAP in lowered:
+    bootstrap = lowered.pop(BOOTSTRAP, "").strip()
+    if BOOTSTRAP in {k.lower() for k in options}:
+        try:
+            parse_bootstrap(bootstrap)
+        except ValueError as e:
+            raise o.SourceOptionError(f"Option '{BOOTSTRAP}' ('{bootstrap}'): {e}; expected HOST:PORT[,HOST:PORT...]"
+                                      ) from None
+    others = sorted(k for k in lowered if k.startswith("kafka."))
+    if others:
+        key = others[0]
         raise o.SourceOptionError(
-            f"Option '{BOOTSTRAP}' together with a store path ('{shown}') is not supported yet: a store path "
-            f"reads the remote tier only (the segments already tiered), and reading the tail not yet tiered "
-            f"through the broker is not built. Remove '{BOOTSTRAP}' to read the remote tier, or read the "
-            f"broker's data dir by its local path.")
-    if streaming and o.MIN_OFFSETS_PER_TRIGGER in lowered:
-        raise o.SourceOptionError(
-            f"Option 'minOffsetsPerTrigger' is not supported yet with a store path ('{shown}'); "
-            f"use maxOffsetsPerTrigger or a processing-time trigger.")
+            f"Kafka option '{key}' is not supported with a store path: the tail is read by tidelog's own "
+            f"Fetch client, which takes only '{BOOTSTRAP}' (PLAINTEXT listeners). Remove '{key}'.")
     store_options = tuple(sorted((k[len(RSM_PREFIX):], v) for k, v in lowered.items() if k.startswith(RSM_PREFIX)))
     rest = {k: v for k, v in lowered.items() if not k.startswith(RSM_PREFIX)}
     parsed = replace(o.parse_source_options(rest, streaming=streaming), log_dirs=(shown,))
-    ropts = RemoteSourceOptions(parsed, uri, store_options)
+    ropts = RemoteSourceOptions(parsed, uri, store_options, bootstrap)
     try:
         ropts.open_store()
     except ConfigError as e:
@@ -170,9 +179,13 @@ def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchR
 @dataclass(frozen=True, slots=True)
 class RemoteOffsetRange(OffsetRange):
     """Offsets ``[start, end)`` of one partition read from the remote tier: one Spark task, with
-    the metadata of the FINISHED segments the range overlaps (by start offset)."""
+    the metadata of the FINISHED segments the range overlaps (by start offset). With a broker,
+    ``boundary`` is where the broker's part starts (the highest tiered offset + 1 at planning)
+    and ``topic_id`` the partition's topic id in the store ("" when it had no remote data)."""
 
     segments: tuple[RemoteLogSegmentMetadata, ...] = ()
+    boundary: int | None = None
+    topic_id: str = ""
 
 
 class _RemoteView:
@@ -204,9 +217,12 @@ class _RemoteView:
 
 class RemotePlan:
     """The store's partitions and, with ``load_metadata``, the subscribed ones' finished
-    segments and bounds (driver side; one per planning, not shared between threads). Raises
-    :class:`RemoteReadError` naming the store (and the partition) when the store cannot be read,
-    the source's option errors for partitions or topics that do not exist."""
+    segments and bounds (driver side; one per planning, not shared between threads). With a
+    broker (``ropts.bootstrap``) the partitions and bounds are the broker's and ``boundary`` says
+    where each partition's broker part starts. Raises :class:`RemoteReadError` naming the store
+    (and the partition) when the store cannot be read or its metadata not decoded,
+    :class:`~tidelog.spark.broker_tail.BrokerReadError` naming the broker when it does not
+    answer, the source's option errors for partitions or topics that do not exist."""
 
     def __init__(self, ropts: RemoteSourceOptions, load_metadata: bool = True) -> None:
         from tidelog.remote.errors import RemoteStorageError
@@ -222,30 +238,50 @@ class RemotePlan:
         if not found:
             _check_not_a_data_dir(ropts.uri)
         self.tips = _one_topic_id_each(_not_being_deleted(found, strays))
-        existing = set(self.tips)
+        self.broker = None
+        if ropts.bootstrap:
+            from tidelog.spark.broker_tail import BrokerPartitions
+
+            self.broker = BrokerPartitions(ropts.bootstrap, parsed)
+        existing = set(self.tips) if self.broker is None else self.broker.existing
         o.check_named_partitions(parsed, existing)
         self.partitions = parsed.subscription.select(sorted(existing))
         self.segments: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
         self.bounds: dict[TopicPartition, PartitionBounds] = {}
+        self.boundary: dict[TopicPartition, int] = {}
         if load_metadata:
             for tp in self.partitions:
                 self._load(tp)
+            if self.broker is not None:
+                self.bounds = self.broker.bounds([tp for tp in self.partitions if tp in existing])
+                self.boundary = {tp: min(self.boundary[tp], b.end_offset) for tp, b in self.bounds.items()}
 
     def _load(self, tp: TopicPartition) -> None:
         from tidelog.remote.errors import RemoteStorageError
         from tidelog.remote.metadata_log import RemotePartitionMetadata
 
+        if tp not in self.tips:  # on the broker only: no remote data
+            self.segments[tp], self.boundary[tp] = [], 0
+            return
         try:
             metadata = RemotePartitionMetadata.load(self.store, self.tips[tp])
-        except RemoteStorageError as e:
+        except RemoteStorageError as e:  # a metadata version this reader does not know too
             raise RemoteReadError(f"Cannot plan the read of {tp} from the remote tier at {self.store.uri}: "
                                   f"{e}") from e
         finished = self.segments[tp] = metadata.finished_segments()
         start = finished[0].start_offset if finished else 0
-        self.bounds[tp] = PartitionBounds(tp, start, metadata.highest_offset() + 1)
+        self.boundary[tp] = metadata.highest_offset() + 1
+        self.bounds[tp] = PartitionBounds(tp, start, self.boundary[tp])
 
     def resolve(self, spec: o.OffsetSpec, *, starting: bool) -> dict[TopicPartition, int]:
-        """``spec`` as offsets of the subscribed partitions (timestamps searched in the store)."""
+        """``spec`` as offsets of the subscribed partitions (timestamps searched in the store, or
+        by the broker's ListOffsets with a broker)."""
+        if self.broker is not None:
+            from tidelog.spark.broker_tail import BrokerView
+
+            views = {tp: BrokerView(self.broker, tp) for tp in self.bounds}
+            return resolve(spec, self.bounds, views, starting=starting,  # type: ignore[arg-type]
+                           no_match_strategy=self.ropts.parsed.no_match_strategy)
         with tempfile.TemporaryDirectory(prefix="tidelog-remote-plan-") as tmp:
             views = {tp: _RemoteView(self.store, self.segments[tp], Path(tmp) / str(tp)) for tp in self.partitions}
             return resolve(spec, self.bounds, views, starting=starting,
@@ -264,9 +300,19 @@ class RemotePlan:
         """``ranges`` split as Kafka splits them, each piece with the segments it overlaps."""
         parsed = self.ropts.parsed
         split = split_ranges(ranges, parsed.min_partitions, parsed.max_records_per_partition)
-        return [RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
-                                  _overlapping(self.segments.get(r.topic_partition, []), r.start, r.end))
-                for r in split]
+        out = []
+        for r in split:
+            tp = r.topic_partition
+            tip = self.tips.get(tp)
+            if self.broker is None:
+                out.append(RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
+                                             _overlapping(self.segments.get(tp, []), r.start, r.end)))
+                continue
+            boundary = self.boundary.get(tp, 0)
+            out.append(RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
+                                         _overlapping(self.segments.get(tp, []), r.start, min(r.end, boundary)),
+                                         boundary, tip.topic_id if tip is not None else ""))
+        return out
 
 
 def _check_not_a_data_dir(uri: str) -> None:
@@ -372,17 +418,72 @@ def _alive(pid: int) -> bool:
 
 def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: RemoteStore | None = None,
                       cache: RemoteIndexCache | None = None) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``r``'s records, segment by segment (executor side). A segment whose
-    object vanished since planning is looked up again in the partition's metadata: when other
-    FINISHED segments now hold its offsets (a compaction swapped it), they are read instead;
-    otherwise the offsets are lost (``failOnDataLoss``). ``store``/``cache`` replace this
-    process's own (tests count requests this way)."""
+    """Arrow batches of ``r``'s records (executor side): from the store, segment by segment, and
+    with a broker (``r.boundary`` set) the offsets from the boundary on through Fetch
+    (:func:`tidelog.spark.broker_tail.read_tail`). ``store``/``cache`` replace this process's own
+    (tests count requests this way)."""
     if store is None or cache is None:
         store, cache = _executor_store(ropts)
-    for segment in r.segments:
-        lo, hi = max(r.start, segment.start_offset), min(r.end, segment.end_offset + 1)
+    if r.boundary is None:
+        yield from _store_rows(ropts, store, cache, r.segments, r.start, r.end)
+        return
+    from tidelog.spark.broker_tail import executor_client, read_tail
+
+    client = executor_client(ropts.bootstrap)
+    tp = r.topic_partition
+
+    def store_read(lo: int, hi: int) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+        return _store_now(ropts, store, cache, tp, r.topic_id, lo, hi)
+
+    split = min(r.end, r.boundary)
+    first = r.segments[0].start_offset if r.segments else split
+    if r.start < min(first, split):  # below the first tiered segment: the broker's to serve or refuse
+        yield from read_tail(ropts.parsed, client, tp, r.start, min(first, split), store_read)
+    if max(r.start, first) < split:
+        yield from _store_rows(ropts, store, cache, r.segments, max(r.start, first), split)
+    if max(r.start, r.boundary) < r.end:
+        yield from read_tail(ropts.parsed, client, tp, max(r.start, r.boundary), r.end, store_read)
+
+
+def _store_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
+                segments: tuple[RemoteLogSegmentMetadata, ...], start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Rows of ``[start, end)`` from ``segments``. A segment whose object vanished since planning
+    is looked up again in the partition's metadata: when other FINISHED segments now hold its
+    offsets (a compaction swapped it), they are read instead; otherwise the offsets are lost
+    (``failOnDataLoss``)."""
+    for segment in segments:
+        lo, hi = max(start, segment.start_offset), min(end, segment.end_offset + 1)
         if lo < hi:
             yield from _segment_or_replacement(ropts, store, cache, segment, lo, hi)
+
+
+def _store_now(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
+               topic_id: str, lo: int, hi: int) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+    """What the remote tier holds now from ``lo`` (a range tiered since planning): None when no
+    FINISHED segment holds ``lo``, else the end of what it holds below ``hi`` and its rows. One
+    metadata load (plus one LIST of the store when the partition had no remote data at planning)."""
+    from tidelog.remote.errors import RemoteStorageError
+    from tidelog.remote.metadata import TopicIdPartition
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+    from tidelog.remote.verify import list_partitions
+
+    try:
+        if topic_id:
+            tip: TopicIdPartition | None = TopicIdPartition(topic_id, tp)
+        else:
+            found, strays = list_partitions(store, tp.topic)
+            tip = _one_topic_id_each(_not_being_deleted(found, strays)).get(tp)
+        if tip is None:
+            return None
+        metadata = RemotePartitionMetadata.load(store, tip)
+    except RemoteStorageError as e:
+        raise RemoteReadError(f"Cannot fetch offsets [{lo}, {hi}) of {tp} from the remote tier at {store.uri} "
+                              f"(tiered since planning): loading the partition's remote metadata failed: {e}") from e
+    segments = metadata.finished_segments()
+    if not segments or segments[0].start_offset > lo or metadata.highest_offset() < lo:
+        return None
+    end = min(hi, metadata.highest_offset() + 1)
+    return end, _store_rows(ropts, store, cache, _overlapping(segments, lo, end), lo, end)
 
 
 def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,

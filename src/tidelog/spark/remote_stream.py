@@ -2,16 +2,24 @@
 the remote tier, straight from the store (see :mod:`tidelog.spark.remote_source` for the options,
 the planning and the executors' reads).
 
-The latest offsets are the ends of the FINISHED remote segments: a batch appears as segments are
-tiered. The driver reloads the store's partitions and remote metadata (one LIST of the store, then
-one LIST plus the new metadata objects per partition) at most once per :data:`REFRESH_MS`, however
-often Spark polls. Offsets are Kafka's ``{"topic":{"partition":next offset}}`` in canonical order,
-so a checkpoint restarts where it stopped; a replayed batch reads the same offsets (the remote tier
-is immutable but for compaction, whose swaps keep every surviving record at its offset).
-``maxOffsetsPerTrigger`` is Spark 4.2's ``ReadMaxRows``, split as Kafka splits it;
-``Trigger.AvailableNow`` drains to the ends seen when it starts. ``minOffsetsPerTrigger`` is
-refused with store paths for now. Partitions that appear later start at their first remote
-offset; offsets gone from the store (remote retention) are data loss under ``failOnDataLoss``.
+Without a broker, the latest offsets are the ends of the FINISHED remote segments: a batch appears
+as segments are tiered. The driver reloads the store's partitions and remote metadata (one LIST of
+the store, then one LIST plus the new metadata objects per partition) at most once per
+:data:`REFRESH_MS`, however often Spark polls.
+
+With ``kafka.bootstrap.servers``, offsets are the broker's: latest is its high watermark (one
+Metadata and two ListOffsets requests at most once per :data:`REFRESH_MS`, the answer reused
+between), and each micro-batch's ranges are split at plan time into a store part (up to the
+highest tiered offset then) and a broker part (:mod:`tidelog.spark.broker_tail`), so the query
+moves across the tier boundary as segments are tiered and deleted locally, each offset read once.
+
+Offsets are Kafka's ``{"topic":{"partition":next offset}}`` in canonical order, so a checkpoint
+restarts where it stopped; a replayed batch reads the same offsets (the remote tier is immutable
+but for compaction, whose swaps keep every surviving record at its offset). Admission
+(``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``/``maxTriggerDelay``, ``Trigger.AvailableNow``)
+is the local stream reader's (:class:`~tidelog.spark.reader.StreamReaderBase`). Partitions that
+appear later start at their earliest offset; offsets gone (remote retention, the broker's log
+start) are data loss under ``failOnDataLoss``.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ class RemoteStreamReader(StreamReaderBase):
         self._planned_ms = 0
         self._latest: PartitionOffsets | None = None
         self._target: PartitionOffsets | None = None
+        self._last_trigger_ms: int | None = None
+        self._broker_ends: tuple[int, PartitionOffsets, PartitionOffsets] | None = None
         o.check_covers(ropts.parsed.starting, self._current().partitions, o.STARTING_OFFSETS)
 
     def __getstate__(self) -> dict[str, object]:
@@ -70,6 +80,7 @@ class RemoteStreamReader(StreamReaderBase):
     def __setstate__(self, state: dict[str, object]) -> None:
         self.ropts = state["ropts"]  # type: ignore[assignment]
         self._clock, self._plan, self._planned_ms, self._latest, self._target = SYSTEM_CLOCK, None, 0, None, None
+        self._last_trigger_ms, self._broker_ends = None, None
 
     def _options(self) -> o.SourceOptions:
         return self.ropts.parsed
@@ -91,9 +102,23 @@ class RemoteStreamReader(StreamReaderBase):
         return canonical(start)
 
     def _ends(self) -> tuple[PartitionOffsets, PartitionOffsets]:
+        if self.ropts.bootstrap:
+            return self._ends_from_broker()
         plan = self._current()
         return ({tp: b.end_offset for tp, b in plan.bounds.items()},
                 {tp: b.log_start_offset for tp, b in plan.bounds.items()})
+
+    def _ends_from_broker(self) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """High watermarks and log starts from the broker, asked at most once per REFRESH_MS."""
+        from tidelog.spark.broker_tail import BrokerPartitions
+
+        now = self._clock.milliseconds()
+        if self._broker_ends is None or now - self._broker_ends[0] >= REFRESH_MS:
+            broker = BrokerPartitions(self.ropts.bootstrap, self.ropts.parsed)
+            bounds = broker.bounds(self.ropts.parsed.subscription.select(sorted(broker.existing)))
+            self._broker_ends = (now, {tp: b.end_offset for tp, b in bounds.items()},
+                                 {tp: b.log_start_offset for tp, b in bounds.items()})
+        return self._broker_ends[1], self._broker_ends[2]
 
     def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
         plan = self._current()
@@ -104,8 +129,9 @@ class RemoteStreamReader(StreamReaderBase):
             bounds = plan.bounds.get(tp)
             first = begin.get(tp, bounds.log_start_offset if bounds else 0)
             if bounds is not None and first < bounds.log_start_offset < stop[tp]:
+                where = "log" if self.ropts.bootstrap else "remote tier"
                 loss(self.ropts.parsed, f"Cannot fetch offsets [{first}, {bounds.log_start_offset}) of {tp}: the "
-                                        f"remote tier now starts at {bounds.log_start_offset}.")
+                                        f"{where} now starts at {bounds.log_start_offset}.")
                 first = bounds.log_start_offset
             if stop[tp] < first:
                 loss(self.ropts.parsed, f"Partition {tp}'s offset was changed from {first} to {stop[tp]}.")

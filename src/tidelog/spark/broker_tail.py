@@ -1,0 +1,239 @@
+"""The part of a read not yet tiered, through the broker's Fetch API, for reads of a store path
+given ``kafka.bootstrap.servers`` (:mod:`tidelog.spark.remote_source`).
+
+* **driver** (:class:`BrokerPartitions`): the partitions are the broker's (Metadata), earliest is
+  the broker's log start offset (ListOffsets -2: ``delete-records`` and retention move it, the
+  first remote segment does not), latest its high watermark (ListOffsets -1); timestamps are
+  resolved by the broker's ListOffsets (which searches both tiers). The remote/broker boundary of
+  each partition is its highest tiered offset + 1, from the remote metadata (the caller's).
+* **executors** (:func:`read_tail`): Fetch requests (8 MiB, read_uncommitted) from the offset
+  asked for; the raw batches are turned into rows by the local reader's
+  :func:`~tidelog.spark.arrow_rows.record_batches` (the one row builder), keeping offsets in
+  ``[lo, hi)`` (Fetch returns whole batches, compaction leaves gaps). A response ending in a
+  partial batch is read up to its last whole batch.
+
+**The boundary moving.** When a range planned for the broker has been tiered and deleted
+locally since planning, the broker answers ``OFFSET_MOVED_TO_TIERED_STORAGE`` (a broker that
+does not serve the remote tier to consumers) or, from tidelog's broker, serves it from the
+remote tier itself, or answers empty when its remote read took longer than
+``remote.fetch.max.wait.ms``. The first and the last make the task reload the partition's remote
+metadata and read what the store now holds from the store (``store_read``), then go on with the
+broker: every offset is read once, from one tier.
+
+**Faults.** A broker that does not answer, or answers with a retriable error, is asked again
+for up to :data:`RETRY_MS`, then the task fails with :class:`BrokerReadError` naming the
+partition, the offset range and the broker. Offsets below the log start (``OFFSET_OUT_OF_RANGE``)
+and a partition gone are data loss under ``failOnDataLoss``, as in Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
+from tidelog.spark import broker_client as bc
+from tidelog.spark import options as o
+from tidelog.spark.arrow_rows import record_batches
+from tidelog.storage.log_view import PartitionBounds
+from tidelog.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    _Step = tuple[Iterator[pa.RecordBatch], int] | None
+
+log = logging.getLogger(__name__)
+
+FETCH_BYTES = 8 << 20
+"""Bytes of records asked for per Fetch (the broker may send less, or one larger batch)."""
+RETRY_MS = 30_000
+"""How long a task keeps asking a broker that does not answer or answers a retriable error."""
+BACKOFF_MS = 100
+"""The wait between two tries (doubled up to 1 s)."""
+
+StoreRead = Callable[[int, int], "tuple[int, Iterator[pa.RecordBatch]] | None"]
+"""``store_read(lo, hi)``: None when the remote tier does not hold ``lo``, else the end of what it
+holds in ``[lo, hi)`` and the rows of ``[lo, that end)`` read from the store."""
+
+_CLIENTS: dict[str, bc.BrokerClient] = {}  # per executor process: connections kept across tasks
+
+
+class BrokerReadError(RuntimeError):
+    """The broker part of a read failed (no answer, an error code that is not data loss); the
+    message names the partition, the offset range and the broker."""
+
+
+def executor_client(bootstrap: str) -> bc.BrokerClient:
+    """This process's client of ``bootstrap`` (reused by later tasks of a reused worker)."""
+    client = _CLIENTS.get(bootstrap)
+    if client is None:
+        client = _CLIENTS[bootstrap] = bc.BrokerClient(bootstrap)
+    return client
+
+
+# --- driver ---------------------------------------------------------------------------------
+
+class BrokerPartitions:
+    """The subscribed topics' partitions as the broker has them, their bounds and timestamp
+    searches (driver side; each call one short-lived connection)."""
+
+    def __init__(self, bootstrap: str, parsed: o.SourceOptions) -> None:
+        self.bootstrap = bootstrap
+        sub = parsed.subscription
+        topics = (None if sub.kind == o.SUBSCRIBE_PATTERN else
+                  sorted(set(sub.topics) if sub.kind == o.SUBSCRIBE else {tp.topic for tp in sub.assigned}))
+        found = self._ask("read the topics' metadata", lambda c: c.metadata(topics))
+        self.existing = {TopicPartition(t, p) for t, ps in found.items() for p in ps}
+
+    def bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionBounds]:
+        """Per partition: the broker's log start offset and high watermark (two ListOffsets)."""
+        if not partitions:
+            return {}
+
+        def ask(c: bc.BrokerClient) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+            return (c.list_offsets({tp: bc.EARLIEST_TIMESTAMP for tp in partitions}),
+                    c.list_offsets({tp: bc.LATEST_TIMESTAMP for tp in partitions}))
+
+        earliest, latest = self._ask("list the partitions' offsets", ask)
+        return {tp: PartitionBounds(tp, earliest[tp], latest[tp]) for tp in partitions}
+
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
+        """ListOffsets by time of ``tp`` (both tiers, searched by the broker); None: no match."""
+        found = self._ask(f"find the offset of {tp} for timestamp {timestamp}",
+                          lambda c: c.list_offsets({tp: timestamp}))[tp]
+        return None if found < 0 else found
+
+    def _ask(self, what: str, call):  # type: ignore[no-untyped-def]
+        try:
+            with bc.BrokerClient(self.bootstrap) as client:
+                return call(client)
+        except (bc.BrokerUnreachable, bc.BrokerReplyError) as e:
+            raise BrokerReadError(f"Cannot {what} from the broker at {self.bootstrap} (option "
+                                  f"'kafka.bootstrap.servers'): {e}") from e
+
+
+class BrokerView:
+    """One partition's timestamp search through the broker (for :func:`~tidelog.spark.ranges.resolve`)."""
+
+    def __init__(self, broker: BrokerPartitions, tp: TopicPartition) -> None:
+        self.broker, self.tp = broker, tp
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        return self.broker.offset_for_timestamp(self.tp, timestamp)
+
+
+# --- executors ------------------------------------------------------------------------------
+
+def read_tail(parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartition, lo: int, hi: int,
+              store_read: StoreRead, clock: Clock = SYSTEM_CLOCK) -> Iterator[pa.RecordBatch]:
+    """Rows of offsets ``[lo, hi)`` of ``tp`` through Fetch (see the module doc)."""
+    reader = _TailRead(parsed, client, tp, hi, store_read, clock)
+    offset = lo
+    while offset < hi:
+        step = reader.step(offset)
+        if step is None:
+            return  # the rest is lost and failOnDataLoss is false
+        rows, offset = step
+        yield from rows
+
+
+_NOTHING: tuple = ()
+
+
+class _TailRead:
+    """One :func:`read_tail` call's retries and error handling. Each step gives the rows it read
+    and the offset to go on from (the same one after a wait), or None when the rest is lost."""
+
+    def __init__(self, parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartition, hi: int,
+                 store_read: StoreRead, clock: Clock) -> None:
+        self.parsed, self.client, self.tp, self.hi, self.store_read, self.clock = parsed, client, tp, hi, store_read, clock
+        self.failing_since: int | None = None
+        self.backoff = BACKOFF_MS
+
+    def where(self, offset: int) -> str:
+        return f"offsets [{offset}, {self.hi}) of {self.tp} from the broker at {self.client.bootstrap}"
+
+    def step(self, offset: int) -> _Step:
+        try:
+            got = self.client.fetch(self.tp, offset, FETCH_BYTES)
+        except bc.BrokerUnreachable as e:
+            return self.retry(offset, str(e))
+        if got.error == bc.NONE:
+            return self.records(offset, got)
+        if got.error == bc.OFFSET_MOVED_TO_TIERED_STORAGE:
+            return self.from_store(offset, "the broker answered OFFSET_MOVED_TO_TIERED_STORAGE")
+        if got.error == bc.OFFSET_OUT_OF_RANGE:
+            return self.out_of_range(offset)
+        if got.error in bc.RETRIABLE or got.error == bc.UNKNOWN_TOPIC_OR_PARTITION:
+            self.client.forget_leaders()
+            if got.error == bc.UNKNOWN_TOPIC_OR_PARTITION and self.gone():
+                return self.lost(offset, self.hi, "the partition does not exist any more")
+            return self.retry(offset, bc.error_name(got.error))
+        raise BrokerReadError(f"Cannot fetch {self.where(offset)}: {bc.error_name(got.error)}")
+
+    def records(self, offset: int, got: bc.PartitionFetched) -> _Step:
+        from tidelog.records.scan import walk_batch_headers
+
+        walk = walk_batch_headers(got.records)
+        last = walk.batches["last_offset"]
+        if len(last) == 0:
+            if offset >= got.high_watermark:
+                return self.lost(offset, self.hi, f"the log now ends at {got.high_watermark}")
+            return self.from_store(offset, "the broker answered no records below its high watermark", retry=True)
+        self.failing_since, self.backoff = None, BACKOFF_MS
+        rows = record_batches(got.records[:walk.end_position], self.tp.topic, self.tp.partition, offset, self.hi,
+                              include_headers=self.parsed.include_headers)
+        return rows, int(last[-1]) + 1
+
+    def from_store(self, offset: int, why: str, retry: bool = False) -> _Step:
+        """What the store now holds from ``offset``; else wait and ask the broker again
+        (``retry``) or fail."""
+        found = self.store_read(offset, self.hi)
+        if found is not None:
+            end, rows = found
+            return rows, end
+        if not retry:
+            raise BrokerReadError(f"Cannot fetch {self.where(offset)}: {why}, and the remote tier does "
+                                  f"not hold offset {offset}")
+        return self.retry(offset, why)
+
+    def out_of_range(self, offset: int) -> _Step:
+        try:
+            earliest = self.client.list_offsets({self.tp: bc.EARLIEST_TIMESTAMP})[self.tp]
+            latest = self.client.list_offsets({self.tp: bc.LATEST_TIMESTAMP})[self.tp]
+        except bc.BrokerUnreachable as e:
+            return self.retry(offset, str(e))
+        except bc.BrokerReplyError as e:
+            raise BrokerReadError(f"Cannot fetch {self.where(offset)}: OFFSET_OUT_OF_RANGE, then {e}") from e
+        if offset < earliest:
+            self.lost(offset, min(earliest, self.hi), f"the log start offset is now {earliest}")
+            return (iter(_NOTHING), earliest) if earliest < self.hi else None
+        if offset >= latest:
+            return self.lost(offset, self.hi, f"the log now ends at {latest}")
+        return self.retry(offset, "OFFSET_OUT_OF_RANGE within the log's bounds")
+
+    def gone(self) -> bool:
+        try:
+            return self.tp.partition not in self.client.metadata([self.tp.topic]).get(self.tp.topic, [])
+        except (bc.BrokerUnreachable, bc.BrokerReplyError):
+            return False
+
+    def lost(self, lo: int, hi: int, why: str) -> None:
+        from tidelog.spark.reader import loss
+
+        loss(self.parsed, f"Cannot fetch offsets [{lo}, {hi}) of {self.tp}: {why}.")
+        return None
+
+    def retry(self, offset: int, why: str) -> _Step:
+        """Wait and ask again, unless the broker has been failing for :data:`RETRY_MS`."""
+        now = self.clock.milliseconds()
+        if self.failing_since is None:
+            self.failing_since = now
+        elif now - self.failing_since >= RETRY_MS:
+            raise BrokerReadError(f"Cannot fetch {self.where(offset)}: {why} (asked again for "
+                                  f"{RETRY_MS // 1000} s)")
+        self.clock.sleep(self.backoff)
+        self.backoff = min(self.backoff * 2, 1000)
+        return iter(_NOTHING), offset
