@@ -150,7 +150,7 @@ def _complete_pending(manager: LogManager, dirs: list[str], clock: Clock) -> Non
         keep = {job["id"] for job in pending}
     else:
         keep = set()
-    reclaim_staging(roots, keep)
+    reclaim_staging(roots, keep, clock.milliseconds())
 
 
 def holds(pending: Sequence[dict[str, Any]]) -> dict[TopicPartition, str]:
@@ -228,11 +228,20 @@ class Committer:
         entry = {"id": job.key, "state": INTENT, "commit_time": self.clock.milliseconds(),
                  "staging": job.staging_root, "query": job.query, "batch": job.batch,
                  "partitions": [{"topic": t, "partition": p,
-                                 "start": self.manager.offsets(TopicPartition(t, p)).log_end_offset,
+                                 "start": self.start_offset(TopicPartition(t, p)),
                                  "batches": refs} for (t, p), refs in sorted(parts.items())]}
         self.commits.add(entry)
         self.commits.write()
         return entry
+
+    def start_offset(self, tp: TopicPartition) -> int:
+        """Where the job's records of ``tp`` will start: its log end now (a live broker's
+        committer fences the log first, :mod:`.live_commit`)."""
+        return self.manager.offsets(tp).log_end_offset
+
+    def append(self, tp: TopicPartition, data: bytearray) -> None:
+        """Append one of the job's batches to ``tp`` (also when its pending job holds it)."""
+        self.manager.staged_holds.committing_append(tp, data)
 
     def publish(self, entry: dict[str, Any]) -> dict[str, tuple[int, int]]:
         """Step 3 for every partition of the intent, partitions in parallel (appends validate in
@@ -253,7 +262,7 @@ class Committer:
             data = staged.read(file, ref)
             if ref.stamp_at_commit:
                 stamp(data, int(entry["commit_time"]))
-            self.manager.staged_holds.committing_append(tp, data)
+            self.append(tp, data)
         target.flush()
         return start, start + sum(ref.records for ref in refs)  # the job's batches are contiguous from start
 

@@ -13,7 +13,8 @@ A response frame: ``int32 size``, ``int32 correlation_id``, tagged fields (heade
 response version is flexible; never for ApiVersions, so a client can read the error of any
 version), then the body.
 
-:data:`SUPPORTED_APIS` is what ApiVersions advertises and nothing else is decoded: an unknown
+:data:`SUPPORTED_APIS` is what ApiVersions advertises and, with tidelog's own unadvertised APIs
+(:data:`TIDELOG_APIS`, :mod:`.staged_writes`), nothing else is decoded: an unknown
 key or a version outside its range raises :class:`UnsupportedRequestError` (Kafka closes the
 connection then), except ApiVersions, whose unsupported versions are answered (KIP-511). Bytes
 that do not parse raise :class:`MalformedRequestError`.
@@ -99,6 +100,7 @@ from kafka.protocol.sasl import (
 )
 
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+from tidelog.server.staged_api import MESSAGES as STAGED_MESSAGES
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
 DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 32, 33, 35, 37
@@ -157,6 +159,11 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(INIT_PRODUCER_ID, 0, 5, InitProducerIdRequest, InitProducerIdResponse),
 )}
 
+# tidelog's own APIs (jobs staged through the broker, server.staged_writes): decoded, never
+# advertised in ApiVersions (SUPPORTED_APIS is what ApiVersions lists).
+TIDELOG_APIS: dict[int, ApiSpec] = {key: ApiSpec(key, 0, 0, request, response)
+                                    for key, (request, response) in STAGED_MESSAGES.items()}
+
 _HEAD = struct.Struct(">hhi")
 
 
@@ -172,7 +179,7 @@ class Request:
 
     @property
     def spec(self) -> ApiSpec:
-        return SUPPORTED_APIS[self.api_key]
+        return SUPPORTED_APIS.get(self.api_key) or TIDELOG_APIS[self.api_key]
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -190,7 +197,7 @@ def decode_request(frame: bytes) -> Request:
     :class:`MalformedRequestError` when the bytes do not parse.
     """
     api_key, version, correlation_id = peek_header(frame)
-    spec = SUPPORTED_APIS.get(api_key)
+    spec = SUPPORTED_APIS.get(api_key) or TIDELOG_APIS.get(api_key)
     if spec is None:
         raise UnsupportedRequestError(f"unknown or unsupported API key {api_key}", api_key=api_key,
                                       correlation_id=correlation_id)

@@ -31,6 +31,8 @@ from tidelog.server.metadata import handle_metadata
 from tidelog.server.partitions import handle_create_partitions, handle_delete_records
 from tidelog.server.produce import handle_produce
 from tidelog.server.security.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from tidelog.server.staged_api import ABORT_STAGED_JOB, COMMIT_STAGED_JOB, STAGE_BATCHES
+from tidelog.server.staged_writes import handle_abort_staged_job, handle_commit_staged_job, handle_stage_batches
 from tidelog.server.topics import handle_create_topics, handle_delete_topics
 
 Handler = Callable[[ApiContext, ConnectionInfo, Request], Awaitable[Any]]
@@ -62,6 +64,10 @@ HANDLERS: dict[int, Handler] = {
     codec.SASL_HANDSHAKE: handle_sasl_handshake,
     codec.SASL_AUTHENTICATE: handle_sasl_authenticate,
     codec.INIT_PRODUCER_ID: handle_init_producer_id,
+    # tidelog's own, never advertised (server.staged_writes)
+    STAGE_BATCHES: handle_stage_batches,
+    COMMIT_STAGED_JOB: handle_commit_staged_job,
+    ABORT_STAGED_JOB: handle_abort_staged_job,
 }
 
 

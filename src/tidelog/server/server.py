@@ -49,6 +49,7 @@ from tidelog.server.groups.service import GroupsContext, GroupService
 from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.security.credentials import CredentialsFile, credentials_path
 from tidelog.server.security.sasl import SaslAuthenticator, SaslSettings
+from tidelog.server import staged_writes
 from tidelog.storage.metadata import read_meta_properties
 
 log = logging.getLogger(__name__)
@@ -96,10 +97,13 @@ class KafkaServer:
         try:
             self._prepare_security()
             self._groups = await GroupService.start(context)
+            staged_writes.attach(self._manager)  # jobs staged through this broker: their reclaim is scheduled
             self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
                                           context.arrivals, self.decompression_memory, self._groups)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
+            staged_writes.write_address(self._manager, self.bound, {
+                e.listener_name: self._config.security_for(e.listener_name).protocol for e in self._config.listeners})
         except BaseException:
             await self.stop()
             raise
@@ -202,6 +206,8 @@ class KafkaServer:
     async def stop(self) -> None:
         """Stop accepting, close every connection (requests in flight are abandoned after their
         file call returns), and shut the thread pool down. Idempotent."""
+        if self._servers:
+            staged_writes.remove_address(self._manager)
         for server in self._servers:
             server.close()
         for task in list(self._connections):

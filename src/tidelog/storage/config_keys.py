@@ -24,7 +24,8 @@ naming the replacement, at topic and broker level alike. Unknown topic keys are 
 tidelog-only broker keys (a Kafka broker only warns about them):
 ``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites),
 ``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine),
-``tidelog.produce.decompression.memory.bytes``, and ``remote.log.storage.uri`` (the remote store's
+``tidelog.produce.decompression.memory.bytes``, ``tidelog.spark.staging.lease.ms`` (the time lease
+of a Spark job's staging dir staged through the broker), and ``remote.log.storage.uri`` (the remote store's
 location, named as the tiered-storage keys are; Kafka names a RemoteStorageManager class instead).
 
 Tiered storage: the broker keys are Kafka's ``RemoteLogManagerConfig`` ones with 4.x defaults;
@@ -327,6 +328,10 @@ _BROKER_KEYS = (
          "tidelog only: decompressed records Produce validation may hold at once, over every connection. "
          "A compressed batch reserves what max.message.bytes allows it uncompressed (at most all of this) "
          "before it is decompressed; beyond it, produces of compressed batches wait their turn. At least 1 MiB."),
+    _key("tidelog.spark.staging.lease.ms", _LONG, 1800000, at_least(1),
+         "tidelog only: how long a Spark job staged through this broker (format(\"tidelog\") with "
+         "kafka.bootstrap.servers) keeps its staging dir without staging anything more; an expired dir "
+         "that no pending commit needs is deleted (periodically, and at start-up)."),
     # the group coordinator's keys (tidelog.server.groups)
     _key("group.initial.rebalance.delay.ms", _INT, 3000, at_least(0),
          "How long the first rebalance of an empty group waits for more members to join."),

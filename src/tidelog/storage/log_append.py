@@ -86,6 +86,12 @@ class AppendPath:
     _append_produced: ProducedBatchAppend | None
     _append_crc_checked: ProducedBatchAppend | None
     _tail_rules: tuple[int, bool, int, int]
+    # Set by an upper layer under the lock (a staged commit on a live broker): while not None,
+    # every append raises it, checked under the lock on each path; the one attribute test is the
+    # only cost on the leader's common path. The fence's owner appends with the lock held and the
+    # fence lifted for the call, so nothing else lands between its reading of the log end and its
+    # own batches.
+    append_fence: BaseException | None
 
     if TYPE_CHECKING:  # Log's, called from here
         def roll(self, expected_next_offset: int | None = None) -> LogSegment: ...
@@ -148,7 +154,8 @@ class AppendPath:
                 lock.acquire()
                 try:
                     segment = self._segments.last
-                    if self._append_produced is not None and not self._closed and segment is not None:
+                    if (self._append_produced is not None and not self._closed and segment is not None
+                            and self.append_fence is None):
                         first = self._log_end_offset
                         status, delta, max_timestamp = append(records, segment.append_state.array, now, first,
                                                               leader_epoch)
@@ -210,7 +217,7 @@ class AppendPath:
         size = len(records)
         with self._lock:
             segment = self._segments.last
-            if (rules is not self._leader_rules or self._closed or segment is None
+            if (rules is not self._leader_rules or self._closed or segment is None or self.append_fence is not None
                     or (producer is not None and not self.producer_state.continues_in_sequence(*producer, delta))):
                 return None
             first = self._log_end_offset
@@ -267,6 +274,8 @@ class AppendPath:
             return self._empty_append_info(analyzed.source_compression)
         with self._lock:
             self._ensure_open()
+            if self.append_fence is not None:
+                raise self.append_fence
             # Producer state step 1: epoch, sequence and duplicate checks (nothing changes yet).
             producer_batches = self.producer_state.check_leader_append(analyzed.batches, self._log_end_offset, origin)
             if isinstance(producer_batches, BatchMetadata):
@@ -294,6 +303,8 @@ class AppendPath:
         check_offsets_in_order(analyzed)
         with self._lock:
             self._ensure_open()
+            if self.append_fence is not None:
+                raise self.append_fence
             if analyzed.first_offset < self._log_end_offset:
                 raise UnexpectedAppendOffsetError(
                     f"append starting at offset {analyzed.first_offset} is below the log end offset {self._log_end_offset}",

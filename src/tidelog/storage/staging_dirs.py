@@ -17,6 +17,11 @@ namespace (containers sharing a hostname number their processes apart: a live dr
 may be unused, or another process's, here), a lease without them, or a dir without one, is
 kept: this process cannot tell whether its owner lives.
 
+A job staged *through a broker* (:mod:`tidelog.manager.live_commit`) has no local owner process:
+its lease is a time lease instead (``expires``, in ms of the broker's clock, pid 0), moved forward
+by every chunk the job stages, and the dir is reclaimed once that time has passed (by the broker's
+periodic reclaim, and at open), unless an intent needs it.
+
 A job dir is taken over by a driver that stages into it under another lease (a streaming query
 restarted from its checkpoint reuses its batch's key): :func:`ensure_job_dir` replaces the lease
 atomically. So a reclaim never deletes files a live driver wrote: it renames the dir to
@@ -62,6 +67,7 @@ class Lease:
     start: int | None
     boot: str | None = None
     pidns: int | None = None
+    expires: int | None = None  # a time lease (a job staged through a broker): dead from this ms on
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -72,12 +78,16 @@ class Lease:
         return cls(str(content["host"]), int(content["pid"]),
                    None if content.get("start") is None else int(content["start"]),
                    None if content.get("boot") is None else str(content["boot"]),
-                   None if content.get("pidns") is None else int(content["pidns"]))
+                   None if content.get("pidns") is None else int(content["pidns"]),
+                   None if content.get("expires") is None else int(content["expires"]))
 
-    def owner_is_dead(self) -> bool:
+    def owner_is_dead(self, now_ms: int | None = None) -> bool:
         """True only when the owner certainly no longer runs: same host, same kernel boot and pid
         namespace (containers sharing a hostname each number their processes apart), and its
-        pid gone or reused. A lease naming no boot or namespace is of an unknown owner."""
+        pid gone or reused. A lease naming no boot or namespace is of an unknown owner. A time
+        lease is dead once ``now_ms`` (None: not known, never dead) reaches its ``expires``."""
+        if self.expires is not None:
+            return now_ms is not None and now_ms >= self.expires
         if self.host != socket.gethostname() or self.start is None or self.boot is None or self.pidns is None:
             return False
         if self.boot != boot_id() or self.pidns != pid_namespace():
@@ -271,9 +281,10 @@ def candidates(root: Path) -> Iterable[tuple[str, Path]]:
             yield entry.name, entry
 
 
-def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
+def reclaim_staging(roots: Iterable[str | Path], keep: set[str], now_ms: int | None = None) -> list[Path]:
     """Delete the staging dirs under ``roots`` whose owner is dead (see the module doc), except
-    those of the job keys in ``keep``; the dirs deleted."""
+    those of the job keys in ``keep``; the dirs deleted. ``now_ms``: the clock time time leases
+    are checked against (None: none expires)."""
     removed: list[Path] = []
     for root in {Path(r) for r in roots}:
         for key, path in candidates(root):
@@ -289,15 +300,19 @@ def reclaim_staging(roots: Iterable[str | Path], keep: set[str]) -> list[Path]:
             if lease is None:
                 log.info("staging dir %s has no owner lease (an older tidelog, or not a staging dir): kept", path)
                 continue
-            if not lease.owner_is_dead():
+            if not lease.owner_is_dead(now_ms):
                 continue
             # a job dir may be taken over by a live driver (ensure_job_dir); scratch dirs never are
             if not (_delete(path, path) if path.name.startswith((CREATING_PREFIX, RECLAIMING_PREFIX))
                     else _reclaim(path, lease)):
                 continue
             removed.append(path)
-            log.warning("deleted the staging dir %s: its job's owner (pid %d on %s) is dead and no pending "
-                        "commit needs it", path, lease.pid, lease.host)
+            if lease.expires is not None:
+                log.warning("deleted the staging dir %s: its job staged nothing through the broker since its lease "
+                            "expired (at %d ms) and no pending commit needs it", path, lease.expires)
+            else:
+                log.warning("deleted the staging dir %s: its job's owner (pid %d on %s) is dead and no pending "
+                            "commit needs it", path, lease.pid, lease.host)
             if path.parent != root:
                 try:
                     fileops.rmdir(path.parent)

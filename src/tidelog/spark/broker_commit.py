@@ -1,0 +1,290 @@
+"""The sink's side of jobs staged through a live ``tidelog serve`` (the broker's side:
+:mod:`tidelog.server.staged_writes`, :mod:`tidelog.manager.live_commit`).
+
+Executors send each task's producer batches to the broker in chunks (:class:`BrokerStagedFile`,
+``StageBatches``), encoded exactly as for a local staging dir (:mod:`tidelog.spark.staging`);
+the driver then asks the broker to commit the job (:func:`commit_through_broker`,
+``CommitStagedJob``) or to abort it (:func:`abort_through_broker`). Executors need to reach the
+broker only, as Spark's Kafka sink does; nothing here touches a disk.
+
+**Which broker**: ``kafka.bootstrap.servers`` (the first address that accepts a connection), or,
+when ``path`` names a data dir owned by a running ``tidelog serve``, the PLAINTEXT listener it
+left in :data:`~tidelog.server.staged_api.SERVE_ADDRESS_FILE` (:func:`serve_address`). Plain
+connections only: a broker reachable only over TLS or SASL needs a PLAINTEXT listener for the sink.
+
+**Retries**: a commit or abort whose connection breaks (a broker restarting completes the intent
+at start-up, before it listens) is sent again on a new connection until
+:data:`RETRY_TIMEOUT_S`; the commit is idempotent by job key (``already committed``). A broker
+that accepts a connection and closes it on the request twice in a row, with no answer, is taken
+for a Kafka broker (Kafka closes the connection on an API key it does not know): the error says
+the broker at that address is not tidelog serve.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tidelog.errors import InvalidRequestError, LogDirLockedError, StorageError, TidelogError
+from tidelog.manager.staged_commit import CommitOutcome
+from tidelog.server.staged_api import (
+    SERVE_ADDRESS_FILE,
+    AbortStagedJobRequest,
+    AbortStagedJobResponse,
+    CommitStagedJobRequest,
+    CommitStagedJobResponse,
+    StageBatchesRequest,
+    StageBatchesResponse,
+)
+from tidelog.storage.commit_log import StagedBatch
+from tidelog.storage.lock import LogDirLock
+
+CHUNK_BYTES = 4 << 20  # a StageBatches request's data: far below socket.request.max.bytes (100 MiB)
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 300.0  # a commit of a large job appends and fsyncs every batch before answering
+RETRY_TIMEOUT_S = 120.0  # how long a commit or abort keeps trying while the broker restarts
+_SIZE = struct.Struct(">i")
+
+
+class BrokerUnreachableError(TidelogError, ConnectionError):
+    """No address of ``kafka.bootstrap.servers`` accepts a connection."""
+
+
+class NotTidelogError(TidelogError):
+    """The broker answered Kafka's protocol but closed the connection on tidelog's own APIs."""
+
+
+class BrokerRefusedError(StorageError):
+    """The broker answered a staged-write request with an error."""
+
+
+def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` (IPv6 hosts in brackets); ConfigError-like InvalidRequestError naming the bad entry."""
+    found = []
+    for entry in (part.strip() for part in servers.split(",")):
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidRequestError(f"kafka.bootstrap.servers entry {entry!r} is not host:port")
+        found.append((host.strip("[]"), int(port)))
+    if not found:
+        raise InvalidRequestError("kafka.bootstrap.servers is empty: give host:port of a running tidelog serve")
+    return found
+
+
+def serve_address(log_dirs: Sequence[str]) -> str | None:
+    """``host:port`` of the PLAINTEXT listener of the ``tidelog serve`` that owns ``log_dirs``
+    (its ``.lock`` held, its address file there); None when no process owns them.
+    LogDirLockedError when one does but left no address the sink can use (a Kafka broker, an
+    older tidelog, a broker with secured listeners only)."""
+    first = Path(log_dirs[0])
+    try:
+        LogDirLock.acquire(first).release()
+        return None
+    except LogDirLockedError as e:
+        owned = e
+    try:
+        content = json.loads((first / SERVE_ADDRESS_FILE).read_bytes())
+        listeners = [item for item in content["listeners"] if item.get("security_protocol") == "PLAINTEXT"]
+        if listeners:
+            return f"{listeners[0]['host']}:{int(listeners[0]['port'])}"
+        why = "it has no PLAINTEXT listener (the sink connects without TLS or SASL)"
+    except (OSError, ValueError, KeyError, TypeError):
+        why = f"it left no {SERVE_ADDRESS_FILE} there (a Kafka broker or another tidelog command?)"
+    raise LogDirLockedError(
+        f"the data dir is owned by a running process ({owned}), and the sink cannot write through it: {why}. "
+        "Give option kafka.bootstrap.servers=<host:port of its PLAINTEXT listener>, or stop that process",
+        log_dir=log_dirs[0])
+
+
+class BrokerClient:
+    """One connection to a broker (the first of ``bootstrap`` that accepts), for tidelog's
+    staged-write requests. Not thread-safe: one per task or driver call."""
+
+    def __init__(self, bootstrap: str, *, client_id: str = "tidelog-spark-sink") -> None:
+        self.bootstrap = bootstrap
+        self.addresses = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.address = ""
+        self._sock: socket.socket | None = None
+        self._correlation = 0
+
+    def connect(self) -> None:
+        errors = []
+        for host, port in self.addresses:
+            try:
+                sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+            except OSError as e:
+                errors.append(f"{host}:{port}: {e}")
+                continue
+            sock.settimeout(REQUEST_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock, self.address = sock, f"{host}:{port}"
+            return
+        raise BrokerUnreachableError(f"cannot reach the broker (kafka.bootstrap.servers={self.bootstrap}): "
+                                     + "; ".join(errors))
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def call(self, request: Any) -> Any:
+        """Send ``request`` and return its decoded response; ConnectionError when the connection
+        breaks (the caller decides whether to retry), BrokerUnreachableError when none is made."""
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        self._correlation += 1
+        request.API_VERSION = 0
+        request.with_header(correlation_id=self._correlation, client_id=self.client_id)
+        try:
+            self._sock.sendall(bytes(request.encode(header=True, framed=True)))
+            (size,) = _SIZE.unpack(self._read(_SIZE.size))
+            frame = self._read(size)
+        except (OSError, ConnectionError) as e:
+            self.close()
+            raise ConnectionError(f"the connection to the broker at {self.address} broke: {e}") from e
+        return _RESPONSES[type(request)].decode(frame, version=0, header=True)
+
+    def _read(self, n: int) -> bytes:
+        assert self._sock is not None
+        chunks, left = [], n
+        while left:
+            chunk = self._sock.recv(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def __enter__(self) -> BrokerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_RESPONSES: dict[type, Any] = {StageBatchesRequest: StageBatchesResponse, CommitStagedJobRequest: CommitStagedJobResponse,
+                               AbortStagedJobRequest: AbortStagedJobResponse}
+
+
+def call_with_retry(bootstrap: str, request: Any, what: str, retry_timeout_s: float = RETRY_TIMEOUT_S) -> Any:
+    """``request``'s answer, sent again on a new connection while the broker is unreachable or
+    drops the connection, for up to ``retry_timeout_s``; NotTidelogError when two fresh
+    connections in a row are closed on it unanswered; BrokerRefusedError for an error answer
+    (not retried: the driver's commit fails, and Spark's abort() rolls the job forward or back)."""
+    deadline = time.monotonic() + retry_timeout_s
+    closed_unanswered = 0
+    delay = 0.2
+    while True:
+        client = BrokerClient(bootstrap)
+        try:
+            client.connect()
+            try:
+                response = client.call(request)
+            except ConnectionError as e:
+                closed_unanswered += 1
+                if closed_unanswered >= 2:
+                    raise not_tidelog(client.address, what) from e
+                last: BaseException = e
+            else:
+                return checked(response, what, client.address)
+        except BrokerUnreachableError as e:
+            closed_unanswered = 0
+            last = e
+        finally:
+            client.close()
+        if time.monotonic() >= deadline:
+            raise last
+        time.sleep(delay)
+        delay = min(2.0, delay * 2)
+
+
+def not_tidelog(address: str, what: str) -> NotTidelogError:
+    return NotTidelogError(
+        f"the broker at {address} is not tidelog serve: it closed the connection on {what} (a tidelog API; a Kafka "
+        "broker closes connections on API keys it does not know). format(\"tidelog\") writes through tidelog serve "
+        "only; to write to a Kafka broker use format(\"kafka\")")
+
+
+def checked(response: Any, what: str, address: str) -> Any:
+    if response.error_code != 0:
+        raise BrokerRefusedError(f"{what} refused by the broker at {address}: {response.error_message}")
+    return response
+
+
+class BrokerStagedFile:
+    """A task attempt's staged file, sent to the broker in chunks of :data:`CHUNK_BYTES`
+    (the same interface as :class:`~tidelog.storage.staging_dirs.StagedFile`)."""
+
+    def __init__(self, bootstrap: str, job_key: str, name: str, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.client = BrokerClient(bootstrap)
+        self.job_key, self.name, self.chunk_bytes = job_key, name, chunk_bytes
+        self.position = 0  # bytes written (sent or buffered)
+        self._sent = 0
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+
+    def write(self, data: bytes) -> int:
+        """Append ``data``; its position in the file."""
+        position = self.position
+        self._buffer.append(bytes(data))
+        self._buffered += len(data)
+        self.position += len(data)
+        if self._buffered >= self.chunk_bytes:
+            self._send(last=False)
+        return position
+
+    def close(self) -> bool:
+        """Send the rest as the last chunk (the broker fsyncs the file); whether anything was written."""
+        try:
+            if self.position == 0:
+                return False
+            self._send(last=True)
+            return True
+        finally:
+            self.client.close()
+
+    def discard(self) -> None:
+        """Stop sending (the job's abort or the broker's reclaim deletes what was sent)."""
+        self.client.close()
+
+    def _send(self, last: bool) -> None:
+        data = b"".join(self._buffer)
+        self._buffer, self._buffered = [], 0
+        what = f"staging {self.name} of {self.job_key}"
+        request = StageBatchesRequest(job_key=self.job_key, file_name=self.name, position=self._sent, data=data,
+                                      last=last)
+        try:
+            response = self.client.call(request)
+        except ConnectionError as e:
+            raise not_tidelog(self.client.address, what) if self._sent == 0 and "closed" in str(e) else e
+        checked(response, what, self.client.address)
+        self._sent += len(data)
+
+
+def commit_through_broker(bootstrap: str, job_key: str, staged: list[tuple[str, StagedBatch]],
+                          query: str | None = None, batch: int | None = None) -> CommitOutcome:
+    """Ask the broker to publish the job exactly once (see the module doc for retries)."""
+    request = CommitStagedJobRequest(job_key=job_key, query_id=query, batch_id=-1 if batch is None else batch,
+                                     batches=[CommitStagedJobRequest.StagedBatch(
+                                         file_name=file, topic=b.topic, partition=b.partition, position=b.position,
+                                         size=b.size, records=b.records, fingerprint=b.fingerprint,
+                                         stamp_at_commit=b.stamp_at_commit) for file, b in staged])
+    response = call_with_retry(bootstrap, request, f"the commit of {job_key}")
+    return CommitOutcome(response.state, {f"{r.topic}-{r.partition}": (r.start, r.end) for r in response.ranges})
+
+
+def abort_through_broker(bootstrap: str, job_key: str, query: str | None = None,
+                         batch: int | None = None) -> CommitOutcome:
+    """Spark's abort() of a job staged through the broker."""
+    request = AbortStagedJobRequest(job_key=job_key, query_id=query, batch_id=-1 if batch is None else batch)
+    response = call_with_retry(bootstrap, request, f"the abort of {job_key}")
+    return CommitOutcome(response.state)
