@@ -301,29 +301,6 @@ def test_aborted_transactions_in_remote_segments_are_dropped_as_locally(tmp_path
     assert (0, b"k", b"committed") in kept and not any(v == b"aborted" for _, _, v in kept)
 
 
-def test_a_tiered_pass_runs_in_process_whatever_the_configured_engine(tmp_path: Path) -> None:
-    """The Spark engine cannot read remote segments (they are downloaded one at a time into the
-    cleaner's workspace): a tiered log's pass runs in process with that engine's buffers, and no
-    Spark session is started."""
-    pytest.importorskip("pyspark")
-    from remote_clean_helpers import BUFFERS
-
-    from tidelog.cleaner.clean import Cleaner
-    from tidelog.cleaner.remote_clean import RemoteCleaning
-    from tidelog.spark.compaction import SparkCleaningEngine
-
-    store = _file_store(tmp_path)
-    tiered, tier, clock, plain, plain_clock = _pair(tmp_path, store)
-    _history(tiered, clock, tier)
-    _history(plain, plain_clock, None)
-    spark = SparkCleaningEngine(BUFFERS, spark=None)
-    c = Cleaner(spark, clock, remote=RemoteCleaning(tier.source, clock))
-    end, _ = c.clean_pass(tiered, TP, 0, tiered.active_segment.base_offset)
-    assert end == clean(plain, plain_clock, None)
-    assert both_tiers(store, tiered) == local_records(plain)
-    assert getattr(spark, "_spark", None) is None, "no Spark session was taken"
-
-
 def test_a_remote_object_gone_behind_its_back_fails_the_pass_and_changes_nothing(tmp_path: Path) -> None:
     from tidelog.remote.errors import RemoteStorageError
     from tidelog.remote.metadata import RemoteFileKind, object_key

@@ -513,12 +513,13 @@ class Cleaner:
                 tier.close()
 
     def _engine_for(self, tier: TieredPassLike | None) -> CleaningEngine:
-        """The engine of a pass: a tiered log's pass runs in process (the engine reads remote
-        segments through stand-ins downloaded one at a time, which a Spark job cannot), with the
-        configured engine's buffers; the Spark engine for remote logs is not built."""
+        """The engine of a pass: for a tiered log, a batch engine's ``for_tiered_pass(tier)``
+        when it has one (the Spark engine: executors read and write the store), else the pass
+        runs in process with the configured engine's buffers."""
         if tier is None or not hasattr(self.engine, "clean_groups"):
             return self.engine
-        return InProcessEngine(getattr(self.engine, "buffers"))
+        tiered = getattr(self.engine, "for_tiered_pass", None)
+        return tiered(tier) if tiered is not None else InProcessEngine(getattr(self.engine, "buffers"))
 
     def _clean_pass(self, log: Log, tp: TopicPartition, first_dirty: int, first_uncleanable: int, now: int,
                     tier: TieredPassLike | None, dry_run: bool) -> tuple[int, CleanerStats]:

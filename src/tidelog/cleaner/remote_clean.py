@@ -55,16 +55,23 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 from tidelog.clock import Clock
-from tidelog.errors import TidelogError
+from tidelog.errors import LogCleaningAbortedError, TidelogError
 from tidelog.cleaner.clean import group_segments_by_size
 from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, Workspace
 from tidelog.cleaner.retain import CleaningRound
 from tidelog.cleaner.stats import CleanerStats
 from tidelog.cleaner.transactions import CleanedTransactionMetadata
-from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, RemoteLogSegmentState, object_key
+from tidelog.remote.metadata import (
+    RemoteFileKind,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    object_key,
+)
 from tidelog.remote.copy import clean_unreferenced, delete_remote_segment, new_segment_metadata, upload_objects
 from tidelog.remote.metadata_log import RemotePartitionMetadata
 from tidelog.remote.segment_files import pin_segment_files
@@ -219,7 +226,11 @@ class TieredPass:
         view = TierView(self.log, segments, self.workspace.out)
         txn = CleanedTransactionMetadata([], lambda _: None)
         try:
-            for group in group_remote(segments, self.log, round.upper_bound_offset):
+            groups = group_remote(segments, self.log, round.upper_bound_offset)
+            on_engine = getattr(engine, "clean_remote_groups", None)
+            if on_engine is not None:
+                self._clean_on_engine(on_engine, view, groups, round, legacy_horizon, stats, check_done)
+            for group in groups if on_engine is None else []:
                 check_done(tp)
                 cleaned = engine.clean_group(view, group, round, txn, legacy_horizon, stats,  # type: ignore[attr-defined]
                                              check_done)
@@ -253,31 +264,63 @@ class TieredPass:
         return filecmp.cmp(original, cleaned.log.path, shallow=False)
 
     def _upload(self, group: Sequence[RemoteSegment], base: int) -> RemoteLogSegmentMetadata:
-        """Stage the cleaned segment in ``workspace.out`` (files under their final names) as a
-        new remote segment: COPY_SEGMENT_STARTED, then each object of Kafka's file set, as a copy
-        uploads it (:func:`~tidelog.remote.copy.upload_objects`)."""
-        last = group[-1].metadata
-        out, next_base = self.workspace.out, last.end_offset + 1
-        write_file(files.producer_snapshot_file(out, next_base),
-                   self.store.get(object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)), sync=False,
-                   what="staged producer snapshot")
-        epochs_text = self.store.get(object_key(last, RemoteFileKind.LEADER_EPOCH))
-        tip = self.metadata.topic_id_partition
-        with pin_segment_files(out, base, next_base, partition=str(tip.topic_partition)) as pinned:
-            started = self.metadata.begin_copy(
-                new_segment_metadata(tip, pinned, merged_epochs(s.metadata for s in group)))
-            upload_objects(self.store, started, pinned, epochs_text)
-        return started
+        """Stage the cleaned segment in ``workspace.out`` as a new remote segment
+        (:func:`stage_cleaned`, recorded COPY_SEGMENT_STARTED by the metadata's ``begin_copy``)."""
+        return stage_cleaned(self.store, self.workspace.out, base, [s.metadata for s in group],
+                             self.metadata.begin_copy)
+
+    def _clean_on_engine(self, clean_remote_groups: Callable[..., list[RemoteLogSegmentMetadata | None]],
+                         view: TierView, groups: list[list[RemoteSegment]], round: CleaningRound,
+                         legacy_horizon: int, stats: CleanerStats, check_done: Callable[[TopicPartition], None]) -> None:
+        """The engine cleans and uploads every group itself (a Spark job whose executors read and
+        write the store): each group's replacement is first reserved here, COPY_SEGMENT_STARTED
+        under a fresh id (:func:`reserved_segment`), so cleanup finds whatever the engine
+        uploaded if the pass dies; the engine returns per group the segment as uploaded under
+        that id, or None when the group is a single segment left unchanged (its reservation is
+        then deleted: nothing was uploaded)."""
+        check_done(self.tp)
+        for group in groups:
+            metas = [s.metadata for s in group]
+            self._staged.append(_Staged(metas, self.metadata.begin_copy(reserved_segment(metas))))
+        reserved = [s.new for s in self._staged]
+        results = clean_remote_groups(self.store, view, groups, reserved, round, legacy_horizon, stats, check_done)
+        kept = []
+        for staged, result in zip(list(self._staged), results, strict=True):
+            if result is None:
+                delete_remote_segment(self.store, self.metadata, staged.new)
+            else:
+                kept.append(_Staged(staged.old, result))
+        self._staged = kept
 
     def _switch(self) -> int:
         if not self._staged:
             return 0
+        self._check_unchanged()
         old = [m for s in self._staged for m in s.old]
         self.metadata.swap(old, [s.new for s in self._staged])
         self._staged = []
         self._deletions.add(self.tp, self.log, old, self.log.config.file_delete_delay_ms)
         logger.info("%s: %d remote segment(s) replaced by their cleaned versions", self.log.topic_partition, len(old))
         return len(old)
+
+    def _check_unchanged(self) -> None:
+        """The fence at swap time: the metadata is read again from the store, and every segment
+        to replace must still be FINISHED and every staged one still COPY_SEGMENT_STARTED;
+        otherwise another writer (retention, a copy or a clean of another process) changed the
+        partition meanwhile, and :class:`LogCleaningAbortedError` makes the pass give up (its
+        caller deletes what it staged)."""
+        self.metadata.reload()
+        for staged in self._staged:
+            for segment, wanted in [(m, RemoteLogSegmentState.COPY_SEGMENT_FINISHED) for m in staged.old] + [
+                    (staged.new, RemoteLogSegmentState.COPY_SEGMENT_STARTED)]:
+                current = self.metadata.segment(segment)
+                if current is None or current.state != wanted:
+                    now = "gone" if current is None else current.state.name
+                    raise LogCleaningAbortedError(
+                        f"remote segment {segment.start_offset}..{segment.end_offset} ({segment.id}) changed while "
+                        f"it was cleaned (now {now}, expected {wanted.name}): the clean of offsets "
+                        f"{staged.old[0].start_offset}..{staged.old[-1].end_offset} gives up and deletes its uploads",
+                        topic_partition=str(self.tp))
 
     def _abandon_staged(self) -> None:
         """Delete the staged segments still COPY_SEGMENT_STARTED, best effort (cleanup deletes
@@ -297,6 +340,38 @@ class TieredPass:
                 delete_remote_segment(self.store, self.metadata, current)
             except Exception as e:  # noqa: BLE001 - as above
                 logger.warning("staged remote segment %s not deleted yet (cleanup retries): %s", s.new.id, e)
+
+
+def stage_cleaned(store: RemoteStore, out: Path, base: int, group: Sequence[RemoteLogSegmentMetadata],
+                  begin: Callable[[RemoteLogSegmentMetadata], RemoteLogSegmentMetadata]) -> RemoteLogSegmentMetadata:
+    """Upload the cleaned segment at ``base`` in ``out`` (files under their final names) as the
+    replacement of the remote segments ``group``: the last one's producer snapshot written
+    beside it, then ``begin(metadata)`` (a fresh id, the cleaned files' size, max timestamp and
+    txn index, the group's offsets and leader epochs; ``begin`` records it
+    COPY_SEGMENT_STARTED, or, on an executor, gives it the id the owner reserved), then each
+    object of Kafka's file set as a copy uploads it (:func:`~tidelog.remote.copy.upload_objects`)
+    with the last one's leader-epoch checkpoint. The one implementation of the step, in process
+    and on Spark executors. Returns the segment as ``begin`` returned it."""
+    last = group[-1]
+    next_base = last.end_offset + 1
+    write_file(files.producer_snapshot_file(out, next_base),
+               store.get(object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)), sync=False,
+               what="staged producer snapshot")
+    epochs_text = store.get(object_key(last, RemoteFileKind.LEADER_EPOCH))
+    tip = last.topic_id_partition
+    with pin_segment_files(out, base, next_base, partition=str(tip.topic_partition)) as pinned:
+        started = begin(new_segment_metadata(tip, pinned, merged_epochs(group)))
+        upload_objects(store, started, pinned, epochs_text)
+    return started
+
+
+def reserved_segment(group: Sequence[RemoteLogSegmentMetadata]) -> RemoteLogSegmentMetadata:
+    """A fresh id for the replacement of ``group`` (its offsets and leader epochs, size 0 until
+    uploaded), to record COPY_SEGMENT_STARTED before an engine uploads under it: every object key
+    depends only on the id and the start offset, so cleanup deletes what was uploaded."""
+    first, last = group[0], group[-1]
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate(first.topic_id_partition), first.start_offset,
+                                    last.end_offset, last.max_timestamp_ms, -1, -1, 0, merged_epochs(group))
 
 
 def group_remote(segments: Sequence[RemoteSegment], log: Log, first_uncleanable: int) -> list[list[RemoteSegment]]:

@@ -31,9 +31,16 @@ Why the driver walks headers: the transaction state of a pass is sequential (Kaf
 batches change it; the walk touches header pages only, and the owner's process holds the log (and
 its ``.txnindex`` files) anyway. Executors get the state each group starts with.
 
+A tiered log's pass (:meth:`SparkCleaningEngine.for_tiered_pass`) is
+:mod:`tidelog.spark.remote_compaction`'s: its executors read the remote tier from the store with
+ranged GETs and upload the cleaned remote segments themselves, so they need to reach the store
+but never the log dir; the local tier of such a log is mapped by the same job and rewritten in
+the owner's process.
+
 Limits: no I/O throttling (``log.cleaner.io.max.bytes.per.second`` is not applied); an abort
-(``check_done``) is seen before and after the job, not during it; executors must see the log dir
-at the driver's path; ``spark.speculation`` must stay off (two attempts would write the same
+(``check_done``) is seen before and after the job, not during it; for a log that is not tiered
+the executors must see the log dir at the driver's path (the remote tier of a tiered one is read
+from the store); ``spark.speculation`` must stay off (two attempts would write the same
 ``.cleaned`` files). Needs pyspark and pyarrow (the ``spark`` extra); imported only when chosen.
 """
 
@@ -271,6 +278,15 @@ class SparkCleaningEngine:
 
     # --- the seam ---------------------------------------------------------------------------
 
+    def for_tiered_pass(self, tier: Any) -> Any:
+        """The engine of one pass over a tiered log (``tier``: its
+        :class:`~tidelog.cleaner.remote_clean.TieredPass`): a
+        :class:`~tidelog.spark.remote_compaction.SparkTieredEngine`, whose executors read and
+        write the remote tier in the store and never the log dir."""
+        from tidelog.spark.remote_compaction import SparkTieredEngine
+
+        return SparkTieredEngine(self, tier)
+
     def build_offset_map(self, log: Log, start: int, end: int, stats: CleanerStats,
                          check_done: CheckDone) -> SparkOffsetLookup:
         """Plan the map of [start, end): the header walk of the dirty segments and the replay that
@@ -335,7 +351,7 @@ class SparkCleaningEngine:
         copy would leave it): per segment the owner's aborted transactions, then its events."""
         plans = []
         for g, group in enumerate(groups):
-            start_state = _pickled(txn)
+            start_state = pickled_txn(txn)
             sources = []
             for segment in group:
                 following = log.segment_after(segment)
@@ -364,7 +380,7 @@ class SparkCleaningEngine:
 
     def _keys(self, lookup: SparkOffsetLookup, groups: Sequence[Sequence[LogSegment]]) -> DataFrame:
         """Stage 1: the key rows of ``groups`` (``KEYS_DDL``)."""
-        tasks = self._tasks(self._ranges(lookup, groups))
+        tasks = self.pack_tasks(self._ranges(lookup, groups))
         spark = self.spark
         if not tasks:
             return spark.createDataFrame([], KEYS_DDL)
@@ -372,7 +388,7 @@ class SparkCleaningEngine:
                        max(self._read_size, MIN_MAP_READ))
         return spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(key_scanner(spec), KEYS_DDL)
 
-    def _tasks(self, ranges: list[ScanRange]) -> list[tuple[ScanRange, ...]]:
+    def pack_tasks(self, ranges: list[ScanRange]) -> list[tuple[ScanRange, ...]]:
         """Consecutive ranges packed into tasks of about ``split_bytes`` (small segments share one)."""
         tasks: list[tuple[ScanRange, ...]] = []
         current: list[ScanRange] = []
@@ -408,7 +424,7 @@ class SparkCleaningEngine:
                         .applyInArrow(group_rewriter(job), MANIFEST_DDL).collect())
         except Exception as e:  # noqa: BLE001 - a failed job: Py4J/PySpark errors, whatever their class
             _remove_cleaned(log, plans)
-            raise LogCleaningError(f"the Spark cleaning job failed: {_first_line(e)}",
+            raise LogCleaningError(f"the Spark cleaning job failed: {first_line(e)}",
                                    topic_partition=str(log.topic_partition)) from e
         manifest = sorted(manifest, key=lambda r: r["grp"])
         errors = [pickle.loads(r["error"]) for r in manifest if r["error"] is not None]
@@ -437,7 +453,7 @@ def _walk_of(lookup: SparkOffsetLookup, segment: LogSegment, split_bytes: int) -
     return walk
 
 
-def _pickled(txn: CleanedTransactionMetadata) -> bytes:
+def pickled_txn(txn: CleanedTransactionMetadata) -> bytes:
     """``txn`` as bytes for an executor (its callback is the executor's to set)."""
     callback, txn.on_aborted_kept = txn.on_aborted_kept, ignore_aborted
     try:
@@ -452,7 +468,7 @@ def _remove_cleaned(log: Log, plans: list[GroupPlan]) -> None:
             name(log.dir, plan.base_offset, files.CLEANED_SUFFIX).unlink(missing_ok=True)
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip()
     lines = [line for line in text.splitlines() if "Error" in line or "error" in line]
     return (lines[-1] if lines else text.splitlines()[0] if text else type(error).__name__)[:500]

@@ -1,7 +1,9 @@
 """The executor side of the Spark cleaning engine (:mod:`tidelog.spark.compaction`).
 
 Two functions run in Spark's Python workers, each over segment files it opens read-only by path
-(the driver and the executors must see the log dir at the same path: local disk or a shared mount):
+(the driver and the executors must see the log dir at the same path: local disk or a shared mount),
+or over remote segments' ``.log`` objects (:class:`RemoteFile`), read with ranged GETs from the
+job's store (:mod:`tidelog.spark.remote_compaction`: executors that cannot see the log dir):
 
 * :func:`scan_keys` (``mapInArrow``): one task per byte range of a segment (ranges start and end on
   batch boundaries, planned by the driver's header walk). Emits one row per keyed record that the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,8 @@ from tidelog.errors import CorruptRecordError, InvalidRecordError, TidelogError,
 from tidelog.records import read_batch_at
 from tidelog.records.layout import CONTROL_FLAG_MASK, LOG_OVERHEAD, declared_size
 from tidelog.records.scan import ScanResult, scan_batches
+from tidelog.remote.errors import RemoteStorageError, with_context
+from tidelog.remote.store import RemoteStore
 from tidelog.storage.log_config import SegmentConfig
 from tidelog.storage.txn_index import AbortedTxn
 
@@ -57,13 +62,56 @@ _GATHER_ROWS = 1 << 16  # keys gathered per numpy step (bounds the index array t
 # --- the key scan -----------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class ScanRange:
-    """Bytes [start, end) of one segment file (batch aligned) and the group the segment is in."""
+class RemoteFile:
+    """A remote segment's ``.log`` object (offsets ``start_offset..end_offset`` of ``partition``),
+    read with ranged GETs from the job's store; errors name the partition and the offsets."""
 
-    path: str
+    key: str
+    partition: str
+    start_offset: int
+    end_offset: int
+
+    def __str__(self) -> str:
+        return self.key
+
+
+Source = str | RemoteFile  # a segment file by path, or a remote segment's .log object
+
+
+@contextmanager
+def opened(source: Source, store: RemoteStore | None) -> Iterator[Callable[[int, int], bytes]]:
+    """``read(position, n)`` over ``source``: ``pread`` of a local file, or ranged GETs of a
+    remote object from ``store``, whose errors are re-raised (same class) naming the partition,
+    the offset range and the object."""
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            fd = f.fileno()
+            yield lambda position, n: os.pread(fd, n, position)
+        return
+    if store is None:
+        raise ValueError(f"a remote segment ({source.key}) needs the job's store")
+
+    def read(position: int, n: int) -> bytes:
+        try:
+            return store.get_range(source.key, position, n)
+        except RemoteStorageError as e:
+            raise with_context(e, f"reading remote segment {source.start_offset}..{source.end_offset} of "
+                                  f"{source.partition} failed: {e.message}", partition=source.partition,
+                               offsets=f"{source.start_offset}..{source.end_offset}", key=source.key) from e
+    yield read
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRange:
+    """Bytes [start, end) of one segment (batch aligned) and the group the segment is in;
+    ``dirty``: its records may enter the offset map (a segment rewritten but outside the map's
+    range gives its keys as not eligible)."""
+
+    path: Source
     start: int
     end: int
     group: int
+    dirty: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +123,7 @@ class KeyScan:
     first_dirty_offset: int
     aborted_batches: np.ndarray  # sorted last offsets of aborted transactional data batches
     read_size: int
+    store: RemoteStore | None = None  # for RemoteFile ranges
 
 
 def key_scanner(spec: KeyScan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -89,25 +138,28 @@ def scan_keys(spec: KeyScan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     for batch in batches:
         for task in batch.column(0).to_pylist():
             for r in spec.tasks[task]:
-                yield from _scan_range(spec, r)
+                yield from scan_range(spec, r)
 
 
-def _scan_range(spec: KeyScan, r: ScanRange) -> Iterator[pa.RecordBatch]:
+def scan_range(spec: KeyScan, r: ScanRange) -> Iterator[pa.RecordBatch]:
+    """The key rows of one range (``KEYS_DDL``), in chunks of ``spec.read_size`` bytes or more."""
     read_size = spec.read_size
-    with open(r.path, "rb") as f:
+    with opened(r.path, spec.store) as read:
         position = r.start
         while position < r.end:
-            data = os.pread(f.fileno(), min(read_size, r.end - position), position)
+            data = read(position, min(read_size, r.end - position))
             try:
                 rows, consumed = _keys_of_chunk(data, spec, r.group)
             except CorruptRecordError as e:
-                raise CorruptRecordError(e.message, path=r.path,
+                raise CorruptRecordError(e.message, path=str(r.path),
                                          position=position + (getattr(e, "position", 0) or 0)) from e
+            if rows.num_rows and not r.dirty:
+                rows = rows.set_column(2, "eligible", pa.array(np.zeros(rows.num_rows, bool)))
             if rows.num_rows:
                 yield rows
             if consumed == 0:
                 if len(data) >= r.end - position or len(data) < LOG_OVERHEAD:
-                    raise CorruptRecordError("batch runs past the planned range", path=r.path, position=position)
+                    raise CorruptRecordError("batch runs past the planned range", path=str(r.path), position=position)
                 read_size = max(read_size * 2, declared_size(data))
             position += consumed
 
@@ -187,7 +239,7 @@ class SourceSegment:
     """One segment of a group: its file, its size when planned, whether its legacy (v0/v1)
     tombstones are still retained, and the aborted transactions the owner collected for it."""
 
-    path: str
+    path: Source
     size: int
     retain_legacy_tombstones: bool
     aborted: tuple[AbortedTxn, ...]
@@ -219,6 +271,7 @@ class RewriteJob:
     read_size: int
     max_read_size: int
     dry_run: bool
+    store: RemoteStore | None = None  # for RemoteFile sources
 
 
 class GroupOffsets:
@@ -273,7 +326,7 @@ def rewrite_group(job: RewriteJob, table: pa.Table) -> pa.Table:
     stats = CleanerStats(SYSTEM_CLOCK)
     error = None
     try:
-        _rewrite(job, plan, group_offsets(table, job.latest_offset), stats)
+        rewrite_plan(job, plan, group_offsets(table, job.latest_offset), stats)
     except TidelogError as e:  # back to the owner as the same error
         error = pickle.dumps(e)
     return pa.Table.from_pylist([{
@@ -289,7 +342,7 @@ _MANIFEST_SCHEMA = pa.schema([("grp", pa.int32()), ("base_offset", pa.int64()), 
                               ("error", pa.binary())])
 
 
-def _rewrite(job: RewriteJob, plan: GroupPlan, lookup: GroupOffsets, stats: CleanerStats) -> None:
+def rewrite_plan(job: RewriteJob, plan: GroupPlan, lookup: GroupOffsets, stats: CleanerStats) -> None:
     """The in-process engine's ``clean_group`` on files: copy every source segment through the
     retention rules into a new ``.cleaned`` segment, then seal it (or only count, dry run)."""
     round = CleaningRound(offset_map=lookup, current_time=job.current_time,
@@ -315,11 +368,9 @@ def _rewrite(job: RewriteJob, plan: GroupPlan, lookup: GroupOffsets, stats: Clea
 
 def _copy(job: RewriteJob, source: SourceSegment, dest: object, round: CleaningRound,
           txn: CleanedTransactionMetadata, stats: CleanerStats) -> None:
-    with open(source.path, "rb") as f:
-        fd = f.fileno()
-        copy_segment(lambda position, n: os.pread(fd, n, position), source.size, Path(source.path),
-                     dest, round, txn, source.retain_legacy_tombstones, stats,  # type: ignore[arg-type]
-                     read_size=job.read_size, max_read_size=job.max_read_size)
+    with opened(source.path, job.store) as read:
+        copy_segment(read, source.size, Path(str(source.path)), dest, round, txn,  # type: ignore[arg-type]
+                     source.retain_legacy_tombstones, stats, read_size=job.read_size, max_read_size=job.max_read_size)
 
 
 def ignore_aborted(_: AbortedTxn) -> None:
