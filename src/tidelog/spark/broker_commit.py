@@ -23,6 +23,7 @@ the broker at that address is not tidelog serve.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import time
@@ -80,9 +81,10 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 def serve_address(log_dirs: Sequence[str]) -> str | None:
     """``host:port`` of the PLAINTEXT listener of the ``tidelog serve`` that owns ``log_dirs``
-    (its ``.lock`` held, its address file there); None when no process owns them.
-    LogDirLockedError when one does but left no address the sink can use (a Kafka broker, an
-    older tidelog, a broker with secured listeners only)."""
+    (its ``.lock`` held, its address file there); None when no process owns them or the owner
+    left no address (another tidelog command, a Kafka broker: the caller's ownership check says
+    so). LogDirLockedError when a broker left an address the sink cannot use (secured listeners
+    only, an unreadable file)."""
     first = Path(log_dirs[0])
     try:
         LogDirLock.acquire(first).release()
@@ -91,12 +93,16 @@ def serve_address(log_dirs: Sequence[str]) -> str | None:
         owned = e
     try:
         content = json.loads((first / SERVE_ADDRESS_FILE).read_bytes())
+        if content["host"] == socket.gethostname() and not os.path.exists(f"/proc/{int(content['pid'])}"):
+            return None  # left by a killed broker; the dir's owner now is another process (check_not_owned says)
         listeners = [item for item in content["listeners"] if item.get("security_protocol") == "PLAINTEXT"]
         if listeners:
             return f"{listeners[0]['host']}:{int(listeners[0]['port'])}"
         why = "it has no PLAINTEXT listener (the sink connects without TLS or SASL)"
-    except (OSError, ValueError, KeyError, TypeError):
-        why = f"it left no {SERVE_ADDRESS_FILE} there (a Kafka broker or another tidelog command?)"
+    except FileNotFoundError:
+        return None  # another tidelog command (a local commit): check_not_owned waits for it, then says
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        why = f"its {SERVE_ADDRESS_FILE} is not readable ({e})"
     raise LogDirLockedError(
         f"the data dir is owned by a running process ({owned}), and the sink cannot write through it: {why}. "
         "Give option kafka.bootstrap.servers=<host:port of its PLAINTEXT listener>, or stop that process",
@@ -288,3 +294,48 @@ def abort_through_broker(bootstrap: str, job_key: str, query: str | None = None,
     request = AbortStagedJobRequest(job_key=job_key, query_id=query, batch_id=-1 if batch is None else batch)
     response = call_with_retry(bootstrap, request, f"the abort of {job_key}")
     return CommitOutcome(response.state)
+
+
+def broker_topic_specs(bootstrap: str, compression: Any, names: list[str] | None) -> dict[str, Any]:
+    """The sink's :class:`~tidelog.spark.sink_options.TopicSpec` of ``names`` (every topic when
+    None) from the broker: partition counts from Metadata, topic overrides from DescribeConfigs
+    over Kafka's defaults. Unknown names are left out."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaError
+
+    from tidelog.spark.sink_options import topic_spec
+    from tidelog.storage.config import BrokerConfig
+
+    with BrokerClient(bootstrap) as probe:  # fails at once, naming the address, when nothing listens there
+        probe.connect()
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="tidelog-spark-sink",
+                                 request_timeout_ms=int(CONNECT_TIMEOUT_S * 3000))
+    except KafkaError as e:
+        raise BrokerUnreachableError(f"cannot reach the broker (kafka.bootstrap.servers={bootstrap}): {e}") from e
+    try:
+        wanted = names if names is not None else [t for t in admin.list_topics() if not t.startswith("__")]
+        described = [d for d in admin.describe_topics(wanted) if d.get("error_code", 0) == 0] if wanted else []
+        partitions = {d["name"]: len(d["partitions"]) for d in described}
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t) for t in partitions]) \
+            if partitions else {}
+    except KafkaError as e:
+        raise BrokerRefusedError(f"cannot describe topics {wanted} at the broker {bootstrap}: {e}") from e
+    finally:
+        admin.close()
+    broker = BrokerConfig.from_properties({})
+    return {name: topic_spec(name, count, broker.log_config(_overrides(configs, name)), compression)
+            for name, count in partitions.items()}
+
+
+def _overrides(configs: Any, topic: str) -> dict[str, str]:
+    """The topic's non-default configs from kafka-python's describe_configs answer."""
+    found: dict[str, str] = {}
+    for resources in (configs.values() if isinstance(configs, dict) else []):
+        entries = resources.get(topic) if isinstance(resources, dict) else None
+        for key, entry in (entries or {}).items():
+            value = entry.get("value") if isinstance(entry, dict) else entry
+            if value is not None:
+                found[key] = str(value)
+    return found

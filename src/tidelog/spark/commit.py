@@ -21,6 +21,10 @@ commit), the next job, or ``tidelog serve``. A crash before the intent published
 deletes the staging dir by its job prefix (its messages may be None even for tasks that staged),
 and a driver that died leaves a staging dir the next opener of the data dir deletes (its lease
 names a dead process; :mod:`tidelog.storage.staging_dirs`).
+
+When a running ``tidelog serve`` owns the dir, or ``kafka.bootstrap.servers`` is given, the job
+was staged through that broker and the broker commits it with the same protocol
+(:func:`commit_plan`, :mod:`tidelog.spark.broker_commit`, :mod:`tidelog.manager.live_commit`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from tidelog.clock import SYSTEM_CLOCK, Clock
 from tidelog.errors import LogDirLockedError, StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.staged_commit import CommitOutcome, Committer, Job
+from tidelog.spark.sink_options import SinkPlan
 from tidelog.spark.staging import TaskManifest, stream_job_key
 from tidelog.storage.commit_log import INTENT, ROLLED_BACK, CommitLog, StagedBatch
 from tidelog.storage.config import BrokerConfig
@@ -137,6 +142,25 @@ def abort_job(log_dirs: Sequence[str], job: Job, *, clock: Clock = SYSTEM_CLOCK,
                 raise  # still pending: the next owner of the dir completes or rolls it back
     remove_job_dir(job.staging_root, job.key)
     return CommitOutcome(entry["state"] if entry is not None else "aborted")
+
+
+def commit_plan(plan: SinkPlan, job: Job, manifests: Iterable[TaskManifest | None]) -> CommitOutcome:
+    """Publish ``job`` of ``plan``: through its broker when it has one
+    (:func:`~tidelog.spark.broker_commit.commit_through_broker`), else by owning the data dir."""
+    if plan.bootstrap is None:
+        return commit_job(plan.log_dirs, job, manifests)
+    from tidelog.spark.broker_commit import commit_through_broker
+
+    return commit_through_broker(plan.bootstrap, job.key, commit_order(manifests), job.query, job.batch)
+
+
+def abort_plan(plan: SinkPlan, job: Job) -> CommitOutcome:
+    """Spark's ``abort()`` of ``job`` of ``plan`` (:func:`abort_job`, or the broker's abort)."""
+    if plan.bootstrap is None:
+        return abort_job(plan.log_dirs, job)
+    from tidelog.spark.broker_commit import abort_through_broker
+
+    return abort_through_broker(plan.bootstrap, job.key, job.query, job.batch)
 
 
 def commit_order(manifests: Iterable[TaskManifest | None]) -> list[tuple[str, StagedBatch]]:

@@ -8,7 +8,8 @@ the error into ``AnalysisException [PYTHON_DATA_SOURCE_ERROR]`` with our message
 
 | option        | meaning                                                                  |
 |---------------|--------------------------------------------------------------------------|
-| ``path``      | the data dir: one log dir, or comma-separated log dirs (all of one node) |
+| ``path``      | the data dir: one log dir, or comma-separated log dirs (all of one node); when a running ``tidelog serve`` owns it, the job is written through that broker |
+| ``kafka.bootstrap.servers`` | ``host:port[,...]`` of a running ``tidelog serve`` (PLAINTEXT listener): executors stage through it and it commits the job (:mod:`tidelog.spark.broker_commit`); ``path`` is then optional |
 | ``topic``     | the topic of every row; overrides the ``topic`` column (Kafka's rule)    |
 | ``stagingPath`` | where executors stage batches; default ``<first log dir>.tidelog-staging``, a sibling (never inside a log dir: Kafka refuses to start on a directory that is not topic-partition) |
 | ``compression`` | codec of staged batches for topics whose ``compression.type`` is ``producer`` (default ``none``, as Kafka's producer); other topics get their own codec, since the log would recompress anything else |
@@ -21,7 +22,8 @@ partitioner), ``headers`` (``array<struct<key string, value binary>>``), ``times
 (timestamp; null or absent: the commit time). Any other column, or a wrong type, is refused.
 
 **Topics** must exist: their partition counts and configs are read from the data dir's topic
-registry (no lock: a running ``tidelog serve`` may own the dir meanwhile; the commit then says so).
+registry (no lock: a running ``tidelog serve`` may own the dir meanwhile), or, with
+``kafka.bootstrap.servers`` and no ``path``, asked of the broker (Metadata, DescribeConfigs).
 Broker-level settings are Kafka's defaults (the data dir does not record a ``server.properties``);
 topic-level overrides apply.
 """
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
     from tidelog.storage.config import LogConfig
 
 STAGING_SUFFIX = ".tidelog-staging"
-OPTIONS = ("path", "topic", "stagingpath", "compression")
+OPTIONS = ("path", "topic", "stagingpath", "compression", "kafka.bootstrap.servers")
+BOOTSTRAP = "kafka.bootstrap.servers"
 SPARK_OPTIONS = ("checkpointlocation",)  # set by Spark itself on streaming writes
 COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 MAX_BATCH_BYTES = 1 << 20  # a staged batch stays below this (and below the topic's max.message.bytes)
@@ -74,6 +77,7 @@ class SinkPlan:
     columns: tuple[str, ...]  # the DataFrame's columns, in its order
     topic: str | None  # the ``topic`` option
     topics: dict[str, TopicSpec]  # the option's topic, or every topic of the data dir (a dict: picklable)
+    bootstrap: str | None = None  # a tidelog serve: executors stage through it, it commits (broker_commit)
 
     def column_index(self, name: str) -> int | None:
         return self.columns.index(name) if name in self.columns else None
@@ -82,7 +86,7 @@ class SinkPlan:
         """The topic's spec; :class:`UnknownTopicOrPartitionError` naming how to create it."""
         found = self.topics.get(topic)
         if found is None:
-            raise missing_topic(topic, self.log_dirs)
+            raise missing_topic(topic, self.log_dirs, self.bootstrap)
         return found
 
 
@@ -90,8 +94,15 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
     """Validate options, columns and topics (see the module doc); the errors name what is wrong."""
     check_mode(overwrite, streaming)
     check_option_names(options)
+    bootstrap = options.get(BOOTSTRAP)
+    if bootstrap is not None and options.get("path") is None:
+        return _broker_plan(options, schema, bootstrap)
     log_dirs = parse_log_dirs(options.get("path"))
     staging = staging_root(options.get("stagingpath"), log_dirs)
+    if bootstrap is None:
+        from tidelog.spark.broker_commit import serve_address
+
+        bootstrap = serve_address(log_dirs)  # a running tidelog serve owns the dir: write through it
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic is empty", option="topic")
@@ -100,8 +111,27 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
     # without the option, the column may name any topic of the data dir
     topics = read_topic_specs(log_dirs, compression, [topic] if topic is not None else None)
     if topic is not None and topic not in topics:
-        raise missing_topic(topic, log_dirs)
-    return SinkPlan(log_dirs, str(staging), columns, topic, topics)
+        raise missing_topic(topic, log_dirs, bootstrap)
+    return SinkPlan(log_dirs, str(staging), columns, topic, topics, bootstrap)
+
+
+def _broker_plan(options: Mapping[str, str], schema: StructType, bootstrap: str) -> SinkPlan:
+    """The plan of a write through the broker at ``bootstrap`` with no data dir: topics asked of it."""
+    from tidelog.spark.broker_commit import broker_topic_specs, parse_bootstrap
+
+    parse_bootstrap(bootstrap)
+    if options.get("stagingpath") is not None:
+        raise ConfigError("option stagingPath does not apply with kafka.bootstrap.servers: the broker stages the "
+                          "job in its own staging dir", option="stagingPath")
+    topic = options.get("topic")
+    if topic is not None and not topic.strip():
+        raise ConfigError("option topic is empty", option="topic")
+    columns = check_columns(schema, topic)
+    compression = parse_compression(options.get("compression"))
+    topics = broker_topic_specs(bootstrap, compression, [topic] if topic is not None else None)
+    if topic is not None and topic not in topics:
+        raise missing_topic(topic, (), bootstrap)
+    return SinkPlan((), "", columns, topic, topics, bootstrap)
 
 
 def check_mode(overwrite: bool, streaming: bool = False) -> None:
@@ -123,24 +153,24 @@ def check_mode(overwrite: bool, streaming: bool = False) -> None:
 
 
 def check_option_names(options: Mapping[str, str]) -> None:
-    """Refuse ``kafka.*`` options (there is no broker to configure) and any unknown option."""
+    """Refuse ``kafka.*`` options but ``kafka.bootstrap.servers`` (there is no producer to
+    configure) and any unknown option."""
     for key in sorted(options):
         name = key.lower()
-        if name.startswith("kafka."):
+        if name.startswith("kafka.") and name != BOOTSTRAP:
             raise ConfigError(
-                f"option {key} is not supported: format(\"tidelog\") writes to the data dir given by path, "
-                "with no Kafka producer to configure (to write through a running tidelog serve, use "
-                "format(\"kafka\") with kafka.bootstrap.servers)", option=key)
+                f"option {key} is not supported: format(\"tidelog\") stages producer batches itself, with no Kafka "
+                "producer to configure; it takes kafka.bootstrap.servers (a running tidelog serve) only", option=key)
         if name not in OPTIONS and name not in SPARK_OPTIONS:
-            raise ConfigError(f"unknown option {key}; the tidelog sink takes path, topic, stagingPath and compression",
-                              option=key)
+            raise ConfigError(f"unknown option {key}; the tidelog sink takes path, kafka.bootstrap.servers, topic, "
+                              "stagingPath and compression", option=key)
 
 
 def parse_log_dirs(path: str | None) -> tuple[str, ...]:
     """The log dirs of option ``path`` (comma-separated), each an existing directory."""
     if path is None or not path.strip():
-        raise ConfigError("option path is required: the data dir (a log dir, or comma-separated log dirs)",
-                          option="path")
+        raise ConfigError("option path is required: the data dir (a log dir, or comma-separated log dirs), or "
+                          "kafka.bootstrap.servers of a running tidelog serve", option="path")
     dirs = [part.strip() for part in path.split(",") if part.strip()]
     for log_dir in dirs:
         if not Path(log_dir).is_dir():
@@ -218,7 +248,12 @@ def _type_problem(name: str, data_type: DataType) -> str | None:
 
 # --- topics ------------------------------------------------------------------------------
 
-def missing_topic(topic: str, log_dirs: tuple[str, ...]) -> UnknownTopicOrPartitionError:
+def missing_topic(topic: str, log_dirs: tuple[str, ...], bootstrap: str | None = None) -> UnknownTopicOrPartitionError:
+    if not log_dirs:
+        return UnknownTopicOrPartitionError(
+            f"topic {topic!r} does not exist on the broker at {bootstrap}; the tidelog sink does not create topics: "
+            f"create it through the broker with a Kafka admin client (kafka-topics.sh --bootstrap-server {bootstrap} "
+            f"--create --topic {topic} --partitions N)", topic=topic)
     return UnknownTopicOrPartitionError(
         f"topic {topic!r} does not exist in the data dir; the tidelog sink does not create topics: create it with "
         f"tidelog --data-dir {log_dirs[0]} topics create {topic} --partitions N", topic=topic)

@@ -10,6 +10,10 @@ failed attempts are orphans the commit (or abort) removes with the job's directo
 born holding the driver's lease (:func:`driver_lease`, :mod:`tidelog.storage.staging_dirs`): a
 driver killed before its commit leaves a dir that the next opener of the data dir deletes.
 
+With ``kafka.bootstrap.servers`` (or a data dir a running ``tidelog serve`` owns) the same bytes
+go to the broker instead, in chunks, into its own staging dir for the job
+(:class:`~tidelog.spark.broker_commit.BrokerStagedFile`); the manifest is the same.
+
 Job dirs under the staging root: ``job-<uuid>`` for a batch write, ``query-<queryId>/batch-<batchId>``
 for a micro-batch of a streaming query.
 
@@ -44,7 +48,7 @@ import os
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +67,9 @@ from tidelog.records.record import TimestampType
 from tidelog.spark.sink_options import SinkPlan, TopicSpec
 from tidelog.storage.commit_log import StagedBatch
 from tidelog.storage.staging_dirs import Lease, StagedFile, ensure_job_dir, process_lease, process_stat
+
+if TYPE_CHECKING:
+    from tidelog.spark.broker_commit import BrokerStagedFile
 
 STAGED_SUFFIX = ".batches"
 COMMIT_TIME = -(1 << 62)  # the timestamp of rows that take the commit time (see the module doc)
@@ -331,7 +338,8 @@ class _OpenBatch:
 class _TopicStager:
     """One topic's partitioner and open batches within one task attempt."""
 
-    def __init__(self, spec: TopicSpec, seed: int, out: StagedFile, staged: list[StagedBatch]) -> None:
+    def __init__(self, spec: TopicSpec, seed: int, out: StagedFile | BrokerStagedFile,
+                 staged: list[StagedBatch]) -> None:
         self.spec = spec
         self._codec = CompressionType(spec.codec)
         self._partitioner = DefaultPartitioner(spec.partitions, BATCH_RECORDS, spec.max_batch_bytes,
@@ -387,7 +395,13 @@ def stage_task(plan: SinkPlan, job_key: str, batches: Iterable[pa.RecordBatch], 
     On an error the file written so far is deleted (the job's dir is swept anyway at commit/abort).
     """
     name = staged_file_name(task.spark_partition, task.attempt, task.task_attempt_id)
-    out = StagedFile(ensure_job_dir(plan.staging_root, job_key, lease) / name)
+    out: StagedFile | BrokerStagedFile
+    if plan.bootstrap is not None:  # staged through the broker (spark.broker_commit), in chunks
+        from tidelog.spark.broker_commit import BrokerStagedFile
+
+        out = BrokerStagedFile(plan.bootstrap, job_key, name)
+    else:
+        out = StagedFile(ensure_job_dir(plan.staging_root, job_key, lease) / name)
     staged: list[StagedBatch] = []
     stagers: dict[str, _TopicStager] = {}
     try:

@@ -54,7 +54,8 @@ def batch_writer(options: dict[str, str], schema: StructType, overwrite: bool) -
     from tidelog.spark.commit import check_not_owned
 
     plan = parse_plan(options, schema, overwrite)
-    check_not_owned(plan.log_dirs)
+    if plan.bootstrap is None:
+        check_not_owned(plan.log_dirs)
     return TidelogBatchWriter(plan, uuid.uuid4().hex, driver_lease())
 
 
@@ -63,7 +64,8 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool) 
     from tidelog.spark.commit import check_not_owned
 
     plan = parse_plan(options, schema, overwrite, streaming=True)
-    check_not_owned(plan.log_dirs)
+    if plan.bootstrap is None:
+        check_not_owned(plan.log_dirs)
     return TidelogStreamWriter(plan, options.get("checkpointlocation"), driver_lease())
 
 
@@ -95,16 +97,16 @@ class TidelogBatchWriter(DataSourceArrowWriter):
         return stage_task(self.plan, batch_job_key(self.job_id), iterator, _identity(_task()), lease=self.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from tidelog.spark.commit import commit_job
+        from tidelog.spark.commit import commit_plan
 
         job = self.job()
-        outcome = commit_job(self.plan.log_dirs, job, _manifests(messages))
+        outcome = commit_plan(self.plan, job, _manifests(messages))
         log.info("tidelog write %s: %s, %d records", job.key, outcome.state, outcome.records)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from tidelog.spark.commit import abort_job
+        from tidelog.spark.commit import abort_plan
 
-        abort_job(self.plan.log_dirs, self.job())
+        abort_plan(self.plan, self.job())
 
 
 class TidelogStreamWriter(DataSourceStreamArrowWriter):
@@ -125,23 +127,23 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
         return stage_task(self.plan, key, iterator, _identity(context), query, int(batch), lease=self.lease)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from tidelog.spark.commit import commit_job
+        from tidelog.spark.commit import commit_plan
 
         job = self._job(messages, batchId)
         if job is None:
             return  # no task ran: nothing was staged
-        outcome = commit_job(self.plan.log_dirs, job, _manifests(messages))
+        outcome = commit_plan(self.plan, job, _manifests(messages))
         log.info("tidelog stream write %s: %s, %d records", job.key, outcome.state, outcome.records)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        from tidelog.spark.commit import abort_job
+        from tidelog.spark.commit import abort_plan
 
         job = self._job(messages, batchId)
         if job is None:
             log.warning("tidelog stream abort of batch %d: query id unknown; its staging dir is removed by the "
                         "query's next commit", batchId)
             return
-        abort_job(self.plan.log_dirs, job)
+        abort_plan(self.plan, job)
 
     def _job(self, messages: list[WriterCommitMessage | None], batch_id: int) -> Job | None:
         from tidelog.manager.staged_commit import Job
