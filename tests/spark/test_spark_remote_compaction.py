@@ -228,3 +228,38 @@ def test_a_store_unreachable_from_the_executors_fails_the_pass_and_loses_nothing
     assert fresh(inner).unreferenced() == [] and stored_segment_objects(inner) == segment_objects(inner)
     assert local_records(log) == before_local
     log.close()
+
+
+def test_a_change_by_another_writer_during_the_job_makes_the_clean_give_up(spark: Any, tmp_path: Path) -> None:
+    """Another process's retention deletes a segment while the job runs: the owner's fence (the
+    metadata read again before it writes) gives up, deleting every reserved segment's uploads."""
+    from remote_clean_helpers import TIP
+
+    from tidelog.errors import LogCleaningAbortedError
+    from tidelog.remote.copy import delete_remote_segment
+    from tidelog.remote.metadata import RemoteLogSegmentState
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+    from tidelog.spark.compaction import SparkCleaningEngine
+
+    store = _file_store(tmp_path)
+    log, clock, tier = scenario(tmp_path, store)
+    finished = fresh(store).finished_segments()
+    before_local = local_records(log)
+    changed = []
+
+    def retention_meanwhile(tp: Any) -> None:
+        other = RemotePartitionMetadata.load(store, TIP, clock=clock, broker_id=2)
+        if not changed and any(s.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED for s in other.unreferenced()):
+            delete_remote_segment(store, other, finished[0])
+            changed.append(finished[0].id)
+
+    cleaner = Cleaner(SparkCleaningEngine(BUFFERS, spark=spark, split_bytes=600), clock,
+                      check_done=retention_meanwhile, remote=RemoteCleaning(tier.source, clock))
+    with pytest.raises(LogCleaningAbortedError, match="gives up"):
+        cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
+    assert changed
+    reader = fresh(store)
+    assert [s.id for s in reader.finished_segments()] == [s.id for s in finished[1:]]
+    assert reader.unreferenced() == [] and stored_segment_objects(store) == segment_objects(store), "no orphan"
+    assert local_records(log) == before_local
+    log.close()

@@ -237,9 +237,26 @@ class TieredPass:
                 self._stage(group, cleaned)
             check_done(tp)
             return self._switch()
-        except Exception:
+        except Exception as e:
+            gave_up = self._gave_up(e, [s.metadata for s in segments])
             self._abandon_staged()
+            if gave_up is not None:
+                raise gave_up from e
             raise
+
+    def _gave_up(self, error: Exception, cleaning: list[RemoteLogSegmentMetadata]) -> LogCleaningAbortedError | None:
+        """Why the pass failed, when another writer changed the segments it was cleaning (an
+        object read failed because retention deleted its segment meanwhile): the fence's abort,
+        else None (the failure stands; also when the metadata cannot be read again)."""
+        if isinstance(error, LogCleaningAbortedError):
+            return None
+        try:
+            self._check_unchanged(cleaning)
+        except LogCleaningAbortedError as e:
+            return e
+        except Exception as e:  # noqa: BLE001 - the pass's own error is what the caller sees
+            logger.debug("%s: remote metadata not re-read after a failed pass: %s", self.tp, e)
+        return None
 
     def _stage(self, group: Sequence[RemoteSegment], cleaned: LogSegment) -> None:
         """Upload ``cleaned`` as the replacement of ``group`` (STARTED), unless it is the single
@@ -284,6 +301,7 @@ class TieredPass:
             self._staged.append(_Staged(metas, self.metadata.begin_copy(reserved_segment(metas))))
         reserved = [s.new for s in self._staged]
         results = clean_remote_groups(self.store, view, groups, reserved, round, legacy_horizon, stats, check_done)
+        self._check_unchanged()  # before this pass writes again: the job may have run for long
         kept = []
         for staged, result in zip(list(self._staged), results, strict=True):
             if result is None:
@@ -303,24 +321,32 @@ class TieredPass:
         logger.info("%s: %d remote segment(s) replaced by their cleaned versions", self.log.topic_partition, len(old))
         return len(old)
 
-    def _check_unchanged(self) -> None:
-        """The fence at swap time: the metadata is read again from the store, and every segment
-        to replace must still be FINISHED and every staged one still COPY_SEGMENT_STARTED;
-        otherwise another writer (retention, a copy or a clean of another process) changed the
-        partition meanwhile, and :class:`LogCleaningAbortedError` makes the pass give up (its
-        caller deletes what it staged)."""
+    def _check_unchanged(self, cleaning: list[RemoteLogSegmentMetadata] | None = None) -> None:
+        """The fence: the metadata is read again from the store, and every segment to replace
+        must still be FINISHED and every staged one still COPY_SEGMENT_STARTED; otherwise
+        another writer (retention, a copy or a clean that does not hold this process's
+        ``task_lock``: another process) changed the partition meanwhile, and
+        :class:`LogCleaningAbortedError` makes the pass give up (its caller deletes what it
+        staged). Run before the swap, after an engine's job before the pass writes again, and
+        after a failure (``cleaning``: every segment the pass was cleaning) to tell a change by
+        another writer from a fault.
+        The metadata log has one writer per partition (its events are numbered without a
+        conditional PUT), so the fence catches a change made while this pass was not writing
+        (the job, the time before the swap); two writers interleaving events are excluded by
+        the data dir's lock, not by this check."""
         self.metadata.reload()
-        for staged in self._staged:
-            for segment, wanted in [(m, RemoteLogSegmentState.COPY_SEGMENT_FINISHED) for m in staged.old] + [
-                    (staged.new, RemoteLogSegmentState.COPY_SEGMENT_STARTED)]:
-                current = self.metadata.segment(segment)
-                if current is None or current.state != wanted:
-                    now = "gone" if current is None else current.state.name
-                    raise LogCleaningAbortedError(
-                        f"remote segment {segment.start_offset}..{segment.end_offset} ({segment.id}) changed while "
-                        f"it was cleaned (now {now}, expected {wanted.name}): the clean of offsets "
-                        f"{staged.old[0].start_offset}..{staged.old[-1].end_offset} gives up and deletes its uploads",
-                        topic_partition=str(self.tp))
+        finished, started = RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.COPY_SEGMENT_STARTED
+        old = [m for s in self._staged for m in s.old] if cleaning is None else cleaning
+        expected = [(m, finished) for m in old] + [(s.new, started) for s in self._staged]
+        for segment, wanted in expected:
+            current = self.metadata.segment(segment)
+            if current is None or current.state != wanted:
+                now = "gone" if current is None else current.state.name
+                raise LogCleaningAbortedError(
+                    f"remote segment {segment.start_offset}..{segment.end_offset} ({segment.id}) of {self.tp} changed "
+                    f"while it was cleaned (now {now}, expected {wanted.name}): the clean of offsets "
+                    f"{old[0].start_offset}..{old[-1].end_offset} gives up and deletes its uploads",
+                    topic_partition=str(self.tp))
 
     def _abandon_staged(self) -> None:
         """Delete the staged segments still COPY_SEGMENT_STARTED, best effort (cleanup deletes
