@@ -183,6 +183,7 @@ class TieredPass:
         self.remote = [RemoteSegment(m, self.workspace) for m in metadata.finished_segments()]
         self.highest_remote = max(metadata.highest_offset(), log.highest_offset_in_remote_storage)
         self._staged: list[_Staged] = []
+        self._swap_tried = False
 
     def close(self) -> None:
         """Remove the workspace and release the ``task_lock``."""
@@ -248,8 +249,8 @@ class TieredPass:
         """Why the pass failed, when another writer changed the segments it was cleaning (an
         object read failed because retention deleted its segment meanwhile): the fence's abort,
         else None (the failure stands; also when the metadata cannot be read again)."""
-        if isinstance(error, LogCleaningAbortedError):
-            return None
+        if isinstance(error, LogCleaningAbortedError) or self._swap_tried:
+            return None  # a swap whose answer was lost may have landed: its own change, not another's
         try:
             self._check_unchanged(cleaning)
         except LogCleaningAbortedError as e:
@@ -314,6 +315,7 @@ class TieredPass:
         if not self._staged:
             return 0
         self._check_unchanged()
+        self._swap_tried = True
         old = [m for s in self._staged for m in s.old]
         self.metadata.swap(old, [s.new for s in self._staged])
         self._staged = []
