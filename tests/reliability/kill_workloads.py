@@ -1,6 +1,7 @@
 """The workloads of the kill points (:mod:`kill_harness`): lists of steps on a :class:`LogManager`
 driven by a :class:`FakeClock` (appends, flushes, checkpoints, retention, DeleteRecords, cleans, a
-topic deletion, restarts, a multi-partition staged commit, files damaged while stopped, clock
+topic deletion, restarts, a multi-partition staged commit, one staged and committed through a
+live broker, files damaged while stopped, clock
 advances that run the delayed unlinks). Everything is deterministic, so every run makes the same
 file operations in the same order.
 """
@@ -15,14 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crc32c import crc32c
 from manager_helpers import crash  # a killed process's stop, shared with the manager tests
 
 from tidelog.manager import LogManager
+from tidelog.manager.live_commit import LiveCommits
 from tidelog.manager.staged_commit import Committer, Job, StagedReader
 from tidelog.records import BatchBuilder
+from tidelog.records.layout import RECORD_BATCH_OVERHEAD
 from tidelog.records.control import build_end_txn_marker_batch
 from tidelog.storage import fileops, files
-from tidelog.storage.commit_log import default_staging_root
+from tidelog.storage.commit_log import StagedBatch, default_staging_root
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule
 from tidelog.storage.staging_dirs import job_dir, process_lease, remove_job_dir, stage_batches
@@ -259,6 +263,58 @@ def staged_commit_workload() -> list[Step]:
     return steps
 
 
+LIVE_JOBS = {name: f"job-{n:032x}" for n, name in enumerate(("x", "y", "z"), start=1)}
+
+
+def _stage_through_broker(name: str) -> Step:
+    """Stage a job of two task files (two chunks each) as a live broker does for StageBatches
+    (:class:`~tidelog.manager.live_commit.LiveCommits`); its time lease expires long before
+    the harness's reopen, which must reclaim it unless an intent needs it."""
+    def run(env: Env) -> None:
+        live, key = LiveCommits(env.manager, env.clock), LIVE_JOBS[name]
+        refs = []
+        for task in range(2):
+            file = f"part-{task:05d}-attempt-0-task-{task}.batches"
+            position = 0
+            for p in range(3):
+                builder = BatchBuilder(base_offset=0)
+                for i in range(3):
+                    env.counter += 1
+                    builder.append(i, env.clock.milliseconds(), b"k%d" % env.counter, b"live-%d" % env.counter)
+                data = bytes(builder.build())
+                live.stage(key, file, position, data, last=p == 2)
+                refs.append((file, StagedBatch(JOB_TOPIC, p, position, len(data), 3,
+                                               crc32c(data[RECORD_BATCH_OVERHEAD:]), False)))
+                position += len(data)
+        env.staged[key] = refs
+    return (f"stage {name} through the broker", run)
+
+
+def _live_commit(name: str) -> Step:
+    """The broker's commit of a job staged through it: fence, intent, publish, committed mark,
+    staging removal, all on the live manager."""
+    def run(env: Env) -> None:
+        key = LIVE_JOBS[name]
+        LiveCommits(env.manager, env.clock).commit(key, sorted(env.staged[key], key=lambda r: r[0]))
+    return (f"commit {name} on the broker", run)
+
+
+def live_commit_workload() -> list[Step]:
+    """Jobs staged through a live broker and committed by it (``tidelog.manager.live_commit``),
+    the broker killed at every op: mid-staging, after staging, at the intent, mid roll-forward,
+    at the committed mark, at the staging removal; an abort; a job whose driver never commits
+    (reclaimed by its expired lease at the reopen). Commits are checked all-or-nothing."""
+    steps = [_create(JOB_TOPIC, 3, **{"segment.bytes": "700"})]
+    steps += [(f"append {JOB_TOPIC}-{p}", lambda env, p=p: env.append(JOB_TOPIC, 3, partition=p)) for p in range(3)]
+    steps += [_stage_through_broker("x"), _live_commit("x")]
+    steps += [(f"append {JOB_TOPIC}-0", lambda env: env.append(JOB_TOPIC, 2, partition=0))]
+    steps += [_stage_through_broker("y"), ("abort y on the broker",
+                                          lambda env: LiveCommits(env.manager, env.clock).abort(LIVE_JOBS["y"]))]
+    steps += [_stage_through_broker("z")]  # its driver died: never committed
+    steps += [(f"append {JOB_TOPIC}-2", lambda env: env.append(JOB_TOPIC, 2, partition=2))]
+    return steps
+
+
 TXN_TOPIC = "tx"  # read_state adds its aborted transactions: what read_committed consumers skip
 TAIL_TOPIC = "dt"
 
@@ -311,6 +367,7 @@ WORKLOADS: dict[str, Callable[[], list[Step]]] = {
     "append": append_workload,
     "damaged_files": damaged_files_workload,
     "staged_commit": staged_commit_workload,
+    "live_commit": live_commit_workload,
     "restart": restart_workload,
     "retention": retention_workload,
     "clean": clean_workload,

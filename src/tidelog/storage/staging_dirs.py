@@ -216,8 +216,11 @@ def replace_lease(directory: Path, lease: Lease) -> None:
 
 
 def scratch_name(lease: Lease | None) -> str:
-    """``.creating-<uuid>-<pid>-<start>-<pidns>-<boot>@<host>``: a scratch dir names its owner
-    itself, so one left by a crash before its lease file was written is reclaimed all the same."""
+    """``.creating-<uuid>-<pid>-<start>-<pidns>-<boot>@<host>`` (a time lease:
+    ``.creating-<uuid>-expires-<ms>``): a scratch dir names its owner itself, so one left by a
+    crash before its lease file was written is reclaimed all the same."""
+    if lease is not None and lease.expires is not None:
+        return f"{CREATING_PREFIX}{uuid.uuid4().hex}-expires-{lease.expires}"
     owner = ("unknown" if lease is None
              else f"{lease.pid}-{lease.start}-{lease.pidns}-{lease.boot}@{lease.host}")
     return f"{CREATING_PREFIX}{uuid.uuid4().hex}-{owner}"
@@ -227,6 +230,9 @@ def scratch_lease(name: str) -> Lease | None:
     """The owner a scratch dir's name gives (None: none, or not a scratch dir)."""
     if not name.startswith(CREATING_PREFIX):
         return None
+    _, expiring, expires = name.removeprefix(CREATING_PREFIX).partition("-expires-")
+    if expiring:
+        return Lease("", 0, None, expires=int(expires)) if expires.isdigit() else None
     owner, _, host = name.removeprefix(CREATING_PREFIX).partition("@")
     try:
         _, pid, start, pidns, boot = owner.split("-")
