@@ -258,3 +258,40 @@ def test_spark_reads_a_timestamp_range_across_the_tiers(spark, file_served) -> N
     rows = spark_rows(spark, served.uri, **{k: v for k, v in served.options(
         assign='{"events":[0]}', startingTimestamp=str(start), endingTimestamp=str(end)).items() if k != "path"})
     assert [r[4] for r in rows] == list(range(start - T0, end - T0))
+
+
+class MovedToTiered:
+    """The real client, except that a Fetch below ``local_start`` is answered
+    OFFSET_MOVED_TO_TIERED_STORAGE, as by a broker that does not serve its remote tier to
+    consumers (Kafka answers a follower so; tidelog's broker reads the remote tier itself)."""
+
+    def __init__(self, client, local_start: int) -> None:  # type: ignore[no-untyped-def]
+        self.client, self.local_start, self.moved = client, local_start, []
+
+    def fetch(self, tp, offset: int, max_bytes: int, max_wait_ms: int = 0):  # type: ignore[no-untyped-def]
+        from tidelog.spark.broker_client import OFFSET_MOVED_TO_TIERED_STORAGE, PartitionFetched
+
+        if offset < self.local_start:
+            self.moved.append(offset)
+            return PartitionFetched(OFFSET_MOVED_TO_TIERED_STORAGE, -1, -1, b"")
+        return self.client.fetch(tp, offset, max_bytes, max_wait_ms)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.client, name)
+
+
+def test_offset_moved_to_tiered_storage_is_read_from_the_store(file_served, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tidelog.spark import broker_tail
+    from tidelog.spark.broker_client import BrokerClient
+
+    served, ends = file_served
+    tp = TopicPartition("events", 0)
+    ropts = rs.parse_remote_options(served.options(assign='{"events":[0]}'), streaming=False)
+    [r] = rs.plan(ropts)
+    tail = dataclasses.replace(r, segments=(), boundary=r.start)  # as if nothing had been tiered at planning
+    delete_tiered_locally(served, ends)
+    client = MovedToTiered(BrokerClient(served.bootstrap), served.manager.get_log(tp).local_log_start_offset)
+    monkeypatch.setattr(broker_tail, "executor_client", lambda bootstrap: client)
+    assert [o for b in rs.read_remote_range(ropts, tail) for o in b.column(4).to_pylist()] == list(range(r.start, r.end))
+    assert client.moved == [r.start], "asked once, then the store read up to the boundary, then the broker"
+    client.client.close()

@@ -3,7 +3,8 @@ tier of a topic read straight from the real S3 server by executors that cannot s
 
 A topic (2 partitions) and a compacted one (offset gaps) are written through a LogManager under the
 pytest tmp tree (hidden from the workers), their sealed segments copied to the store and deleted
-locally. The reference rows are taken on the driver with ``tidelog consume``'s record iterator before
+locally. A second test adds ``kafka.bootstrap.servers``: the store part from S3, the tail not yet
+tiered through a tidelog broker's Fetch API, both on the executors. The reference rows are taken on the driver with ``tidelog consume``'s record iterator before
 the local deletion (no local Spark session here: one SparkContext per process, and this module's is
 the cluster's).
 
@@ -24,6 +25,7 @@ from pyspark import cloudpickle
 sys.path.append(str(Path(__file__).parent.parent / "spark"))  # the read-side helpers of tests/spark
 from spark_read_data import T0, append_simple, batch, expected_rows, open_manager  # noqa: E402
 from test_spark_remote_read import TIERED, s3_options  # noqa: E402
+from test_spark_remote_tail import delete_tiered_locally, fill, serve  # noqa: E402
 
 from tidelog.topic_partition import TopicPartition  # noqa: E402
 
@@ -116,3 +118,29 @@ def test_the_cluster_reads_the_s3_tier_row_for_row_as_the_local_log(
         placed.setdefault(match.group(1), set()).add(match.group(2))  # worker index -> executor ids
     assert sorted(placed) == ["1", "2"], f"read tasks per worker: {placed}"
     assert sum(1 for _, _, rows in tasks if rows) == 3, "one read task per tiered partition"
+
+
+def test_the_cluster_reads_the_s3_tier_plus_the_brokers_tail_row_for_row(
+        cluster_spark: SparkSession, spark_cluster: SparkStandaloneCluster, object_store: WeedS3Server,
+        bucket: str, tmp_path: Path) -> None:
+    served = serve(tmp_path / "data", f"s3://{bucket}/tail", s3_options(object_store))
+    try:
+        ends = fill(served)
+        expected = []
+        for tp in [TopicPartition("events", 0), TopicPartition("events", 1), GAPS, TopicPartition("plain", 0)]:
+            expected += expected_rows(served.manager, tp, headers=True)
+        delete_tiered_locally(served, ends)
+        reader = cluster_spark.read.format("tidelog").option("subscribe", "events,gaps,plain")
+        for key, value in served.options(includeHeaders="true", minPartitions="6").items():
+            reader = reader.option(key, value)
+        tasks = reader.load().selectExpr(*COLUMNS).rdd.mapPartitions(_in_task(str(served.data / "events-0"))).collect()
+    finally:
+        served.stop()
+    got = sorted((row for _, _, rows in tasks for row in rows), key=lambda r: (r[2], r[3], r[4]))
+    assert len(got) == len(expected) > 2500
+    assert got == expected
+    for tp, end in ends.items():  # both tiers in every tiered partition
+        offsets = [r[4] for r in got if (r[2], r[3]) == (tp.topic, tp.partition)]
+        assert offsets[0] < end <= offsets[-1], tp
+    workers = {_EXECUTOR_DIR.search(cwd).group(1) for cwd, _, rows in tasks if rows}  # type: ignore[union-attr]
+    assert workers == {"1", "2"} and all(seen == "FileNotFoundError" for _, seen, _ in tasks)

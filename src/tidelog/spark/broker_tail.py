@@ -192,6 +192,7 @@ class _TailRead:
         (``retry``) or fail."""
         found = self.store_read(offset, self.hi)
         if found is not None:
+            self.failing_since, self.backoff = None, BACKOFF_MS
             end, rows = found
             return rows, end
         if not retry:

@@ -11,8 +11,10 @@ option                              meaning (Kafka's unless said)
 =================================== ===========================================================
 path                                the data dir: one log dir, or comma-separated log dirs (ours;
                                     stands for ``kafka.bootstrap.servers``); or a remote-tier store
-                                    URI with ``rsm.config.*`` options: the remote tier only
+                                    URI with ``rsm.config.*`` options: the remote tier
                                     (:mod:`tidelog.spark.remote_source`)
+kafka.bootstrap.servers             with a store ``path`` only: the broker whose tail not yet
+                                    tiered is read through Fetch, up to its high watermark
 subscribe / subscribePattern /      exactly one: topics, a Java regex found anywhere in the topic
 assign                              name (as Spark's source: ``findFirstIn``; anchor it with ^...$
                                     for a whole-name match), or ``{"t":[0,1]}``
@@ -34,7 +36,8 @@ maxTriggerDelay
 includeHeaders                      false (default): adds the ``headers`` column
 =================================== ===========================================================
 
-``kafka.*`` options are refused (there is no broker or consumer to configure), and so is every
+``kafka.*`` options are refused (there is no broker or consumer to configure; with a store path
+``kafka.bootstrap.servers`` alone is taken, by :mod:`tidelog.spark.remote_source`), and so is every
 other unknown option, rather than silently ignored.
 """
 

@@ -97,8 +97,9 @@ class RemoteStreamReader(StreamReaderBase):
         start = plan.resolve(self.ropts.parsed.starting, starting=True)
         for tp, offset in start.items():
             if offset > plan.bounds[tp].end_offset:
-                raise o.SourceOptionError(f"The starting offset {offset} of {tp} is beyond its highest remote "
-                                          f"offset + 1 ({plan.bounds[tp].end_offset})")
+                end = "high watermark" if self.ropts.bootstrap else "highest remote offset + 1"
+                raise o.SourceOptionError(f"The starting offset {offset} of {tp} is beyond its {end} "
+                                          f"({plan.bounds[tp].end_offset})")
         return canonical(start)
 
     def _ends(self) -> tuple[PartitionOffsets, PartitionOffsets]:
