@@ -21,7 +21,14 @@ is cleaned in the same pass, against the same offset map, by the same engine
    epochs, even when every record was removed (an empty ``.log``, as Kafka keeps empty cleaned
    segments locally), so the remote ranges stay contiguous and the highest remote offset is
    unchanged.
-3. **Switch.** One :meth:`~tidelog.remote.metadata_log.RemotePartitionMetadata.swap` event moves
+   An engine with ``clean_remote_groups`` (the Spark engine's tiered pass,
+   :mod:`tidelog.spark.remote_compaction`) takes this step over: each group's replacement is first
+   recorded COPY_SEGMENT_STARTED under a fresh id (:func:`reserved_segment`), then the engine
+   cleans every group and uploads each changed one under its id through :func:`stage_cleaned`
+   (the same upload step), on hosts that read and write the store, not the log dir.
+3. **Switch.** After the fence (:meth:`TieredPass._check_unchanged`: the metadata read again;
+   the replaced segments must still be FINISHED and the staged ones STARTED, else the pass gives
+   up), one :meth:`~tidelog.remote.metadata_log.RemotePartitionMetadata.swap` event moves
    the replaced segments to DELETE_SEGMENT_STARTED and the staged ones to FINISHED: a reader of
    the metadata sees the old set or the new one, never a mix. The replaced objects are deleted
    ``file.delete.delay.ms`` later (:class:`RemoteDeletions`, run by the cleaner threads), so a
