@@ -270,8 +270,19 @@ class BrokerStagedFile:
                                       last=last)
         try:
             response = self.client.call(request)
-        except ConnectionError as e:
-            raise not_tidelog(self.client.address, what) if self._sent == 0 and "closed" in str(e) else e
+        except BrokerUnreachableError:
+            raise
+        except ConnectionError:
+            if self._sent:
+                raise  # the broker went away mid-file: the task fails, Spark's retry stages anew
+            # the first chunk: a broker going away, or a Kafka broker closing on an unknown key?
+            # A second connection closed on the same request says Kafka; a refused one, gone.
+            self.client.close()
+            self.client.connect()
+            try:
+                response = self.client.call(request)
+            except ConnectionError as e:
+                raise not_tidelog(self.client.address, what) from e
         checked(response, what, self.client.address)
         self._sent += len(data)
 
