@@ -93,9 +93,7 @@ class Log(AppendPath):
         self._txn_index_check = TxnIndexCheck(self.topic_partition, local.dir, self._lock, self._txn_log_state)
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._closed = False
-        # A staged commit in progress on a live broker (tidelog.manager.live_commit): while set, every
-        # append but the commit's own raises it, checked under the lock (AppendPath.append_fence).
-        self.append_fence: BaseException | None = None
+        self.append_fence: BaseException | None = None  # AppendPath.append_fence
         # Kafka's highestOffsetInRemoteStorage: the last offset the remote tier holds in a finished
         # segment, -1 until the remote tier says (kept in memory only, as in Kafka: after a restart
         # no local segment of a tiered log is deleted until the remote tier has been asked again).
