@@ -295,3 +295,24 @@ def test_offset_moved_to_tiered_storage_is_read_from_the_store(file_served, monk
     assert [o for b in rs.read_remote_range(ropts, tail) for o in b.column(4).to_pylist()] == list(range(r.start, r.end))
     assert client.moved == [r.start], "asked once, then the store read up to the boundary, then the broker"
     client.client.close()
+
+
+def test_remote_data_of_an_earlier_topic_of_the_same_name_is_not_read(file_served) -> None:  # type: ignore[no-untyped-def]
+    """The store holds ``plain-0`` under another topic id than the broker's ``plain`` (a topic of
+    that name deleted and created again, its remote data not yet removed): the broker's topic is
+    read from the broker alone."""
+    from tidelog.storage.metadata import uuid_to_topic_id
+
+    served, _ = file_served
+    store = open_store(served.uri)
+    stale = uuid_to_topic_id(__import__("uuid").uuid4())
+    for info in list(store.list("")):
+        topic_dir, _, rest = info.key.partition("/")
+        if topic_dir.startswith("events-") and rest.startswith("0/"):
+            store.put(f"plain-{stale}/{rest}", store.get(info.key))
+    ropts = rs.parse_remote_options(served.options(assign='{"plain":[0]}'), streaming=False)
+    [r] = rs.plan(ropts)
+    assert (r.start, r.end, r.boundary, r.segments) == (0, 250, 0, ())
+    rows = [b for b in rs.read_remote_range(ropts, r)]
+    assert [o for b in rows for o in b.column(4).to_pylist()] == list(range(250))
+    assert {v for b in rows for v in b.column(1).to_pylist() if v is not None} <= {b"v%d" % i * 3 for i in range(250)}

@@ -20,6 +20,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tidelog.storage.metadata import uuid_to_topic_id
 from tidelog.topic_partition import TopicPartition
 
 METADATA_VERSION = 12
@@ -101,6 +102,7 @@ class BrokerClient:
         self._socks: dict[tuple[str, int], socket.socket] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
         self._leaders: dict[TopicPartition, int] = {}
+        self.topic_ids: dict[str, str] = {}
         self._correlation = 0
 
     def close(self) -> None:
@@ -118,7 +120,8 @@ class BrokerClient:
 
     def metadata(self, topics: Sequence[str] | None) -> dict[str, list[int]]:
         """``{topic: sorted partition ids}`` of ``topics`` (every topic when None), never
-        auto-creating; topics the broker does not have are left out. Learns the leaders."""
+        auto-creating; topics the broker does not have are left out. Learns the leaders and the
+        topic ids (:attr:`topic_ids`, Kafka's base64 form)."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
         wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
@@ -134,6 +137,8 @@ class BrokerClient:
                 raise BrokerReplyError(f"Metadata of topic '{topic.name}' from the broker at {self.bootstrap}: "
                                        f"{error_name(topic.error_code)}", topic.error_code)
             out[topic.name] = sorted(p.partition_index for p in topic.partitions)
+            if topic.topic_id is not None and topic.topic_id.int:
+                self.topic_ids[topic.name] = uuid_to_topic_id(topic.topic_id)
             for p in topic.partitions:
                 self._leaders[TopicPartition(topic.name, p.partition_index)] = p.leader_id
         return out

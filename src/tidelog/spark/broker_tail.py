@@ -76,15 +76,19 @@ def executor_client(bootstrap: str) -> bc.BrokerClient:
 # --- driver ---------------------------------------------------------------------------------
 
 class BrokerPartitions:
-    """The subscribed topics' partitions as the broker has them, their bounds and timestamp
-    searches (driver side; each call one short-lived connection)."""
+    """The subscribed topics' partitions and topic ids (``topic_ids``: by name, Kafka's base64
+    form) as the broker has them, their bounds and timestamp searches (driver side; each call one
+    short-lived connection)."""
 
     def __init__(self, bootstrap: str, parsed: o.SourceOptions) -> None:
         self.bootstrap = bootstrap
         sub = parsed.subscription
         topics = (None if sub.kind == o.SUBSCRIBE_PATTERN else
                   sorted(set(sub.topics) if sub.kind == o.SUBSCRIBE else {tp.topic for tp in sub.assigned}))
-        found = self._ask("read the topics' metadata", lambda c: c.metadata(topics))
+        def ask(c: bc.BrokerClient) -> tuple[dict[str, list[int]], dict[str, str]]:
+            return c.metadata(topics), c.topic_ids
+
+        found, self.topic_ids = self._ask("read the topics' metadata", ask)
         self.existing = {TopicPartition(t, p) for t, ps in found.items() for p in ps}
 
     def bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionBounds]:

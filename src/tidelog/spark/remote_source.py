@@ -260,7 +260,7 @@ class RemotePlan:
         from tidelog.remote.errors import RemoteStorageError
         from tidelog.remote.metadata_log import RemotePartitionMetadata
 
-        if tp not in self.tips:  # on the broker only: no remote data
+        if tp not in self.tips or not self._same_topic(tp):  # on the broker only: no remote data
             self.segments[tp], self.boundary[tp] = [], 0
             return
         try:
@@ -272,6 +272,19 @@ class RemotePlan:
         start = finished[0].start_offset if finished else 0
         self.boundary[tp] = metadata.highest_offset() + 1
         self.bounds[tp] = PartitionBounds(tp, start, self.boundary[tp])
+
+    def _same_topic(self, tp: TopicPartition) -> bool:
+        """Whether the store's data of ``tp`` is of the broker's topic (not of an earlier topic
+        of the same name, deleted and created again): the topic ids match, or the broker does not
+        say (no broker, or a Metadata answer without ids)."""
+        if self.broker is None or tp.topic not in self.broker.topic_ids:
+            return True
+        same = self.broker.topic_ids[tp.topic] == self.tips[tp].topic_id
+        if not same:
+            log.warning("The remote tier at %s holds %s under topic id %s, the broker's topic has id %s: "
+                        "that is an earlier topic of the same name, not read", self.store.uri, tp,
+                        self.tips[tp].topic_id, self.broker.topic_ids[tp.topic])
+        return same
 
     def resolve(self, spec: o.OffsetSpec, *, starting: bool) -> dict[TopicPartition, int]:
         """``spec`` as offsets of the subscribed partitions (timestamps searched in the store, or
@@ -309,9 +322,10 @@ class RemotePlan:
                                              _overlapping(self.segments.get(tp, []), r.start, r.end)))
                 continue
             boundary = self.boundary.get(tp, 0)
+            topic_id = self.broker.topic_ids.get(tp.topic, tip.topic_id if tip is not None else "")
             out.append(RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
                                          _overlapping(self.segments.get(tp, []), r.start, min(r.end, boundary)),
-                                         boundary, tip.topic_id if tip is not None else ""))
+                                         boundary, topic_id))
         return out
 
 
