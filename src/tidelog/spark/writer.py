@@ -13,6 +13,10 @@ Thin Spark adapters over :mod:`tidelog.spark.sink_options` (validation, on the d
 * ``commit()`` (driver): publish; ``abort()`` (driver): roll forward an interrupted commit, else
   delete the job's staging dir. Spark calls ``abort()`` after a failed ``commit()`` as well.
 
+With a broker (``kafka.bootstrap.servers``, or a data dir a running ``tidelog serve`` owns) tasks
+stage through it and ``commit()``/``abort()`` are requests to it (:mod:`tidelog.spark.broker_commit`);
+the ownership check is skipped (the broker owns the dir).
+
 The stream writer is built again for every micro-batch (and once more for its commit): it keeps
 no state. Its ``commit()``/``abort()`` learn the query id from the task manifests, or, when every
 message is None, from the checkpoint's ``metadata`` file.
