@@ -168,3 +168,48 @@ def test_latest_is_the_high_watermark_asked_at_most_once_a_second(served, monkey
     ranges = reader.partitions(first, end)
     assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 50, 70), (1, 50, 70)]
     assert all(r.boundary is not None for r in ranges), "split into a store and a broker part at plan time"
+
+
+@pytest.mark.soak  # two AvailableNow drains of ~3,000 offsets in 900-offset batches: ~1 min on 2 shared cores
+def test_available_now_drains_store_and_tail_then_a_restart_reads_only_the_new(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rate-limited batches over both tiers equal the local read; more records tiered and
+    appended, then a restart on the same checkpoint reads those only."""
+    sys.path.append(str(Path(__file__).parent))
+    from spark_read_data import append_simple
+    from test_spark_remote_tail import delete_tiered_locally, fill, serve
+
+    served = serve(tmp_path / "data", (tmp_path / "store").as_uri(), {})
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def drain() -> list[tuple]:  # type: ignore[type-arg]
+        stream = spark.readStream.format("tidelog")
+        for key, value in served.options(subscribe="events,gaps,plain", startingOffsets="earliest",
+                                         maxOffsetsPerTrigger="900").items():
+            stream = stream.option(key, value)
+        query = (stream.load().selectExpr("topic", "partition", "offset", "key", "value").writeStream
+                 .format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(180)
+        assert query.exception() is None
+        return sorted(tuple(r) for r in spark.read.parquet(str(out)).collect())
+
+    def local() -> list[tuple]:  # type: ignore[type-arg]
+        rows = (spark.read.format("tidelog").option("path", str(served.data)).option("subscribe", "events,gaps,plain")
+                .load().selectExpr("topic", "partition", "offset", "key", "value").collect())
+        return sorted(tuple(r) for r in rows)
+
+    try:
+        ends = fill(served)
+        expected = local()
+        delete_tiered_locally(served, ends)
+        assert drain() == expected
+        for p in (0, 1):
+            append_simple(served.manager, TopicPartition("events", p), 400, per_batch=10)
+        # the sink holds both runs: the first's rows, and the new ones read locally before tiering
+        expected = sorted(set(expected) | set(local()))
+        served.manager.remote_tier.copy_pass()
+        delete_tiered_locally(served, {s.topic_partition: s.highest_remote_offset + 1
+                                       for s in served.manager.remote_tier.status()})
+        assert drain() == expected, "the new offsets once, the old ones not again"
+    finally:
+        served.stop()
