@@ -53,10 +53,10 @@ CHECK_TIMEOUT_S = 5.0  # how long writer() waits so before refusing (a running s
 def owned_error(error: LogDirLockedError, log_dir: str) -> LogDirLockedError:
     holder = read_lock_holder(Path(log_dir)) or "an unknown process"
     return LogDirLockedError(
-        f"the data dir is owned by a running process ({holder}): a tidelog serve, a Kafka broker or another "
-        "tidelog command holds its .lock, and format(\"tidelog\") writes only to a data dir no process owns. "
-        "Stop that process, or write through the running tidelog serve with Spark's Kafka sink: "
-        "df.write.format(\"kafka\").option(\"kafka.bootstrap.servers\", \"<its host:port>\")",
+        f"the data dir is owned by a running process ({holder}) that left no tidelog serve address there: a Kafka "
+        "broker, an older tidelog serve or another tidelog command holds its .lock. Stop that process; or, when it "
+        "is a tidelog serve, write through it: .option(\"kafka.bootstrap.servers\", \"<its host:port>\"); to a "
+        "Kafka broker, write with format(\"kafka\")",
         log_dir=log_dir)
 
 

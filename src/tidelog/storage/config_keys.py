@@ -331,7 +331,8 @@ _BROKER_KEYS = (
     _key("tidelog.spark.staging.lease.ms", _LONG, 1800000, at_least(1),
          "tidelog only: how long a Spark job staged through this broker (format(\"tidelog\") with "
          "kafka.bootstrap.servers) keeps its staging dir without staging anything more; an expired dir "
-         "that no pending commit needs is deleted (periodically, and at start-up)."),
+         "that no pending commit needs is deleted (periodically, and at start-up). It must outlast the longest "
+         "pause of a job between two chunks and before its commit."),
     # the group coordinator's keys (tidelog.server.groups)
     _key("group.initial.rebalance.delay.ms", _INT, 3000, at_least(0),
          "How long the first rebalance of an empty group waits for more members to join."),
