@@ -145,10 +145,10 @@ def test_latest_is_the_high_watermark_asked_at_most_once_a_second(served, monkey
                                   "minOffsetsPerTrigger": "80", "maxTriggerDelay": "5s"}, streaming=True)
     clock = FakeClock(1_000_000)
     reader = RemoteStreamReader(ropts, clock)
-    asked = []
-    bounds = broker_tail.BrokerPartitions.bounds
-    monkeypatch.setattr(broker_tail.BrokerPartitions, "bounds",
-                        lambda self, tps: asked.append(1) or bounds(self, tps))
+    asked = []  # ListOffsets for the high watermark
+    offsets = broker_tail.BrokerPartitions.offsets
+    monkeypatch.setattr(broker_tail.BrokerPartitions, "offsets",
+                        lambda self, tps, ts: (ts == -1 and asked.append(ts)) or offsets(self, tps, ts))
     start = reader.initialOffset()
     assert start == {"events": {"0": 50, "1": 50}}, "startingOffsets latest: the high watermarks"
     asked.clear()
@@ -158,7 +158,7 @@ def test_latest_is_the_high_watermark_asked_at_most_once_a_second(served, monkey
     produce(serve.bootstrap, 100, 40)  # 40 new offsets: fewer than minOffsetsPerTrigger
     for _ in range(20):
         assert reader.latestOffset(first, limit) == first  # cached: the new ones not seen yet
-    assert len(asked) == 1, "one ListOffsets round per second at most"
+    assert len(asked) == 1, "one ListOffsets for the high watermarks per second at most"
     clock.advance(1000)
     assert reader.latestOffset(first, limit) == first, "40 < 80 new offsets: held back"
     assert len(asked) == 2 and reader.reportLatestOffset() == {"events": {"0": 70, "1": 70}}

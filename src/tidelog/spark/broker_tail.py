@@ -93,15 +93,15 @@ class BrokerPartitions:
 
     def bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionBounds]:
         """Per partition: the broker's log start offset and high watermark (two ListOffsets)."""
+        earliest = self.offsets(partitions, bc.EARLIEST_TIMESTAMP)
+        latest = self.offsets(partitions, bc.LATEST_TIMESTAMP)
+        return {tp: PartitionBounds(tp, earliest[tp], latest[tp]) for tp in partitions}
+
+    def offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """One ListOffsets of ``partitions`` for ``timestamp`` (-2 log start, -1 high watermark)."""
         if not partitions:
             return {}
-
-        def ask(c: bc.BrokerClient) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-            return (c.list_offsets({tp: bc.EARLIEST_TIMESTAMP for tp in partitions}),
-                    c.list_offsets({tp: bc.LATEST_TIMESTAMP for tp in partitions}))
-
-        earliest, latest = self._ask("list the partitions' offsets", ask)
-        return {tp: PartitionBounds(tp, earliest[tp], latest[tp]) for tp in partitions}
+        return self._ask("list the partitions' offsets", lambda c: c.list_offsets({tp: timestamp for tp in partitions}))
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
         """ListOffsets by time of ``tp`` (both tiers, searched by the broker); None: no match."""

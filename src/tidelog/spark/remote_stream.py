@@ -110,15 +110,20 @@ class RemoteStreamReader(StreamReaderBase):
                 {tp: b.log_start_offset for tp, b in plan.bounds.items()})
 
     def _ends_from_broker(self) -> tuple[PartitionOffsets, PartitionOffsets]:
-        """High watermarks and log starts from the broker, asked at most once per REFRESH_MS."""
+        """High watermarks from the broker, asked at most once per REFRESH_MS (one Metadata and
+        one ListOffsets), with the log start offsets of partitions first seen then (one more
+        ListOffsets; they are the start of partitions a batch has no offset for yet)."""
+        from tidelog.spark.broker_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
         from tidelog.spark.broker_tail import BrokerPartitions
 
         now = self._clock.milliseconds()
         if self._broker_ends is None or now - self._broker_ends[0] >= REFRESH_MS:
             broker = BrokerPartitions(self.ropts.bootstrap, self.ropts.parsed)
-            bounds = broker.bounds(self.ropts.parsed.subscription.select(sorted(broker.existing)))
-            self._broker_ends = (now, {tp: b.end_offset for tp, b in bounds.items()},
-                                 {tp: b.log_start_offset for tp, b in bounds.items()})
+            partitions = self.ropts.parsed.subscription.select(sorted(broker.existing))
+            known = {} if self._broker_ends is None else self._broker_ends[2]
+            new = broker.offsets([tp for tp in partitions if tp not in known], EARLIEST_TIMESTAMP)
+            self._broker_ends = (now, broker.offsets(partitions, LATEST_TIMESTAMP),
+                                 {tp: new[tp] if tp in new else known[tp] for tp in partitions})
         return self._broker_ends[1], self._broker_ends[2]
 
     def _ranges(self, begin: PartitionOffsets, stop: PartitionOffsets) -> Sequence[InputPartition]:
