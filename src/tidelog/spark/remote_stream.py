@@ -8,7 +8,7 @@ the store, then one LIST plus the new metadata objects per partition) at most on
 :data:`REFRESH_MS`, however often Spark polls.
 
 With ``kafka.bootstrap.servers``, offsets are the broker's: latest is its high watermark (one
-Metadata and two ListOffsets requests at most once per :data:`REFRESH_MS`, the answer reused
+Metadata and one ListOffsets request at most once per :data:`REFRESH_MS`, the answer reused
 between), and each micro-batch's ranges are split at plan time into a store part (up to the
 highest tiered offset then) and a broker part (:mod:`tidelog.spark.broker_tail`), so the query
 moves across the tier boundary as segments are tiered and deleted locally, each offset read once.
