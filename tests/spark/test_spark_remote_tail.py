@@ -316,3 +316,29 @@ def test_remote_data_of_an_earlier_topic_of_the_same_name_is_not_read(file_serve
     rows = [b for b in rs.read_remote_range(ropts, r)]
     assert [o for b in rows for o in b.column(4).to_pylist()] == list(range(250))
     assert {v for b in rows for v in b.column(1).to_pylist() if v is not None} <= {b"v%d" % i * 3 for i in range(250)}
+
+
+def test_a_stream_over_a_broker_reports_offsets_gone_below_the_log_start(file_served) -> None:  # type: ignore[no-untyped-def]
+    """delete-records between two micro-batches: the next batch's missing offsets are data loss
+    (failOnDataLoss=true fails naming them; false skips to the new log start)."""
+    from tidelog.spark.remote_stream import RemoteStreamReader
+    from tidelog.testing import FakeClock
+
+    served, ends = file_served
+    tp = TopicPartition("plain", 0)
+    clock = FakeClock()
+    strict = RemoteStreamReader(rs.parse_remote_options(served.options(assign='{"plain":[0]}',
+                                                                       startingOffsets="earliest"), streaming=True),
+                                clock)
+    begin = strict.initialOffset()
+    assert begin == {"plain": {"0": 0}}
+    served.manager.delete_records(tp, 100)
+    end = {"plain": {"0": 250}}
+    clock.advance(1000)  # the reader re-plans at most once a second
+    with pytest.raises(DataLossReported, match=r"offsets \[0, 100\) of plain-0: the log now starts at 100"):
+        strict.partitions(begin, end)
+    lenient = RemoteStreamReader(rs.parse_remote_options(served.options(
+        assign='{"plain":[0]}', startingOffsets="earliest", failOnDataLoss="false"), streaming=True))
+    [r] = lenient.partitions(begin, end)
+    assert (r.start, r.end, r.boundary) == (100, 250, 0)
+    assert [o for b in lenient.read(r) for o in b.column(4).to_pylist()] == list(range(100, 250))
