@@ -43,7 +43,9 @@ options: executors must reach the store, never the log dir.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +126,17 @@ class SparkTieredEngine:
         self._in_process = InProcessEngine(engine.buffers)
         self._lookup: TieredLookup | None = None
         self._local: GroupOffsets | None = None
+        #: Seconds spent per step of the pass (``walk``, ``local_scan``, ``job``, ``local_rewrite``;
+        #: ``rewrite`` and ``upload``: summed over the executors' groups), for benchmarks and logs.
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def _timed(self, step: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[step] = self.timings.get(step, 0.0) + time.perf_counter() - began
 
     @property
     def _partition(self) -> str:
@@ -139,7 +152,8 @@ class SparkTieredEngine:
         dirty = source.segments_between(start, end)
         first = dirty[0].metadata.id if dirty and isinstance(dirty[0], RemoteSegment) else None
         remote = [s.metadata for s in self._tier.remote if s.base_offset < end]
-        walked = self._walk_remote(remote, first, start)
+        with self._timed("walk"):
+            walked = self._walk_remote(remote, first, start)
         txn = CleanedTransactionMetadata(source.collect_aborted_transactions(start, end), ignore_aborted)
         aborted: list[int] = []
         local_walks: dict[int, SegmentWalk] = {}
@@ -227,8 +241,9 @@ class SparkTieredEngine:
                     txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
                     check_done: CheckDone) -> LogSegment:
         """A local group, in process, with the pass's map as the job gave it for the local rows."""
-        return self._in_process.clean_group(log, group, self._local_round(round), txn, legacy_delete_horizon_ms,
-                                            stats, check_done)
+        local = self._local_round(round)
+        with self._timed("local_rewrite"):
+            return self._in_process.clean_group(log, group, local, txn, legacy_delete_horizon_ms, stats, check_done)
 
     def measure_group(self, log: Log, group: Sequence[LogSegment], round: CleaningRound,
                       txn: CleanedTransactionMetadata, legacy_delete_horizon_ms: int, stats: CleanerStats,
@@ -258,7 +273,9 @@ class SparkTieredEngine:
         lookup = self._map()
         spark = self._engine.spark
         log = self._tier.log
-        keys = self._remote_keys(lookup, plans).unionByName(self._local_keys(lookup))
+        with self._timed("local_scan"):
+            local_keys = self._local_keys(lookup)
+        keys = self._remote_keys(lookup, plans).unionByName(local_keys)
         latest = F.max(F.when(F.col("eligible"), F.col("offset"))).over(Window.partitionBy("key"))
         rows = keys.select("grp", "offset", latest.alias("latest"),
                            F.when(F.col("legacy"), F.col("key")).alias("legacy_key"),
@@ -271,13 +288,16 @@ class SparkTieredEngine:
                          max(self._engine.buffers.max_io_buffer_size, log.config.max_message_bytes), False,
                          store=self._tier.store)
         try:
-            manifest = (rows.unionByName(sentinels).groupBy("grp")
-                        .applyInArrow(remote_group_rewriter(job), REMOTE_MANIFEST_DDL).collect())
+            with self._timed("job"):
+                manifest = (rows.unionByName(sentinels).groupBy("grp")
+                            .applyInArrow(remote_group_rewriter(job), REMOTE_MANIFEST_DDL).collect())
         except Exception as e:  # noqa: BLE001 - a failed job: Py4J/PySpark errors, whatever their class
             raise LogCleaningError(f"the Spark cleaning job of the remote tier ({self._span(plans)}) failed: "
                                    f"{first_line(e)}", topic_partition=self._partition) from e
         local = [r for r in manifest if r["grp"] == LOCAL_GROUP]
         remote = sorted((r for r in manifest if r["grp"] != LOCAL_GROUP), key=lambda r: r["grp"])
+        for step in ("rewrite", "upload"):
+            self.timings[step] = self.timings.get(step, 0.0) + sum(r[f"{step}_seconds"] for r in remote)
         errors = [pickle.loads(r["error"]) for r in remote if r["error"] is not None]
         if errors:
             raise errors[0]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,11 +48,13 @@ from tidelog.storage import files
 from tidelog.storage.segment import LogSegment
 
 REMOTE_MANIFEST_DDL = ("grp int, base_offset long, messages_read long, bytes_read long, messages_written long, "
-                       "bytes_written long, invalid_messages long, error binary, segment binary, local binary")
+                       "bytes_written long, invalid_messages long, error binary, segment binary, local binary, "
+                       "rewrite_seconds double, upload_seconds double")
 _MANIFEST_SCHEMA = pa.schema([("grp", pa.int32()), ("base_offset", pa.int64()), ("messages_read", pa.int64()),
                               ("bytes_read", pa.int64()), ("messages_written", pa.int64()),
                               ("bytes_written", pa.int64()), ("invalid_messages", pa.int64()),
-                              ("error", pa.binary()), ("segment", pa.binary()), ("local", pa.binary())])
+                              ("error", pa.binary()), ("segment", pa.binary()), ("local", pa.binary()),
+                              ("rewrite_seconds", pa.float64()), ("upload_seconds", pa.float64())])
 LOCAL_GROUP = -1  # the group of the local tier's key rows: mapped, not rewritten here
 
 
@@ -128,7 +131,8 @@ def rewrite_remote_group(job: RewriteJob, table: pa.Table) -> pa.Table:
     """``applyInArrow`` body: one remote group cleaned and uploaded, or the local rows returned."""
     group = int(table.column("grp")[0].as_py())
     row = {"grp": group, "base_offset": -1, "messages_read": 0, "bytes_read": 0, "messages_written": 0,
-           "bytes_written": 0, "invalid_messages": 0, "error": None, "segment": None, "local": None}
+           "bytes_written": 0, "invalid_messages": 0, "error": None, "segment": None, "local": None,
+           "rewrite_seconds": 0.0, "upload_seconds": 0.0}
     if group == LOCAL_GROUP:
         rows = table.filter(pc.greater_equal(table.column("offset"), 0)).select(["offset", "latest", "legacy_key"])
         sink = pa.BufferOutputStream()
@@ -139,9 +143,13 @@ def rewrite_remote_group(job: RewriteJob, table: pa.Table) -> pa.Table:
     plan: RemoteGroupPlan = pickle.loads(next(p for p in table.column("plan").to_pylist() if p is not None))
     stats = CleanerStats(SYSTEM_CLOCK)
     work = Path(tempfile.mkdtemp(prefix="tidelog-remote-clean-"))
+    began = time.perf_counter()  # timings only (benchmarks): never a decision
     try:
         rewrite_plan(replace(job, dir=str(work)), plan.plan, group_offsets(table, job.latest_offset), stats)
+        rewritten = time.perf_counter()
+        row["rewrite_seconds"] = rewritten - began
         staged = _stage(job, work, plan)
+        row["upload_seconds"] = time.perf_counter() - rewritten
         row["segment"] = None if staged is None else pickle.dumps(staged)
     except RemoteStorageError as e:
         row["error"] = pickle.dumps(_named(e, plan.reserved, "cleaning"))
