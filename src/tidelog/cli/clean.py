@@ -9,7 +9,11 @@ is cleanable (the part below the first uncleanable offset) whatever the ratio.
 ``--engine spark`` runs the dedupe and the rewrite as Spark jobs (``--master``, default the
 tidelog-only broker config ``tidelog.cleaner.spark.master``, itself ``local[2]``); the default is the
 broker's ``tidelog.cleaner.engine`` (``in-process``). Both engines write the same bytes; Spark
-needs the ``spark`` extra (pyspark, pyarrow), imported only when chosen.
+needs the ``spark`` extra (pyspark, pyarrow), imported only when chosen. For a tiered compacted
+topic (the remote tier configured with ``--override remote.log.storage.*``/``rsm.config.*``) the
+executors read and write the remote tier in the store and never open the data dir
+(:mod:`tidelog.spark.remote_compaction`), so ``--master spark://…`` works on a cluster whose
+workers do not see it.
 """
 
 from __future__ import annotations
