@@ -21,7 +21,7 @@ metadata and read what the store now holds from the store (``store_read``), then
 broker: every offset is read once, from one tier.
 
 **Faults.** A broker that does not answer, or answers with a retriable error, is asked again
-for up to :data:`RETRY_MS`, then the task fails with :class:`BrokerReadError` naming the
+for up to ``kafkaConsumer.pollTimeoutMs`` (as Spark's Kafka source, default 120 s), then the task fails with :class:`BrokerReadError` naming the
 partition, the offset range and the broker. Offsets below the log start (``OFFSET_OUT_OF_RANGE``)
 and a partition gone are data loss under ``failOnDataLoss``, as in Spark's Kafka source.
 """
@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 
 FETCH_BYTES = 8 << 20
 """Bytes of records asked for per Fetch (the broker may send less, or one larger batch)."""
-RETRY_MS = 30_000
-"""How long a task keeps asking a broker that does not answer or answers a retriable error."""
 BACKOFF_MS = 100
 """The wait between two tries (doubled up to 1 s)."""
 
@@ -131,9 +129,10 @@ class BrokerView:
 # --- executors ------------------------------------------------------------------------------
 
 def read_tail(parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartition, lo: int, hi: int,
-              store_read: StoreRead, clock: Clock = SYSTEM_CLOCK) -> Iterator[pa.RecordBatch]:
-    """Rows of offsets ``[lo, hi)`` of ``tp`` through Fetch (see the module doc)."""
-    reader = _TailRead(parsed, client, tp, hi, store_read, clock)
+              store_read: StoreRead, retry_ms: int, clock: Clock = SYSTEM_CLOCK) -> Iterator[pa.RecordBatch]:
+    """Rows of offsets ``[lo, hi)`` of ``tp`` through Fetch (see the module doc); a broker not
+    answering (or answering a retriable error) is asked again for ``retry_ms``."""
+    reader = _TailRead(parsed, client, tp, hi, store_read, retry_ms, clock)
     offset = lo
     while offset < hi:
         step = reader.step(offset)
@@ -151,8 +150,9 @@ class _TailRead:
     and the offset to go on from (the same one after a wait), or None when the rest is lost."""
 
     def __init__(self, parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartition, hi: int,
-                 store_read: StoreRead, clock: Clock) -> None:
+                 store_read: StoreRead, retry_ms: int, clock: Clock) -> None:
         self.parsed, self.client, self.tp, self.hi, self.store_read, self.clock = parsed, client, tp, hi, store_read, clock
+        self.retry_ms = retry_ms
         self.failing_since: int | None = None
         self.backoff = BACKOFF_MS
 
@@ -232,13 +232,13 @@ class _TailRead:
         return None
 
     def retry(self, offset: int, why: str) -> _Step:
-        """Wait and ask again, unless the broker has been failing for :data:`RETRY_MS`."""
+        """Wait and ask again, unless the broker has been failing for ``retry_ms``."""
         now = self.clock.milliseconds()
         if self.failing_since is None:
             self.failing_since = now
-        elif now - self.failing_since >= RETRY_MS:
+        elif now - self.failing_since >= self.retry_ms:
             raise BrokerReadError(f"Cannot fetch {self.where(offset)}: {why} (asked again for "
-                                  f"{RETRY_MS // 1000} s)")
+                                  f"{self.retry_ms} ms, option 'kafkaConsumer.pollTimeoutMs')")
         self.clock.sleep(self.backoff)
         self.backoff = min(self.backoff * 2, 1000)
         return iter(_NOTHING), offset

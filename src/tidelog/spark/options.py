@@ -14,7 +14,9 @@ path                                the data dir: one log dir, or comma-separate
                                     URI with ``rsm.config.*`` options: the remote tier
                                     (:mod:`tidelog.spark.remote_source`)
 kafka.bootstrap.servers             with a store ``path`` only: the broker whose tail not yet
-                                    tiered is read through Fetch, up to its high watermark
+                                    tiered is read through Fetch, up to its high watermark;
+kafkaConsumer.pollTimeoutMs         then how long a task asks a broker that does not answer
+                                    (default 120000)
 subscribe / subscribePattern /      exactly one: topics, a Java regex found anywhere in the topic
 assign                              name (as Spark's source: ``findFirstIn``; anchor it with ^...$
                                     for a whole-name match), or ``{"t":[0,1]}``

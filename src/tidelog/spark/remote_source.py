@@ -5,8 +5,9 @@ straight from the object store, with no broker and no data dir.
 ``abfs://``, ``abfss://``, ``hdfs://`` or ``file://``); the store's options are Spark options
 with the broker's ``rsm.config.`` keys, e.g. ``rsm.config.endpoint.url``,
 ``rsm.config.access.key``, ``rsm.config.secret.key``, ``rsm.config.region`` (the names the broker
-reads, :data:`tidelog.remote.store.S3_OPTIONS`). Every other option is the local source's
-(:mod:`tidelog.spark.options`).
+reads, :data:`tidelog.remote.store.S3_OPTIONS`). ``kafka.bootstrap.servers`` (and with it
+``kafkaConsumer.pollTimeoutMs``) adds the broker's tail, see below. Every other option is the local
+source's (:mod:`tidelog.spark.options`).
 
 **Without** ``kafka.bootstrap.servers`` only the remote tier is read: the FINISHED remote
 segments of each partition, i.e. offsets up to the highest tiered offset. **With** it, the read
@@ -77,6 +78,9 @@ STORE_SCHEMES = frozenset(REMOTE_STORE_SCHEMES)
 """The schemes ``remote.log.storage.uri`` accepts: a ``path`` with one of them is a store."""
 RSM_PREFIX = "rsm.config."
 BOOTSTRAP = "kafka.bootstrap.servers"
+POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
+POLL_TIMEOUT_MS = 120_000
+"""Spark's default for ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
 READ_BYTES = 8 << 20
 """Bytes of whole batches asked for per ranged read of a segment."""
 INDEX_CACHE_BYTES = 64 << 20
@@ -109,6 +113,8 @@ class RemoteSourceOptions:
     store_options: tuple[tuple[str, str], ...]
     bootstrap: str = ""
     """``kafka.bootstrap.servers``: empty for a read of the remote tier only."""
+    poll_timeout_ms: int = POLL_TIMEOUT_MS
+    """``kafkaConsumer.pollTimeoutMs``: how long a task asks a broker that does not answer."""
 
     def open_store(self) -> RemoteStore:
         from tidelog.remote.store import open_store
@@ -134,6 +140,13 @@ def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> Remo
         except ValueError as e:
             raise o.SourceOptionError(f"Option '{BOOTSTRAP}' ('{bootstrap}'): {e}; expected HOST:PORT[,HOST:PORT...]"
                                       ) from None
+    poll_timeout_ms = POLL_TIMEOUT_MS
+    if bootstrap and POLL_TIMEOUT in lowered:
+        text = lowered.pop(POLL_TIMEOUT).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise o.SourceOptionError(f"Option 'kafkaConsumer.pollTimeoutMs' must be a positive number of "
+                                      f"milliseconds, got '{text}'")
+        poll_timeout_ms = int(text)
     others = sorted(k for k in lowered if k.startswith("kafka."))
     if others:
         key = others[0]
@@ -143,7 +156,7 @@ def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> Remo
     store_options = tuple(sorted((k[len(RSM_PREFIX):], v) for k, v in lowered.items() if k.startswith(RSM_PREFIX)))
     rest = {k: v for k, v in lowered.items() if not k.startswith(RSM_PREFIX)}
     parsed = replace(o.parse_source_options(rest, streaming=streaming), log_dirs=(shown,))
-    ropts = RemoteSourceOptions(parsed, uri, store_options, bootstrap)
+    ropts = RemoteSourceOptions(parsed, uri, store_options, bootstrap, poll_timeout_ms)
     try:
         ropts.open_store()
     except ConfigError as e:
@@ -451,12 +464,13 @@ def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: R
 
     split = min(r.end, r.boundary)
     first = r.segments[0].start_offset if r.segments else split
+    wait = ropts.poll_timeout_ms
     if r.start < min(first, split):  # below the first tiered segment: the broker's to serve or refuse
-        yield from read_tail(ropts.parsed, client, tp, r.start, min(first, split), store_read)
+        yield from read_tail(ropts.parsed, client, tp, r.start, min(first, split), store_read, wait)
     if max(r.start, first) < split:
         yield from _store_rows(ropts, store, cache, r.segments, max(r.start, first), split)
     if max(r.start, r.boundary) < r.end:
-        yield from read_tail(ropts.parsed, client, tp, max(r.start, r.boundary), r.end, store_read)
+        yield from read_tail(ropts.parsed, client, tp, max(r.start, r.boundary), r.end, store_read, wait)
 
 
 def _store_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
