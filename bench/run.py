@@ -42,7 +42,8 @@ from rich.table import Table
 
 from bench import (
     bench_cleaner, bench_kafka, bench_manager, bench_memory, bench_offset_map, bench_produce, bench_remote,
-    bench_remote_fetch, bench_remote_passes, bench_server, bench_spark, bench_spark_cluster, bench_storage,
+    bench_remote_fetch, bench_remote_passes, bench_server, bench_spark, bench_spark_cluster, bench_spark_cluster_clean,
+    bench_storage,
 )
 from bench.bench_storage import Row, Settings
 
@@ -168,6 +169,7 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
     **bench_remote_passes.BENCHMARKS,
     **bench_remote_fetch.BENCHMARKS,
     **bench_spark_cluster.BENCHMARKS,  # last: it stops the local Spark session the spark rows share
+    **bench_spark_cluster_clean.BENCHMARKS,  # its own cluster and SparkContext, after the local session stopped
 }
 
 

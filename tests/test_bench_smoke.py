@@ -27,7 +27,7 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
-                   "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read"}
+                   "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read", "spark_cluster_remote_clean"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
@@ -35,7 +35,8 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
                       "clean_many_keys", "server_produce_latency", "server_fetch_memory",
-                      "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS}
+                      "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS,
+                      "spark_cluster_remote_clean"}  # informational; "skipped: ..." without weed or Java
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
 # The remote tier's upload and reads: targeted where SeaweedFS can be built (Go), a "skipped" row where not

@@ -95,9 +95,8 @@ def _partitions(store: ArrowRemoteStore) -> set[Any]:
 
     found = set()
     for info in store.list():
-        top, partition, *_ = info.key.split("/")
-        topic, _, topic_id = top.rpartition("-")
-        found.add(TopicIdPartition(topic_id, TopicPartition(topic, int(partition))))
+        top, partition, *_ = info.key.split("/")  # <topic>-<topic id>: an id may hold "-" too
+        found.add(TopicIdPartition(top.removeprefix("table-"), TopicPartition("table", int(partition))))
     return found
 
 
