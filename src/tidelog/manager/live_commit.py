@@ -32,7 +32,9 @@ mid-commit** completes the intent at its next :meth:`LogManager.open`, before it
 driver retries the commit on a new connection and gets "already committed".
 
 **One commit at a time**: commits, aborts and reclaims of one broker are serialized by one
-lock (the staged-commit log is read, changed and written whole).
+lock, :attr:`StagedHolds.commit_lock <.staged_holds.StagedHolds.commit_lock>`, which the
+completion of interrupted jobs (at open, when an offline log dir comes back) takes too: the
+staged-commit log is read, changed and written whole.
 
 **Staging leases**: a job dir staged through the broker has a *time lease*
 (``tidelog.spark.staging.lease.ms``): every chunk staged moves its expiry forward (the lease
@@ -164,7 +166,7 @@ class LiveCommits:
         self.manager, self.clock, self.lease_ms = manager, clock, lease_ms
         self.log_dirs = [str(d.path) for d in manager.log_dirs()]
         self.staging_root = str(default_staging_root(self.log_dirs[0]))
-        self._lock = threading.Lock()
+        self._lock = manager.staged_holds.commit_lock  # shared with the completion at open and when a dir returns
         self._leases_guard = threading.Lock()
         self._refreshed: dict[str, int] = {}  # job key -> when its lease was last written (ms)
 

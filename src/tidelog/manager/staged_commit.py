@@ -130,7 +130,8 @@ def complete_pending(manager: LogManager, log_dirs: Sequence[Path], clock: Clock
     Never fails: a job it can neither finish nor roll back (a partition offline, another writer
     appended after its start) is logged and left pending, its partitions held (not served)."""
     try:
-        _complete_pending(manager, [str(d) for d in log_dirs], clock)
+        with manager.staged_holds.commit_lock:  # a live broker's commits (live_commit) take it too
+            _complete_pending(manager, [str(d) for d in log_dirs], clock)
     except OSError as e:  # a dir failing on the disk: its own checks take it offline, the open goes on
         log.error("cannot look for interrupted jobs: %s", e)
 

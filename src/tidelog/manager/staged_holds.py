@@ -14,11 +14,13 @@ manager's lookup one falsy test while nothing is held.
 callables it is given.
 
 Thread-safety: the holds are one dict replaced whole, never changed in place, so a reader on
-another thread sees the old holds or the new ones, without a lock.
+another thread sees the old holds or the new ones, without a lock. :attr:`StagedHolds.commit_lock`
+is taken by whatever reads and rewrites the staged-commit log in this process.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 
 from tidelog.errors import LogDirOfflineError, TidelogError
@@ -40,6 +42,9 @@ class StagedHolds:
         # partitions of staged commits that could not be completed nor rolled back -> the job's
         # key: not served until it is; replaced whole, never mutated in place
         self.held: Mapping[TopicPartition, str] = {}
+        # serializes every reader-writer of the staged-commit log in this process: the completion
+        # at open and when an offline dir comes back, and a live broker's commits (live_commit)
+        self.commit_lock = threading.RLock()
         self._live_log = live_log
         self._no_log_error = no_log_error
         self._append_to = append_to
