@@ -93,7 +93,6 @@ class Log(AppendPath):
         self._txn_index_check = TxnIndexCheck(self.topic_partition, local.dir, self._lock, self._txn_log_state)
         self._high_watermark = self._clamp_hw(next_offset if high_watermark is None else high_watermark)
         self._closed = False
-        self.append_fence: BaseException | None = None  # AppendPath.append_fence
         # Kafka's highestOffsetInRemoteStorage: the last offset the remote tier holds in a finished
         # segment, -1 until the remote tier says (kept in memory only, as in Kafka: after a restart
         # no local segment of a tiered log is deleted until the remote tier has been asked again).

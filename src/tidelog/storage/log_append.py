@@ -90,8 +90,8 @@ class AppendPath:
     # every append raises it, checked under the lock on each path; the one attribute test is the
     # only cost on the leader's common path. The fence's owner appends with the lock held and the
     # fence lifted for the call, so nothing else lands between its reading of the log end and its
-    # own batches.
-    append_fence: BaseException | None
+    # own batches. A class default: a log never fenced reads it from here, as fast as its own.
+    append_fence: BaseException | None = None
 
     if TYPE_CHECKING:  # Log's, called from here
         def roll(self, expected_next_offset: int | None = None) -> LogSegment: ...
