@@ -263,3 +263,23 @@ def test_a_change_by_another_writer_during_the_job_makes_the_clean_give_up(spark
     assert reader.unreferenced() == [] and stored_segment_objects(store) == segment_objects(store), "no orphan"
     assert local_records(log) == before_local
     log.close()
+
+
+def test_a_tiered_log_with_nothing_remote_yet_cleans_as_in_process(spark: Any, tmp_path: Path) -> None:
+    """No remote segment below the map's end (nothing copied yet): the job maps the local rows
+    alone and the local tier is rewritten from it, as in process."""
+    results = []
+    for name in ("in-process", "spark"):
+        store = _file_store(tmp_path / name)
+        clock = FakeClock()
+        tier = Tier(store, clock)
+        log = open_log(tmp_path / name / "logs" / "events-0", clock, tiered=True, segment_bytes=SEGMENT_BYTES)
+        append(log, [(k % 25, f"a{k}") for k in range(80)] + [(3, None)])
+        roll(log)
+        cleaner, _ = in_process_cleaner(clock, tier) if name == "in-process" else spark_cleaner(spark, clock, tier)
+        end, _ = cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
+        assert fresh(store).finished_segments() == []
+        results.append((end, stored_bytes(store, log), local_records(log)))
+        log.close()
+    assert results[0] == results[1]
+    assert len(results[1][2]) == 25
