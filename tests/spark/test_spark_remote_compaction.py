@@ -283,3 +283,48 @@ def test_a_tiered_log_with_nothing_remote_yet_cleans_as_in_process(spark: Any, t
         log.close()
     assert results[0] == results[1]
     assert len(results[1][2]) == 25
+
+
+def _transactional(root: Path, store: RemoteStore) -> tuple[Log, FakeClock, Tier]:
+    """Aborted data in one remote segment, its ABORT marker and .txnindex entry in the next, a
+    committed record before them: the map's replay reads the walked markers and the remote
+    .txnindex objects."""
+    from cleaner_helpers import keyed_batch
+
+    from tidelog.records.control import build_end_txn_marker_batch
+    from tidelog.storage.txn_index import AbortedTxn
+
+    clock = FakeClock()
+    tier = Tier(store, clock)
+    log = open_log(root / "logs" / "events-0", clock, tiered=True)
+    log.append_as_follower(keyed_batch([(b"k", b"committed")], base_offset=0, partition_leader_epoch=0))
+    log.append_as_follower(keyed_batch([(b"k", b"aborted"), (b"j", b"aborted")], base_offset=1, producer_id=1,
+                                       producer_epoch=0, base_sequence=0, is_transactional=True))
+    log.roll()
+    log.append_as_follower(build_end_txn_marker_batch(commit=False, producer_id=1, producer_epoch=0,
+                                                      coordinator_epoch=0, base_offset=3, timestamp=clock.milliseconds()))
+    log.active_segment.txn_index.append(AbortedTxn(1, 1, 3, 1))
+    log.append_as_follower(keyed_batch([(b"other", b"x")], base_offset=4))
+    log.roll()
+    log.append_as_follower(keyed_batch([(b"other", b"y")], base_offset=5))
+    log.update_high_watermark(log.log_end_offset)
+    log.roll()
+    clock.advance(10)
+    tier.copy(log)
+    local_retention(log, clock)
+    return log, clock, tier
+
+
+def test_aborted_transactions_in_remote_segments_clean_as_in_process(spark: Any, tmp_path: Path) -> None:
+    results = []
+    for name in ("in-process", "spark"):
+        store = _file_store(tmp_path / name)
+        log, clock, tier = _transactional(tmp_path / name, store)
+        assert any(not s.txn_idx_empty for s in fresh(store).finished_segments())
+        cleaner, _ = in_process_cleaner(clock, tier) if name == "in-process" else spark_cleaner(spark, clock, tier)
+        end, _ = cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
+        results.append((end, stored_bytes(store, log), both_tiers(store, log)))
+        log.close()
+    assert results[0] == results[1]
+    kept = results[1][2]
+    assert (0, b"k", b"committed") in kept and not any(v == b"aborted" for _, _, v in kept)
