@@ -86,3 +86,44 @@ def test_a_driver_killed_while_writing_through_serve_leaves_none_or_all_of_its_j
         assert not staged_files(data)
     finally:
         assert broker.stop() == 0
+
+
+STREAM_DRIVER = Path(__file__).with_name("spark_stream_write_driver.py")
+FILES, FILE_ROWS = 4, 20_000
+
+
+@pytest.mark.soak
+def test_a_streaming_driver_killed_mid_query_is_completed_by_its_rerun_exactly_once(tmp_path: Path) -> None:
+    """Killed once the broker has committed a micro-batch and the next is staging or committing;
+    the same query run again on its checkpoint writes the rest: every row once."""
+    data, source, checkpoint = tmp_path / "data", tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    for f in range(FILES):
+        (source / f"{f}.json").write_text("".join(f'{{"key": "k{i}", "value": "v{i}"}}\n'
+                                                  for i in range(f * FILE_ROWS, (f + 1) * FILE_ROWS)))
+    with LogManager.open(BrokerConfig.from_properties({}), [data]) as manager:
+        manager.create_topic("t", PARTITIONS)
+    broker = ServeProcess(data, OVERRIDES)
+    broker.start()
+    args = [sys.executable, str(STREAM_DRIVER), broker.bootstrap, str(source), str(checkpoint)]
+    try:
+        driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True)
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        try:
+            while not (data / COMMIT_LOG_FILE).exists() or b'"last_batch"' not in (data / COMMIT_LOG_FILE).read_bytes():
+                assert time.monotonic() < deadline and driver.poll() is None, "no micro-batch was committed"
+                time.sleep(0.001)
+            while not staged_files(data) and b'"intent"' not in (data / COMMIT_LOG_FILE).read_bytes():
+                assert time.monotonic() < deadline and driver.poll() is None, "the next micro-batch never began"
+                time.sleep(0.001)
+        finally:
+            kill_session(driver.pid)
+            driver.wait()
+        visible = serve_count(broker.bootstrap)
+        assert visible % FILE_ROWS == 0 and visible < FILES * FILE_ROWS  # whole micro-batches only
+        done = subprocess.run(args, capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S)
+        assert "done" in done.stdout, done.stderr[-3000:]
+        assert serve_count(broker.bootstrap) == FILES * FILE_ROWS
+    finally:
+        assert broker.stop() == 0
