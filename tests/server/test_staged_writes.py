@@ -5,6 +5,8 @@ with what was wrong, never advertised in ApiVersions."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 import sys
 import threading
 import time
@@ -227,3 +229,28 @@ def test_an_expired_staging_dir_is_reclaimed_unless_an_intent_needs_it(broker: B
     assert (Path(live.staging_root) / kept).is_dir()
     clock.advance(20_000)
     assert [p.name for p in live.reclaim()] == [kept]
+
+
+def test_the_sink_trusts_an_address_only_while_its_broker_lives(tmp_path: Path) -> None:
+    """A killed broker leaves its address file: the sink ignores it once that pid is gone; a
+    broker with secured listeners only is refused saying to give a PLAINTEXT listener."""
+    import json
+    import subprocess
+
+    from tidelog.errors import LogDirLockedError
+    from tidelog.manager import LogManager
+    from tidelog.storage.config import BrokerConfig
+
+    data = tmp_path / "data"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with LogManager.open(BrokerConfig.from_properties({}), [data]):  # the dir is owned, as by a broker
+        address = data / SERVE_ADDRESS_FILE
+        address.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "listeners": [
+            {"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9, "security_protocol": "PLAINTEXT"}]}))
+        assert serve_address([str(data)]) is None  # left by a dead broker
+        address.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "listeners": [
+            {"name": "SSL", "host": "127.0.0.1", "port": 9, "security_protocol": "SSL"}]}))
+        with pytest.raises(LogDirLockedError, match="no PLAINTEXT listener"):
+            serve_address([str(data)])
+    assert serve_address([str(data)]) is None  # nobody owns it
