@@ -225,8 +225,10 @@ class TieredPass:
     def clean_remote(self, engine: object, round: CleaningRound, legacy_horizon: int, stats: CleanerStats,
                      end_offset: int, check_done: Callable[[TopicPartition], None]) -> int:
         """Clean every remote segment starting below ``end_offset`` with ``engine`` (its
-        ``clean_group``), stage what changed and switch in one swap; returns the number of
-        segments replaced. An exception before the switch deletes what was staged."""
+        ``clean_remote_groups`` when it has one, else its ``clean_group`` per group here), stage
+        what changed and switch in one swap; returns the number of segments replaced. An
+        exception before the switch deletes what was staged; one caused by another writer's
+        change is raised as the fence's :class:`LogCleaningAbortedError`."""
         tp = self.log.topic_partition
         segments = [s for s in self.remote if s.base_offset < end_offset]
         if not segments:
@@ -238,11 +240,12 @@ class TieredPass:
             on_engine = getattr(engine, "clean_remote_groups", None)
             if on_engine is not None:
                 self._clean_on_engine(on_engine, view, groups, round, legacy_horizon, stats, check_done)
-            for group in groups if on_engine is None else []:
-                check_done(tp)
-                cleaned = engine.clean_group(view, group, round, txn, legacy_horizon, stats,  # type: ignore[attr-defined]
-                                             check_done)
-                self._stage(group, cleaned)
+            else:
+                for group in groups:
+                    check_done(tp)
+                    cleaned = engine.clean_group(view, group, round, txn, legacy_horizon, stats,  # type: ignore[attr-defined]
+                                                 check_done)
+                    self._stage(group, cleaned)
             check_done(tp)
             return self._switch()
         except Exception as e:
