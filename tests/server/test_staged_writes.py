@@ -33,6 +33,7 @@ from tidelog.spark.broker_commit import (  # noqa: E402
     BrokerRefusedError,
     BrokerStagedFile,
     BrokerUnreachableError,
+    NotTidelogError,
     abort_through_broker,
     call_with_retry,
     commit_through_broker,
@@ -254,3 +255,12 @@ def test_the_sink_trusts_an_address_only_while_its_broker_lives(tmp_path: Path) 
         with pytest.raises(LogDirLockedError, match="no PLAINTEXT listener"):
             serve_address([str(data)])
     assert serve_address([str(data)]) is None  # nobody owns it
+
+
+def test_a_chunk_above_socket_request_max_bytes_is_named(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(**{"socket.request.max.bytes": str(1 << 20)})
+    broker.manager.create_topic("t", 1)
+    out = BrokerStagedFile(broker.bootstrap, job_key(), "part-00000-attempt-0-task-1.batches")
+    out.write(b"x" * (2 << 20))
+    with pytest.raises(NotTidelogError, match="socket.request.max.bytes is below a chunk"):
+        out.close()

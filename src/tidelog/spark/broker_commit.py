@@ -282,7 +282,9 @@ class BrokerStagedFile:
             try:
                 response = self.client.call(request)
             except ConnectionError as e:
-                raise not_tidelog(self.client.address, what) from e
+                raise NotTidelogError(
+                    f"{not_tidelog(self.client.address, what)}; or its socket.request.max.bytes is below a chunk "
+                    f"of the sink ({len(data) + 1024} bytes: raise it to at least {CHUNK_BYTES + (1 << 16)})") from e
         checked(response, what, self.client.address)
         self._sent += len(data)
 
