@@ -123,3 +123,17 @@ def test_a_commit_repeated_is_already_committed(manager: LogManager) -> None:
     assert live.commit(key, refs).state == "published"
     assert live.commit(key, refs).state == "already committed"
     assert CommitLog.read(live.log_dirs).find(key)["state"] == COMMITTED
+
+
+def test_a_new_writer_of_a_staged_file_replaces_what_an_earlier_one_left(manager: LogManager) -> None:
+    """A restarted streaming query stages its batch under the same job key, and its task may
+    reuse a file name its killed predecessor wrote: the first chunk starts the file over, and a
+    retried chunk replaces itself."""
+    live = LiveCommits(manager)
+    key = f"query-{uuid.uuid4()}/batch-3"
+    stage(live, key, [(0, now_batch(5)), (0, now_batch(5))])  # the killed predecessor's, longer
+    refs = stage(live, key, [(0, now_batch(2))])
+    live.stage(key, refs[0][0], 0, now_batch(2), True)  # the same chunk again (a lost response)
+    assert live.commit(key, refs, key.split("/")[0].removeprefix("query-"), 3).ranges == {"t-0": (0, 2)}
+    with pytest.raises(Exception, match="chunks must come in order"):
+        live.stage(key, refs[0][0], 10_000, b"x", False)

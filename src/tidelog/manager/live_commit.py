@@ -173,9 +173,11 @@ class LiveCommits:
     # --- staging ------------------------------------------------------------------------------
 
     def stage(self, job_key: str, file_name: str, position: int, data: bytes | memoryview, last: bool) -> int:
-        """Write one chunk of a staged file at ``position`` (the file's size so far: chunks come in
-        order; a chunk already there, a retry, is accepted as it is); fsync file and dir when
-        ``last``. The file's size after it. Thread-safe (see the class doc)."""
+        """Write one chunk of a staged file at ``position``: the file becomes its first ``position``
+        bytes and the chunk (chunks come in order; a retried chunk, or a new writer of the same file
+        name starting at 0, such as a restarted streaming query's task, replaces what followed);
+        fsync file and dir when ``last``. The file's size after it. InvalidRequestError when
+        ``position`` is past the file's end. Thread-safe (see the class doc)."""
         directory = self._job_dir(check_job_key(job_key))
         path = directory / check_file_name(file_name)
         try:
@@ -184,13 +186,14 @@ class LiveCommits:
             raise StorageError("cannot open the staged batch file", path=path, operation="open") from e
         try:
             size = os.fstat(fd).st_size
-            if position == size:
-                os.lseek(fd, position, os.SEEK_SET)
-                fileops.write_fully(fd, data, path)
-                size += len(data)
-            elif position + len(data) > size or position < 0:
+            if position > size or position < 0:
                 raise InvalidRequestError(f"chunk at position {position} of staged file {file_name} of {job_key}, "
                                           f"which holds {size} bytes: chunks must come in order")
+            if size > position:
+                fileops.ftruncate(fd, position, path)
+            os.lseek(fd, position, os.SEEK_SET)
+            fileops.write_fully(fd, data, path)
+            size = position + len(data)
             if last:
                 fileops.fsync(fd, path)
         except OSError as e:
