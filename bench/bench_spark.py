@@ -11,6 +11,12 @@ Kafka connector through ``tidelog serve``, each against a baseline measured in t
   ``tidelog serve`` by Spark's own Kafka connector (``format("kafka")``, spark-sql-kafka from
   Maven Central via :mod:`kafka_oracle.spark_connector`). Target: direct >= 2x the connector.
   Skipped, saying why, when the connector cannot be resolved.
+* ``spark_broker_write``: ``df.write.format("tidelog")`` through a running ``tidelog serve``
+  (``kafka.bootstrap.servers``: staged through the broker, committed by it, exactly once) against
+  Spark's Kafka sink (``format("kafka")``, at-least-once) writing the same cached DataFrame
+  (2 M rows, 9-byte keys, 20-byte values, 4 Spark partitions) to another topic of the same
+  broker. After one warm-up each, the two alternate for 5 rounds; medians. Target: >= 0.8x the
+  Kafka sink. Skipped, saying why, when the connector cannot be resolved.
 
 One Spark session serves every benchmark here (start-up costs ~10 s); each figure is the median of
 ``repeats`` timed runs after one warm-up run (the first Python-source query of a session pays
@@ -175,6 +181,53 @@ def bench_spark_vs_kafka_connector(settings: Settings) -> list[Row]:
                 {"seconds": ours, "connector_seconds": theirs, "connector": connector})]
 
 
+def bench_spark_broker_write(settings: Settings) -> list[Row]:
+    from bench.bench_kafka_wire import TidelogServe
+    from bench.bench_remote import timed_rounds
+
+    spark = _session()
+    missing = _connector_missing(spark)
+    if missing is not None:
+        return [Row("spark_broker_write", f"skipped: {missing}", math.nan, "rows/s", None, "", None,
+                    {"skipped": missing})]
+    rows, rounds = settings.pick(2_000_000, 100_000), settings.pick(5, 1)
+    with scratch_dir(settings.work_dir / "spark-broker-write") as root:
+        data = root / "data"
+        for topic in ("exactly_once", "kafka_sink"):
+            _fill_topic(data, topic, 0, partitions=4)
+        frame = spark.range(rows).selectExpr("cast(lpad(cast(id as string), 9, 'k') as binary) as key",
+                                             "cast(repeat('v', 20) as binary) as value").repartition(4).cache()
+        frame.count()
+        serve = TidelogServe(data, root / "serve.stderr", {})
+        serve.start()
+        try:
+            bootstrap = serve.bootstrap_servers
+
+            def ours() -> None:
+                frame.write.format("tidelog").option("kafka.bootstrap.servers", bootstrap) \
+                    .option("topic", "exactly_once").mode("append").save()
+
+            def theirs() -> None:
+                frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap) \
+                    .option("topic", "kafka_sink").save()
+
+            times = timed_rounds([("tidelog", ours), ("kafka", theirs)], rounds)
+            counts = {topic: spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", topic).option("startingOffsets", "earliest").load().count()
+                      for topic in ("exactly_once", "kafka_sink")}
+        finally:
+            serve.stop()
+            frame.unpersist()
+    if counts["exactly_once"] != rows * (rounds + 1) or counts["kafka_sink"] < rows * (rounds + 1):
+        raise RuntimeError(f"spark_broker_write: {counts} rows after {rounds + 1} writes of {rows} each")
+    rate = {name: rows / median(ts) for name, ts in times.items()}
+    connector = spark.sparkContext.getConf().get("spark.tidelog.bench.connector")
+    return [Row("spark_broker_write", f"format(\"tidelog\") through tidelog serve, exactly once, {rows:,} rows",
+                rate["tidelog"], "rows/s", rate["kafka"],
+                f"Spark's Kafka sink {connector} (at-least-once), same broker", Target("ratio", 0.8, ">= 0.8x the Kafka sink"),
+                {**{f"{name}_seconds": [round(t, 3) for t in ts] for name, ts in times.items()}, "connector": connector})]
+
+
 BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
     "spark_read": ("Spark batch read of a topic (format tidelog) vs spark.range with the same columns",
                    bench_spark_read),
@@ -182,4 +235,6 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Settings], list[Row]]]] = {
                     bench_spark_write),
     "spark_vs_kafka_connector": ("direct segment reads vs Spark's Kafka connector through tidelog serve",
                                  bench_spark_vs_kafka_connector),
+    "spark_broker_write": ("exactly-once writes through tidelog serve vs Spark's Kafka sink through the same broker",
+                           bench_spark_broker_write),
 }

@@ -3,7 +3,8 @@
 Benchmarks are not tests: this checks only that each one runs to the end and reports a figure and
 a same-run baseline, never how fast anything is. Sizes are ``--quick`` ones (about 10-20 s with a
 warm numba cache, plus about 80 s for the three benchmarks against a real Kafka broker, which
-report "skipped: ..." rows where java or mvn is missing); scratch data, the JSON and the chart go to
+report "skipped: ..." rows where java or mvn is missing, and about 3-4 min for the Spark rows on
+the standalone cluster and through a broker); scratch data, the JSON and the chart go to
 a tmp dir, not to bench/.
 """
 
@@ -27,7 +28,8 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "kafka_produce_fetch", "spark_read", "spark_write", "spark_vs_kafka_connector",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
-                   "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read", "spark_cluster_remote_clean"}
+                   "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read", "spark_cluster_remote_clean",
+                   "spark_broker_write"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
@@ -39,6 +41,7 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "spark_cluster_remote_clean"}  # informational; "skipped: ..." without weed or Java
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
+BROKER_WRITE_ROW = "spark_broker_write"
 # The remote tier's upload and reads: targeted where SeaweedFS can be built (Go), a "skipped" row where not
 UPLOAD_ROW = "remote_upload"
 REMOTE_FETCH_ROW = "remote_fetch"
@@ -54,7 +57,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--out", str(out), "--work-dir", str(work)],
-        cwd=tmp, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp, env=env, capture_output=True, text=True, timeout=1500,
     )
     return result, out, work
 
@@ -81,9 +84,11 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
         elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
             assert row["figure"] > 0 and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW,
-                                                                                          REMOTE_FETCH_ROW, CLUSTER_READ_ROW})
+                                                                                          REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
+                                                                                          BROKER_WRITE_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
-    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW, CLUSTER_READ_ROW)
+    optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
+                                                              BROKER_WRITE_ROW)
                 and not row["details"].get("skipped")}
     assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
