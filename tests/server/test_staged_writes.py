@@ -186,24 +186,47 @@ def producing(bootstrap: str, topic: str, partitions: int, stop: threading.Event
     return run
 
 
+def sampling_ends(bootstrap: str, topic: str, partitions: int, stop: threading.Event,
+                  ends: list[dict[int, int]]) -> Callable[[], None]:
+    """Ask the broker for every partition's end offset (ListOffsets latest: the high watermark,
+    what consumers read up to) until stopped."""
+    def run() -> None:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        tps = [KafkaTP(topic, p) for p in range(partitions)]
+        while not stop.is_set():
+            ends.append({tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()})
+        consumer.close()
+    return run
+
+
 def test_jobs_commit_whole_while_a_producer_keeps_producing(broker: Broker) -> None:
     """A kafka-python producer sends to every partition while jobs are committed: every record
-    of both is there once, and each job's records are contiguous in each partition."""
+    of both is there once, each job's records are contiguous in each partition, and the end a
+    consumer is offered (the high watermark, sampled all along) never falls inside a job."""
     broker.manager.create_topic("t", PARTITIONS)
-    stop, sent = threading.Event(), []
-    thread = threading.Thread(target=producing(broker.bootstrap, "t", PARTITIONS, stop, sent))
-    thread.start()
-    jobs = 6
+    stop, sent, ends = threading.Event(), [], []
+    threads = [threading.Thread(target=producing(broker.bootstrap, "t", PARTITIONS, stop, sent)),
+               threading.Thread(target=sampling_ends(broker.bootstrap, "t", PARTITIONS, stop, ends))]
+    for thread in threads:
+        thread.start()
+    jobs, ranges = 6, []
     try:
         for j in range(jobs):
             key = job_key()
             values = [("t", p, batch(5, timestamp=int(time.time() * 1000), value_size=20)) for p in range(PARTITIONS)
                       for _ in range(4)]
             refs = stage(broker.bootstrap, key, "part-00000-attempt-0-task-1.batches", values, chunk_bytes=1 << 20)
-            assert commit_through_broker(broker.bootstrap, key, refs).state == "published"
+            outcome = commit_through_broker(broker.bootstrap, key, refs)
+            assert outcome.state == "published"
+            ranges += [(int(tp.rpartition("-")[2]), start, end) for tp, (start, end) in outcome.ranges.items()]
     finally:
         stop.set()
-        thread.join(60)
+        for thread in threads:
+            thread.join(60)
+    assert len(ends) > 10
+    inside = [(p, end) for sample in ends for p, end in sample.items()
+              for q, start, stop_at in ranges if p == q and start < end < stop_at]
+    assert not inside, inside  # a consumer was never offered part of a job
     produced = sent[0]
     found = read_all(broker.bootstrap, "t", PARTITIONS, produced + jobs * PARTITIONS * 20)
     assert sum(len(v) for v in found.values()) == produced + jobs * PARTITIONS * 20
