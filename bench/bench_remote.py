@@ -39,6 +39,26 @@ def weed_server(root: Path) -> Iterator[Any]:
         server.stop(timeout_s=5.0)
 
 
+def bench_bucket(server: Any) -> tuple[Any, dict[str, str]]:
+    """A pyarrow S3 filesystem on ``server`` and its store options (``rsm.config.*`` names without
+    the prefix), bucket ``bench`` created (pyarrow creates buckets only when allowed to)."""
+    import pyarrow.fs as pafs
+
+    c = server.credentials
+    fs = pafs.S3FileSystem(access_key=c.access_key, secret_key=c.secret_key, region=c.region, scheme="http",
+                           endpoint_override=c.endpoint_url.removeprefix("http://"), allow_bucket_creation=True)
+    fs.create_dir("bench")
+    return fs, {"endpoint.url": c.endpoint_url, "access.key": c.access_key, "secret.key": c.secret_key,
+                "region": c.region}
+
+
+def tier_overrides(server: Any) -> dict[str, str]:
+    """A broker's overrides tiering to ``s3://bench/tier`` on ``server`` (copy passes only when asked)."""
+    return {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": "s3://bench/tier",
+            **{f"rsm.config.{key}": value for key, value in bench_bucket(server)[1].items()},
+            "remote.log.manager.task.interval.ms": "3600000"}
+
+
 def skipped_row(name: str, missing: Exception) -> Row:
     """The row of a remote benchmark that cannot run here (no weed)."""
     return Row(name, f"skipped: {missing}", 0.0, "MiB/s", details={"skipped": str(missing)})
@@ -74,8 +94,6 @@ def bench_remote_upload(settings: Settings) -> list[Row]:
 
 
 def _measure(server: Any, root: Path, segment_bytes: int, rounds: int) -> tuple[dict[str, list[float]], int]:
-    import pyarrow.fs as pafs
-
     from tidelog.remote.copy import copy_segment
     from tidelog.remote.metadata import TopicIdPartition
     from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -84,12 +102,8 @@ def _measure(server: Any, root: Path, segment_bytes: int, rounds: int) -> tuple[
     from tidelog.storage.metadata import new_topic_id
     from tidelog.topic_partition import TopicPartition
 
-    c = server.credentials
-    fs = pafs.S3FileSystem(access_key=c.access_key, secret_key=c.secret_key, region=c.region, scheme="http",
-                           endpoint_override=c.endpoint_url.removeprefix("http://"), allow_bucket_creation=True)
-    fs.create_dir("bench")
-    store = ArrowRemoteStore("s3://bench/tier", {"endpoint.url": c.endpoint_url, "access.key": c.access_key,
-                                                 "secret.key": c.secret_key, "region": c.region})
+    fs, options = bench_bucket(server)
+    store = ArrowRemoteStore("s3://bench/tier", options)
     log = _sealed_segment(root / "orders-0", segment_bytes)
     segment, next_base = log.segments[0], log.segments[1].base_offset
     path = files.log_file(log.dir, segment.base_offset)

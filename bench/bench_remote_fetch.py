@@ -22,9 +22,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from bench.bench_remote import skipped_row, timed_rounds, weed_server
+from bench.bench_remote import skipped_row, tier_overrides, timed_rounds, weed_server
 from bench.bench_storage import Row, Settings, Target, scratch_dir
 
 MIB = 1 << 20
@@ -41,7 +40,7 @@ def bench_remote_fetch(settings: Settings) -> list[Row]:
     with scratch_dir(settings.work_dir / "remote-fetch") as root:
         try:
             with weed_server(root) as server:
-                overrides = _overrides(server)
+                overrides = tier_overrides(server)
                 total = settings.pick(*TOTAL_MIB) * MIB
                 _write(root / "data", overrides, total, settings.pick(*SEGMENT_MIB) * MIB)
                 times = _measure(root / "data", overrides, total, settings.pick(*ROUNDS))
@@ -53,19 +52,6 @@ def bench_remote_fetch(settings: Settings) -> list[Row]:
     return [Row("remote_fetch", label, rate["tiered"], "MiB/s", rate["local"],
                 "MiB/s of the same records from local segments through the same broker",
                 Target("ratio", 0.5, ">= 0.5x of reading from local segments"), details)]
-
-
-def _overrides(server: Any) -> dict[str, str]:
-    import pyarrow.fs as pafs
-
-    c = server.credentials
-    fs = pafs.S3FileSystem(access_key=c.access_key, secret_key=c.secret_key, region=c.region, scheme="http",
-                           endpoint_override=c.endpoint_url.removeprefix("http://"), allow_bucket_creation=True)
-    fs.create_dir("bench")
-    return {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": "s3://bench/tier",
-            "rsm.config.endpoint.url": c.endpoint_url, "rsm.config.access.key": c.access_key,
-            "rsm.config.secret.key": c.secret_key, "rsm.config.region": c.region,
-            "remote.log.manager.task.interval.ms": "3600000"}
 
 
 def _write(data: Path, overrides: dict[str, str], total: int, segment_bytes: int) -> None:

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.bench_remote import timed_rounds, weed_server
+from bench.bench_remote import tier_overrides, timed_rounds, weed_server
 from bench.bench_storage import Row, Settings, Target, scratch_dir
 
 RECORDS = (2_000_000, 100_000)  # full, quick
@@ -47,7 +47,7 @@ def bench_spark_cluster_remote_read(settings: Settings) -> list[Row]:
     with scratch_dir(settings.work_dir / "spark-cluster-read") as root:
         try:
             with weed_server(root) as server:
-                options = _store_options(server)
+                options = tier_overrides(server)
                 data = root / "data"
                 _fill_tiered_topic(data, options, records)
                 with _cluster(root, hidden=data) as cluster, _serve(data, options) as bootstrap:
@@ -65,26 +65,15 @@ def bench_spark_cluster_remote_read(settings: Settings) -> list[Row]:
                 {"records": records, **{f"{name}_seconds": [round(t, 3) for t in ts] for name, ts in times.items()}})]
 
 
+_store_options = tier_overrides  # the name bench_spark_cluster_clean imports
+
+
 class _Missing(RuntimeError):
     """Something the benchmark needs is not on this machine (the message says what)."""
 
 
 def _skipped(missing: str) -> Row:
     return Row(ROW, f"skipped: {missing}", 0.0, "rows/s", details={"skipped": missing})
-
-
-def _store_options(server: Any) -> dict[str, str]:
-    """The broker's remote-tier overrides for a bucket ``bench`` on ``server``."""
-    import pyarrow.fs as pafs
-
-    c = server.credentials
-    fs = pafs.S3FileSystem(access_key=c.access_key, secret_key=c.secret_key, region=c.region, scheme="http",
-                           endpoint_override=c.endpoint_url.removeprefix("http://"), allow_bucket_creation=True)
-    fs.create_dir("bench")
-    return {"remote.log.storage.system.enable": "true", "remote.log.storage.uri": "s3://bench/tier",
-            "rsm.config.endpoint.url": c.endpoint_url, "rsm.config.access.key": c.access_key,
-            "rsm.config.secret.key": c.secret_key, "rsm.config.region": c.region,
-            "remote.log.manager.task.interval.ms": "3600000"}
 
 
 def _fill_tiered_topic(data: Path, options: dict[str, str], records: int) -> None:
