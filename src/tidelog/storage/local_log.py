@@ -75,6 +75,7 @@ class LocalLog:
         # Segments renamed .deleted whose delayed unlink has not run: their handles stay open
         # meanwhile (a fetch may still be reading them, as in Kafka) and are released by close().
         self._retired: list[LogSegment] = []
+        self._closed = False  # set before close() or close_handlers() releases a segment
 
     @classmethod
     def load(
@@ -214,14 +215,15 @@ class LocalLog:
     def flush_segments(self, segments: Sequence[LogSegment], recovery_point: int) -> None:
         """fsync ``segments`` (taken under the lock), then the partition dir when one of them was
         created at or after ``recovery_point``. Runs without the lock; does not move the recovery
-        point (:meth:`mark_flushed` does). A segment taken out of the map and closed meanwhile
-        (retention, a clean's swap, the delayed unlink) is skipped: nothing of it is left to make
-        durable; a live one that fails raises."""
+        point (:meth:`mark_flushed` does). A segment closed meanwhile because it left the map
+        (retention, a clean's swap, the delayed unlink) or the log was closed (a shutdown under a
+        scheduled flush) is skipped: nothing of it is left to make durable; a live one that fails
+        raises."""
         for segment in segments:
             try:
                 segment.flush()
             except IndexStateError:
-                if self.segments.get(segment.base_offset) is segment:
+                if not self._closed and self.segments.get(segment.base_offset) is segment:
                     raise
         if any(segment.base_offset >= recovery_point for segment in segments):
             fsync_dir(self.dir)
@@ -341,6 +343,7 @@ class LocalLog:
 
     def close(self) -> None:
         """Close every segment: final time-index entries, trimmed indexes and ``.log`` files. Caller holds the lock."""
+        self._closed = True
         for segment in self.segments.snapshot():
             segment.close()
         # Retired segments whose delayed unlink has not run (the scheduler may never run it now):
@@ -354,6 +357,7 @@ class LocalLog:
         """Release every segment's descriptors and maps, writing nothing but a best-effort
         truncation of the active ``.log`` to its data (it frees and never allocates, and removes
         the partial bytes of an append that failed). Caller holds the lock."""
+        self._closed = True
         segments = self.segments.snapshot()
         if segments:
             try:

@@ -25,13 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidelog.clock import SYSTEM_CLOCK, Clock
-from tidelog.errors import (
-    IndexStateError,
-    OffsetMovedToTieredStorageError,
-    OffsetOutOfRangeError,
-    PolicyViolationError,
-    StorageError,
-)
+from tidelog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, PolicyViolationError, StorageError
 from tidelog.records.varint import INT64_MAX
 from tidelog.scheduler import Scheduler, shared_scheduler
 from tidelog.storage import fileops, files
@@ -422,13 +416,7 @@ class Log(AppendPath):
                 return
             old = local.recovery_point
             to_flush = self._segments.values_between(old, flush_offset)
-        try:
-            local.flush_segments(to_flush, old)
-        except IndexStateError:
-            with self._lock:
-                if self._closed:  # closed meanwhile (a shutdown under a scheduled flush): close() released the files
-                    return
-            raise
+        local.flush_segments(to_flush, old)
         with self._lock:
             local.mark_flushed(new_recovery_point, self._log_end_offset)
             self._sync_flush_due()
