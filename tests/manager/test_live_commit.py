@@ -137,3 +137,23 @@ def test_a_new_writer_of_a_staged_file_replaces_what_an_earlier_one_left(manager
     assert live.commit(key, refs, key.split("/")[0].removeprefix("query-"), 3).ranges == {"t-0": (0, 2)}
     with pytest.raises(Exception, match="chunks must come in order"):
         live.stage(key, refs[0][0], 10_000, b"x", False)
+
+
+def test_an_append_moves_the_high_watermark_to_its_own_end_not_past_a_commit_that_followed_it(
+        manager: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A produce appended just before the fence moves the high watermark after its lock hold; by
+    then the commit may have appended the job's batches (without moving it). The produce must move
+    it to its own end only, or readers would see part of the job before it is committed."""
+    target = manager.log(TP)
+    real = target.append_as_leader
+
+    def commit_slips_in(records, **kwargs):  # type: ignore[no-untyped-def]
+        info = real(records, **kwargs)  # the produce's append is done, its lock released
+        with target.lock:  # what LiveCommitter.append does: the job's batch, high watermark untouched
+            real(now_batch(5))
+        return info
+
+    monkeypatch.setattr(target, "append_as_leader", commit_slips_in)
+    info = manager.append(TP, now_batch(3))
+    assert target.log_end_offset == 8
+    assert target.high_watermark == info.next_offset == 3

@@ -387,7 +387,8 @@ class LogManager(RecordReads):
                    origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         with self._storage_op(tp, target, "append", len(records)):
             info = target.append_as_leader(records, origin=origin)
-        target.maybe_increment_high_watermark(target.log_end_offset)
+        if info.appended:  # to this append's end, not the log end: a live commit may have appended since
+            target.maybe_increment_high_watermark(info.next_offset)
         return info
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
