@@ -91,7 +91,7 @@ def walk_remote(job: RemoteWalk, i: int) -> tuple[str, SegmentWalk, int]:
     segment = job.segments[i]
     size = segment.segment_size_in_bytes
     with tempfile.TemporaryDirectory(prefix="tidelog-remote-walk-") as work:
-        path = Path(work) / "segment.log"
+        path = files.log_file(Path(work), segment.start_offset)
         try:
             download(job.store, object_key(segment, RemoteFileKind.SEGMENT), path, size)
             count_from = index_position(job.store, segment, job.start) if segment.id == job.first_dirty else 0
