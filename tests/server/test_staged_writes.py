@@ -287,3 +287,53 @@ def test_a_chunk_above_socket_request_max_bytes_is_named(make_broker: Callable[.
     out.write(b"x" * (2 << 20))
     with pytest.raises(NotTidelogError, match="socket.request.max.bytes is below a chunk"):
         out.close()
+
+
+def closing_server() -> tuple[str, Callable[[], int]]:
+    """A loopback listener that reads each request's size and closes the connection unanswered,
+    as a Kafka broker does on an API key it does not know; its address and a count of the
+    connections it closed so."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    closed = [0]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4)
+                closed[0] += 1
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{listener.getsockname()[1]}", lambda: closed[0]
+
+
+def test_the_one_client_tells_a_broker_down_from_a_connection_closed_on_a_request() -> None:
+    from tidelog.errors import InvalidRequestError, TidelogError
+    from tidelog.spark.broker_client import BrokerClient, ConnectionBrokenError, parse_bootstrap
+
+    down = socket.create_server(("127.0.0.1", 0))
+    port = down.getsockname()[1]
+    down.close()  # nothing listens there now
+    with pytest.raises(BrokerUnreachableError, match=f"cannot connect to the broker at 127.0.0.1:{port}") as refused:
+        BrokerClient(f"127.0.0.1:{port}").metadata(None)
+    assert not isinstance(refused.value, ConnectionBrokenError) and refused.value.address == f"127.0.0.1:{port}"
+    assert isinstance(refused.value, TidelogError) and isinstance(refused.value, ConnectionError)
+
+    address, closed = closing_server()
+    with BrokerClient(f"127.0.0.1:{port},{address}") as client:  # the first seed that accepts
+        with pytest.raises(ConnectionBrokenError, match=f"the connection to the broker at {address} broke") as broke:
+            client.metadata(None)
+        assert broke.value.address == address
+    with pytest.raises(NotTidelogError, match=f"the broker at {address} is not tidelog serve: it closed the "
+                                              "connection on an abort"):
+        call_with_retry(address, MESSAGES[32002][0](job_key=job_key(), query_id=None, batch_id=-1), "an abort", 5)
+    assert closed() == 3  # the read side's one, then two in a row for the write side
+
+    for bad, named in (("nohost", "entry 'nohost' is not HOST:PORT"), ("h:0", "entry 'h:0' is not HOST:PORT"),
+                       (" , ", "is empty")):
+        with pytest.raises(InvalidRequestError, match=f"kafka.bootstrap.servers {named}"):
+            parse_bootstrap(bad)
+    assert parse_bootstrap("[::1]:9092, b:1") == [("::1", 9092), ("b", 1)]

@@ -1,16 +1,26 @@
-"""A small blocking Kafka-protocol client for the Spark source's broker reads: Metadata,
-ListOffsets and Fetch over plain sockets, requests and responses encoded by kafka-python's
-protocol classes (no consumer, no per-record Python objects: Fetch gives the log's raw batch bytes).
+"""The one small blocking Kafka-protocol client of the Spark side: connections over plain
+sockets, requests and responses encoded by kafka-python's protocol classes (no consumer, no
+per-record Python objects: Fetch gives the log's raw batch bytes).
 
-Used on the driver (partitions, earliest/latest/by-time offsets) and on the executors (Fetch of
-the tail not yet tiered). Versions are fixed at ones both tidelog and Kafka 3.x/4.x brokers
-serve: Metadata v12, ListOffsets v7, Fetch v12 (topic names, raw records). One connection per
-broker node, opened on first use; PLAINTEXT only.
+* **reads** (:mod:`tidelog.spark.broker_tail`): Metadata, ListOffsets and Fetch, on the driver
+  (partitions, earliest/latest/by-time offsets) and on the executors (Fetch of the tail not yet
+  tiered), each routed to the partition's leader. Versions are fixed at ones both tidelog and
+  Kafka 3.x/4.x brokers serve: Metadata v12, ListOffsets v7, Fetch v12 (topic names, raw records).
+* **staged writes** (:mod:`tidelog.spark.broker_commit`): tidelog's own APIs through
+  :meth:`BrokerClient.call`, sent to the first address of ``kafka.bootstrap.servers`` that
+  accepts a connection.
 
-Errors: a broker that does not answer (connect refused, timeout, closed connection) raises
-:class:`BrokerUnreachable` naming the address; per-partition Kafka error codes are returned
-(Fetch) or raised as :class:`BrokerReplyError` with Kafka's error name (Metadata, ListOffsets).
-Not thread-safe: one client per planning or per task.
+One connection per broker, opened on first use; PLAINTEXT only. Request timeout and client id
+are the caller's (constructor arguments).
+
+Errors: a broker that cannot be reached raises :class:`BrokerUnreachableError` (``.address``
+names it); a connection that breaks mid-request (closed, reset, timed out, an answer out of
+order) raises its subclass :class:`ConnectionBrokenError`, so a caller can tell a broker that is
+down from one that closes the connection on a request (as Kafka does on an API key it does not
+know). Per-partition Kafka error codes are returned (Fetch) or raised as
+:class:`BrokerReplyError` with Kafka's error name (Metadata, ListOffsets). A malformed
+``kafka.bootstrap.servers`` raises InvalidRequestError naming the option and the bad entry
+(:func:`parse_bootstrap`). Not thread-safe: one client per planning, per task or per driver call.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tidelog.errors import InvalidRequestError, TidelogError
 from tidelog.storage.metadata import uuid_to_topic_id
 from tidelog.topic_partition import TopicPartition
 
@@ -43,12 +54,19 @@ RETRIABLE = frozenset({LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, 7, 13, 56, 
 storage error on one replica, fenced or unknown leader epochs)."""
 
 
-class BrokerUnreachable(RuntimeError):
-    """No answer from the broker at ``address`` (refused, timed out, connection closed)."""
+class BrokerUnreachableError(TidelogError, ConnectionError):
+    """No answer from the broker at ``address`` (``host:port``, or the comma-separated addresses
+    tried): none of them accepts a connection, or (:class:`ConnectionBrokenError`) the connection
+    broke before the answer."""
 
-    def __init__(self, message: str, address: str) -> None:
+    def __init__(self, message: str, address: str = "") -> None:
         super().__init__(message)
         self.address = address
+
+
+class ConnectionBrokenError(BrokerUnreachableError):
+    """The connection to the broker at ``address`` was made, then broke before the answer
+    (closed, reset, timed out, an answer out of order); the client has dropped it."""
 
 
 class BrokerReplyError(RuntimeError):
@@ -78,27 +96,38 @@ class PartitionFetched:
 
 
 def parse_bootstrap(text: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port...]`` as addresses; ValueError naming the bad entry."""
+    """``host:port[,host:port...]`` (IPv6 hosts in brackets) as addresses; InvalidRequestError
+    naming ``kafka.bootstrap.servers`` and the bad entry."""
     out = []
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
             continue
         host, sep, port = entry.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"'{entry}' is not HOST:PORT")
+            raise InvalidRequestError(f"kafka.bootstrap.servers entry '{entry}' is not HOST:PORT; expected "
+                                      f"HOST:PORT[,HOST:PORT...] (IPv6 hosts in brackets)")
         out.append((host.strip("[]"), int(port)))
     if not out:
-        raise ValueError("no HOST:PORT given")
+        raise InvalidRequestError("kafka.bootstrap.servers is empty: give HOST:PORT[,HOST:PORT...] of a broker")
     return out
 
 
-class BrokerClient:
-    """Connections to the brokers of one cluster, found from ``bootstrap`` (see module doc)."""
+def show(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+
+class BrokerClient:
+    """Connections to the brokers of one cluster, found from ``bootstrap`` (see module doc):
+    ``timeout_s`` bounds each request's answer, ``client_id`` goes in each request header.
+    Not thread-safe."""
+
+    def __init__(self, bootstrap: str, *, timeout_s: float = REQUEST_TIMEOUT_S, client_id: str = CLIENT_ID) -> None:
         self.bootstrap = bootstrap
         self._seeds = parse_bootstrap(bootstrap)
         self._timeout = timeout_s
+        self.client_id = client_id
+        self.last_address = ""
+        """``host:port`` the last request went to ('' before any)."""
         self._socks: dict[tuple[str, int], socket.socket] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
         self._leaders: dict[TopicPartition, int] = {}
@@ -106,6 +135,7 @@ class BrokerClient:
         self._correlation = 0
 
     def close(self) -> None:
+        """Close every connection (the next request opens a new one)."""
         for sock in self._socks.values():
             sock.close()
         self._socks.clear()
@@ -127,7 +157,7 @@ class BrokerClient:
         wanted = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
         request = MetadataRequest(topics=wanted, allow_auto_topic_creation=False,
                                   include_topic_authorized_operations=False)
-        response = self._call(request, MetadataResponse, METADATA_VERSION, None)
+        response = self.call(request, MetadataResponse, METADATA_VERSION)
         self._nodes.update({b.node_id: (b.host, b.port) for b in response.brokers})
         out: dict[str, list[int]] = {}
         for topic in response.topics:
@@ -157,7 +187,7 @@ class BrokerClient:
                     partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamps[tp]))
             request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
                 ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-            response = self._call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION, node)
+            response = self.call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION, node)
             for topic in response.topics:
                 for p in topic.partitions:
                     tp = TopicPartition(topic.name, p.partition_index)
@@ -178,7 +208,7 @@ class BrokerClient:
         request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1 if max_wait_ms else 0,
                                max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
                                topics=[F(topic=tp.topic, partitions=[part])], forgotten_topics_data=[], rack_id="")
-        response = self._call(request, FetchResponse, FETCH_VERSION, self._leader(tp))
+        response = self.call(request, FetchResponse, FETCH_VERSION, self._leader(tp))
         for topic in response.responses:
             for p in topic.partitions:
                 if p.partition_index == tp.partition and topic.topic == tp.topic:
@@ -204,24 +234,34 @@ class BrokerClient:
             out.setdefault(self._leader(tp), []).append(tp)
         return out
 
-    def _call(self, request, response_class, version: int, node: int | None):  # type: ignore[no-untyped-def]
+    def connect(self, node: int | None = None) -> str:
+        """``host:port`` of the connection to broker ``node`` (the leader's id from Metadata), or
+        with None to the first address of ``bootstrap`` that accepts one; opened unless already
+        open. BrokerUnreachableError naming every address tried when none accepts."""
+        return show(self._connection(node)[0])
+
+    def call(self, request, response_class, version: int, node: int | None = None):  # type: ignore[no-untyped-def]
+        """Send ``request`` at ``version`` to broker ``node`` (None: the bootstrap connection) and
+        return its decoded ``response_class``. BrokerUnreachableError when no connection is made,
+        ConnectionBrokenError when it breaks before the answer (then dropped: the next call
+        connects again); the caller decides whether to retry."""
         address, sock = self._connection(node)
+        self.last_address = show(address)
         self._correlation += 1
         request.API_VERSION = version
-        request.with_header(correlation_id=self._correlation, client_id=CLIENT_ID)
+        request.with_header(correlation_id=self._correlation, client_id=self.client_id)
         try:
             sock.sendall(bytes(request.encode(header=True, framed=True)))
             (size,) = struct.unpack(">i", self._exactly(sock, 4))
             payload = self._exactly(sock, size)
         except OSError as e:
             self._drop(address)
-            raise BrokerUnreachable(f"no answer from the broker at {address[0]}:{address[1]}: {e}",
-                                    f"{address[0]}:{address[1]}") from e
-        response = response_class[version].decode(payload, header=True)
+            raise ConnectionBrokenError(f"the connection to the broker at {show(address)} broke before its "
+                                        f"answer: {e}", show(address)) from e
+        response = response_class.decode(payload, version=version, header=True)
         if response.header.correlation_id != self._correlation:
             self._drop(address)
-            raise BrokerUnreachable(f"the broker at {address[0]}:{address[1]} answered out of order",
-                                    f"{address[0]}:{address[1]}")
+            raise ConnectionBrokenError(f"the broker at {show(address)} answered out of order", show(address))
         return response
 
     def _connection(self, node: int | None) -> tuple[tuple[str, int], socket.socket]:
@@ -234,14 +274,14 @@ class BrokerClient:
             try:
                 sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
             except OSError as e:
-                errors.append(f"{address[0]}:{address[1]}: {e}")
+                errors.append(f"{show(address)}: {e}")
                 continue
             sock.settimeout(self._timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._socks[address] = sock
             return address, sock
-        shown = ",".join(f"{h}:{p}" for h, p in candidates)
-        raise BrokerUnreachable(f"cannot connect to the broker at {shown}: {'; '.join(errors)}", shown)
+        shown = ",".join(show(a) for a in candidates)
+        raise BrokerUnreachableError(f"cannot connect to the broker at {shown}: {'; '.join(errors)}", shown)
 
     def _drop(self, address: tuple[str, int]) -> None:
         sock = self._socks.pop(address, None)

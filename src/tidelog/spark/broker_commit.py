@@ -18,6 +18,10 @@ at start-up, before it listens) is sent again on a new connection until
 that accepts a connection and closes it on the request twice in a row, with no answer, is taken
 for a Kafka broker (Kafka closes the connection on an API key it does not know): the error says
 the broker at that address is not tidelog serve.
+
+The connection, framing, bootstrap parsing and the unreachable/broken-connection errors are the
+Spark side's one client (:mod:`tidelog.spark.broker_client`); this module adds the staged-write
+requests, their retry policy and the staged file.
 """
 
 from __future__ import annotations
@@ -25,13 +29,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tidelog.errors import InvalidRequestError, LogDirLockedError, StorageError, TidelogError
+from tidelog.errors import LogDirLockedError, StorageError, TidelogError
 from tidelog.manager.staged_commit import CommitOutcome
 from tidelog.server.staged_api import (
     SERVE_ADDRESS_FILE,
@@ -42,18 +45,19 @@ from tidelog.server.staged_api import (
     StageBatchesRequest,
     StageBatchesResponse,
 )
+from tidelog.spark.broker_client import (
+    CONNECT_TIMEOUT_S,
+    BrokerClient,
+    BrokerUnreachableError,
+    ConnectionBrokenError,
+)
 from tidelog.storage.commit_log import StagedBatch
 from tidelog.storage.lock import LogDirLock
 
 CHUNK_BYTES = 4 << 20  # a StageBatches request's data: far below socket.request.max.bytes (100 MiB)
-CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 300.0  # a commit of a large job appends and fsyncs every batch before answering
 RETRY_TIMEOUT_S = 120.0  # how long a commit or abort keeps trying while the broker restarts
-_SIZE = struct.Struct(">i")
-
-
-class BrokerUnreachableError(TidelogError, ConnectionError):
-    """No address of ``kafka.bootstrap.servers`` accepts a connection."""
+CLIENT_ID = "tidelog-spark-sink"
 
 
 class NotTidelogError(TidelogError):
@@ -62,21 +66,6 @@ class NotTidelogError(TidelogError):
 
 class BrokerRefusedError(StorageError):
     """The broker answered a staged-write request with an error."""
-
-
-def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port...]`` (IPv6 hosts in brackets); ConfigError-like InvalidRequestError naming the bad entry."""
-    found = []
-    for entry in (part.strip() for part in servers.split(",")):
-        if not entry:
-            continue
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidRequestError(f"kafka.bootstrap.servers entry {entry!r} is not host:port")
-        found.append((host.strip("[]"), int(port)))
-    if not found:
-        raise InvalidRequestError("kafka.bootstrap.servers is empty: give host:port of a running tidelog serve")
-    return found
 
 
 def serve_address(log_dirs: Sequence[str]) -> str | None:
@@ -109,72 +98,15 @@ def serve_address(log_dirs: Sequence[str]) -> str | None:
         log_dir=log_dirs[0])
 
 
-class BrokerClient:
-    """One connection to a broker (the first of ``bootstrap`` that accepts), for tidelog's
-    staged-write requests. Not thread-safe: one per task or driver call."""
+def sink_client(bootstrap: str) -> BrokerClient:
+    """A client of ``bootstrap`` for the staged-write requests (their timeout and client id)."""
+    return BrokerClient(bootstrap, timeout_s=REQUEST_TIMEOUT_S, client_id=CLIENT_ID)
 
-    def __init__(self, bootstrap: str, *, client_id: str = "tidelog-spark-sink") -> None:
-        self.bootstrap = bootstrap
-        self.addresses = parse_bootstrap(bootstrap)
-        self.client_id = client_id
-        self.address = ""
-        self._sock: socket.socket | None = None
-        self._correlation = 0
 
-    def connect(self) -> None:
-        errors = []
-        for host, port in self.addresses:
-            try:
-                sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-            except OSError as e:
-                errors.append(f"{host}:{port}: {e}")
-                continue
-            sock.settimeout(REQUEST_TIMEOUT_S)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sock, self.address = sock, f"{host}:{port}"
-            return
-        raise BrokerUnreachableError(f"cannot reach the broker (kafka.bootstrap.servers={self.bootstrap}): "
-                                     + "; ".join(errors))
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def call(self, request: Any) -> Any:
-        """Send ``request`` and return its decoded response; ConnectionError when the connection
-        breaks (the caller decides whether to retry), BrokerUnreachableError when none is made."""
-        if self._sock is None:
-            self.connect()
-        assert self._sock is not None
-        self._correlation += 1
-        request.API_VERSION = 0
-        request.with_header(correlation_id=self._correlation, client_id=self.client_id)
-        try:
-            self._sock.sendall(bytes(request.encode(header=True, framed=True)))
-            (size,) = _SIZE.unpack(self._read(_SIZE.size))
-            frame = self._read(size)
-        except (OSError, ConnectionError) as e:
-            self.close()
-            raise ConnectionError(f"the connection to the broker at {self.address} broke: {e}") from e
-        return _RESPONSES[type(request)].decode(frame, version=0, header=True)
-
-    def _read(self, n: int) -> bytes:
-        assert self._sock is not None
-        chunks, left = [], n
-        while left:
-            chunk = self._sock.recv(min(left, 1 << 20))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
-    def __enter__(self) -> BrokerClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def staged_call(client: BrokerClient, request: Any) -> Any:
+    """``request`` (a staged-write API, version 0) sent on ``client``'s bootstrap connection;
+    its decoded response. The client's errors (see :meth:`BrokerClient.call`)."""
+    return client.call(request, _RESPONSES[type(request)], 0)
 
 
 _RESPONSES: dict[type, Any] = {StageBatchesRequest: StageBatchesResponse, CommitStagedJobRequest: CommitStagedJobResponse,
@@ -190,18 +122,15 @@ def call_with_retry(bootstrap: str, request: Any, what: str, retry_timeout_s: fl
     closed_unanswered = 0
     delay = 0.2
     while True:
-        client = BrokerClient(bootstrap)
+        client = sink_client(bootstrap)
         try:
-            client.connect()
-            try:
-                response = client.call(request)
-            except ConnectionError as e:
-                closed_unanswered += 1
-                if closed_unanswered >= 2:
-                    raise not_tidelog(client.address, what) from e
-                last: BaseException = e
-            else:
-                return checked(response, what, client.address)
+            address = client.connect()
+            return checked(staged_call(client, request), what, address)
+        except ConnectionBrokenError as e:
+            closed_unanswered += 1
+            if closed_unanswered >= 2:
+                raise not_tidelog(e.address, what) from e
+            last: BrokerUnreachableError = e
         except BrokerUnreachableError as e:
             closed_unanswered = 0
             last = e
@@ -231,7 +160,7 @@ class BrokerStagedFile:
     (the same interface as :class:`~tidelog.storage.staging_dirs.StagedFile`)."""
 
     def __init__(self, bootstrap: str, job_key: str, name: str, chunk_bytes: int = CHUNK_BYTES) -> None:
-        self.client = BrokerClient(bootstrap)
+        self.client = sink_client(bootstrap)
         self.job_key, self.name, self.chunk_bytes = job_key, name, chunk_bytes
         self.position = 0  # bytes written (sent or buffered)
         self._sent = 0
@@ -269,23 +198,19 @@ class BrokerStagedFile:
         request = StageBatchesRequest(job_key=self.job_key, file_name=self.name, position=self._sent, data=data,
                                       last=last)
         try:
-            response = self.client.call(request)
-        except BrokerUnreachableError:
-            raise
-        except ConnectionError:
+            response = staged_call(self.client, request)
+        except ConnectionBrokenError:
             if self._sent:
                 raise  # the broker went away mid-file: the task fails, Spark's retry stages anew
             # the first chunk: a broker going away, or a Kafka broker closing on an unknown key?
             # A second connection closed on the same request says Kafka; a refused one, gone.
-            self.client.close()
-            self.client.connect()
             try:
-                response = self.client.call(request)
-            except ConnectionError as e:
+                response = staged_call(self.client, request)
+            except ConnectionBrokenError as e:
                 raise NotTidelogError(
-                    f"{not_tidelog(self.client.address, what)}; or its socket.request.max.bytes is below a chunk "
+                    f"{not_tidelog(e.address, what)}; or its socket.request.max.bytes is below a chunk "
                     f"of the sink ({len(data) + 1024} bytes: raise it to at least {CHUNK_BYTES + (1 << 16)})") from e
-        checked(response, what, self.client.address)
+        checked(response, what, self.client.last_address)
         self._sent += len(data)
 
 
@@ -320,13 +245,14 @@ def broker_topic_specs(bootstrap: str, compression: Any, names: list[str] | None
     from tidelog.spark.sink_options import topic_spec
     from tidelog.storage.config import BrokerConfig
 
-    with BrokerClient(bootstrap) as probe:  # fails at once, naming the address, when nothing listens there
+    with sink_client(bootstrap) as probe:  # fails at once, naming the address, when nothing listens there
         probe.connect()
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="tidelog-spark-sink",
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=CLIENT_ID,
                                  request_timeout_ms=int(CONNECT_TIMEOUT_S * 3000))
     except KafkaError as e:
-        raise BrokerUnreachableError(f"cannot reach the broker (kafka.bootstrap.servers={bootstrap}): {e}") from e
+        raise BrokerUnreachableError(f"cannot reach the broker (kafka.bootstrap.servers={bootstrap}): {e}",
+                                     bootstrap) from e
     try:
         wanted = names if names is not None else [t for t in admin.list_topics() if not t.startswith("__")]
         described = [d for d in admin.describe_topics(wanted) if d.get("error_code", 0) == 0] if wanted else []

@@ -1,6 +1,9 @@
 """The part of a read not yet tiered, through the broker's Fetch API, for reads of a store path
-given ``kafka.bootstrap.servers`` (:mod:`tidelog.spark.remote_source`).
+given ``kafka.bootstrap.servers`` (:mod:`tidelog.spark.remote_source`), through the Spark side's
+one broker client (:mod:`tidelog.spark.broker_client`).
 
+* **options** (:func:`parse_broker_options`): ``kafka.bootstrap.servers`` and
+  ``kafkaConsumer.pollTimeoutMs``; no other ``kafka.`` option applies.
 * **driver** (:class:`BrokerPartitions`): the partitions are the broker's (Metadata), earliest is
   the broker's log start offset (ListOffsets -2: ``delete-records`` and retention move it, the
   first remote segment does not), latest its high watermark (ListOffsets -1); timestamps are
@@ -51,6 +54,11 @@ FETCH_BYTES = 8 << 20
 BACKOFF_MS = 100
 """The wait between two tries (doubled up to 1 s)."""
 
+BOOTSTRAP = "kafka.bootstrap.servers"
+POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
+POLL_TIMEOUT_MS = 120_000
+"""Spark's default for ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
+
 StoreRead = Callable[[int, int], "tuple[int, Iterator[pa.RecordBatch]] | None"]
 """``store_read(lo, hi)``: None when the remote tier does not hold ``lo``, else the end of what it
 holds in ``[lo, hi)`` and the rows of ``[lo, that end)`` read from the store."""
@@ -69,6 +77,36 @@ def executor_client(bootstrap: str) -> bc.BrokerClient:
     if client is None:
         client = _CLIENTS[bootstrap] = bc.BrokerClient(bootstrap)
     return client
+
+
+def parse_broker_options(lowered: dict[str, str]) -> tuple[str, int]:
+    """The broker options of a store read, popped from ``lowered`` (option names lowercased):
+    ``kafka.bootstrap.servers`` ('' when not given) and ``kafkaConsumer.pollTimeoutMs``.
+    :class:`~tidelog.spark.options.SourceOptionError` for a malformed one or any other
+    ``kafka.`` option (the tail's client takes no other)."""
+    from tidelog.errors import InvalidRequestError
+
+    given = BOOTSTRAP in lowered
+    bootstrap = lowered.pop(BOOTSTRAP, "").strip()
+    if given:
+        try:
+            bc.parse_bootstrap(bootstrap)
+        except InvalidRequestError as e:
+            raise o.SourceOptionError(str(e)) from None
+    poll_timeout_ms = POLL_TIMEOUT_MS
+    if bootstrap and POLL_TIMEOUT in lowered:
+        text = lowered.pop(POLL_TIMEOUT).strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise o.SourceOptionError(f"Option 'kafkaConsumer.pollTimeoutMs' must be a positive number of "
+                                      f"milliseconds, got '{text}'")
+        poll_timeout_ms = int(text)
+    others = sorted(k for k in lowered if k.startswith("kafka."))
+    if others:
+        key = others[0]
+        raise o.SourceOptionError(
+            f"Kafka option '{key}' is not supported with a store path: the tail is read by tidelog's own "
+            f"Fetch client, which takes only '{BOOTSTRAP}' (PLAINTEXT listeners). Remove '{key}'.")
+    return bootstrap, poll_timeout_ms
 
 
 # --- driver ---------------------------------------------------------------------------------
@@ -111,7 +149,7 @@ class BrokerPartitions:
         try:
             with bc.BrokerClient(self.bootstrap) as client:
                 return call(client)
-        except (bc.BrokerUnreachable, bc.BrokerReplyError) as e:
+        except (bc.BrokerUnreachableError, bc.BrokerReplyError) as e:
             raise BrokerReadError(f"Cannot {what} from the broker at {self.bootstrap} (option "
                                   f"'kafka.bootstrap.servers'): {e}") from e
 
@@ -162,7 +200,7 @@ class _TailRead:
     def step(self, offset: int) -> _Step:
         try:
             got = self.client.fetch(self.tp, offset, FETCH_BYTES)
-        except bc.BrokerUnreachable as e:
+        except bc.BrokerUnreachableError as e:
             return self.retry(offset, str(e))
         if got.error == bc.NONE:
             return self.records(offset, got)
@@ -208,7 +246,7 @@ class _TailRead:
         try:
             earliest = self.client.list_offsets({self.tp: bc.EARLIEST_TIMESTAMP})[self.tp]
             latest = self.client.list_offsets({self.tp: bc.LATEST_TIMESTAMP})[self.tp]
-        except bc.BrokerUnreachable as e:
+        except bc.BrokerUnreachableError as e:
             return self.retry(offset, str(e))
         except bc.BrokerReplyError as e:
             raise BrokerReadError(f"Cannot fetch {self.where(offset)}: OFFSET_OUT_OF_RANGE, then {e}") from e
@@ -222,7 +260,7 @@ class _TailRead:
     def gone(self) -> bool:
         try:
             return self.tp.partition not in self.client.metadata([self.tp.topic]).get(self.tp.topic, [])
-        except (bc.BrokerUnreachable, bc.BrokerReplyError):
+        except (bc.BrokerUnreachableError, bc.BrokerReplyError):
             return False
 
     def lost(self, lo: int, hi: int, why: str) -> None:

@@ -59,6 +59,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from tidelog.errors import ConfigError
 from tidelog.spark import options as o
 from tidelog.spark.arrow_rows import record_batches
+from tidelog.spark.broker_tail import POLL_TIMEOUT_MS, parse_broker_options
 from tidelog.spark.ranges import OffsetRange, check_range_bounds, resolve, split_ranges
 from tidelog.storage.config_keys import REMOTE_STORE_SCHEMES
 from tidelog.storage.log_view import PartitionBounds
@@ -77,10 +78,6 @@ log = logging.getLogger(__name__)
 STORE_SCHEMES = frozenset(REMOTE_STORE_SCHEMES)
 """The schemes ``remote.log.storage.uri`` accepts: a ``path`` with one of them is a store."""
 RSM_PREFIX = "rsm.config."
-BOOTSTRAP = "kafka.bootstrap.servers"
-POLL_TIMEOUT = "kafkaconsumer.polltimeoutms"
-POLL_TIMEOUT_MS = 120_000
-"""Spark's default for ``kafkaConsumer.pollTimeoutMs`` (``spark.network.timeout``)."""
 READ_BYTES = 8 << 20
 """Bytes of whole batches asked for per ranged read of a segment."""
 INDEX_CACHE_BYTES = 64 << 20
@@ -128,31 +125,11 @@ def parse_remote_options(options: Mapping[str, str], *, streaming: bool) -> Remo
     ``rsm.config.`` option, any error of the local source's options). Makes no request to the
     store or the broker."""
     from tidelog.remote.store import redact_uri
-    from tidelog.spark.broker_client import parse_bootstrap
 
     lowered = {k.lower(): str(v) for k, v in options.items()}
     uri = lowered[o.PATH].strip()
     shown = redact_uri(uri)
-    bootstrap = lowered.pop(BOOTSTRAP, "").strip()
-    if BOOTSTRAP in {k.lower() for k in options}:
-        try:
-            parse_bootstrap(bootstrap)
-        except ValueError as e:
-            raise o.SourceOptionError(f"Option '{BOOTSTRAP}' ('{bootstrap}'): {e}; expected HOST:PORT[,HOST:PORT...]"
-                                      ) from None
-    poll_timeout_ms = POLL_TIMEOUT_MS
-    if bootstrap and POLL_TIMEOUT in lowered:
-        text = lowered.pop(POLL_TIMEOUT).strip()
-        if not text.isdigit() or int(text) <= 0:
-            raise o.SourceOptionError(f"Option 'kafkaConsumer.pollTimeoutMs' must be a positive number of "
-                                      f"milliseconds, got '{text}'")
-        poll_timeout_ms = int(text)
-    others = sorted(k for k in lowered if k.startswith("kafka."))
-    if others:
-        key = others[0]
-        raise o.SourceOptionError(
-            f"Kafka option '{key}' is not supported with a store path: the tail is read by tidelog's own "
-            f"Fetch client, which takes only '{BOOTSTRAP}' (PLAINTEXT listeners). Remove '{key}'.")
+    bootstrap, poll_timeout_ms = parse_broker_options(lowered)
     store_options = tuple(sorted((k[len(RSM_PREFIX):], v) for k, v in lowered.items() if k.startswith(RSM_PREFIX)))
     rest = {k: v for k, v in lowered.items() if not k.startswith(RSM_PREFIX)}
     parsed = replace(o.parse_source_options(rest, streaming=streaming), log_dirs=(shown,))

@@ -117,7 +117,8 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
 
 def _broker_plan(options: Mapping[str, str], schema: StructType, bootstrap: str) -> SinkPlan:
     """The plan of a write through the broker at ``bootstrap`` with no data dir: topics asked of it."""
-    from tidelog.spark.broker_commit import broker_topic_specs, parse_bootstrap
+    from tidelog.spark.broker_client import parse_bootstrap
+    from tidelog.spark.broker_commit import broker_topic_specs
 
     parse_bootstrap(bootstrap)
     if options.get("stagingpath") is not None:
