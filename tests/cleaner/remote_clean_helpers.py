@@ -82,7 +82,7 @@ def roll(log: Log) -> None:
 
 
 def cleaner(clock: FakeClock, tier: Tier | None, buffers: CleanerBuffers = BUFFERS) -> tuple[Cleaner, RemoteCleaning | None]:
-    remote = RemoteCleaning(tier.source, clock) if tier is not None else None
+    remote = RemoteCleaning(tier.source) if tier is not None else None
     return Cleaner(InProcessEngine(buffers), clock, remote=remote), remote
 
 

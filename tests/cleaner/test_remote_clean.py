@@ -29,6 +29,7 @@ from remote_clean_helpers import (
 )
 
 from tidelog.cleaner.remote_view import WORKSPACE_DIR
+from tidelog.remote.copy import clean_unreferenced
 from tidelog.remote.metadata import RemoteLogSegmentState
 from tidelog.remote.store import ArrowRemoteStore, RemoteStore
 from tidelog.storage.log import Log
@@ -88,10 +89,11 @@ def _check_clean_pass(tmp_path: Path, store: RemoteStore) -> None:
     assert stored_segment_objects(store) > segment_objects(store), "replaced objects wait for file.delete.delay.ms"
 
     assert remote is not None
-    clock.advance(59_000)
-    assert remote.deletions.run_due() == 0
+    clock.advance(59_000)  # the copy pass's cleanup waits file.delete.delay.ms from the swap's time
+    assert clean_unreferenced(store, fresh(store), now_ms=clock.milliseconds(), delete_delay_ms=60_000) == []
     clock.advance(1_000)
-    assert remote.deletions.run_due() == len(replaced)
+    gone = clean_unreferenced(store, fresh(store), now_ms=clock.milliseconds(), delete_delay_ms=60_000)
+    assert {s.id for s in gone} == replaced
     assert stored_segment_objects(store) == segment_objects(store), "old objects gone, nothing orphaned"
     assert fresh(store).unreferenced() == []
     assert not any((tiered.dir.parent / WORKSPACE_DIR).rglob("*.log")), "the workspace is emptied"
@@ -237,7 +239,7 @@ def test_an_aborted_pass_leaves_the_old_set_and_no_staged_objects(tmp_path: Path
                                               if s.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED]) >= abort_at:
             raise LogCleaningAbortedError("aborted", topic_partition=str(TP))
 
-    c = Cleaner(InProcessEngine(BUFFERS), clock, check_done=check, remote=RemoteCleaning(tier.source, clock))
+    c = Cleaner(InProcessEngine(BUFFERS), clock, check_done=check, remote=RemoteCleaning(tier.source))
     with pytest.raises(LogCleaningAbortedError):
         c.clean_pass(log, TP, 0, log.active_segment.base_offset)
     assert [s.id for s in fresh(store).finished_segments()] == old

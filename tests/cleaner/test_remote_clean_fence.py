@@ -63,7 +63,7 @@ def test_a_segment_deleted_by_another_writer_during_the_clean_makes_it_give_up(
         return switch(self)
 
     monkeypatch.setattr(TieredPass, "_switch", concurrent_retention_then_switch)
-    cleaner = Cleaner(InProcessEngine(BUFFERS), clock, remote=RemoteCleaning(tier.source, clock))
+    cleaner = Cleaner(InProcessEngine(BUFFERS), clock, remote=RemoteCleaning(tier.source))
     with pytest.raises(LogCleaningAbortedError) as gave_up:
         cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
     text = str(gave_up.value)
@@ -77,7 +77,7 @@ def test_a_segment_deleted_by_another_writer_during_the_clean_makes_it_give_up(
 
     monkeypatch.setattr(TieredPass, "_switch", switch)
     tier.metadata = None  # the next pass starts from the store's state and cleans
-    cleaner = Cleaner(InProcessEngine(BUFFERS), clock, remote=RemoteCleaning(tier.source, clock))
+    cleaner = Cleaner(InProcessEngine(BUFFERS), clock, remote=RemoteCleaning(tier.source))
     cleaner.clean_pass(log, TP, finished[1].start_offset, log.active_segment.base_offset)
     superseded = [r for r in remote_records(store) if int(r[1]) % 3 == 0]
     assert superseded == [], f"the next pass cleans: {superseded[:3]}"

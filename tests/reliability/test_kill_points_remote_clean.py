@@ -89,9 +89,8 @@ def _converges(log: Log, clock: FakeClock, store: RemoteStore, expected: _Expect
     c, remote = cleaner(clock, tier)
     c.clean_pass(log, TP, 0, log.active_segment.base_offset)
     assert both_tiers(store, log) == expected.both_after
-    clock.advance(DELAY_MS)
-    assert remote is not None
-    remote.deletions.run_due()
+    clock.advance(DELAY_MS)  # what the next copy pass's cleanup deletes once the delay is over
+    clean_unreferenced(store, fresh(store), now_ms=clock.milliseconds(), delete_delay_ms=DELAY_MS)
     assert fresh(store).unreferenced() == []
     assert stored_segment_objects(store) == segment_objects(store), "orphan objects"
 
@@ -129,15 +128,15 @@ def test_every_kill_point_of_a_remote_clean_switches_whole_and_converges(kill_ro
 
 
 def _clean_and_delete(log: Log, clock: FakeClock, store: RemoteStore) -> None:
-    """A pass on the real store, then the deferred deletion through ``store``."""
+    """A pass on the real store, then, once the delay is over, the deferred deletion of the
+    replaced segments through ``store`` (the copy pass's cleanup)."""
     inner = store.inner if isinstance(store, KillingStore) else store
     tier = _clean(log, clock, inner)
-    deleting = Tier(store, clock)
-    c, remote = cleaner(clock, deleting)
-    assert remote is not None and tier.metadata is not None
-    remote.deletions.add(TP, log, [s for s in tier.metadata.unreferenced()], DELAY_MS)
+    assert tier.metadata is not None and tier.metadata.unreferenced()
     clock.advance(DELAY_MS)
-    remote.deletions.run_due()
+    found = Tier(store, clock).source(TP, log, True)
+    assert found is not None
+    clean_unreferenced(store, found[1], now_ms=clock.milliseconds(), delete_delay_ms=DELAY_MS)
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

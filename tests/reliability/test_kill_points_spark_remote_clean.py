@@ -109,7 +109,7 @@ def _spark_clean(spark: Any) -> Callable[[Log, FakeClock, RemoteStore], None]:
         from tidelog.spark.compaction import SparkCleaningEngine
 
         tier = Tier(store, clock)
-        cleaner = Cleaner(SparkCleaningEngine(BUFFERS, spark=spark), clock, remote=RemoteCleaning(tier.source, clock))
+        cleaner = Cleaner(SparkCleaningEngine(BUFFERS, spark=spark), clock, remote=RemoteCleaning(tier.source))
         cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
     return clean
 

@@ -64,12 +64,12 @@ def scenario(root: Path, store: RemoteStore) -> tuple[Log, FakeClock, Tier]:
 def spark_cleaner(spark: Any, clock: FakeClock, tier: Tier) -> tuple[Cleaner, RemoteCleaning]:
     from tidelog.spark.compaction import SparkCleaningEngine
 
-    remote = RemoteCleaning(tier.source, clock)
+    remote = RemoteCleaning(tier.source)
     return Cleaner(SparkCleaningEngine(BUFFERS, spark=spark, split_bytes=600), clock, remote=remote), remote
 
 
 def in_process_cleaner(clock: FakeClock, tier: Tier) -> tuple[Cleaner, RemoteCleaning]:
-    remote = RemoteCleaning(tier.source, clock)
+    remote = RemoteCleaning(tier.source)
     return Cleaner(InProcessEngine(BUFFERS), clock, remote=remote), remote
 
 
@@ -254,7 +254,7 @@ def test_a_change_by_another_writer_during_the_job_makes_the_clean_give_up(spark
             changed.append(finished[0].id)
 
     cleaner = Cleaner(SparkCleaningEngine(BUFFERS, spark=spark, split_bytes=600), clock,
-                      check_done=retention_meanwhile, remote=RemoteCleaning(tier.source, clock))
+                      check_done=retention_meanwhile, remote=RemoteCleaning(tier.source))
     with pytest.raises(LogCleaningAbortedError, match="gives up"):
         cleaner.clean_pass(log, TP, 0, log.active_segment.base_offset)
     assert changed

@@ -143,7 +143,7 @@ class LogCleaner:
         self.engines = engines
         self.clock = clock
         self._logs = logs
-        self.remote = None if remote is None else RemoteCleaning(remote, clock)
+        self.remote = None if remote is None else RemoteCleaning(remote)
         self.manager = manager or CleanerManager(
             list(log_dirs), logs, clock, remote_spans=None if self.remote is None else self.remote.spans,
             remote_load=None if self.remote is None else self.remote.load)
@@ -203,9 +203,7 @@ class LogCleaner:
         worker = self._threads[thread_index]
         result = None
         if self.remote is not None:
-            live = list(self._logs())
-            self.remote.deletions.run_due(live)
-            self.remote.load(live)
+            self.remote.load(list(self._logs()))
         to_clean = self.manager.grab_filthiest_compacted_log()
         if to_clean is not None:
             result = worker.clean_log(to_clean)

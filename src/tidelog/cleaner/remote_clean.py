@@ -30,11 +30,11 @@ is cleaned in the same pass, against the same offset map, by the same engine
    the replaced segments must still be FINISHED and the staged ones STARTED, else the pass gives
    up), one :meth:`~tidelog.remote.metadata_log.RemotePartitionMetadata.swap` event moves
    the replaced segments to DELETE_SEGMENT_STARTED and the staged ones to FINISHED: a reader of
-   the metadata sees the old set or the new one, never a mix. The replaced objects are deleted
-   ``file.delete.delay.ms`` later (:class:`RemoteDeletions`, run by the cleaner threads), so a
-   reader mid-read finishes; a crash before that leaves them DELETE_STARTED (no reader lists
-   them), and the cleanups of the copy pass and the next remote clean delete them once the same
-   delay from the swap's time, read from the store, is over.
+   the metadata sees the old set or the new one, never a mix. No reader lists the replaced
+   segments any more, and their objects stay ``file.delete.delay.ms`` from the swap's time (read
+   from the store, so a restart changes nothing), so a reader mid-read finishes: the cleanups of
+   the copy pass, the remote expiration and the next remote clean
+   (:func:`~tidelog.remote.copy.clean_unreferenced`) delete them once it is over.
 4. **Local tier.** Cleaned as before; for a tiered log the local groups never mix segments the
    remote tier holds with segments it does not (:func:`~.clean.split_groups_at`), or the copy
    pass would copy a merged segment overlapping remote ones.
@@ -65,7 +65,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from tidelog.clock import Clock
 from tidelog.errors import LogCleaningAbortedError, TidelogError
 from tidelog.cleaner.clean import group_segments_by_size
 from tidelog.cleaner.remote_view import WORKSPACE_DIR, RemoteSegment, TierView, Workspace
@@ -110,58 +109,6 @@ def remote_only_spans(log: Log, metadata: RemotePartitionMetadata | None) -> lis
             if m.end_offset < local_start]
 
 
-class RemoteDeletions:
-    """Replaced remote segments waiting ``file.delete.delay.ms`` before their objects go.
-    Thread-safe (its own lock; a deletion takes the partition's ``task_lock``). The partition's
-    metadata is asked of ``source`` again when the delay is over (the remote tier may have
-    reloaded it meanwhile)."""
-
-    def __init__(self, source: RemoteSource, clock: Clock) -> None:
-        self._source = source
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._due: list[tuple[int, TopicPartition, Log, list[RemoteLogSegmentMetadata]]] = []
-
-    def add(self, tp: TopicPartition, log: Log, segments: list[RemoteLogSegmentMetadata], delay_ms: int) -> None:
-        """Delete ``segments`` of ``tp`` (replaced by a swap) ``delay_ms`` from now. Thread-safe (own lock)."""
-        with self._lock:
-            self._due.append((self._clock.milliseconds() + max(delay_ms, 0), tp, log, segments))
-
-    def run_due(self, live: Iterable[tuple[TopicPartition, Log]] | None = None) -> int:
-        """Delete the objects of every segment whose delay has passed, then mark it
-        DELETE_SEGMENT_FINISHED; a failure leaves it for the next run. With ``live`` (the
-        broker's current logs), the segments of a partition whose log is no longer among them
-        (deleted, its dir offline) are dropped: its remote data went with it, or the cleanups
-        of whoever holds it delete them (they wait the same delay from the swap). Returns how
-        many went. Thread-safe: its own lock to take the due ones, then each partition's
-        ``task_lock`` (and the metadata's lock per change) while deleting, without its own."""
-        now = self._clock.milliseconds()
-        with self._lock:
-            due = [d for d in self._due if d[0] <= now]
-            self._due = [d for d in self._due if d[0] > now]
-        if live is not None:
-            current = dict(live)
-            due = [d for d in due if current.get(d[1]) is d[2]]
-        done = 0
-        for item in due:
-            _, tp, log, segments = item
-            try:
-                found = self._source(tp, log, True)
-                if found is None:  # no longer tiered here: cleanup of the remote tier is not ours
-                    continue
-                store, metadata = found
-                with metadata.task_lock:
-                    for segment in segments:
-                        if metadata.segment(segment) is not None:
-                            delete_remote_segment(store, metadata, segment)
-                        done += 1
-            except TidelogError as e:
-                logger.warning("%s: replaced remote segments not deleted yet (retried): %s", tp, e)
-                with self._lock:
-                    self._due.append(item)
-        return done
-
-
 @dataclass(slots=True)
 class _Staged:
     old: list[RemoteLogSegmentMetadata]
@@ -172,13 +119,11 @@ class TieredPass:
     """One cleaning pass's remote side for one partition (module docstring). Holds the
     partition's ``task_lock`` from :meth:`open` to :meth:`close`. Not thread-safe."""
 
-    def __init__(self, tp: TopicPartition, log: Log, store: RemoteStore, metadata: RemotePartitionMetadata,
-                 deletions: RemoteDeletions) -> None:
+    def __init__(self, tp: TopicPartition, log: Log, store: RemoteStore, metadata: RemotePartitionMetadata) -> None:
         self.tp = tp
         self.log = log
         self.store = store
         self.metadata = metadata
-        self._deletions = deletions
         metadata.task_lock.acquire()
         try:
             self._clean_orphans()
@@ -329,7 +274,6 @@ class TieredPass:
         old = [m for s in self._staged for m in s.old]
         self.metadata.swap(old, [s.new for s in self._staged])
         self._staged = []
-        self._deletions.add(self.tp, self.log, old, self.log.config.file_delete_delay_ms)
         logger.info("%s: %d remote segment(s) replaced by their cleaned versions", self.log.topic_partition, len(old))
         return len(old)
 
@@ -438,13 +382,11 @@ def merged_epochs(segments: Iterable[RemoteLogSegmentMetadata]) -> tuple[tuple[i
 
 
 class RemoteCleaning:
-    """What the cleaner threads share for tiered logs: the injected :data:`RemoteSource`, each
-    tiered compacted log's remote-only spans as last loaded, and the replaced segments waiting for
-    their delay. Thread-safe (a lock for the spans; :class:`RemoteDeletions` has its own)."""
+    """What the cleaner threads share for tiered logs: the injected :data:`RemoteSource` and each
+    tiered compacted log's remote-only spans as last loaded. Thread-safe (a lock for the spans)."""
 
-    def __init__(self, source: RemoteSource, clock: Clock) -> None:
+    def __init__(self, source: RemoteSource) -> None:
         self._source = source
-        self.deletions = RemoteDeletions(source, clock)
         self._lock = threading.Lock()
         self._spans: dict[TopicPartition, list[Span]] = {}
 
@@ -489,4 +431,4 @@ class RemoteCleaning:
         if found is None:
             return None
         store, metadata = found
-        return TieredPass(tp, log, store, metadata, self.deletions)
+        return TieredPass(tp, log, store, metadata)
