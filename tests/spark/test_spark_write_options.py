@@ -75,6 +75,17 @@ def test_bad_options_are_refused(root: Path, options: dict[str, str], message: s
         plan(root, **options)
 
 
+@pytest.mark.parametrize("with_path", [False, True])
+def test_a_malformed_bootstrap_is_refused_naming_the_option_and_the_entry(root: Path, with_path: bool) -> None:
+    from tidelog.errors import InvalidRequestError
+
+    options = {"topic": "t", "kafka.bootstrap.servers": "127.0.0.1:1,nohost"}
+    with pytest.raises(InvalidRequestError, match="kafka.bootstrap.servers entry 'nohost' is not HOST:PORT"):
+        parse_plan({**options, "path": str(root)} if with_path else options, KV, False)
+    with pytest.raises(InvalidRequestError, match="kafka.bootstrap.servers is empty"):
+        parse_plan({**options, "kafka.bootstrap.servers": " "}, KV, False)
+
+
 def test_path_must_be_an_existing_dir(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="option path is required"):
         parse_plan({"topic": "t"}, KV, False)

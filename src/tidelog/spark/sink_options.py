@@ -95,6 +95,10 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
     check_mode(overwrite, streaming)
     check_option_names(options)
     bootstrap = options.get(BOOTSTRAP)
+    if bootstrap is not None:
+        from tidelog.spark.broker_client import parse_bootstrap
+
+        parse_bootstrap(bootstrap)  # on the driver, before any task stages through it
     if bootstrap is not None and options.get("path") is None:
         return _broker_plan(options, schema, bootstrap)
     log_dirs = parse_log_dirs(options.get("path"))
@@ -117,10 +121,8 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
 
 def _broker_plan(options: Mapping[str, str], schema: StructType, bootstrap: str) -> SinkPlan:
     """The plan of a write through the broker at ``bootstrap`` with no data dir: topics asked of it."""
-    from tidelog.spark.broker_client import parse_bootstrap
     from tidelog.spark.broker_commit import broker_topic_specs
 
-    parse_bootstrap(bootstrap)
     if options.get("stagingpath") is not None:
         raise ConfigError("option stagingPath does not apply with kafka.bootstrap.servers: the broker stages the "
                           "job in its own staging dir", option="stagingPath")
