@@ -113,6 +113,7 @@ def parse_bootstrap(text: str) -> list[tuple[str, int]]:
 
 
 def show(address: tuple[str, int]) -> str:
+    """``host:port`` of ``address``, as messages and :attr:`BrokerUnreachableError.address` give it."""
     return f"{address[0]}:{address[1]}"
 
 
