@@ -30,7 +30,7 @@ topic-level overrides apply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,16 +107,8 @@ def parse_plan(options: Mapping[str, str], schema: StructType, overwrite: bool, 
         from tidelog.spark.broker_commit import serve_address
 
         bootstrap = serve_address(log_dirs)  # a running tidelog serve owns the dir: write through it
-    topic = options.get("topic")
-    if topic is not None and not topic.strip():
-        raise ConfigError("option topic is empty", option="topic")
-    columns = check_columns(schema, topic)
-    compression = parse_compression(options.get("compression"))
-    # without the option, the column may name any topic of the data dir
-    topics = read_topic_specs(log_dirs, compression, [topic] if topic is not None else None)
-    if topic is not None and topic not in topics:
-        raise missing_topic(topic, log_dirs, bootstrap)
-    return SinkPlan(log_dirs, str(staging), columns, topic, topics, bootstrap)
+    return _plan_topics(options, schema, lambda c, names: read_topic_specs(log_dirs, c, names),
+                        log_dirs, str(staging), bootstrap)
 
 
 def _broker_plan(options: Mapping[str, str], schema: StructType, bootstrap: str) -> SinkPlan:
@@ -126,15 +118,22 @@ def _broker_plan(options: Mapping[str, str], schema: StructType, bootstrap: str)
     if options.get("stagingpath") is not None:
         raise ConfigError("option stagingPath does not apply with kafka.bootstrap.servers: the broker stages the "
                           "job in its own staging dir", option="stagingPath")
+    return _plan_topics(options, schema, lambda c, names: broker_topic_specs(bootstrap, c, names), (), "", bootstrap)
+
+
+def _plan_topics(options: Mapping[str, str], schema: StructType,
+                 specs: Callable[[CompressionType | None, list[str] | None], dict[str, TopicSpec]],
+                 log_dirs: tuple[str, ...], staging: str, bootstrap: str | None) -> SinkPlan:
+    """The topic option, the columns, the compression and the topics' specs (from ``specs``:
+    the data dir's registry or the broker); without the option, the column may name any topic."""
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic is empty", option="topic")
     columns = check_columns(schema, topic)
-    compression = parse_compression(options.get("compression"))
-    topics = broker_topic_specs(bootstrap, compression, [topic] if topic is not None else None)
+    topics = specs(parse_compression(options.get("compression")), [topic] if topic is not None else None)
     if topic is not None and topic not in topics:
-        raise missing_topic(topic, (), bootstrap)
-    return SinkPlan((), "", columns, topic, topics, bootstrap)
+        raise missing_topic(topic, log_dirs, bootstrap)
+    return SinkPlan(log_dirs, staging, columns, topic, topics, bootstrap)
 
 
 def check_mode(overwrite: bool, streaming: bool = False) -> None:
