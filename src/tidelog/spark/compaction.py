@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import mmap
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -347,25 +347,9 @@ class SparkCleaningEngine:
 
     def _plan_groups(self, log: Log, groups: Sequence[Sequence[LogSegment]], lookup: SparkOffsetLookup,
                      txn: CleanedTransactionMetadata, legacy_horizon: int) -> list[GroupPlan]:
-        """Each group's plan, and ``txn`` driven over all of them (as the in-process engine's
-        copy would leave it): per segment the owner's aborted transactions, then its events."""
-        plans = []
-        for g, group in enumerate(groups):
-            start_state = pickled_txn(txn)
-            sources = []
-            for segment in group:
-                following = log.segment_after(segment)
-                upper = following.base_offset if following is not None else segment.read_next_offset()
-                aborted = tuple(log.collect_aborted_transactions(segment.base_offset, upper))
-                walk = _walk_of(lookup, segment, self.split_bytes)
-                txn.add_aborted(aborted)
-                walk.apply(txn)
-                if walk.last_offset >= 0:
-                    txn.advance_to(walk.last_offset)
-                sources.append(SourceSegment(str(segment.log.path), segment.size,
-                                             segment.last_modified_ms > legacy_horizon, aborted))
-            plans.append(GroupPlan(g, group[0].base_offset, group[-1].last_modified_ms, tuple(sources), start_state))
-        return plans
+        """Each group's plan, and ``txn`` driven over all of them (:func:`plan_groups`)."""
+        return plan_groups(log, groups, txn, legacy_horizon, lambda segment: _walk_of(lookup, segment, self.split_bytes),
+                           lambda segment: str(segment.log.path))
 
     def _ranges(self, lookup: SparkOffsetLookup, groups: Sequence[Sequence[LogSegment]]) -> list[ScanRange]:
         """Batch-aligned byte ranges of about ``split_bytes`` over every segment of ``groups``."""
@@ -442,6 +426,31 @@ def _spark_lookup(round: CleaningRound) -> SparkOffsetLookup:
     if not isinstance(lookup, SparkOffsetLookup):
         raise TypeError(f"the Spark engine cleans with its own offset map, got {type(lookup).__name__}")
     return lookup
+
+
+def plan_groups(view: Any, groups: Sequence[Sequence[Any]], txn: CleanedTransactionMetadata, legacy_horizon: int,
+                walk_of: Callable[[Any], SegmentWalk], file_of: Callable[[Any], Any]) -> list[GroupPlan]:
+    """Each group's plan, and ``txn`` driven over all of them (as the in-process engine's copy
+    would leave it): per segment the owner's aborted transactions, then its events. ``view`` is
+    the log or a tier view (``segment_after``, ``collect_aborted_transactions``); ``walk_of`` a
+    segment's header walk; ``file_of`` what an executor opens for it (a path, a remote file)."""
+    plans = []
+    for g, group in enumerate(groups):
+        start_state = pickled_txn(txn)
+        sources = []
+        for segment in group:
+            following = view.segment_after(segment)
+            upper = following.base_offset if following is not None else segment.read_next_offset()
+            aborted = tuple(view.collect_aborted_transactions(segment.base_offset, upper))
+            walk = walk_of(segment)
+            txn.add_aborted(aborted)
+            walk.apply(txn)
+            if walk.last_offset >= 0:
+                txn.advance_to(walk.last_offset)
+            sources.append(SourceSegment(file_of(segment), segment.size, segment.last_modified_ms > legacy_horizon,
+                                         aborted))
+        plans.append(GroupPlan(g, group[0].base_offset, group[-1].last_modified_ms, tuple(sources), start_state))
+    return plans
 
 
 def _walk_of(lookup: SparkOffsetLookup, segment: LogSegment, split_bytes: int) -> SegmentWalk:

@@ -60,16 +60,14 @@ from tidelog.cleaner.transactions import CleanedTransactionMetadata
 from tidelog.errors import LogCleaningError
 from tidelog.remote.metadata import RemoteLogSegmentMetadata
 from tidelog.remote.store import RemoteStore
-from tidelog.spark.compaction import SegmentWalk, first_line, pickled_txn, walk_segment
+from tidelog.spark.compaction import SegmentWalk, first_line, plan_groups, walk_segment
 from tidelog.spark.compaction_tasks import (
     KEYS_DDL,
     ROWS_DDL,
     GroupOffsets,
-    GroupPlan,
     KeyScan,
     RewriteJob,
     ScanRange,
-    SourceSegment,
     group_offsets,
     ignore_aborted,
     key_scanner,
@@ -215,25 +213,10 @@ class SparkTieredEngine:
         """Each group's plan, with the transaction state each starts with (``clean_remote``'s:
         a fresh state driven over the groups in order)."""
         walks = self._map().remote_walks
-        txn = CleanedTransactionMetadata([], ignore_aborted)
-        plans = []
-        for g, (group, target) in enumerate(zip(groups, reserved, strict=True)):
-            start_state = pickled_txn(txn)
-            sources = []
-            for segment in group:
-                following = view.segment_after(segment)
-                upper = following.base_offset if following is not None else segment.read_next_offset()
-                aborted = tuple(view.collect_aborted_transactions(segment.base_offset, upper))
-                walk = walks[segment.metadata.id]
-                txn.add_aborted(aborted)
-                walk.apply(txn)
-                if walk.last_offset >= 0:
-                    txn.advance_to(walk.last_offset)
-                sources.append(SourceSegment(remote_file(segment.metadata), segment.size,
-                                             segment.last_modified_ms > legacy_horizon, aborted))
-            plan = GroupPlan(g, group[0].base_offset, group[-1].last_modified_ms, tuple(sources), start_state)
-            plans.append(RemoteGroupPlan(plan, tuple(s.metadata for s in group), target))
-        return plans
+        plans = plan_groups(view, groups, CleanedTransactionMetadata([], ignore_aborted), legacy_horizon,
+                            lambda segment: walks[segment.metadata.id], lambda segment: remote_file(segment.metadata))
+        return [RemoteGroupPlan(plan, tuple(s.metadata for s in group), target)
+                for plan, group, target in zip(plans, groups, reserved, strict=True)]
 
     # --- the local tier -----------------------------------------------------------------------
 
