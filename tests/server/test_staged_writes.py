@@ -128,6 +128,10 @@ def test_bad_input_is_answered_with_what_is_wrong_and_where(broker: Broker) -> N
         stage(broker.bootstrap, "../../etc", "part-00000-attempt-0-task-1.batches", [("t", 0, now_batch(1))])
     with pytest.raises(BrokerRefusedError, match="staged file name"):
         stage(broker.bootstrap, key, "../x.batches", [("t", 0, now_batch(1))])
+    with pytest.raises(BrokerRefusedError, match="Cannot append to internal topic __consumer_offsets"):  # as Produce
+        commit_through_broker(broker.bootstrap, key, [(refs[0][0], dataclasses.replace(refs[0][1],
+                                                                                     topic="__consumer_offsets"))])
+    assert CommitLog.read([broker.manager.log_dirs()[0].path]).find(key) is None
     with pytest.raises(BrokerRefusedError, match="missing or cut short"):  # refs past the staged bytes
         commit_through_broker(broker.bootstrap, key, [(refs[0][0], dataclasses.replace(refs[0][1], position=10_000))])
     assert commit_through_broker(broker.bootstrap, key, refs).state == "published"  # nothing was damaged

@@ -31,6 +31,7 @@ import weakref
 from typing import Any
 
 from tidelog.manager import LogManager
+from tidelog.manager.internal_topics import check_appendable
 from tidelog.manager.live_commit import STAGING_LEASE_KEY, LiveCommits
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
@@ -104,6 +105,8 @@ async def handle_commit_staged_job(ctx: ApiContext, conn: ConnectionInfo, reques
                                         b.stamp_at_commit)) for b in body.batches]
     batch = None if body.batch_id < 0 else body.batch_id
     try:
+        for topic in {b.topic for b in body.batches}:
+            check_appendable(topic)  # as Produce: only the broker writes its coordinators' topics
         outcome = await ctx.run(attach(ctx.manager).commit, body.job_key, staged, body.query_id, batch)
     except Exception as e:  # noqa: BLE001
         code, message = _failure(e)
