@@ -21,6 +21,8 @@ import pytest
 
 from bench.bench_kafka import CHART_NAME, PRODUCE_FETCH_ROWS, SIDE_BY_SIDE_ROWS, kafka_missing
 
+# one xdist worker for the module: each worker would otherwise run its own quick_run (minutes each)
+pytestmark = pytest.mark.xdist_group("bench_smoke")
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m", "recovery", "open_partitions", "scan",
                    "manager_startup", "manager_recovery_parallel", "retention_pass", "produce_json",
