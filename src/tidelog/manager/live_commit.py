@@ -132,7 +132,7 @@ class LiveCommitter(Committer):
         with target.lock:
             fence, target.append_fence = target.append_fence, None
             try:
-                with self.manager._storage_op(tp, target, "append", len(data)):
+                with self.manager.offline_dirs.storage_op(tp, target, "append", len(data)):
                     target.append_as_leader(data)
             finally:
                 target.append_fence = fence
@@ -279,9 +279,9 @@ class LiveCommits:
         manager = self.manager
 
         def run() -> None:
-            if not manager._closed:
+            if not manager.closed:
                 try:
                     self.reclaim()
                 except Exception as e:  # noqa: BLE001 - a periodic task must not die
                     log.warning("reclaiming staging dirs failed (tried again in %d ms): %s", period, e)
-        manager._scheduler.schedule_periodic("tidelog-staging-reclaim", run, period, period)
+        manager.schedule_periodic("tidelog-staging-reclaim", run, period, period)

@@ -53,7 +53,7 @@ scheduler's thread and take the same locks. Each public method says what it take
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
@@ -241,6 +241,21 @@ class LogManager(RecordReads):
     def _load_dir_late(self, log_dir: LogDir) -> list[tuple[TopicPartition, Log]]:
         """Load a dir that was offline since start-up (:class:`OfflineDirs`), on this thread."""
         return self._loader.load_dir(log_dir, self._loading_plan(log_dir))
+
+    @property
+    def clock(self) -> Clock:
+        """The clock every time of this manager comes from. Thread-safe (never rebound)."""
+        return self._clock
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` has begun. Thread-safe (one attribute read)."""
+        return self._closed
+
+    def schedule_periodic(self, name: str, task: Callable[[], None], delay_ms: int, period_ms: int) -> None:
+        """Run ``task`` every ``period_ms`` on the manager's scheduler (its other tasks' thread),
+        first after ``delay_ms``. Thread-safe (the scheduler's own lock)."""
+        self._scheduler.schedule_periodic(name, task, delay_ms, period_ms)
 
     # --- topics -------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def attach(manager: LogManager) -> LiveCommits:
     """The broker's staged writes over ``manager`` (made once, its reclaim scheduled)."""
     found = _LIVE.get(manager)
     if found is None:
-        found = _LIVE[manager] = LiveCommits(manager, manager._clock, int(manager.broker.get(STAGING_LEASE_KEY)))
+        found = _LIVE[manager] = LiveCommits(manager, manager.clock, int(manager.broker.get(STAGING_LEASE_KEY)))
         found.schedule_reclaim()
     return found
 
