@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from itertools import takewhile
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -54,8 +55,8 @@ from tidelog.remote.chunk_cache import ChunkCache
 from tidelog.remote.index_cache import CACHE_DIR_NAME, RemoteIndexCache
 from tidelog.remote.errors import RemoteResourceNotFoundError, with_context
 from tidelog.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from tidelog.remote.metadata_log import RemotePartitionMetadata
-from tidelog.remote.remote_read import SegmentRead, offset_for_timestamp, read_segment
+from tidelog.remote.metadata_log import RemotePartitionMetadata, SegmentRef
+from tidelog.remote.remote_read import SegmentRead, offset_for_timestamp_in, read_segment
 from tidelog.remote.store import RemoteStore
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchIsolation, TimestampAndOffset
@@ -252,32 +253,21 @@ class RemoteReader:
         metadata = self._metadata_of(tp, lg)
         while True:  # searched again from the start when a segment was deleted or replaced meanwhile
             log_start, local_start = lg.log_start_offset, lg.local_log_start_offset
-            for segment in metadata.finished_segments():
-                if segment.start_offset >= local_start:
-                    return None
-                if segment.end_offset < log_start or segment.max_timestamp_ms < timestamp:
-                    continue
-                try:
-                    with self.index_cache.indexes(segment) as indexes:
-                        found = offset_for_timestamp(self.store, segment, indexes.offset, indexes.time, timestamp,
-                                                     max(log_start, segment.start_offset))
-                except RemoteResourceNotFoundError as e:
-                    _raise_unless_changed(metadata, tp, segment, e)
-                    break
-                if found is not None:
-                    return found
-            else:
-                return None
+            below_local = takewhile(lambda s: s.start_offset < local_start, metadata.finished_segments())
+            try:
+                return offset_for_timestamp_in(self.store, self.index_cache, below_local, timestamp, log_start)
+            except RemoteResourceNotFoundError as e:
+                _raise_unless_changed(metadata, tp, e.context["segment"], e)
 
 
-def _raise_unless_changed(metadata: RemotePartitionMetadata, tp: TopicPartition, segment: RemoteLogSegmentMetadata,
+def _raise_unless_changed(metadata: RemotePartitionMetadata, tp: TopicPartition, segment: SegmentRef,
                           error: RemoteResourceNotFoundError) -> None:
     """Return when ``segment`` is no longer FINISHED (retention deleted it or a compaction replaced
     it while it was read: the caller looks again); else raise ``error`` (an object gone behind
     tidelog's back) with the partition and the segment added."""
     current = metadata.segment(segment)
     if current is not None and current.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
-        raise with_context(error, partition=str(tp), segment=segment.id) from error
+        raise with_context(error, partition=str(tp), segment=current.id) from error
 
 
 def _segment_holding(metadata: RemotePartitionMetadata, tp: TopicPartition, lg: Log,

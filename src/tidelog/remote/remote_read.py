@@ -23,8 +23,9 @@ Pure functions over a store: thread-safe as the store is; no lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,12 +39,16 @@ from tidelog.records.layout import (
     RECORD_BATCH_OVERHEAD,
 )
 from tidelog.records.scan import batch_crcs, walk_batch_headers
+from tidelog.remote.errors import RemoteResourceNotFoundError, with_context
 from tidelog.remote.metadata import RemoteFileKind, RemoteLogSegmentMetadata, object_key
 from tidelog.remote.store import RemoteStore
 from tidelog.storage.fetch_info import TimestampAndOffset
 from tidelog.storage.index import OffsetIndex, TimeIndex
 from tidelog.storage.segment_reader import SegmentReader
 from tidelog.storage.segment_reader import offset_for_timestamp as _segment_offset_for_timestamp
+
+if TYPE_CHECKING:
+    from tidelog.remote.index_cache import RemoteIndexCache
 
 READ_CHUNK_BYTES = 8 << 20
 """The largest single ranged GET of a read."""
@@ -236,3 +241,26 @@ def offset_for_timestamp(store: RemoteStore, segment: RemoteLogSegmentMetadata, 
     floor = time_index.lookup(timestamp).offset
     return _segment_offset_for_timestamp(reader, floor, lambda o: offset_index.lookup(o).position, timestamp,
                                          start_offset)
+
+
+def offset_for_timestamp_in(store: RemoteStore, index_cache: RemoteIndexCache,
+                            segments: Iterable[RemoteLogSegmentMetadata], timestamp: int,
+                            floor: int = 0) -> TimestampAndOffset | None:
+    """Kafka's ListOffsets by time over ``segments`` (finished ones, in offset order): the first
+    record at or past ``floor`` whose timestamp is >= ``timestamp``. A segment ending below
+    ``floor``, or whose newest record is older, is skipped without a request; the first other one
+    with such a record answers (:func:`offset_for_timestamp`). An object gone raises
+    ``RemoteResourceNotFoundError`` with the segment's id as ``segment`` in its context (the
+    caller decides whether the metadata changed meanwhile)."""
+    for segment in segments:
+        if segment.end_offset < floor or segment.max_timestamp_ms < timestamp:
+            continue
+        try:
+            with index_cache.indexes(segment) as indexes:
+                found = offset_for_timestamp(store, segment, indexes.offset, indexes.time, timestamp,
+                                             max(floor, segment.start_offset))
+        except RemoteResourceNotFoundError as e:
+            raise with_context(e, segment=segment.id) from e
+        if found is not None:
+            return found
+    return None

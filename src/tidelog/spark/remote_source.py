@@ -188,19 +188,12 @@ class _RemoteView:
         """Kafka's ListOffsets by time over the remote segments: segments whose max timestamp is
         below ``timestamp`` are skipped without a request; the first other one is searched."""
         from tidelog.remote.index_cache import RemoteIndexCache
-        from tidelog.remote.remote_read import offset_for_timestamp
+        from tidelog.remote.remote_read import offset_for_timestamp_in
 
         cache = RemoteIndexCache(self.store, self.index_dir, INDEX_CACHE_BYTES)
         try:
-            for segment in self.segments:
-                if segment.max_timestamp_ms < timestamp:
-                    continue
-                with cache.indexes(segment) as idx:
-                    found = offset_for_timestamp(self.store, segment, idx.offset, idx.time, timestamp,
-                                                 segment.start_offset)
-                if found is not None:
-                    return found.offset
-            return None
+            found = offset_for_timestamp_in(self.store, cache, self.segments, timestamp)
+            return None if found is None else found.offset
         finally:
             cache.close()
 
