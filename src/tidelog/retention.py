@@ -55,6 +55,13 @@ LOCAL_RETENTION_BYTES = "local.retention.bytes"
 LOCAL_RETENTION_MS = "local.retention.ms"
 CAUSES = (LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS, LOCAL_RETENTION_BYTES, LOCAL_RETENTION_MS)
 
+# Why retention deletes from a partition or not (RetentionPlan.reason, ``tidelog explain --json``'s
+# "reason" and the ``reason`` label of ``tidelog_log_retention_reason``): :func:`retention_reason`.
+RETENTION_REASONS = (DELETING, HELD, COMPACTED, NO_LIMIT, ACTIVE_SEGMENT_ONLY, AWAITING_REMOTE_COPY,
+                     BELOW_HIGH_WATERMARK, WITHIN_RETENTION) = (
+    "deleting", "held", "compacted", "no_limit", "active_segment_only", "awaiting_remote_copy",
+    "below_high_watermark", "within_retention")
+
 
 class SegmentInfo(Protocol):
     """What retention reads of a segment (:class:`~tidelog.storage.segment.LogSegment` has it).
@@ -108,6 +115,8 @@ class PassResult:
     stop: str
     skipped: bool = False
     rolls: bool = False
+    awaiting_copy: bool = False  # stopped at a segment the remote tier does not hold yet
+    high_watermark_bound: bool = False  # stopped at a segment ending past the high watermark
 
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "skipped": self.skipped, "rolls": self.rolls, "stop": self.stop,
@@ -120,7 +129,8 @@ class RetentionPlan:
 
     ``log_start_offset``, ``high_watermark`` and ``log_end_offset`` are the values before the run;
     ``log_start_offset_after`` the value after it. ``notes`` are lines about the policy (e.g. only
-    the log-start-offset pass applies).
+    the log-start-offset pass applies); ``reason`` is the one code (:func:`retention_reason`) for
+    why it deletes or not.
     """
 
     topic_partition: TopicPartition
@@ -133,6 +143,7 @@ class RetentionPlan:
     log_start_offset_after: int
     passes: tuple[PassResult, ...]
     notes: tuple[str, ...] = ()
+    reason: str = WITHIN_RETENTION
 
     @property
     def segments(self) -> tuple[SegmentDeletion, ...]:
@@ -178,7 +189,7 @@ class RetentionPlan:
             "log_start_offset": self.log_start_offset, "high_watermark": self.high_watermark,
             "log_end_offset": self.log_end_offset, "log_start_offset_after": self.log_start_offset_after,
             "segments": [d.to_json() for d in self.segments], "total_bytes": self.total_bytes,
-            "roll_needed": self.roll_needed, "reasons": list(self.reasons),
+            "roll_needed": self.roll_needed, "reason": self.reason, "reasons": list(self.reasons),
             "passes": [p.to_json() for p in self.passes],
         }
 
@@ -197,6 +208,7 @@ class Walk:
     deletable: tuple[tuple[SegmentInfo, int, str], ...]
     stop: str
     every_segment: bool
+    high_watermark_bound: bool = False
 
 
 def walk(segments: Sequence[SegmentInfo], *, log_end_offset: int, high_watermark: int, judge: Judge) -> Walk:
@@ -220,7 +232,7 @@ def walk(segments: Sequence[SegmentInfo], *, log_end_offset: int, high_watermark
             return Walk(tuple(taken), f"active segment {_name(segment)} is empty", False)
         if high_watermark < upper:
             return Walk(tuple(taken), f"high watermark {high_watermark} below segment end {upper} "
-                                      f"(segment {_name(segment)})", False)
+                                      f"(segment {_name(segment)})", False, True)
         deletable, why = judge(segment, following)
         if not deletable:
             return Walk(tuple(taken), why, False)
@@ -287,15 +299,17 @@ class _Outcome:
 
 
 def _run(cause: str, state: _State, judge: Judge) -> _Outcome:
-    found = walk(state.segments, log_end_offset=state.log_end_offset,
-                 high_watermark=state.high_watermark, judge=_copied_first(judge, state) if state.tiered else judge)
+    awaiting: list[bool] = []  # _copied_first notes a stop at a segment not copied yet
+    found = walk(state.segments, log_end_offset=state.log_end_offset, high_watermark=state.high_watermark,
+                 judge=_copied_first(judge, state, awaiting) if state.tiered else judge)
     deleted = tuple(SegmentDeletion(s.base_offset, upper, s.size, cause, detail)
                     for s, upper, detail in found.deletable)
-    return _Outcome(PassResult(cause, deleted, found.stop, rolls=found.every_segment),
+    return _Outcome(PassResult(cause, deleted, found.stop, rolls=found.every_segment, awaiting_copy=bool(awaiting),
+                               high_watermark_bound=found.high_watermark_bound),
                     tuple(s for s, _, _ in found.deletable))
 
 
-def _copied_first(judge: Judge, state: _State) -> Judge:
+def _copied_first(judge: Judge, state: _State, awaiting: list[bool]) -> Judge:
     """Kafka's ``isSegmentEligibleForDeletion`` after the pass's own judgement, for a tiered log: a
     segment goes only when the remote tier holds its last offset, or the log start offset has
     passed it (the active segment is never copied, so never goes this way)."""
@@ -309,6 +323,7 @@ def _copied_first(judge: Judge, state: _State) -> Judge:
             return False, f"active segment {_name(segment)} is never copied to the remote tier: it stays local"
         last = following.base_offset - 1
         if last > highest:
+            awaiting.append(True)
             held = f"up to offset {highest}" if highest >= 0 else "nothing yet"
             return False, (f"segment {_name(segment)} (up to offset {last}) is not in the remote tier yet "
                            f"(it holds {held}): local copies go only once copied")
@@ -496,7 +511,33 @@ def _plan(topic_partition: TopicPartition, config: LogConfig, before: _State, no
         cleanup_policy=tuple(sorted(config.cleanup_policy)), log_start_offset=before.log_start_offset,
         high_watermark=before.high_watermark, log_end_offset=before.log_end_offset,
         log_start_offset_after=start_after, passes=tuple(results), notes=notes,
+        reason=retention_reason(config, before.tiered, len(before.segments), results),
     )
+
+
+def retention_reason(config: LogConfig, tiered: bool, segment_count: int, passes: Sequence[PassResult]) -> str:
+    """The one code (of :data:`RETENTION_REASONS`) for why retention deletes from a log or not,
+    given the passes it ran over ``segment_count`` segments: it deletes; it is held (no pass ran);
+    only the log-start-offset pass applies (``compact`` without ``delete``); the applicable limits
+    are all unlimited; only the active segment exists; it waits for the remote tier to copy
+    (tiered); the high watermark stops it; else every segment is within the limits. Pure."""
+    if any(p.deleted for p in passes):
+        return DELETING
+    if not passes:
+        return HELD
+    if not tiered and not config.delete:
+        return COMPACTED
+    limits = (config.local_retention_bytes, config.local_retention_ms) if tiered else (
+        config.retention_bytes, config.retention_ms)
+    if all(limit < 0 for limit in limits):
+        return NO_LIMIT
+    if segment_count <= 1:
+        return ACTIVE_SEGMENT_ONLY
+    if any(p.awaiting_copy for p in passes):
+        return AWAITING_REMOTE_COPY
+    if any(p.high_watermark_bound for p in passes):
+        return BELOW_HIGH_WATERMARK
+    return WITHIN_RETENTION
 
 
 # --- human formatting -----------------------------------------------------------------------------

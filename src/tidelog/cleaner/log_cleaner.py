@@ -153,6 +153,9 @@ class LogCleaner:
         self._stop = threading.Event()
         self._started = False
         self.dead_threads = 0
+        # each compacted partition's retention reason code from the last retention pass of the
+        # cleaner threads (retention.RetentionPlan.reason); replaced whole: read without a lock
+        self.retention_reasons: Mapping[TopicPartition, str] = MappingProxyType({})
 
     def use_engine(self, name: str, *, master: str | None = None) -> None:
         """Clean with engine ``name`` from now on (``tidelog clean run --engine``), ``master``
@@ -227,6 +230,9 @@ class LogCleaner:
                     self.manager.clear_uncleanable(tp, PHASE_RETENTION)
         finally:
             self.manager.done_deleting([tp for tp, _ in deletable])
+        live = {tp for tp, _ in self._logs()}  # a busy partition keeps its previous reason
+        merged = {**self.retention_reasons, **{p.topic_partition: p.reason for p in plans}}
+        self.retention_reasons = MappingProxyType({tp: r for tp, r in merged.items() if tp in live})
         return plans
 
     def clean_now(self, tp: TopicPartition, *, force: bool = False) -> CleaningResult | None:

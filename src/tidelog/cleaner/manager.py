@@ -35,16 +35,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from tidelog.cleaner.plan import (
     CleaningExplanation,
     LogToClean,
     QuarantineRecord,
     choose_filthiest,
+    cleaning_reason,
     explain_log,
     failed_explanation,
     is_compacted,
@@ -85,6 +87,16 @@ class SelectionStats:
     max_compaction_delay_ms: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionSelection:
+    """One compacted partition as the last selection pass saw it: its dirty ratio (None when the
+    pass computed no stats for it: busy, quarantined) and the reason code
+    (:func:`~.plan.cleaning_reason`) it is cleaned or not."""
+
+    dirty_ratio: float | None
+    reason: str
+
+
 class CleanerManager:
     """Kafka's LogCleanerManager plus quarantine with retries. Thread-safe (see the module docstring).
 
@@ -114,6 +126,7 @@ class CleanerManager:
         self._last_clean: dict[TopicPartition, int] = {}
         self._time_of_last_run = clock.milliseconds()
         self._selection = SelectionStats(self._time_of_last_run)
+        self._selected: Mapping[TopicPartition, PartitionSelection] = MappingProxyType({})
         self._checkpoints = CleanerCheckpoints(log_dirs)
 
     # --- what exists ---------------------------------------------------------------------------
@@ -149,9 +162,24 @@ class CleanerManager:
                 max((s.cleanable_ratio for s in nonempty), default=0.0),
                 max((s.max_compaction_delay_ms for s in weighed), default=0),
             )
+            self._selected = self._partition_selection(pairs, {s.topic_partition: s for s in weighed}, now)
             if chosen is not None:
                 self._begin(chosen)
             return chosen
+
+    def _partition_selection(self, pairs: Sequence[tuple[TopicPartition, Log]],
+                             weighed: Mapping[TopicPartition, LogToClean], now: int) -> Mapping[TopicPartition, PartitionSelection]:
+        """Each compacted log's dirty ratio and reason code at this selection (under the lock)."""
+        out = {}
+        for tp, lg in pairs:
+            if not is_compacted(lg):
+                continue
+            stats = weighed.get(tp)
+            state = self._cleaning.get(tp)
+            reason = cleaning_reason(stats, compacted=True, state=None if state is None else str(state),
+                                     quarantine=self._quarantine.get(tp), now=now)
+            out[tp] = PartitionSelection(None if stats is None else stats.cleanable_ratio, reason)
+        return MappingProxyType(out)
 
     def grab_for_cleaning(self, tp: TopicPartition, *, force: bool = False) -> LogToClean | None:
         """One partition for an on-demand clean (``tidelog clean run``): its stats, now IN_PROGRESS,
@@ -459,18 +487,25 @@ class CleanerManager:
 
     @property
     def last_selection(self) -> SelectionStats:
-        """Thread-safe (manager lock)."""
-        with self._lock:
-            return self._selection
+        """Thread-safe without the lock: one read of a frozen value a selection pass replaces whole
+        (a scrape must not wait for a selection pass, which holds the lock while it weighs every log)."""
+        return self._selection
+
+    @property
+    def selected_partitions(self) -> Mapping[TopicPartition, PartitionSelection]:
+        """Each compacted partition's dirty ratio and reason code as the last selection pass
+        (:meth:`grab_filthiest_compacted_log`) saw it; empty before the first. A read-only mapping
+        replaced whole by each pass: thread-safe without any lock (what a metrics scrape reads)."""
+        return self._selected
 
     @property
     def max_dirty_percent(self) -> int:
-        """``max-dirty-percent``: 100 × the highest dirty ratio of the last selection. Thread-safe (manager lock)."""
+        """``max-dirty-percent``: 100 × the highest dirty ratio of the last selection. Thread-safe, no lock."""
         return int(100 * self.last_selection.max_dirty_ratio)
 
     @property
     def max_compaction_delay_ms(self) -> int:
-        """The largest ``max.compaction.lag.ms`` delay of the last selection. Thread-safe (manager lock)."""
+        """The largest ``max.compaction.lag.ms`` delay of the last selection. Thread-safe, no lock."""
         return self.last_selection.max_compaction_delay_ms
 
     def update_last_run(self) -> None:
@@ -480,9 +515,8 @@ class CleanerManager:
 
     @property
     def time_since_last_run_ms(self) -> int:
-        """``time-since-last-run-ms``. Thread-safe (manager lock)."""
-        with self._lock:
-            return self._clock.milliseconds() - self._time_of_last_run
+        """``time-since-last-run-ms``. Thread-safe without the lock (one read of an int)."""
+        return self._clock.milliseconds() - self._time_of_last_run
 
     def last_clean_time(self, tp: TopicPartition) -> int | None:
         """When a clean of ``tp`` last advanced its first dirty offset (None: not since start-up).

@@ -57,6 +57,14 @@ HIGH_WATERMARK = "high watermark"
 NO_SEGMENT = "no segment"
 
 
+# Why a partition is cleaned or not (CleaningExplanation.reason, ``tidelog explain --json``'s
+# "reason" and the ``reason`` label of ``tidelog_log_cleaner_reason``): :func:`cleaning_reason`.
+CLEANING_REASONS = (CLEANABLE, NOT_COMPACTED, IN_PROGRESS, PAUSED, ABORTED_CLEAN, QUARANTINED, EMPTY, NOTHING_DIRTY,
+                    MIN_COMPACTION_LAG_REASON, OPEN_TRANSACTION, BELOW_MIN_CLEANABLE_RATIO, STATS_FAILED) = (
+    "cleanable", "not_compacted", "in_progress", "paused", "aborted", "quarantined", "empty", "nothing_dirty",
+    "min_compaction_lag", "open_transaction", "below_min_cleanable_ratio", "stats_failed")
+
+
 # --- values ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +361,38 @@ def _next_change(stats: LogToClean, at: int) -> int | None:
     return min(later) if later else None
 
 
+# --- the reason code ------------------------------------------------------------------------------
+
+def cleaning_reason(stats: LogToClean | None, *, compacted: bool, state: str | None = None,
+                    quarantine: QuarantineRecord | None = None, now: int = 0) -> str:
+    """The one code (of :data:`CLEANING_REASONS`) saying why the cleaner cleans a partition at its
+    next pass, or the main reason it does not: what keeps the cleaner off it whatever its bytes
+    first (not compacted, its state, a waiting quarantine), then its stats (None: not computable).
+    ``tidelog explain`` and the cleaner's selection pass (the metrics) both call it. Pure, no lock."""
+    if not compacted:
+        return NOT_COMPACTED
+    if state is not None:
+        return next((code for prefix, code in _STATE_CODES if state.startswith(prefix)), PAUSED)
+    if quarantine is not None and now < quarantine.retry_at_ms:
+        return QUARANTINED
+    if stats is None:
+        return STATS_FAILED
+    if stats.total_bytes <= 0:
+        return EMPTY
+    if stats.is_candidate:
+        return CLEANABLE
+    if stats.cleanable_bytes <= 0:
+        if stats.offsets.bound == MIN_COMPACTION_LAG:
+            return MIN_COMPACTION_LAG_REASON
+        if stats.offsets.bound == LAST_STABLE_OFFSET:
+            return OPEN_TRANSACTION
+        return NOTHING_DIRTY
+    return BELOW_MIN_CLEANABLE_RATIO
+
+
+_STATE_CODES = (("in progress", IN_PROGRESS), ("aborted", ABORTED_CLEAN), ("paused", PAUSED))
+
+
 # --- explanation (tidelog explain) ------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +404,8 @@ class CleaningExplanation:
     ``last_clean_ms`` when a clean of it last finished in this process (None: not since start).
     ``cleanable_now``: the cleaner would consider it at its next pass; ``eligible_at_ms``: when
     it will (``now_ms`` if now; None if only new data or an operator can make it so).
-    ``reasons``: human lines, most important first."""
+    ``reasons``: human lines, most important first; ``reason``: the code of the main one
+    (:func:`cleaning_reason`), the label of the ``tidelog_log_cleaner_reason`` metric."""
 
     topic_partition: TopicPartition
     now_ms: int
@@ -389,6 +430,7 @@ class CleaningExplanation:
     cleanable_now: bool
     eligible_at_ms: int | None
     reasons: tuple[str, ...]
+    reason: str = CLEANABLE
 
     @property
     def total_bytes(self) -> int:
@@ -440,7 +482,7 @@ class CleaningExplanation:
             "min_cleanable_ratio": self.min_cleanable_ratio, "max_compaction_delay_ms": self.max_compaction_delay_ms,
             "state": self.state, "quarantine": self.quarantine.to_json() if self.quarantine is not None else None,
             "last_error": self.last_error, "last_clean_ms": self.last_clean_ms, "cleanable_now": self.cleanable_now,
-            "eligible_at_ms": self.eligible_at_ms, "reasons": list(self.reasons),
+            "eligible_at_ms": self.eligible_at_ms, "reason": self.reason, "reasons": list(self.reasons),
         }
 
 
@@ -468,6 +510,7 @@ def explain_log(tp: TopicPartition, log: Log, checkpoint: int | None, now: int, 
         dirty_ratio=stats.cleanable_ratio, min_cleanable_ratio=stats.min_cleanable_ratio,
         max_compaction_delay_ms=stats.max_compaction_delay_ms, state=state, quarantine=quarantine,
         last_clean_ms=last_clean_ms, cleanable_now=cleanable, eligible_at_ms=now if cleanable else when, reasons=reasons,
+        reason=cleaning_reason(stats, compacted=compacted, state=state, quarantine=quarantine, now=now),
     )
 
 
@@ -486,6 +529,7 @@ def failed_explanation(tp: TopicPartition, log: Log, checkpoint: int | None, now
         clean_bytes=0, dirty_bytes=0, dirty_ratio=0.0, min_cleanable_ratio=log.config.min_cleanable_dirty_ratio,
         max_compaction_delay_ms=0, state=state, quarantine=quarantine, last_clean_ms=last_clean_ms,
         cleanable_now=False, eligible_at_ms=None, reasons=(f"cannot compute the cleaning stats: {error}", *notes),
+        reason=cleaning_reason(None, compacted=is_compacted(log), state=state, quarantine=quarantine, now=now),
     )
 
 

@@ -17,10 +17,11 @@ by one thread at a time), and takes a failed dir offline after releasing it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 from tidelog import retention
 from tidelog.cleaner.log_cleaner import LogCleaner
@@ -62,6 +63,9 @@ class BackgroundTasks:
         self._is_closed = is_closed
         self._remote_tier = remote_tier
         self._started = False  # under the map's lock
+        # each partition's retention reason code as the last pass that ran over it decided it
+        # (retention.RetentionPlan.reason); a read-only mapping replaced whole: read without a lock
+        self._retention_reasons: Mapping[TopicPartition, str] = MappingProxyType({})
 
     def startup(self) -> None:
         """Schedule the periodic tasks (what ``tidelog serve`` runs), and the probe of offline log
@@ -130,7 +134,27 @@ class BackgroundTasks:
         return [replace(p, notes=(*p.notes, remote[p.topic_partition].summary())) if p.topic_partition in remote else p
                 for p in plans]
 
+    @property
+    def retention_reasons(self) -> Mapping[TopicPartition, str]:
+        """Each partition's retention reason code (:func:`retention.retention_reason`) as the last
+        retention pass that ran over it (the periodic task or :meth:`run_retention`, not a dry
+        run) decided it; empty before the first. Thread-safe without a lock: a read-only mapping
+        replaced whole by each pass (what a metrics scrape reads)."""
+        return self._retention_reasons
+
+    def _record_reasons(self, plans: Iterable[retention.RetentionPlan]) -> None:
+        """Merge ``plans``' reasons into :attr:`retention_reasons`, dropping partitions no longer live."""
+        merged = {**self._retention_reasons, **{p.topic_partition: p.reason for p in plans}}
+        live = self._map.logs
+        self._retention_reasons = MappingProxyType({tp: r for tp, r in merged.items() if tp in live})
+
     def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
+        plans = self._decide_over(logs, dry_run=dry_run)
+        if not dry_run:
+            self._record_reasons(plans)
+        return plans
+
+    def _decide_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
         now = self._clock.milliseconds()
         decide = retention.plan_retention if dry_run else retention.delete_old_segments
         plans = []

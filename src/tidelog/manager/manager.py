@@ -420,6 +420,16 @@ class LogManager(RecordReads):
             self.checkpoint_log_start_offsets()
         return after
 
+    def log_dir_paths(self) -> list[Path]:
+        """Every log dir, online or offline, in the broker's order. Thread-safe without a lock: the
+        dir list's entries are replaced, never added or removed."""
+        return [d.path for d in self._dirs]
+
+    def offline_partitions(self) -> list[TopicPartition]:
+        """The partitions whose log dir is offline. Thread-safe: copied under the manager's lock."""
+        with self._lock:
+            return list(self._map.offline_logs)
+
     def set_aside(self) -> list[SetAside]:
         """Dirs that did not load, and why. Thread-safe: copied under the manager's lock."""
         return self._map.entries_set_aside()
