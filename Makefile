@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DATA   ?= ./data
 
-.PHONY: setup weed run test bench soak fuzz shape clean
+.PHONY: setup weed prometheus run test bench soak fuzz shape clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,18 +21,24 @@ setup: $(STAMP)
 weed: setup
 	$(PY) -m object_store_oracle
 
+# Prometheus (prometheus_oracle), the real scraper of the observability tests: on PATH, or Debian's `prometheus`
+# package installed once per machine (root or passwordless sudo; --no-install-recommends; no daemon started or
+# left enabled), a no-op when present. Cold: ~11 s. Where it cannot be installed, says so and those tests skip.
+prometheus: setup
+	$(PY) -m prometheus_oracle
+
 run: setup
 	$(VENV)/bin/tidelog --data-dir $(DATA) serve
 
 # --timeout: no test of make test takes minutes; one that hangs fails with its stack instead of stalling the run
-test: setup weed
+test: setup weed prometheus
 	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider --timeout 900
 
 bench: setup
 	$(PY) -m bench.run
 
 # Long reliability runs (crash, fault and fuzz at full length); make test runs their short versions.
-soak: setup weed
+soak: setup weed prometheus
 	$(PY) -m pytest -q -n 2 --dist loadgroup -p no:cacheprovider -m soak
 
 # Coverage-guided fuzzing (atheris) of every decoder and loader, FUZZ_SECONDS each; prints executions per
