@@ -533,6 +533,8 @@ class CleanerManager:
         current ranges (a partition whose stats fail, or that is gone, counts 0).
         Thread-safe (manager lock per partition); reads segment metadata of each quarantined log."""
         records = {r.topic_partition for r in self.quarantined(log_dir)}
+        if not records:  # the common case: no snapshot of the logs
+            return 0
         now = self._clock.milliseconds()
         total = 0
         for tp, lg in self._snapshot_logs():

@@ -366,6 +366,12 @@ class LogManager(RecordReads):
             items = list(self._logs.items())
         return sorted((tp, lg) for tp, lg in items if topic is None or tp.topic == topic)
 
+    def live_logs(self) -> dict[TopicPartition, Log]:
+        """A copy of the live logs by partition, unsorted (what a metrics scrape reads: cheaper than
+        :meth:`logs`). Thread-safe: copied under the manager's lock, O(partitions)."""
+        with self._lock:
+            return dict(self._logs)
+
     def live_partitions(self, topic: str | None = None) -> list[TopicPartition]:
         """The partitions (of ``topic``; unknown raises) with a live log, sorted. Thread-safe as :meth:`logs`."""
         return [tp for tp, _ in self.logs(topic)]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from tidelog.cleaner.manager import PartitionSelection
 from tidelog.storage.log import Log
@@ -37,6 +38,9 @@ from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from tidelog.manager.manager import LogManager
+
+Labelled = tuple[TopicPartition, Log, dict[str, str]]
+"""A live log with its partition's label dict (topic, partition), shared by its samples."""
 
 PARTITION_LABELS = ("topic", "partition")
 LOG_DIRECTORY = "logDirectory"
@@ -103,7 +107,8 @@ class LogManagerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Every family, read now. Cost: O(partitions + segments) attribute reads, one copy of the
         partition map under the manager's lock."""
-        pairs = self._manager.logs()
+        pairs = [(tp, lg, {"topic": tp.topic, "partition": str(tp.partition)})
+                 for tp, lg in self._manager.live_logs().items()]  # one label dict per partition, shared
         yield from _log_families(pairs)
         yield from self._log_manager_families()
         yield from self._replica_families(pairs)
@@ -125,8 +130,8 @@ class LogManagerCollector(Collector):
             per_dir.add_metric([log_directory_label(path)], 1 if path in offline else 0)
         yield per_dir
 
-    def _replica_families(self, pairs: list[tuple[TopicPartition, Log]]) -> Iterator[Metric]:
-        live = {tp for tp, _ in pairs}
+    def _replica_families(self, pairs: list[Labelled]) -> Iterator[Metric]:
+        live = {tp for tp, _, _ in pairs}
         offline = set(self._manager.offline_partitions())
         offline |= {s.topic_partition for s in self._manager.set_aside()
                     if s.topic_partition is not None and s.topic_partition not in live}
@@ -169,7 +174,7 @@ class LogManagerCollector(Collector):
             quarantined.add_metric([*_partition(record.topic_partition), record.phase], record.attempts)
         yield quarantined
 
-    def _reason_families(self, pairs: list[tuple[TopicPartition, Log]]) -> Iterator[Metric]:
+    def _reason_families(self, pairs: list[Labelled]) -> Iterator[Metric]:
         selected, retained = self._reasons()
         ratio = GaugeMetricFamily("tidelog_log_cleaner_dirty_ratio",
                                   "compacted partitions: dirty bytes / total bytes at the cleaner's last selection",
@@ -180,17 +185,16 @@ class LogManagerCollector(Collector):
         retention = GaugeMetricFamily("tidelog_log_retention_reason",
                                       "why retention deletes from the partition or not (tidelog explain's reason)",
                                       labels=[*PARTITION_LABELS, "reason"])
-        for tp, lg in pairs:
-            labels = _partition(tp)
+        for tp, lg, labels in pairs:
             compacted = lg.config.compact
             seen = selected.get(tp) if compacted else None
             if seen is not None:
                 if seen.dirty_ratio is not None:
-                    ratio.add_metric(labels, seen.dirty_ratio)
-                cleaning.add_metric([*labels, seen.reason], 1)
+                    ratio.samples.append(Sample(ratio.name, labels, seen.dirty_ratio))
+                cleaning.samples.append(Sample(cleaning.name, {**labels, "reason": seen.reason}, 1))
             reason = retained[1 if compacted else 0].get(tp)
             if reason is not None:
-                retention.add_metric([*labels, reason], 1)
+                retention.samples.append(Sample(retention.name, {**labels, "reason": reason}, 1))
         yield ratio
         yield cleaning
         yield retention
@@ -207,13 +211,13 @@ class LogManagerCollector(Collector):
         # compacted logs get their retention from the cleaner threads; run_retention covers both
         return cleaner.manager.selected_partitions, (background, {**background, **cleaner.retention_reasons})
 
-    def _remote_families(self, pairs: list[tuple[TopicPartition, Log]]) -> Iterator[Metric]:
+    def _remote_families(self, pairs: list[Labelled]) -> Iterator[Metric]:
         tier = self._manager.remote_tier
         assert tier is not None
         lag_bytes: dict[str, int] = {}
         lag_segments: dict[str, int] = {}
         remote_size: dict[str, int] = {}
-        for tp, lg in pairs:
+        for tp, lg, _ in pairs:
             if not lg.config.remote_storage_enable:
                 continue
             highest = lg.highest_offset_in_remote_storage
@@ -239,13 +243,12 @@ class LogManagerCollector(Collector):
             yield family
 
 
-def _log_families(pairs: list[tuple[TopicPartition, Log]]) -> Iterable[Metric]:
+def _log_families(pairs: list[Labelled]) -> Iterable[Metric]:
     """Kafka's ``kafka.log:type=Log`` gauges of every live log (lock-free reads of each log)."""
     families = []
     for name, text, value_of in _LOG_GAUGES:
         family = GaugeMetricFamily(name, text, labels=PARTITION_LABELS)
-        for tp, lg in pairs:
-            family.add_metric(_partition(tp), value_of(lg))
+        family.samples.extend([Sample(name, labels, value_of(lg)) for _, lg, labels in pairs])
         families.append(family)
     return families
 
