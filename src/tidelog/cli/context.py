@@ -14,13 +14,25 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from tidelog.cli.progress import progress_bar
+from tidelog.cli.progress import Update, progress_bar
 from tidelog.manager import LogManager
 from tidelog.spark.engine import CLEANER_ENGINES
 from tidelog.storage.config import BrokerConfig
 
 DEFAULT_DATA_DIR = Path("./data")
 PROGRESS_THRESHOLD = 200  # partitions; fewer load too fast for a bar to help
+
+
+def _both(first: Update | None, second: Update | None) -> Update | None:
+    """One progress callback telling both (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def update(done: int, total: int) -> None:
+        first(done, total)
+        second(done, total)
+
+    return update
 
 
 def log_dirs(ctx: click.Context) -> list[Path]:
@@ -36,13 +48,15 @@ def log_dirs(ctx: click.Context) -> list[Path]:
 
 
 @contextmanager
-def open_manager(ctx: click.Context, *, read_only: bool = False) -> Iterator[LogManager]:
+def open_manager(ctx: click.Context, *, read_only: bool = False,
+                 on_progress: Update | None = None) -> Iterator[LogManager]:
     """Open the LogManager over the chosen log dirs; always shut it down cleanly on exit.
     ``read_only``: the command only reads, so a clean-shutdown marker a broker left is kept
-    byte for byte (:meth:`LogManager.open`). Its cleaner may run every engine the CLI knows (spark too)."""
+    byte for byte (:meth:`LogManager.open`). Its cleaner may run every engine the CLI knows (spark too).
+    ``on_progress(done, total)`` is told of the partitions loaded, as the progress bar is."""
     broker: BrokerConfig = ctx.find_root().obj["broker"]
-    with progress_bar("loading partitions", threshold=PROGRESS_THRESHOLD) as on_progress:
-        manager = LogManager.open(broker, log_dirs(ctx), on_progress=on_progress, read_only=read_only,
+    with progress_bar("loading partitions", threshold=PROGRESS_THRESHOLD) as bar:
+        manager = LogManager.open(broker, log_dirs(ctx), on_progress=_both(bar, on_progress), read_only=read_only,
                                   cleaner_engines=CLEANER_ENGINES)
     try:
         yield manager

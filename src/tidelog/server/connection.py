@@ -41,11 +41,12 @@ import logging
 import struct
 
 from tidelog.server import kafka_apis
-from tidelog.server.codec import decode_request
+from tidelog.server.codec import Request, decode_request
 from tidelog.server.context import ApiContext, ConnectionInfo
-from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
+from tidelog.server.errors import ErrorCode, MalformedRequestError, UnsupportedRequestError
 from tidelog.server.fetch_response import ResponseParts
 from tidelog.server.memory_pool import RequestMemoryPool
+from tidelog.server.metrics.request_names import api_name, metric_names
 from tidelog.server.produce import AcksZeroFailure
 from tidelog.server.security.sasl import SaslAuthenticator
 
@@ -111,18 +112,22 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
                                                                   pool):
             return
         limit = ctx.config.socket_request_max_bytes
+        clock = ctx.manager.clock
         while (size := await _read_size(reader, limit, "socket.request.max.bytes", conn)) is not None:
             async with pool.reserve(size):
                 frame = await reader.readexactly(size)
+                started = clock.nanoseconds()  # TotalTimeMs runs from here to the response written
                 idle.busy()
-                response = await _handle_frame(ctx, conn, frame)
+                response, request = await _handle_frame(ctx, conn, frame)
                 del frame  # its bytes go back to the pool now, not at the next request
             if response is _CLOSE:
+                _count(ctx, request, started)
                 return
             idle.done()  # handled; from here a response the client does not take is idleness
             if response:
                 await _send(writer, response, idle)
             response = None  # sent: the records it held are not kept while the next request is awaited
+            _count(ctx, request, started)
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
     finally:
@@ -191,19 +196,30 @@ async def _send(writer: asyncio.StreamWriter, response: Response, idle: IdleExpi
     await writer.drain()
 
 
-async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo, frame: bytes) -> Response | None:
-    """The response bytes, None for no response, or ``_CLOSE``."""
+def _count(ctx: ApiContext, request: Request | None, started_ns: int) -> None:
+    """RequestsPerSec and TotalTimeMs of a request answered (or closed on); a frame that did not
+    decode is not a request (Kafka counts none either). O(1), event loop, no lock."""
+    if request is not None:
+        elapsed_ms = (ctx.manager.clock.nanoseconds() - started_ns) / 1e6
+        ctx.metrics.requests.on_request(metric_names(request.api_key), request.api_version, elapsed_ms)
+
+
+async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo,
+                        frame: bytes) -> tuple[Response | None, Request | None]:
+    """The response bytes, None for no response, or ``_CLOSE``; and the decoded request (None
+    when the frame did not decode)."""
     try:
         request = decode_request(frame)
     except (MalformedRequestError, UnsupportedRequestError) as e:
         log.warning("%s: closing connection: %s", conn.peer, e)
-        return _CLOSE
+        return _CLOSE, None
     try:
-        return await kafka_apis.handle(ctx, conn, request)
+        return await kafka_apis.handle(ctx, conn, request), request
     except AcksZeroFailure as e:
         log.info("%s: closing connection: %s", conn.peer, e)
-        return _CLOSE
+        return _CLOSE, request
     except Exception:  # noqa: BLE001 - a handler bug must not take the server down
         log.exception("%s: closing connection: failed to handle API key %d v%d", conn.peer, request.api_key,
                       request.api_version)
-        return _CLOSE
+        ctx.metrics.requests.on_errors(api_name(request.api_key), (ErrorCode.UNKNOWN_SERVER_ERROR,))
+        return _CLOSE, request

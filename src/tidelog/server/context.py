@@ -19,6 +19,7 @@ from typing import TypeVar
 from tidelog.manager import LogManager
 from tidelog.server.config import Endpoint, ServerConfig
 from tidelog.server.memory_pool import RequestMemoryPool
+from tidelog.server.metrics.broker_metrics import ServerMetrics
 from tidelog.topic_partition import TopicPartition
 
 T = TypeVar("T")
@@ -106,6 +107,7 @@ class ApiContext:
     executor: ThreadPoolExecutor
     arrivals: DataArrival
     decompression: RequestMemoryPool  # tidelog.produce.decompression.memory.bytes (server.produce)
+    metrics: ServerMetrics  # the counters of the Prometheus endpoint (server.metrics): event loop only
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the thread pool (never blocks the event loop)."""

@@ -54,6 +54,7 @@ from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, error_code
 from tidelog.server.fetch_response import PartitionResponse, ResponseParts, encode_fetch_response
+from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, ServerMetrics
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.topic_partition import TopicPartition
 
@@ -87,6 +88,7 @@ class PartitionRead:
 async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> ResponseParts:
     body = request.body
     if body.session_epoch > 0:
+        ctx.metrics.requests.on_error_counts("Fetch", {ErrorCode.FETCH_SESSION_ID_NOT_FOUND: 1})
         return encode_fetch_response(request.api_version, request.correlation_id,
                                      ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
     committed = body.isolation_level == READ_COMMITTED
@@ -94,6 +96,7 @@ async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) 
     max_bytes = max(0, min(body.max_bytes, ctx.config.fetch_max_bytes))
     reads = await _read_until(ctx, fetch_specs(body), isolation, max_bytes, min(body.min_bytes, max_bytes),
                               body.max_wait_ms)
+    _count_response(ctx.metrics, reads)
     return encode_fetch_response(request.api_version, request.correlation_id, 0, 0, _responses(reads, committed))
 
 
@@ -113,6 +116,7 @@ async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchI
     one of ``specs`` (or the deadline, on the event loop's clock) and read again."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, max_wait_ms) / 1000
+    first = True
     while True:
         ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
         reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes)
@@ -120,9 +124,34 @@ async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchI
             ctx.arrivals.cancel(ticket)
             return await _finish_remote(ctx, reads)
         remaining = deadline - loop.time()
-        if _satisfied(reads, min_bytes) or remaining <= 0 or not await ctx.arrivals.wait(ticket, remaining):
+        if _satisfied(reads, min_bytes) or remaining <= 0:
             ctx.arrivals.cancel(ticket)
             return reads
+        if first:  # delayed: this first read counts, as the final one will (Kafka reads twice too)
+            first = False
+            _count_reads(ctx.metrics.topics, reads)
+        if not await ctx.arrivals.wait(ticket, remaining):
+            ctx.arrivals.cancel(ticket)
+            return reads
+
+
+def _count_reads(topics: BrokerTopicMetrics, reads: list[PartitionRead]) -> None:
+    """TotalFetchRequests (and FailedFetchRequests) of one read of every partition. Event loop."""
+    for read in reads:
+        topics.on_fetch_read(read.spec.topic, read.error)
+
+
+def _count_response(metrics: ServerMetrics, reads: list[PartitionRead]) -> None:
+    """The final read's TotalFetchRequests, the response's BytesOut and its ErrorsPerSec (the
+    top-level NONE and each partition's code). Event loop; O(partitions), no lock."""
+    topics = metrics.topics
+    counts = {ErrorCode.NONE.value: 1}
+    for read in reads:
+        topic, error = read.spec.topic, read.error
+        topics.on_fetch_read(topic, error)
+        topics.on_fetch_response(topic, error, len(read.records))
+        counts[error] = counts.get(error, 0) + 1
+    metrics.requests.on_error_counts("Fetch", counts)
 
 
 def _satisfied(reads: list[PartitionRead], min_bytes: int) -> bool:

@@ -27,6 +27,7 @@ from tidelog.server.groups.apis import (
 )
 from tidelog.server.init_producer_id import handle_init_producer_id
 from tidelog.server.list_offsets import handle_list_offsets
+from tidelog.server.metrics.request_names import api_name, response_error_codes
 from tidelog.server.metadata import handle_metadata
 from tidelog.server.partitions import handle_create_partitions, handle_delete_records
 from tidelog.server.produce import handle_produce
@@ -78,8 +79,11 @@ async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> byt
     Errors a handler cannot place in its response propagate (the connection is then closed)."""
     if request.api_key == codec.API_VERSIONS:
         body, version = api_versions_response(request)
+        ctx.metrics.requests.on_errors("ApiVersions", response_error_codes(body))
         return codec.encode_response(request, body, version)
     body = await HANDLERS[request.api_key](ctx, conn, request)
     if body is None or isinstance(body, ResponseParts):
-        return body
+        return body  # Fetch and Produce count their own errors (server.fetch, server.produce)
+    if request.api_key != codec.PRODUCE:
+        ctx.metrics.requests.on_errors(api_name(request.api_key), response_error_codes(body))
     return codec.encode_response(request, body)

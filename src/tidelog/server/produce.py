@@ -53,6 +53,7 @@ from tidelog.server.errors import (
     record_errors,
 )
 from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
+from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, RequestMetrics
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 
@@ -70,6 +71,8 @@ class PartitionResult:
     log_start_offset: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str | None], ...] = ()
+    size: int = 0  # bytes of the partition's records in the request (BytesIn, BytesRejected)
+    appended_records: int = 0  # records appended (MessagesIn)
 
 
 class ProduceOutcome:
@@ -95,13 +98,32 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
         reservation = decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity)
         async with ctx.decompression.reserve(reservation):
             outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
+        _count_topics(ctx.metrics.topics, outcome)
     if outcome.appended:
         ctx.arrivals.notify(outcome.appended)
     if body.acks == 0:
         if outcome.failed:
+            _count_errors(ctx.metrics.requests, outcome)  # Kafka counts a closing response's errors too
             raise AcksZeroFailure(outcome)
-        return None
+        return None  # no response: no errors counted (Kafka's NoOpResponse)
+    _count_errors(ctx.metrics.requests, outcome)
     return ProduceResponse(throttle_time_ms=0, responses=[_topic_response(n, rs) for n, rs in outcome.topics.items()])
+
+
+def _count_topics(topics: BrokerTopicMetrics, outcome: ProduceOutcome) -> None:
+    """BrokerTopicMetrics of the partitions that reached the append. Event loop; O(partitions)."""
+    for name, results in outcome.topics.items():
+        for r in results:
+            topics.on_produce(name, r.error, r.size, r.appended_records)
+
+
+def _count_errors(requests: RequestMetrics, outcome: ProduceOutcome) -> None:
+    """ErrorsPerSec of the response: one per partition's error code (NONE included)."""
+    counts: dict[int, int] = {}
+    for results in outcome.topics.values():
+        for r in results:
+            counts[r.error] = counts.get(r.error, 0) + 1
+    requests.on_error_counts("Produce", counts)
 
 
 def decompression_reservation(manager: LogManager, topic_data: list[Any], capacity: int) -> int:
@@ -147,6 +169,7 @@ def append_all(manager: LogManager, topic_data: list[Any], acks: int) -> Produce
 
 
 def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int) -> PartitionResult:
+    size = len(records) if records else 0
     try:
         check_appendable(tp.topic)
         check_one_v2_batch(records, tp)
@@ -155,8 +178,9 @@ def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, 
         info = manager.append(tp, records or b"")
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         return PartitionResult(tp.partition, error_code(e), message=error_message(e),
-                               record_errors=tuple(record_errors(e)))
-    return PartitionResult(tp.partition, ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset)
+                               record_errors=tuple(record_errors(e)), size=size)
+    return PartitionResult(tp.partition, ErrorCode.NONE, info.first_offset, info.log_append_time, info.log_start_offset,
+                           size=size, appended_records=info.record_count if info.appended else 0)
 
 
 def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:

@@ -47,6 +47,7 @@ from tidelog.server.connection import serve_connection
 from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
 from tidelog.server.groups.service import GroupsContext, GroupService
 from tidelog.server.memory_pool import RequestMemoryPool
+from tidelog.server.metrics.broker_metrics import ServerMetrics
 from tidelog.server.security.credentials import CredentialsFile, credentials_path
 from tidelog.server.security.sasl import SaslAuthenticator, SaslSettings
 from tidelog.server import staged_writes
@@ -87,23 +88,26 @@ class KafkaServer:
         # tidelog.produce.decompression.memory.bytes: every decompressed byte counts, however few
         self.decompression_memory = RequestMemoryPool(config.decompression_memory_bytes, free_up_to=0)
         self.bound: list[BoundListener] = []
+        self.metrics = ServerMetrics()  # BrokerTopicMetrics and RequestMetrics counts (server.metrics)
+        self.metrics_url: str | None = None  # the Prometheus endpoint's URL, for the address file
 
     async def start(self) -> list[BoundListener]:
         """Bind every listener (an address in use raises OSError, nothing left bound) and accept."""
         self._executor = ThreadPoolExecutor(self._io_threads, thread_name_prefix="tidelog-io")
         node_id, cluster_id = self._identity()
         context = ApiContext(self._manager, self._config, node_id, cluster_id, self._executor, DataArrival(),
-                             self.decompression_memory)
+                             self.decompression_memory, self.metrics)
         try:
             self._prepare_security()
             self._groups = await GroupService.start(context)
             staged_writes.attach(self._manager)  # jobs staged through this broker: their reclaim is scheduled
             self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
-                                          context.arrivals, self.decompression_memory, self._groups)
+                                          context.arrivals, self.decompression_memory, self.metrics, self._groups)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
             staged_writes.write_address(self._manager, self.bound, {
-                e.listener_name: self._config.security_for(e.listener_name).protocol for e in self._config.listeners})
+                e.listener_name: self._config.security_for(e.listener_name).protocol for e in self._config.listeners},
+                metrics=self.metrics_url)
         except BaseException:
             await self.stop()
             raise
@@ -197,6 +201,18 @@ class KafkaServer:
     def connection_count(self) -> int:
         """Open client connections."""
         return len(self._connections)
+
+    def connection_counts(self) -> dict[str, int]:
+        """Open client connections per listener name, every bound listener included (0 when none).
+        Any thread, no lock: copies the event loop's counts at once (atomic under the GIL)."""
+        counts = dict(self._by_listener)
+        return {b.listener_name: counts.get(b.listener_name, 0) for b in list(self.bound)}
+
+    def group_states(self) -> list[tuple[str, int]]:
+        """``(state name, committed offsets)`` of every classic group; empty before the coordinator
+        runs. Any thread, no lock (see :meth:`GroupCoordinator.gauges`)."""
+        groups = self._groups
+        return groups.coordinator.gauges() if groups is not None else []
 
     @property
     def delayed_fetches(self) -> int:

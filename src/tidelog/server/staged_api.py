@@ -19,7 +19,7 @@ from tidelog.server import schemas
 STAGE_BATCHES, COMMIT_STAGED_JOB, ABORT_STAGED_JOB = 32000, 32001, 32002
 # A running tidelog serve's address, at the root of each of its log dirs (Kafka ignores files
 # there): {"pid", "host", "listeners": [{"name", "host", "port", "security_protocol"}]} with the
-# advertised host and port. Written once it listens, removed when it stops; a killed broker leaves
+# advertised host and port, and "metrics" (the Prometheus endpoint's URL) when metrics.listener is set. Written once it listens, removed when it stops; a killed broker leaves
 # it behind, so a reader trusts it only while the dir's .lock is held.
 SERVE_ADDRESS_FILE = "tidelog-serve.json"
 

@@ -60,13 +60,18 @@ def attach(manager: LogManager) -> LiveCommits:
     return found
 
 
-def write_address(manager: LogManager, bound: list[Any], protocols: dict[str, str]) -> None:
+def write_address(manager: LogManager, bound: list[Any], protocols: dict[str, str], *,
+                  metrics: str | None = None) -> None:
     """Leave this broker's listeners (advertised endpoints) in :data:`SERVE_ADDRESS_FILE` of each
     online log dir, where the Spark sink finds them (a failure is logged: the sink then needs
-    ``kafka.bootstrap.servers``)."""
-    content = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "listeners": [
+    ``kafka.bootstrap.servers``), and, under ``"metrics"``, its Prometheus endpoint's URL when it
+    serves one."""
+    address: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname(), "listeners": [
         {"name": b.listener_name, "host": b.advertised.host, "port": b.advertised.port,
-         "security_protocol": protocols.get(b.listener_name, b.listener_name)} for b in bound]}).encode()
+         "security_protocol": protocols.get(b.listener_name, b.listener_name)} for b in bound]}
+    if metrics is not None:
+        address["metrics"] = metrics
+    content = json.dumps(address).encode()
     for info in manager.log_dirs():
         if info.offline is None:
             try:

@@ -25,7 +25,8 @@ tidelog-only broker keys (a Kafka broker only warns about them):
 ``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites),
 ``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine),
 ``tidelog.produce.decompression.memory.bytes``, ``tidelog.spark.staging.lease.ms`` (the time lease
-of a Spark job's staging dir staged through the broker), and ``remote.log.storage.uri`` (the remote store's
+of a Spark job's staging dir staged through the broker), ``metrics.listener`` (where ``tidelog serve``
+serves its Prometheus endpoint; Kafka has none), and ``remote.log.storage.uri`` (the remote store's
 location, named as the tiered-storage keys are; Kafka names a RemoteStorageManager class instead).
 
 Tiered storage: the broker keys are Kafka's ``RemoteLogManagerConfig`` ones with 4.x defaults;
@@ -374,6 +375,10 @@ _BROKER_KEYS = (
          "Most connections open at once from one IP address; beyond it a new one from there is closed."),
     _key("max.connections.per.ip.overrides", _STR, "", None,
          "Comma-separated host:count (IP or host name) overriding max.connections.per.ip for those hosts."),
+    # the Prometheus endpoint of tidelog serve (tidelog.server.metrics)
+    _key("metrics.listener", _STR, "", None,
+         "tidelog only (Kafka has no Prometheus endpoint of its own): http://host:port where tidelog serve "
+         "answers GET /metrics in Prometheus's text format; port 0 takes a free port; empty: no endpoint."),
 )
 
 BROKER_CONFIGS: Mapping[str, ConfigKey] = MappingProxyType({key.name: key for key in _BROKER_KEYS})

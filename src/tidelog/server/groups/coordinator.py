@@ -107,6 +107,12 @@ class GroupCoordinator:
         """The group, for inspection (tests, gauges); never modify it."""
         return self._groups.get(group_id)
 
+    def gauges(self) -> list[tuple[str, int]]:
+        """``(state name, committed offsets)`` of every group, for the metrics endpoint. The one
+        method safe from another thread: it copies the group map at once (atomic under the GIL)
+        and reads two fields of each group; no lock."""
+        return [(group.state.value, len(group.offsets)) for group in list(self._groups.values())]
+
     # --- loading ---------------------------------------------------------------------------------
 
     def load(self, groups: Mapping[str, GroupMetadataValue],

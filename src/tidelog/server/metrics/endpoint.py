@@ -1,0 +1,191 @@
+"""The Prometheus endpoint: ``GET /metrics`` on ``metrics.listener``, in its own threads.
+
+**Bounded.** One thread runs a small asyncio loop that accepts and reads requests and writes
+responses; the exposition (``prometheus_client.exposition.generate_latest``) runs on
+:data:`WORKERS` worker threads. Nothing runs on the broker's event loop or thread pool. At most
+:data:`MAX_CONNECTIONS` scrape connections are open at once: one beyond is answered 503 and closed
+at once. A connection gets :data:`TIMEOUT_S` to send its request head and, separately, to take its
+response: a scraper that sends nothing, or never reads, is cut off then, holding only its
+socket meanwhile (never a worker thread, which only builds the bytes). So however many slow
+scrapers connect, the broker's threads are untouched and a normal scrape still gets its answer or
+a 503 at once.
+
+**HTTP.** One request per connection (``Connection: close``). ``GET /metrics`` (any query string)
+→ 200 with ``CONTENT_TYPE_LATEST``, gzip-encoded when the request's ``Accept-Encoding`` lists gzip
+(as prometheus_client's own server does). Another path → 404; another method on ``/metrics`` →
+405 with ``Allow: GET``; a request head that does not parse or exceeds 8 KiB → 400. A collector
+that raises answers 500 (logged here, never sent to the client).
+
+**Locks.** The collectors read lock-free state (see :mod:`.broker_metrics` and the manager's
+collector); the only lock a scrape takes is the registry's own, briefly, to list its collectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+log = logging.getLogger(__name__)
+WORKERS = 2
+MAX_CONNECTIONS = 16
+TIMEOUT_S = 5.0
+HEAD_LIMIT = 8192
+PATH = "/metrics"
+
+
+class MetricsEndpoint:
+    """Serves ``registry`` at ``http://host:port/metrics`` until :meth:`stop`. :meth:`start` binds
+    (port 0: a free one; OSError when it cannot) and returns the bound port. Thread-safe:
+    :meth:`start` and :meth:`stop` may be called from any thread, once each."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int, *, workers: int = WORKERS,
+                 max_connections: int = MAX_CONNECTIONS, timeout_s: float = TIMEOUT_S) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._max_connections = max_connections
+        self._timeout_s = timeout_s
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="tidelog-metrics-worker")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="tidelog-metrics", daemon=True)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._server: asyncio.Server | None = None
+        self._open = 0  # connections open; event-loop thread only
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """Where the endpoint serves, once started."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}{PATH}"
+
+    def start(self) -> int:
+        """Bind and serve; the bound port (OSError if the address cannot be bound)."""
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            self._workers.shutdown(wait=False)
+            raise self._error
+        return self.port
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._server = self._loop.run_until_complete(asyncio.start_server(
+                self._serve, self._host, self._port, limit=HEAD_LIMIT, backlog=self._max_connections,
+                reuse_address=True))
+            self.port = self._server.sockets[0].getsockname()[1]
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that called start()
+            self._error = e
+            self._ready.set()
+            self._loop.close()
+            return
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._close())
+            self._loop.close()
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Stop listening, drop open scrapes, and end the threads. Idempotent."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._workers.shutdown(wait=True, cancel_futures=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= self._max_connections:
+            writer.write(_response(503, "Service Unavailable", b"too many scrapes at once\n"))
+            _close(writer)
+            return
+        self._open += 1
+        try:
+            await self._answer(reader, writer)
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            pass  # a slow, silent or vanished scraper: dropped
+        finally:
+            self._open -= 1
+            _close(writer)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout_s)
+        except (asyncio.LimitOverrunError, ValueError):
+            writer.write(_response(400, "Bad Request", b"request head too large\n"))
+            await asyncio.wait_for(writer.drain(), self._timeout_s)
+            return
+        request = _parse_head(head)
+        if request is None:
+            response = _response(400, "Bad Request", b"malformed request\n")
+        elif request[1].split("?", 1)[0] != PATH:
+            response = _response(404, "Not Found", b"only /metrics is served\n")
+        elif request[0] != "GET":
+            response = _response(405, "Method Not Allowed", b"only GET\n", extra=(("Allow", "GET"),))
+        else:
+            response = await asyncio.get_running_loop().run_in_executor(self._workers, self._exposition,
+                                                                        request[2])
+        writer.write(response)
+        await asyncio.wait_for(writer.drain(), self._timeout_s)
+
+    def _exposition(self, accepts_gzip: bool) -> bytes:
+        """The framed 200 response (500 if a collector fails). Runs on a worker thread."""
+        try:
+            body = generate_latest(self._registry)
+        except Exception:  # noqa: BLE001 - logged here; the client gets a plain 500
+            log.exception("metrics scrape failed")
+            return _response(500, "Internal Server Error", b"scrape failed; see the broker's log\n")
+        extra: tuple[tuple[str, str], ...] = ()
+        if accepts_gzip:
+            body = gzip.compress(body, compresslevel=1)
+            extra = (("Content-Encoding", "gzip"),)
+        return _response(200, "OK", body, content_type=CONTENT_TYPE_LATEST, extra=extra)
+
+
+def _close(writer: asyncio.StreamWriter) -> None:
+    """Close at once: what the scraper did not take is dropped, never waited for."""
+    if writer.transport.get_write_buffer_size():
+        writer.transport.abort()
+    else:
+        writer.close()
+
+
+def _parse_head(head: bytes) -> tuple[str, str, bool] | None:
+    """``(method, target, accepts gzip)`` of an HTTP/1.x request head, or None."""
+    try:
+        lines = head.decode("latin-1").split("\r\n")
+    except UnicodeDecodeError:
+        return None
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    accepts_gzip = False
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() == "accept-encoding":
+            accepts_gzip = accepts_gzip or "gzip" in value.lower()
+    return parts[0], parts[1], accepts_gzip
+
+
+def _response(status: int, reason: str, body: bytes, *, content_type: str = "text/plain; charset=utf-8",
+              extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+    headers = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
+               "Connection: close", *(f"{name}: {value}" for name, value in extra)]
+    return ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + body
