@@ -23,11 +23,13 @@ from tidelog.retention import (
     LOG_START_OFFSET,
     RETENTION_BYTES,
     RETENTION_MS,
+    RETENTION_REASONS,
     RetentionPlan,
     delete_old_segments,
     deletable_segments,
     format_bytes,
     format_duration,
+    held_plan,
     plan_retention,
     plan_segments,
 )
@@ -781,3 +783,30 @@ def test_list_offsets_tiered_specs_on_a_log_that_is_not_tiered(make_log: MakeLog
     log.update_highest_offset_in_remote_storage(2)  # ignored by ListOffsets: the log is not tiered
     assert log.fetch_offset_by_timestamp(EARLIEST_LOCAL_TIMESTAMP) == log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP)
     assert log.fetch_offset_by_timestamp(LATEST_TIERED_TIMESTAMP).offset == -1
+
+
+# --- reason codes (explain --json "reason", the tidelog_log_retention_reason label) ---------------
+
+@pytest.mark.parametrize(("configs", "high_watermark", "tiered", "count", "expected"), [
+    ({"retention_ms": HOUR_MS}, 30, False, 3, "deleting"),
+    ({"retention_ms": 3 * DAY_MS}, 30, False, 3, "within_retention"),
+    ({"retention_ms": -1, "retention_bytes": -1}, 30, False, 3, "no_limit"),
+    ({"cleanup_policy": "compact", "retention_ms": HOUR_MS}, 30, False, 3, "compacted"),
+    ({"retention_ms": HOUR_MS}, 30, False, 0, "active_segment_only"),  # an empty active segment alone
+    ({"retention_ms": HOUR_MS}, 0, False, 3, "below_high_watermark"),
+    ({"retention_ms": HOUR_MS}, 30, True, 3, "awaiting_remote_copy"),
+])
+def test_retention_reason_codes(configs: dict[str, Any], high_watermark: int, tiered: bool, count: int,
+                                expected: str) -> None:
+    segments = [FakeSegment(10 * i, 100, T0 - DAY_MS) for i in range(count)] or [FakeSegment(0, 0, -1)]
+    plan = plan_segments(segments, config=log_config(**configs), log_start_offset=0, high_watermark=high_watermark,
+                         log_end_offset=10 * count, now_ms=T0, topic_partition=TopicPartition("t", 0), tiered=tiered,
+                         highest_remote_offset=-1)
+    assert plan.reason == expected and plan.to_json()["reason"] == expected
+    assert expected in RETENTION_REASONS
+
+
+def test_a_held_plan_says_held(make_log: MakeLog, clock: FakeClock) -> None:
+    log = make_log(retention_ms=0)
+    append(log, 3)
+    assert held_plan(log, clock.milliseconds(), dry_run=True, reason="configs unconfirmed").reason == "held"

@@ -511,15 +511,16 @@ def _plan(topic_partition: TopicPartition, config: LogConfig, before: _State, no
         cleanup_policy=tuple(sorted(config.cleanup_policy)), log_start_offset=before.log_start_offset,
         high_watermark=before.high_watermark, log_end_offset=before.log_end_offset,
         log_start_offset_after=start_after, passes=tuple(results), notes=notes,
-        reason=retention_reason(config, before.tiered, len(before.segments), results),
+        reason=retention_reason(config, before.tiered, before.segments, results),
     )
 
 
-def retention_reason(config: LogConfig, tiered: bool, segment_count: int, passes: Sequence[PassResult]) -> str:
+def retention_reason(config: LogConfig, tiered: bool, segments: Sequence[SegmentInfo],
+                     passes: Sequence[PassResult]) -> str:
     """The one code (of :data:`RETENTION_REASONS`) for why retention deletes from a log or not,
-    given the passes it ran over ``segment_count`` segments: it deletes; it is held (no pass ran);
-    only the log-start-offset pass applies (``compact`` without ``delete``); the applicable limits
-    are all unlimited; only the active segment exists; it waits for the remote tier to copy
+    given the passes it ran over ``segments``: it deletes; it is held (no pass ran); only the
+    log-start-offset pass applies (``compact`` without ``delete``); the applicable limits are all
+    unlimited; nothing but an empty active segment is left; it waits for the remote tier to copy
     (tiered); the high watermark stops it; else every segment is within the limits. Pure."""
     if any(p.deleted for p in passes):
         return DELETING
@@ -531,7 +532,7 @@ def retention_reason(config: LogConfig, tiered: bool, segment_count: int, passes
         config.retention_bytes, config.retention_ms)
     if all(limit < 0 for limit in limits):
         return NO_LIMIT
-    if segment_count <= 1:
+    if len(segments) <= 1 and all(s.size == 0 for s in segments):
         return ACTIVE_SEGMENT_ONLY
     if any(p.awaiting_copy for p in passes):
         return AWAITING_REMOTE_COPY

@@ -17,6 +17,7 @@ from tidelog.cleaner.plan import (
     MIN_COMPACTION_LAG,
     QuarantineRecord,
     cleanable_offsets,
+    cleaning_reason,
     choose_filthiest,
     eligible_at,
     explain_log,
@@ -108,6 +109,8 @@ def test_cleanable_offsets_bounded_by_an_open_transaction(make_log: MakeLog) -> 
     found = cleanable_offsets(_Lso(log, 3), 0, T0)  # type: ignore[arg-type]
     assert found.first_uncleanable_offset == 3
     assert found.bound == LAST_STABLE_OFFSET and found.uncleanable_reason == "last stable offset 3 (open transaction)"
+    stats = log_to_clean(TP, _Lso(log, 0), 0, T0)  # type: ignore[arg-type]
+    assert cleaning_reason(stats, compacted=True) == "open_transaction"
 
 
 def test_cleanable_offsets_with_nothing_readable_is_empty(make_log: MakeLog) -> None:
@@ -116,6 +119,7 @@ def test_cleanable_offsets_with_nothing_readable_is_empty(make_log: MakeLog) -> 
     found = cleanable_offsets(log, None, T0)
     assert (found.first_dirty_offset, found.first_uncleanable_offset) == (0, 0)
     assert found.bound == HIGH_WATERMARK
+    assert explain_log(TP, log, None, T0).reason == "nothing_dirty"
 
 
 def test_checkpoint_is_reset_below_log_start_and_past_log_end(make_log: MakeLog, tmp_path: Path) -> None:
@@ -291,6 +295,7 @@ def test_explain_a_cleanable_log(make_log: MakeLog, tmp_path: Path) -> None:
     data = explained.to_json()
     assert data["first_dirty_offset"] == 20 and data["dirty_bytes"] == stats.cleanable_bytes
     assert data["state"] is None and data["last_error"] is None and data["eligible_at_ms"] == T0
+    assert explained.reason == data["reason"] == "cleanable"
 
 
 def test_explain_below_the_ratio_with_numbers(make_log: MakeLog, tmp_path: Path) -> None:
@@ -301,6 +306,7 @@ def test_explain_below_the_ratio_with_numbers(make_log: MakeLog, tmp_path: Path)
     assert explained.reasons[0].startswith(f"dirty ratio {explained.dirty_ratio:.3f} is not above "
                                            f"min.cleanable.dirty.ratio 0.9 (")
     assert explained.headline == f"not cleanable now: {explained.reasons[0]}"
+    assert explained.reason == "below_min_cleanable_ratio"
 
 
 def test_explain_a_time_bound_log_says_when(make_log: MakeLog) -> None:
@@ -313,6 +319,7 @@ def test_explain_a_time_bound_log_says_when(make_log: MakeLog) -> None:
     assert explained.reasons[0] == f"nothing dirty below the first uncleanable offset {explained.first_uncleanable_offset}"
     assert f"time-bound: becomes a candidate at {format_time(T0 + LAG)}" in explained.reasons[1]
     assert f"eligible at {format_time(T0 + LAG)} (in 1 hour)" in explained.summary()[0]
+    assert explained.reason == "min_compaction_lag"
 
 
 def test_explain_an_overdue_log_puts_the_lag_first(make_log: MakeLog) -> None:
@@ -323,6 +330,7 @@ def test_explain_an_overdue_log_puts_the_lag_first(make_log: MakeLog) -> None:
     assert explained.cleanable_now
     assert explained.reasons[0].startswith(f"overdue by max.compaction.lag.ms={LAG}: oldest dirty record from "
                                            f"{format_time(T0)}, 1 hour late")
+    assert explained.reason == "cleanable"
 
 
 def test_explain_blockers(make_log: MakeLog, tmp_path: Path) -> None:
@@ -330,7 +338,9 @@ def test_explain_blockers(make_log: MakeLog, tmp_path: Path) -> None:
     tp = log.topic_partition
     paused = explain_log(tp, log, 20, T0, state="paused (2)")
     assert not paused.cleanable_now and paused.eligible_at_ms is None
-    assert paused.reasons[0].startswith("cleaner state: paused (2) (a truncation")
+    assert paused.reasons[0].startswith("cleaner state: paused (2) (a truncation") and paused.reason == "paused"
+    assert explain_log(tp, log, 20, T0, state="in progress").reason == "in_progress"
+    assert explain_log(tp, log, 20, T0, state="aborted").reason == "aborted"
     record = QuarantineRecord(tp, str(tmp_path), "CorruptRecordError: bad crc", "cleaning", T0 - 10, T0 - 10, 2,
                               T0 + 5000)
     waiting = explain_log(tp, log, 20, T0, quarantine=record)
@@ -339,9 +349,10 @@ def test_explain_blockers(make_log: MakeLog, tmp_path: Path) -> None:
     assert waiting.reasons[0] == (f"quarantined since {format_time(T0 - 10)} after 2 failed attempts (cleaning); "
                                   f"retried at {format_time(T0 + 5000)}")
     assert "  last error: CorruptRecordError: bad crc" in waiting.summary()
-    assert waiting.to_json()["quarantine"]["attempts"] == 2
+    assert waiting.to_json()["quarantine"]["attempts"] == 2 and waiting.reason == "quarantined"
     due = explain_log(tp, log, 20, T0 + 5000, quarantine=record)
     assert due.cleanable_now and due.reasons[0].endswith("retry due at the next cleaner pass")
+    assert due.reason == "cleanable"
 
 
 def test_explain_a_log_that_is_not_compacted(make_log: MakeLog) -> None:
@@ -349,7 +360,7 @@ def test_explain_a_log_that_is_not_compacted(make_log: MakeLog) -> None:
     fill_segments(log, 3)
     explained = explain_log(TP, log, None, T0)
     assert not explained.compacted and not explained.cleanable_now and explained.eligible_at_ms is None
-    assert explained.reasons[0].startswith("not compacted")
+    assert explained.reasons[0].startswith("not compacted") and explained.reason == "not_compacted"
 
 
 def test_explain_notes_a_checkpoint_reset_and_an_empty_log(make_log: MakeLog) -> None:
@@ -358,6 +369,7 @@ def test_explain_notes_a_checkpoint_reset_and_an_empty_log(make_log: MakeLog) ->
     assert explained.checkpoint_reset and explained.first_dirty_offset == 0
     assert explained.reasons == ("the log is empty",
                                  "cleaner checkpoint outside [0, 0]: reset to the log start offset 0")
+    assert explained.reason == "empty"
 
 
 def test_failed_explanation_carries_the_error(make_log: MakeLog) -> None:
@@ -366,6 +378,7 @@ def test_failed_explanation_carries_the_error(make_log: MakeLog) -> None:
     assert not explained.cleanable_now and explained.first_dirty_offset == 5
     assert explained.reasons[0] == "cannot compute the cleaning stats: OSError: gone"
     assert explained.headline == "not cleanable now: cannot compute the cleaning stats: OSError: gone"
+    assert explained.reason == explained.to_json()["reason"] == "stats_failed"
 
 
 def test_format_time() -> None:

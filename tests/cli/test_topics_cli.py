@@ -88,7 +88,7 @@ def test_log_dirs_reports_sizes_and_segments(tmp_path: Path) -> None:
     [info] = json.loads(ok(data, "log-dirs", "--json"))
     parts = {p["partition"]: p for p in info["partitions"]}
     assert parts["t-1"]["logEndOffset"] == 3 and parts["t-1"]["size"] > 0 and parts["t-0"]["size"] == 0
-    assert info["size"] == parts["t-1"]["size"] and parts["t-1"]["segments"] == 1
+    assert info["size"] == parts["t-1"]["size"] and parts["t-1"]["numLogSegments"] == 1
     assert "t-1" in ok(data, "log-dirs")
 
 

@@ -377,7 +377,7 @@ def cleaning_reason(stats: LogToClean | None, *, compacted: bool, state: str | N
         return QUARANTINED
     if stats is None:
         return STATS_FAILED
-    if stats.total_bytes <= 0:
+    if stats.total_bytes <= 0 and stats.log.size == 0:  # (remote-only segments count in total_bytes)
         return EMPTY
     if stats.is_candidate:
         return CLEANABLE

@@ -40,7 +40,10 @@ def delete_records(ctx: click.Context, topic: str, partition: int, offset: int, 
 @click.pass_context
 def log_dirs(ctx: click.Context, topic: str | None, as_json: bool, bootstrap_server: str | None) -> None:
     """Sizes, segment counts and offsets of every partition, per log dir; set-aside dirs and why.
-    With --bootstrap-server: the broker's DescribeLogDirs (sizes only), offline dirs marked."""
+    With --bootstrap-server: the broker's DescribeLogDirs (sizes only), offline dirs marked.
+
+    JSON keys are kafka-log-dirs' (logDir, partition, size) and, where it has none, the names of
+    Kafka's Log gauges that `tidelog metrics` serves (numLogSegments, logStartOffset, logEndOffset)."""
     if bootstrap_server is not None:
         from tidelog.cli import remote_admin
 
@@ -55,7 +58,7 @@ def log_dirs(ctx: click.Context, topic: str | None, as_json: bool, bootstrap_ser
         documents.append({
             "logDir": str(info.path),
             "size": sum(p.size for p in partitions),
-            "partitions": [{"partition": str(p.topic_partition), "size": p.size, "segments": p.segments,
+            "partitions": [{"partition": str(p.topic_partition), "size": p.size, "numLogSegments": p.segments,
                             "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
                             "highWatermark": p.high_watermark} for p in partitions],
             "setAside": [{"path": str(a.path), "reason": a.reason} for a in info.set_aside],
@@ -76,6 +79,6 @@ def _show_log_dirs(documents: list[dict[str, Any]], as_json: bool) -> None:
                    f"{len(document['partitions'])} partition(s)")
         rows = [{**p, "size": format_bytes(p["size"])} for p in document["partitions"]]
         if rows:
-            echo_table(rows, ("partition", "size", "segments", "logStartOffset", "logEndOffset", "highWatermark"))
+            echo_table(rows, ("partition", "size", "numLogSegments", "logStartOffset", "logEndOffset", "highWatermark"))
         for aside in document["setAside"]:
             click.echo(f"  set aside: {aside['path']}: {aside['reason']}")

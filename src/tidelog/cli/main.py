@@ -25,6 +25,7 @@ from tidelog.cli.configs import configs
 from tidelog.cli.consume import consume
 from tidelog.cli.demo import demo
 from tidelog.cli.dump import dump
+from tidelog.cli.metrics import metrics
 from tidelog.cli.offsets import offsets
 from tidelog.cli.produce import produce
 from tidelog.cli.retention import explain, retention
@@ -58,7 +59,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, overrides:
 
 
 for command in (topics, configs, produce, consume, offsets, delete_records, log_dirs, retention, explain, clean,
-                serve, dump, verify, demo, spark, users, tiered):
+                serve, dump, verify, demo, spark, users, tiered, metrics):
     cli.add_command(command)
 
 

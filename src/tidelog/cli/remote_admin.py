@@ -221,7 +221,7 @@ def describe_log_dirs(bootstrap: str, topic: str | None) -> list[dict[str, Any]]
     for broker in per_broker:
         for log_dir in broker["log_dirs"]:
             partitions = [{"partition": f"{t['name']}-{p['partition_index']}", "size": p["partition_size"],
-                           "segments": None, "logStartOffset": None, "logEndOffset": None, "highWatermark": None}
+                           "numLogSegments": None, "logStartOffset": None, "logEndOffset": None, "highWatermark": None}
                           for t in log_dir["topics"] for p in t["partitions"] if not p["is_future_key"]]
             code = log_dir["error_code"]
             documents.append({"logDir": log_dir["log_dir"], "size": sum(p["size"] for p in partitions),

@@ -158,7 +158,8 @@ class LogManagerCollector(Collector):
         if self._figures is not None and self._figures.max_dirty_percent is not None:
             figures["max-dirty-percent"] = self._figures.max_dirty_percent
         for name, key in _CLEANER_GAUGES:
-            yield GaugeMetricFamily(name, f"kafka.log LogCleaner(Manager) {key}", value=figures[key])
+            kind = "LogCleanerManager" if name.startswith("kafka_log_logcleanermanager_") else "LogCleaner"
+            yield GaugeMetricFamily(name, f"kafka.log:type={kind},name={key}", value=figures[key])
         for name, key in _CLEANER_DIR_GAUGES:
             family = GaugeMetricFamily(name, f"kafka.log:type=LogCleanerManager,name={key},logDirectory",
                                        labels=[LOG_DIRECTORY])
