@@ -3,12 +3,13 @@
 **Bounded.** One thread runs a small asyncio loop that accepts and reads requests and writes
 responses; the exposition (``prometheus_client.exposition.generate_latest``) runs on
 :data:`WORKERS` worker threads. Nothing runs on the broker's event loop or thread pool. At most
-:data:`MAX_CONNECTIONS` scrape connections are open at once: one beyond is answered 503 and closed
-at once. A connection gets :data:`TIMEOUT_S` to send its request head and, separately, to take its
-response: a scraper that sends nothing, or never reads, is cut off then, holding only its
-socket meanwhile (never a worker thread, which only builds the bytes). So however many slow
-scrapers connect, the broker's threads are untouched and a normal scrape still gets its answer or
-a 503 at once.
+:data:`MAX_CONNECTIONS` scrape connections are open at once. A new one beyond that closes the
+oldest connection still sending its request head (a silent client makes room for one that
+speaks); when every open one has sent its request, the new one is answered 503 and closed at
+once. A connection gets :data:`TIMEOUT_S` to send its request head and, separately, to take its
+response: a scraper that sends nothing, or never reads, is cut off then, holding only its socket
+meanwhile (never a worker thread, which only builds the bytes). So however many idle or slow
+scrapers connect, the broker's threads are untouched and a normal scrape still gets its answer.
 
 **HTTP.** One request per connection (``Connection: close``). ``GET /metrics`` (any query string)
 → 200 with ``CONTENT_TYPE_LATEST``, gzip-encoded when the request's ``Accept-Encoding`` lists gzip
@@ -36,6 +37,8 @@ WORKERS = 2
 MAX_CONNECTIONS = 16
 TIMEOUT_S = 5.0
 HEAD_LIMIT = 8192
+REFUSAL_LINGER_S = 0.5
+BACKLOG = 128  # connections the kernel queues before the loop accepts them (not a limit on scrapes)
 PATH = "/metrics"
 
 
@@ -58,6 +61,8 @@ class MetricsEndpoint:
         self._error: BaseException | None = None
         self._server: asyncio.Server | None = None
         self._open = 0  # connections open; event-loop thread only
+        self._refusing = 0  # connections being refused (503); event-loop thread only
+        self._heads: dict[int, asyncio.StreamWriter] = {}  # connections still sending their head, oldest first
         self.port = 0
 
     @property
@@ -80,7 +85,7 @@ class MetricsEndpoint:
         asyncio.set_event_loop(self._loop)
         try:
             self._server = self._loop.run_until_complete(asyncio.start_server(
-                self._serve, self._host, self._port, limit=HEAD_LIMIT, backlog=self._max_connections,
+                self._serve, self._host, self._port, limit=HEAD_LIMIT, backlog=BACKLOG,
                 reuse_address=True))
             self.port = self._server.sockets[0].getsockname()[1]
         except BaseException as e:  # noqa: BLE001 - handed to the thread that called start()
@@ -113,25 +118,51 @@ class MetricsEndpoint:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= self._max_connections:
-            writer.write(_response(503, "Service Unavailable", b"too many scrapes at once\n"))
-            _close(writer)
-            return
+            if not self._heads:
+                await self._refuse(reader, writer)
+                return
+            oldest = next(iter(self._heads))  # a silent connection makes room for one that may speak
+            self._heads.pop(oldest).transport.abort()  # its task ends at the loop's next turn
         self._open += 1
         try:
             await self._answer(reader, writer)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             pass  # a slow, silent or vanished scraper: dropped
+        except asyncio.CancelledError:
+            pass  # the endpoint stops: the connection is dropped below
         finally:
             self._open -= 1
+            self._heads.pop(id(writer), None)
+            _close(writer)
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """503 at once; the request head is read (for at most :data:`REFUSAL_LINGER_S`) only so
+        that closing does not reset the connection before the scraper reads the answer. At most
+        ``max_connections`` refusals linger at once; beyond, the connection is just closed."""
+        if self._refusing >= self._max_connections:
+            writer.transport.abort()
+            return
+        self._refusing += 1
+        try:
+            writer.write(_response(503, "Service Unavailable", b"too many scrapes at once\n"))
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REFUSAL_LINGER_S)
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._refusing -= 1
             _close(writer)
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._heads[id(writer)] = writer
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._timeout_s)
         except (asyncio.LimitOverrunError, ValueError):
             writer.write(_response(400, "Bad Request", b"request head too large\n"))
             await asyncio.wait_for(writer.drain(), self._timeout_s)
             return
+        finally:
+            self._heads.pop(id(writer), None)
         request = _parse_head(head)
         if request is None:
             response = _response(400, "Bad Request", b"malformed request\n")
@@ -174,7 +205,7 @@ def _parse_head(head: bytes) -> tuple[str, str, bool] | None:
     except UnicodeDecodeError:
         return None
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not (parts[0].isascii() and parts[0].isalpha()):
         return None
     accepts_gzip = False
     for line in lines[1:]:

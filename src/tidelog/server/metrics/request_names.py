@@ -48,6 +48,11 @@ def metric_names(api_key: int) -> tuple[str, ...]:
     return (CONSUMER_FETCH, name) if api_key == FETCH_KEY else (name,)
 
 
+# Kafka's Errors names of codes tidelog's errors carry beyond server.errors.ErrorCode.
+MORE_ERROR_NAMES: dict[int, str] = {7: "REQUEST_TIMED_OUT", 32: "INVALID_TIMESTAMP", 76: "UNSUPPORTED_COMPRESSION_TYPE",
+                                    109: "OFFSET_MOVED_TO_TIERED_STORAGE"}
+
+
 def error_name(code: int) -> str:
     """Kafka's ``Errors`` name of an error code (kafka-python's table for codes tidelog never sends
     itself; the number as text for a code neither knows)."""
@@ -55,11 +60,14 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         pass
+    if code in MORE_ERROR_NAMES:
+        return MORE_ERROR_NAMES[code]
     from kafka.errors import for_code  # the whole table, for a code tidelog's enum lacks
 
     found = for_code(code)
     message = getattr(found, "message", None)
-    return message if isinstance(message, str) and getattr(found, "errno", None) == code else str(code)
+    known = isinstance(message, str) and message != "UNKNOWN" and getattr(found, "errno", None) == code
+    return message if known else str(code)  # type: ignore[return-value]
 
 
 def response_error_codes(body: Any) -> list[int]:
