@@ -8,7 +8,8 @@ SIGKILLs it; afterwards nothing it started is left.
 
 The queries go through the HTTP API only, as a dashboard or an alert would read them:
 :meth:`~PrometheusServer.query` (``/api/v1/query``, an instant vector or scalar, values as floats),
-:meth:`~PrometheusServer.value` (the one value of a query), :meth:`~PrometheusServer.targets`
+:meth:`~PrometheusServer.value` (the one value of a query), :meth:`~PrometheusServer.raw_samples` (a
+series' scraped values over a window), :meth:`~PrometheusServer.targets`
 (``/api/v1/targets``: health, last scrape, last error). Waits never sleep a fixed time: they poll
 (every :data:`POLL_S`) until a condition holds or a deadline passes, and then fail saying what they
 last saw. :meth:`~PrometheusServer.wait_for_scrape_after` is how a test reads figures that match what
@@ -221,6 +222,18 @@ class PrometheusServer:
                 raise PrometheusError(f"query {expr!r}: two samples with {label}={key!r}")
             found[key] = sample.value
         return found
+
+    def raw_samples(self, selector: str, window_s: float) -> list[tuple[float, float]]:
+        """The samples Prometheus stored for the one series ``selector`` picks over the last
+        ``window_s`` seconds, oldest first, as (scrape time, value): a range-vector query, so every
+        scrape's value, not an evaluation. [] when none; PrometheusError when it picks two series."""
+        data = self._api("/api/v1/query", {"query": f"{selector}[{int(window_s * 1000)}ms]"})
+        if data["resultType"] != "matrix":
+            raise PrometheusError(f"{selector!r} over {window_s} s: a {data['resultType']}, not a range vector")
+        if len(data["result"]) > 1:
+            raise PrometheusError(f"{selector!r}: {len(data['result'])} series, expected one: "
+                                  f"{[series['metric'] for series in data['result']]}")
+        return [(float(t), _number(v)) for series in data["result"] for t, v in series["values"]]
 
     def targets(self) -> list[TargetHealth]:
         """The active targets of ``/api/v1/targets``."""
