@@ -258,6 +258,34 @@ def test_a_scrape_returns_while_a_log_lock_is_held(broker: Opener) -> None:
         holder.join()
 
 
+def test_a_scrape_returns_while_a_selection_pass_holds_the_cleaner_lock(broker: Opener) -> None:
+    """A selection pass holds the cleaner manager's lock while it weighs every compacted log (a
+    fraction of a second per 10,000): a scrape reads the cleaner's snapshots without it."""
+    manager = broker.open()
+    manager.create_topic("c", 1, COMPACT)
+    for i in range(20):
+        manager.append(tp("c"), keyed(2, i))
+    cleaner = manager.cleaner
+    assert cleaner is not None
+    cleaner.run_once()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with cleaner.manager._lock:  # white box: what a long selection pass holds
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        reg = registry(manager)
+        assert collect_in_thread(reg), "a scrape waited for the cleaner manager's lock"
+    finally:
+        release.set()
+        holder.join()
+
+
 class _PausingEngine(InProcessEngine):
     """The in-process engine, stopping inside its first clean_group until released."""
 

@@ -373,9 +373,10 @@ class CleanerManager:
 
     @property
     def log_dirs(self) -> list[Path]:
-        """The online log dirs (absolute) whose checkpoints this manager keeps. Thread-safe (manager lock)."""
-        with self._lock:
-            return self._checkpoints.dirs
+        """The online log dirs (absolute) whose checkpoints this manager keeps. Thread-safe without
+        the lock: one copy of a dict's keys, atomic under the GIL (a metrics scrape reads it while a
+        selection pass holds the lock)."""
+        return self._checkpoints.dirs
 
     def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
         """Every dir's entries merged (a partition in two dirs: the later dir's value). Thread-safe
@@ -469,10 +470,12 @@ class CleanerManager:
             return tp in self._quarantine
 
     def quarantined(self, log_dir: Path | str | None = None) -> list[QuarantineRecord]:
-        """The quarantine records (of one log dir), by partition. Thread-safe (manager lock)."""
+        """The quarantine records (of one log dir), by partition. Thread-safe without the lock: reads
+        the quarantine's snapshot, replaced whole after each change (a metrics scrape must not wait
+        for a selection pass, which holds the lock while it weighs every log)."""
         key = None if log_dir is None else str(dir_key(log_dir))
-        with self._lock:
-            return self._quarantine.records(key)
+        records = self._quarantine.snapshot.values()
+        return sorted((r for r in records if key is None or r.log_dir == key), key=lambda r: r.topic_partition)
 
     def maintain_uncleanable(self) -> None:
         """Kafka's ``maintainUncleanablePartitions``: drop the records of partitions that no longer
@@ -525,13 +528,14 @@ class CleanerManager:
             return self._last_clean.get(tp)
 
     def uncleanable_partitions_count(self, log_dir: Path | str) -> int:
-        """``uncleanable-partitions-count`` of one log dir. Thread-safe (manager lock)."""
+        """``uncleanable-partitions-count`` of one log dir. Thread-safe, no lock (:meth:`quarantined`)."""
         return len(self.quarantined(log_dir))
 
     def uncleanable_bytes(self, log_dir: Path | str) -> int:
         """``uncleanable-bytes`` of one log dir: the cleanable bytes of its quarantined partitions'
         current ranges (a partition whose stats fail, or that is gone, counts 0).
-        Thread-safe (manager lock per partition); reads segment metadata of each quarantined log."""
+        Thread-safe: no lock when nothing is quarantined, else the manager lock per quarantined
+        partition (to read its checkpoint); reads segment metadata of each quarantined log."""
         records = {r.topic_partition for r in self.quarantined(log_dir)}
         if not records:  # the common case: no snapshot of the logs
             return 0

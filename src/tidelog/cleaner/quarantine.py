@@ -26,7 +26,9 @@ Threading: :class:`Quarantine` is not thread-safe and takes no lock; its one own
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from tidelog.cleaner.plan import QuarantineRecord, format_time
 from tidelog.errors import LogCleaningError
@@ -44,7 +46,8 @@ DEFAULT_QUARANTINE_MAX_BACKOFF_MS = 3_600_000
 
 class Quarantine:
     """The quarantine records by partition. ``initial_backoff_ms`` doubles after each failure in a
-    row up to ``max_backoff_ms``. Not thread-safe: the caller holds the cleaner manager's lock."""
+    row up to ``max_backoff_ms``. Not thread-safe: the caller holds the cleaner manager's lock;
+    :attr:`snapshot` excepted."""
 
     def __init__(self, initial_backoff_ms: int = DEFAULT_QUARANTINE_INITIAL_BACKOFF_MS,
                  max_backoff_ms: int = DEFAULT_QUARANTINE_MAX_BACKOFF_MS) -> None:
@@ -53,6 +56,11 @@ class Quarantine:
         self._initial_backoff_ms = initial_backoff_ms
         self._max_backoff_ms = max_backoff_ms
         self._records: dict[TopicPartition, QuarantineRecord] = {}
+        # a read-only copy replaced whole after every change: what readers without the lock see
+        self.snapshot: Mapping[TopicPartition, QuarantineRecord] = MappingProxyType({})
+
+    def _changed(self) -> None:
+        self.snapshot = MappingProxyType(dict(self._records))
 
     def __contains__(self, tp: TopicPartition) -> bool:
         return tp in self._records
@@ -75,6 +83,7 @@ class Quarantine:
             attempts=attempts, retry_at_ms=now + self._backoff_ms(attempts),
         )
         self._records[tp] = record
+        self._changed()
         log.warning("%s: quarantined (%s failed, attempt %d), retry at %s: %s",
                     tp, phase, attempts, format_time(record.retry_at_ms), record.error)
         return record
@@ -88,12 +97,14 @@ class Quarantine:
         if record is None or (phases is not None and record.phase not in phases):
             return False
         del self._records[tp]
+        self._changed()
         log.info("%s: out of quarantine after %d failed attempt(s)", tp, record.attempts)
         return True
 
     def forget(self, tp: TopicPartition) -> None:
         """Drop ``tp``'s record silently (the partition is gone)."""
-        self._records.pop(tp, None)
+        if self._records.pop(tp, None) is not None:
+            self._changed()
 
     def records(self, log_dir: str | None = None) -> list[QuarantineRecord]:
         """The records (of log dir ``log_dir``, as keyed), by partition."""
@@ -102,8 +113,11 @@ class Quarantine:
 
     def keep_only(self, where: dict[TopicPartition, str]) -> None:
         """Drop the records of partitions not in ``where`` or living in another log dir than recorded."""
-        for tp in [tp for tp, r in self._records.items() if where.get(tp) != r.log_dir]:
+        gone = [tp for tp, r in self._records.items() if where.get(tp) != r.log_dir]
+        for tp in gone:
             del self._records[tp]
+        if gone:
+            self._changed()
 
     def error(self, tp: TopicPartition) -> LogCleaningError:
         """The error a caller gets for quarantined ``tp``."""
