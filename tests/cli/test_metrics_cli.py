@@ -97,3 +97,10 @@ def test_a_dir_in_use_is_refused_in_one_line(tmp_path: Path) -> None:
     finally:
         manager.shutdown()
     assert code != 0 and out == b"" and len(err.strip().splitlines()) == 1 and str(data) in err, err
+
+
+def test_a_missing_dir_is_an_error_and_is_not_created(tmp_path: Path) -> None:
+    data = tmp_path / "mistyped"
+    code, out, err = run(data, "metrics")
+    assert code != 0 and out == b"" and err.strip() == f"error: no such log dir: {data} (path='{data}')", err
+    assert not data.exists()

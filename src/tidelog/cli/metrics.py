@@ -22,7 +22,8 @@ from prometheus_client.registry import Collector
 
 from tidelog.cleaner.manager import PartitionSelection
 from tidelog.cleaner.plan import CleaningExplanation
-from tidelog.cli.context import open_manager
+from tidelog.cli.context import log_dirs, open_manager
+from tidelog.errors import StorageError
 from tidelog.manager import LogManager
 from tidelog.manager.metrics import LogManagerCollector, RecoveryProgress, RecoveryProgressCollector, StoppedDirFigures
 from tidelog.topic_partition import TopicPartition
@@ -36,6 +37,9 @@ def metrics(ctx: click.Context, prefixes: tuple[str, ...]) -> None:
     """Print the metrics of the stopped log dirs in the Prometheus text format: Kafka's Log,
     LogManager, LogCleaner and ReplicaManager gauges and tidelog's own (dirty ratio, cleaner and
     retention reason codes as `tidelog explain --json` shows them, recovery)."""
+    missing = [str(path) for path in log_dirs(ctx) if not path.is_dir()]
+    if missing:  # a stopped dir is read, never created (a mistyped --data-dir must not look empty)
+        raise StorageError(f"no such log dir: {', '.join(missing)}", path=missing[0])
     progress = RecoveryProgress()
     with open_manager(ctx, read_only=True, on_progress=progress.on_progress) as manager:
         progress.complete()
