@@ -95,6 +95,7 @@ def test_kafka_left_a_marker_with_its_broker_epoch(kafka_epoch: int) -> None:
     ("topics", "describe", TOPIC),
     ("log-dirs",),
     ("offsets", TOPIC),
+    ("metrics",),
 ], ids=lambda a: " ".join(a[:2]))
 def test_a_read_only_command_leaves_kafkas_marker_untouched(copy: Path, kafka_epoch: int,
                                                             args: tuple[str, ...]) -> None:
