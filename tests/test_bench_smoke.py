@@ -31,10 +31,11 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
                    "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read", "spark_cluster_remote_clean",
-                   "spark_broker_write"}
+                   "spark_broker_write", "metrics_scrape_produce", "metrics_scrape_10k"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
-                 "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k"}
+                 "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k",
+                 "metrics_scrape_produce", "metrics_scrape_10k"}
 INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "scan_vs_python", "scan_1_record", "scan_zstd",
                       "manager_startup_unclean_1", "manager_startup_unclean_2", "manager_recovery_parallel",
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
