@@ -9,7 +9,8 @@ SIGKILLs it; afterwards nothing it started is left.
 The queries go through the HTTP API only, as a dashboard or an alert would read them:
 :meth:`~PrometheusServer.query` (``/api/v1/query``, an instant vector or scalar, values as floats),
 :meth:`~PrometheusServer.value` (the one value of a query), :meth:`~PrometheusServer.raw_samples` (a
-series' scraped values over a window), :meth:`~PrometheusServer.targets`
+series' scraped values over a window), :meth:`~PrometheusServer.label_values`,
+:meth:`~PrometheusServer.targets`
 (``/api/v1/targets``: health, last scrape, last error). Waits never sleep a fixed time: they poll
 (every :data:`POLL_S`) until a condition holds or a deadline passes, and then fail saying what they
 last saw. :meth:`~PrometheusServer.wait_for_scrape_after` is how a test reads figures that match what
@@ -234,6 +235,11 @@ class PrometheusServer:
             raise PrometheusError(f"{selector!r}: {len(data['result'])} series, expected one: "
                                   f"{[series['metric'] for series in data['result']]}")
         return [(float(t), _number(v)) for series in data["result"] for t, v in series["values"]]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """``/api/v1/label/<label>/values`` of the series ``match`` selects (what Grafana's
+        ``label_values(match, label)`` lists)."""
+        return list(self._api(f"/api/v1/label/{urllib.parse.quote(label)}/values", {"match[]": match}))
 
     def targets(self) -> list[TargetHealth]:
         """The active targets of ``/api/v1/targets``."""

@@ -74,6 +74,8 @@ def test_the_api_returns_what_the_endpoint_served_at_the_first_scrape_after_a_ch
     assert [v for _, v in history][-1] == 8.5 and 7.0 in [v for _, v in history]
     assert [t for t, _ in history] == sorted(t for t, _ in history) and history[-1][0] > changed
     assert prom.raw_samples('oracle_probe_level{kind="missing"}', 60) == []
+    assert prom.label_values("kind", "oracle_probe_level") == ["a", "b"]
+    assert prom.label_values("kind", "oracle_probe_events_total") == []
     with pytest.raises(PrometheusError, match="2 series, expected one"):
         prom.raw_samples("oracle_probe_level", 60)
     assert prom.value("scalar(oracle_probe_events_total) * 2") == 8.0  # a scalar result
