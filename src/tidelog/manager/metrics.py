@@ -12,8 +12,9 @@ yields it. docs/metrics.md lists every family with its Kafka MBean.
 
 Cost and locks: a scrape never takes a log's lock (a log's offsets, size and segment count are
 lock-free reads) and takes the manager's lock only to copy the partition map
-(:meth:`LogManager.logs`); the cleaner manager's lock only for its quarantine records (never
-held through a clean). The per-partition reason codes are what the cleaner's last selection pass
+(:meth:`LogManager.live_logs`); the cleaner manager's lock only to read the checkpoint of each
+quarantined partition (``uncleanable-bytes``; never held through a clean, and a selection pass
+holds it only while it weighs the logs). The per-partition reason codes are what the cleaner's last selection pass
 and the last retention passes recorded (read-only mappings replaced whole, read without a lock),
 never recomputed per scrape: before the first pass a partition has no reason series. For a
 stopped dir (``tidelog metrics``) those come from a :class:`StoppedDirFigures` computed once by
