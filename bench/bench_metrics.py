@@ -152,7 +152,7 @@ def scraper(url: str) -> Iterator[list[ScraperReport]]:
 # --- produce with and without a scraper --------------------------------------------------------------
 
 def bench_metrics_scrape_produce(settings: Settings) -> list[Row]:
-    rounds, requests = settings.pick(*SCRAPE_ROUNDS), settings.pick(2_000, 100)
+    rounds, requests = settings.pick(*SCRAPE_ROUNDS), settings.pick(2_000, 400)  # ~1.5 s / ~0.3 s a run here
     background = settings.pick(1_000, 100)
     batches = lean_batches(seed=11)
     with scratch_dir(settings.work_dir / "metrics-scrape-produce") as root:
