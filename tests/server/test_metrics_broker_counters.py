@@ -176,3 +176,18 @@ def test_connection_count_and_group_gauges(make_broker: Callable[..., Broker]) -
         dict(labels)["version"] for name, labels in samples if name == RM + "requests_total"
         and dict(labels)["request"] == "JoinGroup")) >= 1
     assert value(after, prefix + "numgroupsempty") + value(after, prefix + "numgroupspreparingrebalance") == 1
+
+
+def test_connections_refused_by_a_limit_are_counted(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(**{"max.connections": "1"})
+    first = broker.connect()
+    wait_until(lambda: broker.server.connection_count == 1)
+    second = broker.connect()
+    assert second.closed_by_server()
+    with endpoint_for(broker) as endpoint:
+        samples = scrape(endpoint.url)
+    first.close()
+    second.close()
+    assert value(samples, "tidelog_server_refused_connections_total") == 1
+    assert value(samples, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT",
+                 networkProcessor="0") == 1

@@ -19,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import CollectorRegistry
 
 from metrics_helpers import endpoint_for, fetch_text, http_status, scrape, value
-from server_helpers import TIMEOUT_S, Broker
+from server_helpers import TIMEOUT_S, Broker, wait_until
 from server_samples import fetch, produce, record_batch
 from tidelog.server.metrics import MetricsEndpoint
 from tidelog.topic_partition import TopicPartition
@@ -139,9 +139,11 @@ def test_many_idle_and_slow_scrapers_hold_neither_the_broker_nor_a_normal_scrape
 
 def test_beyond_the_limit_of_requesting_scrapers_a_503_comes_at_once() -> None:
     release = threading.Event()
+    entered: list[int] = []
 
     class Slow:
         def collect(self) -> Iterator[GaugeMetricFamily]:
+            entered.append(1)
             release.wait(TIMEOUT_S)
             yield GaugeMetricFamily("slow", "waits", value=1)
 
@@ -153,7 +155,7 @@ def test_beyond_the_limit_of_requesting_scrapers_a_503_comes_at_once() -> None:
     try:
         for sock in waiting:
             sock.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-        time.sleep(0.2)  # both heads read: the two workers are busy building their answers
+        wait_until(lambda: len(entered) == 2)  # both heads read: the two workers are building their answers
         started = time.monotonic()
         assert _raw(endpoint.port, b"GET /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503 ")
         assert time.monotonic() - started < 1.0
