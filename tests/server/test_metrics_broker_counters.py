@@ -191,3 +191,16 @@ def test_connections_refused_by_a_limit_are_counted(make_broker: Callable[..., B
     assert value(samples, "tidelog_server_refused_connections_total") == 1
     assert value(samples, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT",
                  networkProcessor="0") == 1
+
+
+def test_a_deleted_topics_series_go_and_the_all_topics_counts_stay(broker: Broker) -> None:
+    broker.manager.create_topic("gone", 1)
+    client = broker.connect()
+    client.call(produce("gone", records=record_batch(b"a", b"b")), ProduceResponse, 9)
+    client.close()
+    with endpoint_for(broker) as endpoint:
+        assert value(scrape(endpoint.url), BT + "messagesin_total", topic="gone") == 2
+        broker.manager.delete_topic("gone")
+        samples = scrape(endpoint.url)
+    assert not any(dict(labels).get("topic") == "gone" for _, labels in samples)
+    assert value(samples, BT + "messagesin_total") == 2

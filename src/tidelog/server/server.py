@@ -208,6 +208,10 @@ class KafkaServer:
         counts = dict(self._by_listener)
         return {b.listener_name: counts.get(b.listener_name, 0) for b in list(self.bound)}
 
+    def has_topic(self, name: str) -> bool:
+        """Whether topic ``name`` exists. Any thread, no lock (:meth:`LogManager.has_topic`)."""
+        return self._manager.has_topic(name)
+
     def group_states(self) -> list[tuple[str, int]]:
         """``(state name, committed offsets)`` of every classic group; empty before the coordinator
         runs. Any thread, no lock (see :meth:`GroupCoordinator.gauges`)."""

@@ -22,6 +22,8 @@ produce); a scrape is a sample, not a transaction, as a JMX read of two meters i
 * A partition whose topic does not exist (UNKNOWN_TOPIC_OR_PARTITION) counts in the all-topics
   series only: Kafka creates a per-topic meter for any name a client sends; tidelog does not, so a
   client cannot grow the series without bound.
+* A deleted topic's series are left out of the scrape (the collector shows only topics that exist),
+  as Kafka removes a deleted topic's meters; its counts stay in the all-topics series.
 
 **Request time** (Kafka's ``TotalTimeMs``): from the moment a request's frame was read to the
 moment its response was written (or the connection closed for it). Each request name keeps the
@@ -129,10 +131,6 @@ class BrokerTopicMetrics:
         copies under the GIL); O(topics)."""
         topics = dict(self._topics)
         return self.all_topics.copy(), {name: counters.copy() for name, counters in topics.items()}
-
-    def remove_topic(self, topic: str) -> None:
-        """Forget a deleted topic's series (Kafka's ``removeMetrics``). Event loop thread."""
-        self._topics.pop(topic, None)
 
 
 class TimeReservoir:

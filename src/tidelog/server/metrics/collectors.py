@@ -50,6 +50,8 @@ class ServerView(Protocol):
 
     def group_states(self) -> list[tuple[str, int]]: ...
 
+    def has_topic(self, name: str) -> bool: ...
+
 
 class ServerCollector(Collector):
     """Yields the server's families from ``server`` at each scrape. Thread-safe, lock-free;
@@ -59,7 +61,9 @@ class ServerCollector(Collector):
         self._server = server
 
     def collect(self) -> Iterator[Metric]:
-        yield from topic_families(*self._server.metrics.topics.snapshot())
+        all_topics, topics = self._server.metrics.topics.snapshot()
+        # a deleted topic's series go, as Kafka removes its meters (a topic created again continues)
+        yield from topic_families(all_topics, {n: c for n, c in topics.items() if self._server.has_topic(n)})
         yield from request_families(self._server.metrics)
         yield from self._socket_server()
         yield from self._groups()
