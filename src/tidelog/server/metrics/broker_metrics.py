@@ -211,7 +211,8 @@ class RequestMetrics:
 
     def on_request(self, names: tuple[str, ...], version: int, total_ms: float) -> None:
         """A request answered (or closed on) after ``total_ms``, under each of ``names``
-        (a consumer's Fetch counts as "FetchConsumer" and "Fetch", as Kafka's)."""
+        (a consumer's Fetch counts as "FetchConsumer" and "Fetch", as Kafka's). Event loop thread;
+        O(1), no lock."""
         for name in names:
             stats = self._stats(name)
             stats.requests[version] = stats.requests.get(version, 0) + 1
@@ -219,13 +220,13 @@ class RequestMetrics:
 
     def on_errors(self, name: str, codes: Iterable[int]) -> None:
         """One count per error code occurrence in a response (NONE included, as Kafka's
-        ``errorCounts``). O(len(codes))."""
+        ``errorCounts``). Event loop thread; O(len(codes)), no lock."""
         errors = self._stats(name).errors
         for code in codes:
             errors[code] = errors.get(code, 0) + 1
 
     def on_error_counts(self, name: str, counts: dict[int, int]) -> None:
-        """As :meth:`on_errors`, from counts already summed per code."""
+        """As :meth:`on_errors`, from counts already summed per code. Event loop thread, no lock."""
         errors = self._stats(name).errors
         for code, n in counts.items():
             errors[code] = errors.get(code, 0) + n

@@ -28,7 +28,6 @@ class MetricsRegistry:
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        self._attached: list[Collector] = []
         if progress is not None:
             from tidelog.manager.metrics import RecoveryProgressCollector
 
@@ -36,7 +35,6 @@ class MetricsRegistry:
 
     def _add(self, collector: Collector) -> None:
         self.registry.register(collector)
-        self._attached.append(collector)
 
     def attach_manager(self, manager: LogManager) -> None:
         """Add the log, log-manager, cleaner and replica-manager families of ``manager``."""
@@ -47,13 +45,6 @@ class MetricsRegistry:
     def attach_server(self, server: ServerView) -> None:
         """Add the broker-topic, request, socket-server, purgatory and group families of ``server``."""
         self._add(ServerCollector(server))
-
-    def detach_all(self) -> None:
-        """Remove every attached collector (the process collectors stay): a scrape after the
-        server and manager stopped reads neither."""
-        for collector in self._attached:
-            self.registry.unregister(collector)
-        self._attached.clear()
 
 
 def build_registry(*, progress: RecoveryProgress | None = None, manager: LogManager | None = None,
