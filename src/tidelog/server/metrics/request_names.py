@@ -79,16 +79,33 @@ def response_error_codes(body: Any) -> list[int]:
 
 
 def _walk(value: Any, codes: list[int]) -> None:
-    if isinstance(value, DataContainer):
-        for field in value._struct._fields:
-            name = field.name
-            item = getattr(value, name, None)
-            if name == "error_code":
-                if isinstance(item, int):
-                    codes.append(item)
-            elif isinstance(item, (list, DataContainer)):
-                _walk(item, codes)
-    elif isinstance(value, list):
+    if isinstance(value, list):
         for item in value:
-            if isinstance(item, (list, DataContainer)):
-                _walk(item, codes)
+            _walk(item, codes)
+        return
+    if not isinstance(value, DataContainer):
+        return
+    has_error, nested = _shape(value._struct)
+    if has_error:
+        code = getattr(value, "error_code", None)
+        if isinstance(code, int):
+            codes.append(code)
+    for name in nested:
+        item = getattr(value, name, None)
+        if item is not None:
+            _walk(item, codes)
+
+
+_SHAPES: dict[int, tuple[bool, tuple[str, ...]]] = {}
+
+
+def _shape(struct: Any) -> tuple[bool, tuple[str, ...]]:
+    """Whether a message struct has an ``error_code`` field, and its struct-valued fields (the
+    only ones worth descending into); computed once per struct."""
+    found = _SHAPES.get(id(struct))
+    if found is None:
+        fields = struct._fields
+        found = (any(f.name == "error_code" for f in fields),
+                 tuple(f.name for f in fields if f.is_struct() or f.is_struct_array()))
+        _SHAPES[id(struct)] = found
+    return found
