@@ -55,12 +55,12 @@ def test_the_api_returns_what_the_endpoint_served_at_the_first_scrape_after_a_ch
     nowhere = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
     prom = prometheus(url, nowhere)  # one Prometheus: its first scrape comes ~5 s after start
     _check_the_target_that_does_not_answer(prom, nowhere)
+    changed = time.time()
+    scraped_at = prom.wait_for_scrape_after(changed)  # each target has its own offset in the interval
+    assert scraped_at > changed
     target = {t.scrape_url: t for t in prom.targets()}[url]
     assert (target.health, target.last_error) == ("up", "")
     assert target.last_scrape > 0 and target.labels["instance"] == prom.instance(0)
-    changed = time.time()
-    scraped_at = prom.wait_for_scrape_after(changed)
-    assert scraped_at > changed
     assert prom.values("oracle_probe_level", "kind") == {"a": 7.0, "b": -2.5}
     assert prom.value("oracle_probe_events_total") == 3.0
     assert prom.value('oracle_probe_level{kind="missing"}') is None
