@@ -191,3 +191,41 @@ def test_every_dashboard_query_names_served_metrics(dashboard: dict[str, Any],
         assert not unknown, f"{where}: {expr!r} names metrics the endpoint does not serve: {unknown}"
         checked += len(names)
     assert checked >= 50
+
+
+COUNTER_FUNCTIONS = {"rate", "irate", "increase", "resets"}  # PromQL reads a drop as a counter reset
+GAUGE_FUNCTIONS = {"deriv", "delta", "idelta", "predict_linear"}
+
+
+def function_arguments(expr: str, functions: set[str]) -> Iterator[tuple[str, set[str]]]:
+    """(function, metric names of its argument) for every call of one of ``functions`` in ``expr``."""
+    items = list(tokens(expr))
+    for i, (kind, text) in enumerate(items):
+        if kind != "identifier" or text not in functions or i + 1 >= len(items) or items[i + 1][1] != "(":
+            continue
+        depth, end = 0, i + 1
+        for end in range(i + 1, len(items)):
+            depth += {"(": 1, ")": -1}.get(items[end][1], 0)
+            if depth == 0:
+                break
+        yield text, metric_names(" ".join(t for _, t in items[i + 2:end]))
+
+
+@pytest.mark.parametrize(("expr", "calls"), [
+    ("sum(rate(a_total[1m])) / deriv(b[5m])", [("rate", {"a_total"})]),
+    ("increase(x_total[1h]) + rate(y[1m])", [("increase", {"x_total"}), ("rate", {"y"})]),
+])
+def test_function_arguments(expr: str, calls: list[tuple[str, set[str]]]) -> None:
+    assert list(function_arguments(expr, COUNTER_FUNCTIONS)) == calls
+
+
+def test_dashboard_takes_rates_of_counters_only(dashboard: dict[str, Any],
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """rate()/increase() of a gauge turns each drop (a truncation, a topic recreated) into a spike;
+    deriv()/delta() of a counter misreads its resets."""
+    served = exposed_families(served_text(tmp_path_factory.mktemp("served")))
+    for where, expr in queries(dashboard):
+        for function, names in function_arguments(expr, COUNTER_FUNCTIONS | GAUGE_FUNCTIONS):
+            wanted = "counter" if function in COUNTER_FUNCTIONS else "gauge"
+            wrong = sorted(n for n in names if n in served and served[n].type != wanted)
+            assert not wrong, f"{where}: {function}() over {wrong}, which are not {wanted}s: {expr!r}"
