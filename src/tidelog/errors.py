@@ -157,6 +157,22 @@ class InvalidProducerEpochError(TidelogError):
     error_code = 47
 
 
+class InvalidTxnStateError(TidelogError):
+    """A batch that does not fit the producer's transaction state: a non-transactional batch from a
+    producer with an open transaction (Kafka INVALID_TXN_STATE). Context: ``topic_partition``,
+    ``producer_id``, ``offset``."""
+
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(TidelogError):
+    """A transaction marker from a coordinator epoch older than the one the partition last saw
+    from that producer's coordinator (Kafka TRANSACTION_COORDINATOR_FENCED). Context:
+    ``topic_partition``, ``producer_id``, ``offset``."""
+
+    error_code = 52
+
+
 class CorruptSnapshotError(TidelogError):
     """A producer-state ``.snapshot`` file with a wrong version, length or CRC (Kafka's
     ``CorruptSnapshotException``): it is deleted and an older snapshot or the log is used."""

@@ -83,6 +83,7 @@ from tidelog.manager.staged_holds import StagedHolds
 from tidelog.manager.topic_changes import TopicChanges
 from tidelog.manager.topic_registry import TopicRegistry
 from tidelog.manager.topics import RegistryState, TopicRecord, read_newest_registry
+from tidelog.manager.txn_doors import TxnDoors
 from tidelog.retention import RetentionPlan
 from tidelog.scheduler import Scheduler, ThreadScheduler
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
@@ -93,7 +94,7 @@ from tidelog.topic_partition import TopicPartition
 log = logging.getLogger(__name__)
 
 
-class LogManager(RecordReads):
+class LogManager(RecordReads, TxnDoors):
     """Owner of ``log_dirs``; build with :meth:`open`, end with :meth:`shutdown` (or ``with``)."""
 
     def __init__(self, broker: BrokerConfig, dirs: list[LogDir], clock: Clock, scheduler: Scheduler,

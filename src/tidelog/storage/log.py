@@ -205,11 +205,6 @@ class Log(AppendPath):
                 self._highest_remote_offset = offset
 
     @property
-    def last_stable_offset(self) -> int:
-        """No open-transaction tracking yet: the LSO equals the high watermark."""
-        return self._high_watermark
-
-    @property
     def recovery_point(self) -> int:
         return self._local.recovery_point
 
@@ -336,7 +331,8 @@ class Log(AppendPath):
         with self._lock:
             self._check_in_range(start_offset)
             end = self._log_end_offset
-            bound = self._local.bound(end if isolation is FetchIsolation.LOG_END else self._high_watermark, end)
+            bound = self._local.bound(end if isolation is FetchIsolation.LOG_END else self._high_watermark
+                                      if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset, end)
             segment = self._segments.floor(start_offset)
             if segment is None:  # below the first local segment: only a tiered log has records there
                 self._check_local(start_offset)
@@ -366,10 +362,12 @@ class Log(AppendPath):
         self, timestamp: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets (§3.4): -2 earliest, -1 latest (the high watermark for consumers, the
-        log end for ``LOG_END``), -3 the record with the max timestamp (local segments, as in
-        Kafka), -4 earliest local (the local log start offset of a tiered log, else as -2), -5 the
-        highest offset in the remote tier (-1 when none or not tiered), else the first local record
-        with a timestamp >= ``timestamp``. None when nothing matches.
+        last stable offset for ``TXN_COMMITTED``, the log end for ``LOG_END``), -3 the record with
+        the max timestamp (local segments, as in Kafka), -4 earliest local (the local log start
+        offset of a tiered log, else as -2), -5 the highest offset in the remote tier (-1 when none
+        or not tiered), else the first local record with a timestamp >= ``timestamp``. None when
+        nothing matches, and under ``TXN_COMMITTED`` when the record found (-3, by timestamp) lies
+        at or past the last stable offset (Kafka's ``fetchOffsetForTimestamp``).
         Thread-safe: takes no lock (reads the offsets once and a snapshot of the segment list)."""
         tiered = self._local.config.remote_storage_enable
         if timestamp == EARLIEST_LOCAL_TIMESTAMP and tiered:
@@ -378,16 +376,19 @@ class Log(AppendPath):
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(-1, self._log_start_offset, self._earliest_epoch())
         if timestamp == LATEST_TIMESTAMP:
-            offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark
+            offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark \
+                if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset
             return TimestampAndOffset(-1, offset, self.leader_epoch_cache.latest_epoch)
         if timestamp == LATEST_TIERED_TIMESTAMP:
             highest = self._highest_remote_offset if tiered else -1
             return TimestampAndOffset(-1, highest, self.leader_epoch_cache.epoch_for_offset(highest) if highest >= 0 else None)
-        if timestamp == MAX_TIMESTAMP:
-            return self._local.max_timestamp_offset()
-        if timestamp < 0:
+        if timestamp < 0 and timestamp != MAX_TIMESTAMP:
             raise OffsetOutOfRangeError(f"invalid ListOffsets timestamp {timestamp}", topic_partition=str(self.topic_partition))
-        return self._local.offset_for_timestamp(timestamp, self._log_start_offset)
+        found = self._local.max_timestamp_offset() if timestamp == MAX_TIMESTAMP \
+            else self._local.offset_for_timestamp(timestamp, self._log_start_offset)
+        if found is not None and isolation is FetchIsolation.TXN_COMMITTED and found.offset >= self.last_stable_offset:
+            return None
+        return found
 
     def _earliest_epoch(self) -> int | None:
         entry = self.leader_epoch_cache.earliest_entry
@@ -523,7 +524,8 @@ class Log(AppendPath):
 
     def _txn_log_state(self) -> LogState:
         with self._lock:
-            return LogState(self._segments.snapshot(), self._log_start_offset, self.producer_state.snapshot_offsets)
+            return LogState(self._segments.snapshot(), self._log_start_offset, self.producer_state.snapshot_offsets,
+                            self._log_end_offset)
 
     def replace_segments(self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
         """Swap cleaned segments in for the segments they replace, crash-safely

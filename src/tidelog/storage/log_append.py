@@ -37,6 +37,7 @@ from tidelog.storage.append_state import ProducedBatchAppend, crc_checked_batch_
 from tidelog.storage.checkpoints import LeaderEpochCache
 from tidelog.storage.config import LogConfig
 from tidelog.storage.local_log import LocalLog
+from tidelog.storage.log_txn import TxnLog
 from tidelog.storage.producer_state import BatchMetadata, ProducerStateManager, producer_batch
 from tidelog.storage.roll import RollLimits, RollParams, should_roll
 from tidelog.storage.segment import LogSegment
@@ -62,7 +63,7 @@ _new_tuple = tuple.__new__  # LogAppendInfo._make without its length check: the 
 _COPY_BELOW = 4096  # bytes: a smaller batch is written as one patched copy, a larger one as head + view
 
 
-class AppendPath:
+class AppendPath(TxnLog):
     """Appends to a log: leader (checked, offsets assigned) and follower (offsets kept)."""
 
     # Set by Log.__init__ (shared with its LocalLog, never rebound):
@@ -284,17 +285,18 @@ class AppendPath:
                 analyzed, next_offset=self._log_end_offset, config=self._local.config, now=self._clock.milliseconds(),
                 origin=origin, leader_epoch=leader_epoch, topic_partition=str(self.topic_partition),
             )
-            self._append(validated, epochs=[(leader_epoch, validated.first_offset)])
-            # Producer state step 2: record the written batches at their assigned offsets.
-            if producer_batches:
-                self._update_producer_state(producer_batches, validated.first_offset, validated.log_append_time)
+            # Producer state step 2 (in _append, before a flush): the written batches at their offsets.
+            self._append(validated, [(leader_epoch, validated.first_offset)], producer_batches, origin)
             return self._append_info(validated, analyzed.source_compression)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches that already carry their offsets (replication, tools, repair).
 
         Offsets must be increasing and start at or after the log end; the batch CRCs are checked;
-        ``max.message.bytes`` is not (as for Kafka followers).
+        ``max.message.bytes`` is not (as for Kafka followers). Producer state follows the batches
+        unchecked, transactions included; the ``.txnindex`` entries of ABORT markers are left to
+        the caller (what appends this way copies a log whose index comes with it; a lost entry is
+        rebuilt from the markers at the first read: :class:`~.txn_rebuild.TxnIndexCheck`).
         Thread-safe: takes the log's lock around the write and the bookkeeping.
         """
         analyzed = analyze_batches(records, origin=AppendOrigin.REPLICATION, max_message_bytes=_LONG_MAX)
@@ -315,13 +317,15 @@ class AppendPath:
                 analyzed.shallow_offset_of_max_timestamp, NO_TIMESTAMP, -1, analyzed.source_compression,
             )
             epochs = [(b.partition_leader_epoch, b.base_offset) for _, b in analyzed.batches if b.magic >= 2]
-            self._append(validated, epochs=epochs)
-            for _, batch in analyzed.batches:  # producer state, unchecked (Kafka's REPLICATION origin)
-                if batch.producer_id >= 0:
-                    self.producer_state.update(producer_batch(batch))
+            producers = [batch for _, batch in analyzed.batches if batch.producer_id >= 0]
+            self._append(validated, epochs, producers, AppendOrigin.REPLICATION)
             return self._append_info(validated, analyzed.source_compression)
 
-    def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]]) -> None:
+    def _append(self, validated: ValidatedRecords, epochs: list[tuple[int, int]],
+                producer_batches: list[FileBatch], origin: AppendOrigin) -> None:
+        """Write ``validated`` (rolling first when due), then the epoch cache, the log end, producer
+        state for ``producer_batches`` (with the ``.txnindex`` entries of ABORT markers), and a
+        flush when flush.messages says so, in that order: a flush covers the index entry too."""
         size = validated.size
         if size > self._local.config.segment_bytes:
             raise RecordBatchTooLargeError(
@@ -334,6 +338,8 @@ class AppendPath:
             if epoch >= 0:
                 self.leader_epoch_cache.assign(epoch, start)
         self._log_end_offset = validated.last_offset + 1
+        if producer_batches:
+            self._update_producer_state(producer_batches, validated.first_offset, validated.log_append_time, origin)
         self.producer_state.update_map_end_offset(self._log_end_offset)
         if self._log_end_offset >= self._flush_due_at:
             self.flush()
@@ -347,12 +353,19 @@ class AppendPath:
             source_compression=source, target_compression=validated.target_compression,
         )
 
-    def _update_producer_state(self, batches: list[FileBatch], first_offset: int, log_append_time: int) -> None:
-        """Leader appends: each producer batch at the offsets the validator gave it (contiguous
-        from ``first_offset``), stamped with the broker time for LogAppendTime."""
+    def _update_producer_state(self, batches: list[FileBatch], first_offset: int, log_append_time: int,
+                               origin: AppendOrigin) -> None:
+        """Each producer batch, in order: a leader's at the offsets the validator gave it (contiguous
+        from ``first_offset``), stamped with the broker time for LogAppendTime; a follower's as
+        they came. A marker that completes a transaction is indexed (a leader's) and completed
+        before the next batch (:meth:`TxnLog._index_completed`)."""
+        leader = origin is not AppendOrigin.REPLICATION
+        stamp = log_append_time if log_append_time != NO_TIMESTAMP else None
         for batch in batches:
-            stamp = log_append_time if log_append_time != NO_TIMESTAMP else None
-            self.producer_state.update(producer_batch(batch, first_offset, stamp), AppendOrigin.CLIENT)
+            completed = self.producer_state.update(
+                producer_batch(batch, first_offset, stamp) if leader else producer_batch(batch), origin)
+            if completed is not None:
+                self._index_completed(completed, leader)
             first_offset += batch.last_offset_delta + 1
 
     def _duplicate_append_info(self, duplicate: BatchMetadata, codec: CompressionType) -> LogAppendInfo:

@@ -25,9 +25,16 @@ them; a truncation reloads from the latest snapshot at or below the new end. Pro
 ``producer.id.expiration.ms`` (by the timestamp of their last batch) with no open transaction
 are forgotten, at load and every ``producer.id.expiration.check.interval.ms``.
 
-Transactions are not served (clients are refused at InitProducerId), but the state of
-transactional producers found in adopted Kafka data (an open transaction's first offset, the
-coordinator epoch of the last marker) is kept and written back in snapshots.
+**Transactions** (KIP-98): a producer's first transactional batch opens its transaction (its
+first offset is kept, and the transaction joins :attr:`ProducerStateManager.txns`, which gives the
+last stable offset); its COMMIT or ABORT marker (a control batch, appended by the coordinator)
+completes it: :meth:`ProducerStateManager.update` returns the :class:`CompletedTxn`, the log writes
+an ABORT's ``.txnindex`` entry, then :meth:`ProducerStateManager.complete_txn`. A client's
+non-transactional batch while its producer's transaction is open is INVALID_TXN_STATE; a marker
+with an older producer epoch is INVALID_PRODUCER_EPOCH, one from an older coordinator epoch
+TRANSACTION_COORDINATOR_FENCED. A marker for a producer with no open transaction completes
+nothing. Snapshots keep each open transaction's first offset, so open transactions survive
+restarts; producers with one never expire.
 
 Thread-safety: none here. :class:`~tidelog.storage.log.Log` calls every method under its lock.
 """
@@ -41,15 +48,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.errors import CorruptSnapshotError, InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.errors import (
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from tidelog.records import FileBatch
 from tidelog.records.batch import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, increment_sequence, read_batch_at
-from tidelog.records.control import EndTransactionMarker
+from tidelog.records.control import ControlRecordType, EndTransactionMarker, control_record_type
 from tidelog.records.layout import HEADER
 from tidelog.storage import fileops, files
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot, write_snapshot
 from tidelog.storage.segment import LogSegment
+from tidelog.storage.txn_tracking import CompletedTxn, OngoingTxns
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +186,8 @@ class ProducerStateEntry:
 class ProducerBatch:
     """What producer state takes from one batch with a producer id, at its final offsets.
     ``coordinator_epoch`` is that of an end-transaction marker (-1 for data batches);
-    ``is_control`` with ``coordinator_epoch`` None: an empty control batch (no effect)."""
+    ``is_control`` with ``coordinator_epoch`` None: an empty control batch (no effect);
+    ``is_abort``: the marker is an ABORT."""
 
     producer_id: int
     producer_epoch: int
@@ -184,6 +199,7 @@ class ProducerBatch:
     is_transactional: bool = False
     is_control: bool = False
     coordinator_epoch: int | None = -1
+    is_abort: bool = False
 
 
 def producer_batch(batch: FileBatch, first_offset: int | None = None, max_timestamp: int | None = None) -> ProducerBatch:
@@ -192,13 +208,15 @@ def producer_batch(batch: FileBatch, first_offset: int | None = None, max_timest
     batch's marker is decoded from its first record."""
     first = batch.base_offset if first_offset is None else first_offset
     coordinator_epoch: int | None = -1
+    is_abort = False
     if batch.is_control:
         record = next(iter(batch.records()), None)
         coordinator_epoch = None if record is None else EndTransactionMarker.decode(record.value).coordinator_epoch
+        is_abort = record is not None and control_record_type(record.key) is ControlRecordType.ABORT
     return ProducerBatch(
         batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence, first,
         first + batch.last_offset_delta, batch.max_timestamp if max_timestamp is None else max_timestamp,
-        batch.is_transactional, batch.is_control, coordinator_epoch,
+        batch.is_transactional, batch.is_control, coordinator_epoch, is_abort,
     )
 
 
@@ -215,6 +233,7 @@ class ProducerStateManager:
         self._tp = str(topic_partition)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
+        self.txns = OngoingTxns()  # the open and the not yet stable transactions: the LSO's
         self._snapshots: dict[int, Path] = self._list_snapshots(dir_names)
         self._last_map_offset = 0
         self._last_snap_offset = 0
@@ -261,7 +280,9 @@ class ProducerStateManager:
         Returns the batches with a producer id (empty: nothing to check or update, the common
         case, one attribute read per batch), or the cached :class:`BatchMetadata` of the batch
         this one duplicates (client appends only). Raises :class:`InvalidProducerEpochError`,
-        :class:`OutOfOrderSequenceError`. Changes nothing: :meth:`update` does, after the write."""
+        :class:`OutOfOrderSequenceError`, :class:`InvalidTxnStateError` (a client's plain batch
+        while its producer's transaction is open), :class:`TransactionCoordinatorFencedError` (a
+        marker from an older coordinator epoch). Changes nothing: :meth:`update` does, after the write."""
         if len(batches) == 1 and batches[0][1].producer_id < 0:
             return []  # the common case: one batch without a producer id
         found = [batch for _, batch in batches if batch.producer_id >= 0]
@@ -276,22 +297,39 @@ class ProducerStateManager:
                 if duplicate is not None:
                     return duplicate
             self._check_epoch(entry, batch.producer_epoch, first_offset)
-            if origin is AppendOrigin.CLIENT and not batch.is_control:
+            if batch.is_control:
+                self._check_coordinator_epoch(entry, batch, first_offset)
+            elif origin is AppendOrigin.CLIENT:
                 self._check_sequence(entry, batch.producer_epoch, batch.base_sequence, first_offset)
+                if not batch.is_transactional and entry.current_txn_first_offset is not None:
+                    raise InvalidTxnStateError(
+                        f"Expected a transactional write from producer {entry.producer_id} at offset {first_offset} "
+                        f"in {self._tp}: its transaction from offset {entry.current_txn_first_offset} is open",
+                        topic_partition=self._tp, producer_id=entry.producer_id, offset=first_offset)
         return found
+
+    def _check_coordinator_epoch(self, entry: ProducerStateEntry, batch: FileBatch, offset: int) -> None:
+        marker = producer_batch(batch)
+        if marker.coordinator_epoch is not None and marker.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producer {entry.producer_id} at offset {offset} in {self._tp}: "
+                f"{marker.coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)",
+                topic_partition=self._tp, producer_id=entry.producer_id, offset=offset)
 
     def continues_in_sequence(self, producer_id: int, epoch: int, base_sequence: int, offset_delta: int) -> bool:
         """True when :meth:`check_leader_append` would let this client data batch through with
         nothing to say: its producer is unknown (any sequence), or it has the producer's current
         epoch and the next sequence and duplicates none of its cached batches. Anything else
         (False) is for check_leader_append to answer: a duplicate, an epoch or sequence error, a
-        new epoch. The leader's common append path asks this before writing an idempotent batch."""
+        new epoch, a producer whose transaction is open. The leader's common append path asks this
+        before writing an idempotent (never transactional) batch."""
         if base_sequence < 0:
             return False
         entry = self._producers.get(producer_id)
         if entry is None:
             return True
         return (epoch == entry.producer_epoch != NO_PRODUCER_EPOCH and in_sequence(entry.last_seq, base_sequence)
+                and entry.current_txn_first_offset is None
                 and entry.find_duplicate(epoch, base_sequence, increment_sequence(base_sequence, offset_delta)) is None)
 
     def _check_epoch(self, entry: ProducerStateEntry, epoch: int, offset: int) -> None:
@@ -315,8 +353,11 @@ class ProducerStateManager:
                 f"{self._tp}: {first_seq} (incoming seq. number), {entry.last_seq} (current end sequence number)",
                 topic_partition=self._tp, producer_id=entry.producer_id, offset=offset)
 
-    def update(self, batch: ProducerBatch, origin: AppendOrigin = AppendOrigin.REPLICATION) -> None:
-        """Apply one written batch (Kafka's ``ProducerAppendInfo.append`` then ``update``)."""
+    def update(self, batch: ProducerBatch, origin: AppendOrigin = AppendOrigin.REPLICATION) -> CompletedTxn | None:
+        """Apply one written batch (Kafka's ``ProducerAppendInfo.append`` then ``update``). A first
+        transactional batch opens its producer's transaction; a marker ends it and returns the
+        :class:`CompletedTxn` (None for a marker with no open transaction, and for data), which
+        stays among :attr:`txns` until the caller has indexed it and calls :meth:`complete_txn`."""
         entry = self._producers.get(batch.producer_id)
         if entry is None:
             entry = self._producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
@@ -324,16 +365,25 @@ class ProducerStateManager:
             log.warning("%s: epoch %d of producer %d at offset %d is older than its last epoch %d",
                         self._tp, batch.producer_epoch, batch.producer_id, batch.first_offset, entry.producer_epoch)
         if batch.is_control:
-            if batch.coordinator_epoch is not None:  # an empty control batch: its transaction is cleaned away
-                entry.maybe_update_epoch(batch.producer_epoch)
-                entry.coordinator_epoch = batch.coordinator_epoch
-                entry.current_txn_first_offset = None
-                entry.last_timestamp = batch.max_timestamp
-            return
+            if batch.coordinator_epoch is None:  # an empty control batch: its transaction is cleaned away
+                return None
+            first = entry.current_txn_first_offset
+            entry.maybe_update_epoch(batch.producer_epoch)
+            entry.coordinator_epoch = batch.coordinator_epoch
+            entry.current_txn_first_offset = None
+            entry.last_timestamp = batch.max_timestamp
+            return None if first is None else CompletedTxn(batch.producer_id, first, batch.first_offset, batch.is_abort)
         entry.add_batch(batch.producer_epoch, batch.last_sequence, batch.last_offset,
                         batch.last_offset - batch.first_offset, batch.max_timestamp)
         if batch.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = batch.first_offset
+            self.txns.begin(batch.producer_id, batch.first_offset)
+        return None
+
+    def complete_txn(self, txn: CompletedTxn, high_watermark: int) -> None:
+        """``txn`` (returned by :meth:`update`) is indexed: it is no longer ongoing; it holds the
+        last stable offset back until ``high_watermark`` passes its marker."""
+        self.txns.complete(txn, high_watermark)
 
     def update_in_sequence(self, producer_id: int, epoch: int, last_sequence: int, first_offset: int,
                            last_offset: int, max_timestamp: int) -> None:
@@ -349,6 +399,11 @@ class ProducerStateManager:
 
     def update_map_end_offset(self, offset: int) -> None:
         self._last_map_offset = offset
+
+    def _track_open_txns(self) -> None:
+        """Rebuild :attr:`txns` from the producers' open transactions (after a load)."""
+        self.txns.load((pid, e.current_txn_first_offset) for pid, e in self._producers.items()
+                       if e.current_txn_first_offset is not None)
 
     # --- expiration -----------------------------------------------------------------------------
 
@@ -433,6 +488,7 @@ class ProducerStateManager:
         if log_end_offset != self._last_map_offset:
             self._producers.clear()
             self._load_from_snapshot(log_start_offset, now)
+            self._track_open_txns()
         else:
             self.on_log_start_offset_incremented(log_start_offset)
 
@@ -454,6 +510,7 @@ class ProducerStateManager:
         self._last_snap_offset = self._last_map_offset = log_start_offset
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        self.txns.remove_unreplicated_below(log_start_offset)
         if self._last_map_offset < log_start_offset:
             self._last_map_offset = log_start_offset
         self._last_snap_offset = max(self._snapshots, default=log_start_offset)
@@ -461,6 +518,7 @@ class ProducerStateManager:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget every producer and delete every snapshot; the state starts empty at ``offset``."""
         self._producers.clear()
+        self.txns.clear()
         for snapshot_offset in list(self._snapshots):
             self._delete_snapshot(snapshot_offset)
         self._last_snap_offset = 0
@@ -517,8 +575,9 @@ def replay_segment(state: ProducerStateManager, segment: LogSegment, start: int,
             position, size = int(headers["position"][i]), int(headers["size"][i])
             if int(headers["attributes"][i]) & _CONTROL_FLAG:
                 batch = read_batch_at(fileops.pread(fd, size, position, path), 0)
-                if batch is not None:
-                    state.update(producer_batch(batch))
+                completed = None if batch is None else state.update(producer_batch(batch))
+                if completed is not None:  # its .txnindex entry is the segment's own (recovery checks it)
+                    state.complete_txn(completed, end)
                 continue
             base_seq = _BATCH_HEAD.unpack(fileops.pread(fd, _BATCH_HEAD.size, position, path))[_BASE_SEQUENCE_INDEX]
             base, last = int(headers["base_offset"][i]), int(headers["last_offset"][i])

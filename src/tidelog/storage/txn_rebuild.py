@@ -6,7 +6,8 @@ producer's open transaction, and an ABORT marker of a transaction that holds dat
 ``ProducerAppendInfo.appendEndTxnMarker`` completes only those) adds the entry
 ``(producer id, first offset, marker offset, last stable offset)``, where the last stable offset is
 the first offset of the earliest transaction still open for *another* producer, or the marker
-offset + 1 when there is none. Only the transactional batches matter, so this walks batch headers
+offset + 1 when there is none: :func:`~.txn_tracking.aborted_txn_entry`, the rule the append path
+writes entries with. Only the transactional batches matter, so this walks batch headers
 (the numba header walk) and decodes only the control batches' marker records.
 
 The open transactions at the segment's base offset come from the newest readable producer
@@ -38,6 +39,7 @@ from tidelog.storage import fileops, files
 from tidelog.storage.producer_snapshot import read_snapshot
 from tidelog.storage.segment import LogSegment
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
+from tidelog.storage.txn_tracking import aborted_txn_entry
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,9 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
         os.close(fd)
 
 
-def abort_markers(segment: LogSegment) -> list[tuple[int, int]]:
-    """``(producer id, marker offset)`` of every ABORT marker in ``segment``, in offset order."""
-    return [(b.producer_id, b.base_offset) for b in transactional_batches(segment)
+def abort_markers(segment: LogSegment, end: int = 2**63 - 1) -> list[tuple[int, int]]:
+    """``(producer id, marker offset)`` of every ABORT marker below ``end`` in ``segment``, in offset order."""
+    return [(b.producer_id, b.base_offset) for b in transactional_batches(segment, 0, end)
             if b.control is ControlRecordType.ABORT]
 
 
@@ -96,16 +98,17 @@ class _OpenTxns:
         first = self.first_offsets.get(batch.producer_id)
         entry = None
         if first is not None and batch.control is ControlRecordType.ABORT:
-            others = [offset for pid, offset in self.first_offsets.items() if pid != batch.producer_id]
-            entry = AbortedTxn(batch.producer_id, first, batch.base_offset, min(others, default=batch.base_offset + 1))
+            entry = aborted_txn_entry(batch.producer_id, first, batch.base_offset, self.first_offsets.items())
         self.first_offsets.pop(batch.producer_id, None)
         return entry
 
 
 def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log_start_offset: int,
-                         snapshot_offsets: Sequence[int], dir: Path, open_at: dict[int, dict[int, int]]) -> list[AbortedTxn]:
-    """The entries Kafka's recovery would give ``target``'s ``.txnindex`` (see the module
-    docstring); ``segments`` are the log's, in order, ``snapshot_offsets`` its producer snapshots.
+                         snapshot_offsets: Sequence[int], dir: Path, open_at: dict[int, dict[int, int]],
+                         end: int = 2**63 - 1) -> list[AbortedTxn]:
+    """The entries Kafka's recovery would give ``target``'s ``.txnindex`` for its markers below
+    ``end`` (see the module docstring); ``segments`` are the log's, in order, ``snapshot_offsets``
+    its producer snapshots.
     ``open_at`` caches the open transactions at segment base offsets (filled here, read by the
     next call): rebuilding every segment of a log walks each one once. Walks the headers of the
     segments between the replay's start and ``target``."""
@@ -125,7 +128,7 @@ def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log
         if following <= target.base_offset:
             open_at[following] = dict(state.first_offsets)
     open_at[target.base_offset] = dict(state.first_offsets)
-    return [entry for batch in transactional_batches(target, max(start, target.base_offset))
+    return [entry for batch in transactional_batches(target, max(start, target.base_offset), end)
             if (entry := state.apply(batch)) is not None]
 
 
@@ -158,6 +161,7 @@ class LogState:
     segments: Sequence[LogSegment]
     log_start_offset: int
     snapshot_offsets: Sequence[int]
+    log_end_offset: int
 
 
 class TxnIndexCheck:
@@ -215,22 +219,21 @@ class TxnIndexCheck:
             return True
 
     def _check_against_markers(self, segment: LogSegment) -> bool:
-        with self._log_lock:
-            truncations, open_at = self._truncations, self._open_at
-        markers = abort_markers(segment)
+        """The markers and entries compared are those below the log end taken with the entries,
+        under the log's lock: an append (its marker and its entry, together under that lock) may
+        land meanwhile in the active segment, and its entry is kept as written."""
         index = segment.txn_index
-        try:
-            existing: list[AbortedTxn] | None = index.all_aborted_txns()
-        except CorruptIndexError as e:
-            log.warning("%s: %s", self._name, e)
-            existing = None
+        with self._log_lock:
+            truncations, open_at, end = self._truncations, self._open_at, self._state().log_end_offset
+            existing = self._entries(index)
+        markers = abort_markers(segment, end)
         if existing is not None and [(t.producer_id, t.last_offset) for t in existing] == markers:
             return True
         expected: list[AbortedTxn] = []
         if markers:
             state = self._state()
             rebuilt = rebuild_aborted_txns(state.segments, segment, state.log_start_offset,
-                                           state.snapshot_offsets, self._dir, open_at)
+                                           state.snapshot_offsets, self._dir, open_at, end)
             expected = merge_entries(existing or [], rebuilt)
         if expected == existing:
             return True
@@ -239,10 +242,19 @@ class TxnIndexCheck:
                 return False  # what was found may predate the truncation: the next ask checks again
             if not any(s is segment for s in self._state().segments):
                 return True  # replaced or deleted meanwhile
+            later = [t for t in self._entries(index) or [] if t.last_offset >= end]  # appended meanwhile
             log.warning("%s: rebuilding %s from the ABORT markers in its segment: %s entries, %d expected",
                         self._name, index.path, "unreadable" if existing is None else len(existing),
                         len(expected))
             index.reset()
-            for txn in expected:
+            for txn in expected + later:
                 index.append(txn)
         return True
+
+    def _entries(self, index: TransactionIndex) -> list[AbortedTxn] | None:
+        """The index's entries; None when it is unreadable (logged)."""
+        try:
+            return index.all_aborted_txns()
+        except CorruptIndexError as e:
+            log.warning("%s: %s", self._name, e)
+            return None

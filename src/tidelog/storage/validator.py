@@ -425,6 +425,7 @@ def _rebuild_one(
         producer_epoch=batch.producer_epoch,
         base_sequence=batch.base_sequence,
         is_transactional=batch.is_transactional,
+        is_control=batch.is_control,  # a coordinator's marker stays a marker on a topic with a codec
         timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
         log_append_time=now if log_append else None,
     )
