@@ -31,6 +31,9 @@ from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fileops import FaultRule, FileOp
 
 METRICS_LISTENER = "metrics.listener=http://127.0.0.1:0"
+# each Prometheus scrape gets a new rendering, so a scrape that began after the clients finished shows them
+# exactly (the default shares one rendering per second between scrapes: tests/server/test_metrics_render_interval.py)
+EVERY_SCRAPE_RENDERS = "tidelog.metrics.min.render.interval.ms=0"
 BATCH_HEADER = 61  # a v2 record batch's header (baseOffset .. recordCount), before its records
 
 
@@ -75,7 +78,7 @@ def test_bytes_records_and_offsets_produced_then_fetched_match_through_prometheu
         tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
     data = tmp_path / "data"
     sizes = {0: [10, 200, 1000, 33, 4000, 7], 1: [64, 128, 256]}  # value bytes per record, per partition
-    with serve(METRICS_LISTENER, "auto.create.topics.enable=false", data=data) as served:
+    with serve(METRICS_LISTENER, EVERY_SCRAPE_RENDERS, "auto.create.topics.enable=false", data=data) as served:
         _create_topics(served.bootstrap, NewTopic("orders", 2, 1))
         prom = prometheus(_metrics_url(data))
         prom.wait_for_scrape_after(time.time())
@@ -131,7 +134,7 @@ def test_a_compaction_lowers_the_max_dirty_percent_prometheus_recorded(
     # the cleaner weighs the log every 100 ms but waits while min.cleanable.dirty.ratio is above its
     # dirty ratio, so Prometheus sees that ratio; lowering the config (as an operator would) cleans it
     configs = {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.99"}
-    with serve(METRICS_LISTENER, "log.cleaner.backoff.ms=100", data=data) as served:
+    with serve(METRICS_LISTENER, EVERY_SCRAPE_RENDERS, "log.cleaner.backoff.ms=100", data=data) as served:
         _create_topics(served.bootstrap, NewTopic("users", 1, 1, topic_configs=configs))
         prom = prometheus(_metrics_url(data))
         producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=0, enable_idempotence=False)
@@ -179,7 +182,7 @@ def test_an_offline_log_dir_counts_in_prometheus(tmp_path: Path, prometheus: Cal
     rules = [FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/t-0/*", error=errno.ENOSPC),
              FaultRule(frozenset({FileOp.WRITE}), f"{dirs[0]}/{PROBE_FILE}", error=errno.ENOSPC)]
     env = {fileops.ENV_VAR: fileops.rules_to_json(rules)}
-    with serve(METRICS_LISTENER, f"log.dirs={dirs[0]},{dirs[1]}", env=env) as served:
+    with serve(METRICS_LISTENER, EVERY_SCRAPE_RENDERS, f"log.dirs={dirs[0]},{dirs[1]}", env=env) as served:
         prom = prometheus(_metrics_url(dirs[1]))
         quoted = {f'"{d}"': d for d in dirs}  # the exporter keeps the quotes of a quoted MBean tag
         prom.wait_for_scrape_after(time.time())

@@ -155,7 +155,8 @@ def test_beyond_the_limit_of_requesting_scrapers_a_503_comes_at_once() -> None:
     try:
         for sock in waiting:
             sock.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-        wait_until(lambda: len(entered) == 2)  # both heads read: the two workers are building their answers
+        # both heads read: one worker renders, the other waits for that rendering (one at a time)
+        wait_until(lambda: len(entered) == 1 and endpoint.answering == 2)
         started = time.monotonic()
         assert _raw(endpoint.port, b"GET /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503 ")
         assert time.monotonic() - started < 1.0

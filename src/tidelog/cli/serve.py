@@ -98,7 +98,8 @@ def _start_metrics(broker: BrokerConfig) -> tuple[MetricsEndpoint | None, Metric
         return None, None, None
     progress = RecoveryProgress()
     registry = MetricsRegistry(progress)
-    endpoint = MetricsEndpoint(registry.registry, listener.host, listener.port)
+    endpoint = MetricsEndpoint(registry.registry, listener.host, listener.port,
+                               render_interval_s=broker.get("tidelog.metrics.min.render.interval.ms") / 1000)
     try:
         endpoint.start()
     except OSError as e:

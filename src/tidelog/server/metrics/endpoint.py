@@ -17,8 +17,20 @@ scrapers connect, the broker's threads are untouched and a normal scrape still g
 405 with ``Allow: GET``; a request head that does not parse or exceeds 8 KiB → 400. A collector
 that raises answers 500 (logged here, never sent to the client).
 
+**One rendering serves every scraper of an interval.** Rendering costs CPU in the broker's
+process (under the GIL: ~40 ms per 1,000 partitions here), so what bounds a scraper's cost is how
+often the exposition is built, not how many threads may build it. A rendering is served to every
+scrape until it is ``render_interval_s`` old (``tidelog.metrics.min.render.interval.ms``, default
+1 s) **and** :data:`RENDER_CPU_BUDGET` of the time since it was built covers the CPU time it took
+(so a 40 ms rendering serves 2 s, a 600 ms one for 10,000 partitions 30 s); scrapes arriving while
+one renders wait for it and share it. However many scrapers come, however often, and however many
+partitions there are, rendering takes at most that share of one core; the figures served are at
+most that old (Prometheus scrapes every 15 s to 1 min). An interval of 0 renders every scrape (no
+budget either: for tests that need each scrape exact).
+
 **Locks.** The collectors read lock-free state (see :mod:`.broker_metrics` and the manager's
-collector); the only lock a scrape takes is the registry's own, briefly, to list its collectors.
+collector); a scrape takes the registry's own lock, briefly, to list its collectors, and the
+endpoint's rendering lock (its own threads only, never the broker's).
 """
 
 from __future__ import annotations
@@ -27,10 +39,15 @@ import asyncio
 import gzip
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+
+from tidelog.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 WORKERS = 2
@@ -40,6 +57,18 @@ HEAD_LIMIT = 8192
 REFUSAL_LINGER_S = 0.5
 BACKLOG = 128  # connections the kernel queues before the loop accepts them (not a limit on scrapes)
 PATH = "/metrics"
+RENDER_CPU_BUDGET = 0.02  # the most of one core rendering may take, however often scrapers come
+
+
+@dataclass(slots=True)
+class _Rendering:
+    """One exposition: when it was built (the clock's monotonic ns), how long it is served, its text,
+    and its gzip form once a scraper asked for it."""
+
+    at_ns: int
+    served_ns: int
+    text: bytes
+    gzipped: bytes | None = None
 
 
 class MetricsEndpoint:
@@ -48,8 +77,15 @@ class MetricsEndpoint:
     :meth:`start` and :meth:`stop` may be called from any thread, once each."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int, *, workers: int = WORKERS,
-                 max_connections: int = MAX_CONNECTIONS, timeout_s: float = TIMEOUT_S) -> None:
+                 max_connections: int = MAX_CONNECTIONS, timeout_s: float = TIMEOUT_S,
+                 render_interval_s: float = 0.0, clock: Clock = SYSTEM_CLOCK,
+                 cpu_time_ns: Callable[[], int] = time.thread_time_ns) -> None:
         self._registry = registry
+        self._render_interval_ns = int(render_interval_s * 1e9)  # 0: every scrape renders
+        self._clock = clock
+        self._cpu_time_ns = cpu_time_ns  # the rendering thread's CPU time: what a rendering cost
+        self._render_lock = threading.Lock()  # one rendering at a time; the others wait and share it
+        self._rendering: _Rendering | None = None
         self._host = host
         self._port = port
         self._max_connections = max_connections
@@ -70,6 +106,11 @@ class MetricsEndpoint:
         """Where the endpoint serves, once started."""
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}{PATH}"
+
+    @property
+    def answering(self) -> int:
+        """Connections whose request head was read and that are being answered (a gauge, any thread)."""
+        return self._open - len(self._heads)
 
     def start(self) -> int:
         """Bind and serve; the bound port (OSError if the address cannot be bound)."""
@@ -179,15 +220,34 @@ class MetricsEndpoint:
     def _exposition(self, accepts_gzip: bool) -> bytes:
         """The framed 200 response (500 if a collector fails). Runs on a worker thread."""
         try:
-            body = generate_latest(self._registry)
+            body = self._body(accepts_gzip)
         except Exception:  # noqa: BLE001 - logged here; the client gets a plain 500
             log.exception("metrics scrape failed")
             return _response(500, "Internal Server Error", b"scrape failed; see the broker's log\n")
-        extra: tuple[tuple[str, str], ...] = ()
-        if accepts_gzip:
-            body = gzip.compress(body, compresslevel=1)
-            extra = (("Content-Encoding", "gzip"),)
+        extra = (("Content-Encoding", "gzip"),) if accepts_gzip else ()
         return _response(200, "OK", body, content_type=CONTENT_TYPE_LATEST, extra=extra)
+
+    def _body(self, gzipped: bool) -> bytes:
+        """The last rendering when it is younger than the render interval, else a new one (see the
+        module doc). Worker threads only; takes the rendering lock."""
+        with self._render_lock:
+            now = self._clock.nanoseconds()
+            rendering = self._rendering
+            if rendering is None or not 0 <= now - rendering.at_ns < rendering.served_ns:
+                rendering = self._rendering = self._render(now)
+            if not gzipped:
+                return rendering.text
+            if rendering.gzipped is None:
+                rendering.gzipped = gzip.compress(rendering.text, compresslevel=1)
+            return rendering.gzipped
+
+    def _render(self, now_ns: int) -> _Rendering:
+        """A new exposition, served for the render interval or as long as the CPU budget needs."""
+        started = self._cpu_time_ns()
+        text = generate_latest(self._registry)
+        cost = self._cpu_time_ns() - started
+        served = max(self._render_interval_ns, int(cost / RENDER_CPU_BUDGET)) if self._render_interval_ns else 0
+        return _Rendering(now_ns, served, text)
 
 
 def _close(writer: asyncio.StreamWriter) -> None:
