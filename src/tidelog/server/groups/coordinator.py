@@ -61,6 +61,7 @@ from tidelog.server.groups.messages import (
     JoinResult,
     SyncRequest,
     SyncResult,
+    TxnCommitRequest,
     log_failure,
 )
 from tidelog.server.groups.offset_manager import OffsetMetadataManager
@@ -72,6 +73,7 @@ from tidelog.server.groups.records import (
     encode_group_metadata_value,
 )
 from tidelog.server.groups.sessions import MemberSessions
+from tidelog.server.groups.txn_offsets import PendingTxnOffsets
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -576,3 +578,28 @@ class GroupCoordinator:
         """Expire the offsets of empty groups past ``offsets.retention.minutes`` (see
         :meth:`.OffsetMetadataManager.expire_offsets`); the number expired."""
         return self._offsets.expire_offsets()
+
+    # --- transactional offsets (the OffsetMetadataManager's) ------------------------------------
+
+    def load_pending(self, pending: PendingTxnOffsets, last_stamp: int) -> None:
+        """Restore the offsets of transactions still open in ``__consumer_offsets`` (after :meth:`load`)."""
+        self._offsets.load_pending(pending, last_stamp)
+
+    def commit_transactional_offsets(self, request: TxnCommitRequest,
+                                     respond: Callable[[dict[tuple[str, int], ErrorCode]], None]) -> None:
+        """Hold ``request.offsets`` for the producer's transaction; one error per partition once written."""
+        self._offsets.commit_transactional_offsets(request, respond)
+
+    def complete_transaction(self, producer_id: int, in_partition: Callable[[str], bool], commit: bool) -> int:
+        """A marker of ``producer_id`` for the groups ``in_partition`` selects: commit or drop
+        their pending offsets (see :meth:`.OffsetMetadataManager.complete_transaction`)."""
+        return self._offsets.complete_transaction(producer_id, in_partition, commit)
+
+    def unstable_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of ``group_id`` with an offset held by an open transaction."""
+        return self._offsets.unstable_partitions(group_id)
+
+    @property
+    def pending_offsets(self) -> PendingTxnOffsets:
+        """The open transactions' offsets, for inspection (tests); never modify it."""
+        return self._offsets.pending

@@ -36,6 +36,12 @@ class GroupStore(Protocol):
         ``done(error)``) on the coordinator's thread. Writes of one partition land in call order."""
         ...
 
+    def write_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
+                            records: list[StoreRecord], done: Done) -> None:
+        """As :meth:`write`, in a transactional batch of ``producer_id`` at ``producer_epoch``
+        (a TxnOffsetCommit: visible once the transaction's COMMIT marker follows)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
@@ -117,6 +123,21 @@ class CommitRequest:
     and no member: a commit from outside the group."""
 
     group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    offsets: Mapping[tuple[str, int], OffsetCommitValue]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCommitRequest:
+    """A TxnOffsetCommit: ``offsets`` held for the open transaction of ``producer_id`` until its
+    marker. Generation -1, no member and no instance id: a producer outside the group's
+    membership (v0-v2 carry none of them)."""
+
+    group_id: str
+    producer_id: int
+    producer_epoch: int
     generation_id: int
     member_id: str
     group_instance_id: str | None

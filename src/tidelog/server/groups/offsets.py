@@ -12,11 +12,18 @@ is none), CreateTime now, appended with ``AppendOrigin.COORDINATOR``. Records ar
 :mod:`.records`), so the cleaner compacts the topic down to the last commit per partition and the
 last metadata per group, and a Kafka broker reads it.
 
-Loading replays every partition from its log start: the last record of a key wins, a tombstone
-deletes it; a record whose key or value does not decode is skipped with a warning (the broker
-still starts). Control batches and transactional batches (transactional offset commits, which
-tidelog does not serve) are skipped; record types a classic coordinator does not know (KIP-848
-consumer groups, share groups) are skipped too.
+A TxnOffsetCommit's offsets are one transactional batch of the producer (its producer id and
+epoch, base sequence 0, as Kafka's coordinator runtime writes them); the transaction coordinator
+later appends the COMMIT or ABORT marker to the partition.
+
+Loading replays every partition from its log start to its high watermark, as Kafka's coordinator
+loader does: the last record of a key wins, a tombstone deletes it (and drops pending transactional
+offsets of that partition); offsets of a transactional batch are held pending for its producer
+until a COMMIT marker of that producer makes them committed (unless a later commit of the same
+partition came first, see :mod:`.txn_offsets`) or an ABORT drops them; offsets whose marker is not
+in the log yet stay pending (the transaction coordinator completes them). A record whose key or
+value does not decode is skipped with a warning (the broker still starts); record types a classic
+coordinator does not know (KIP-848 consumer groups, share groups) are skipped too.
 
 :class:`OffsetsTopic` methods do file work: call them in the thread pool. :class:`OffsetsTopicStore`
 is the coordinator's :class:`~tidelog.server.groups.coordinator.GroupStore` on the event loop.
@@ -36,6 +43,7 @@ from tidelog.manager import LogManager
 from tidelog.manager.kraft_metadata import INTERNAL_TOPIC_CONFIGS
 from tidelog.records import RecordBatch, iter_batches
 from tidelog.records.builder import BatchBuilder
+from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.server.groups.messages import Done, StoreRecord
 from tidelog.server.groups.records import (
     OFFSETS_TOPIC,
@@ -48,6 +56,7 @@ from tidelog.server.groups.records import (
     decode_offset_commit_value,
     offsets_partition_for,
 )
+from tidelog.server.groups.txn_offsets import PendingTxnOffsets
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.config import BrokerConfig
 from tidelog.topic_partition import TopicPartition
@@ -59,28 +68,43 @@ LOAD_BUFFER_BYTES = 5 * 1024 * 1024  # Kafka's offsets.load.buffer.size
 
 @dataclass(slots=True)
 class LoadedGroups:
-    """What ``__consumer_offsets`` holds: each group's last metadata and its committed offsets."""
+    """What ``__consumer_offsets`` holds: each group's last metadata, its committed offsets, the
+    offsets of transactions still open (stamped with their record offsets) and the highest offset
+    replayed (a record or a marker)."""
 
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = field(default_factory=dict)
+    pending: PendingTxnOffsets = field(default_factory=PendingTxnOffsets)
+    last_offset: int = -1
     records: int = 0
     skipped: int = 0
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record (the latest of a key wins; a None value deletes it)."""
+    def apply(self, key: bytes, value: bytes | None, producer_id: int = -1, offset: int = -1) -> None:
+        """Replay one record at ``offset`` (the latest of a key wins; a None value deletes it); an
+        offset commit of a transactional batch (``producer_id`` >= 0) is held pending."""
         decoded = decode_key(key)
+        self.last_offset = max(self.last_offset, offset)
         if isinstance(decoded, OffsetCommitKey):
-            tp = (decoded.topic, decoded.partition)
+            group, tp = decoded.group, (decoded.topic, decoded.partition)
             if value is None:
-                self.offsets.get(decoded.group, {}).pop(tp, None)
+                self.offsets.get(group, {}).pop(tp, None)
+                self.pending.drop(group, tp)
+            elif producer_id >= 0:
+                self.pending.add(producer_id, group, {tp: decode_offset_commit_value(value)}, offset)
             else:
-                self.offsets.setdefault(decoded.group, {})[tp] = decode_offset_commit_value(value)
+                self.offsets.setdefault(group, {})[tp] = decode_offset_commit_value(value)
+                self.pending.supersede(group, tp, offset)
         elif isinstance(decoded, GroupMetadataKey):
             if value is None:
                 self.groups.pop(decoded.group, None)
             else:
                 self.groups[decoded.group] = decode_group_metadata_value(value)
         self.records += 1
+
+    def end_transaction(self, producer_id: int, in_partition: Callable[[str], bool], commit: bool) -> None:
+        """Replay a COMMIT or ABORT marker of ``producer_id`` for the groups ``in_partition`` selects."""
+        for group, tp, value in self.pending.end(producer_id, in_partition, commit):
+            self.offsets.setdefault(group, {})[tp] = value
 
     def done(self) -> LoadedGroups:
         """Drop groups left with no offsets after tombstones."""
@@ -115,15 +139,25 @@ class OffsetsTopic:
                 pass  # created meanwhile by another request
         return len(self._manager.partitions(OFFSETS_TOPIC))
 
+    def groups_of(self, partition: int) -> Callable[[str], bool]:
+        """Whether a group's records go to ``partition`` (the topic must exist). No I/O: reads
+        the partition count from the manager's registry (thread-safe, no lock)."""
+        count = len(self._manager.partitions(OFFSETS_TOPIC))
+        return lambda group_id: offsets_partition_for(group_id, count) == partition
+
     def partition_for(self, group_id: str) -> int:
         """The partition holding ``group_id``'s records (creates the topic if missing)."""
         return offsets_partition_for(group_id, self.ensure())
 
-    def append(self, group_id: str, records: list[StoreRecord]) -> None:
-        """Append ``records`` as one batch to the group's partition."""
+    def append(self, group_id: str, records: list[StoreRecord], producer_id: int = -1, producer_epoch: int = -1) -> None:
+        """Append ``records`` as one batch to the group's partition; with a ``producer_id``, a
+        transactional batch of that producer (a TxnOffsetCommit): the log's producer state then
+        refuses a stale ``producer_epoch`` (:class:`~tidelog.errors.InvalidProducerEpochError`)."""
         tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
         now = self._clock.milliseconds()
-        builder = BatchBuilder()
+        transactional = producer_id >= 0
+        builder = BatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=0 if transactional else -1, is_transactional=transactional)
         for offset, (key, value) in enumerate(records):
             builder.append(offset, now, key, value)
         self._manager.append(tp, builder.build(), origin=AppendOrigin.COORDINATOR)
@@ -133,16 +167,18 @@ class OffsetsTopic:
         loaded = LoadedGroups()
         if not self._manager.has_topic(OFFSETS_TOPIC):
             return loaded
+        count = len(self._manager.partitions(OFFSETS_TOPIC))
         for tp in self._manager.live_partitions(OFFSETS_TOPIC):
-            _replay(self._manager, tp, loaded)
+            _replay(self._manager, tp, loaded, count)
         log.info("loaded %d groups and the offsets of %d groups from %s (%d records)", len(loaded.groups),
                  len(loaded.offsets), OFFSETS_TOPIC, loaded.records)
         return loaded.done()
 
 
-def _replay(manager: LogManager, tp: TopicPartition, loaded: LoadedGroups) -> None:
-    """Apply every record of one partition, from its log start to its high watermark. A read that
-    fails is reported as any other read (:meth:`LogManager.report_read_error`) and raised."""
+def _replay(manager: LogManager, tp: TopicPartition, loaded: LoadedGroups, count: int) -> None:
+    """Apply every record and marker of one partition (of ``count``), from its log start to its
+    high watermark. A read that fails is reported as any other read
+    (:meth:`LogManager.report_read_error`) and raised."""
     offsets = manager.offsets(tp)
     offset, buffer = offsets.log_start_offset, LOAD_BUFFER_BYTES
     while offset < offsets.high_watermark:
@@ -156,20 +192,39 @@ def _replay(manager: LogManager, tp: TopicPartition, loaded: LoadedGroups) -> No
         advanced = offset
         for _, batch in iter_batches(data):
             advanced = max(advanced, batch.next_offset)
-            if isinstance(batch, RecordBatch) and (batch.is_control or batch.is_transactional):
+            transactional = isinstance(batch, RecordBatch) and batch.is_transactional
+            if isinstance(batch, RecordBatch) and batch.is_control:
+                if transactional and batch.next_offset > offset:
+                    _end_transaction(loaded, batch, tp, count)
                 continue
+            producer_id = batch.producer_id if transactional else -1
             for record in batch.records():
                 if record.offset >= offset and record.key is not None:
-                    _apply(loaded, record.key, record.value, tp, record.offset)
+                    _apply(loaded, record.key, record.value, tp, record.offset, producer_id)
         if advanced == offset:  # one batch larger than the buffer
             buffer *= 2
         offset = advanced
         offsets = manager.offsets(tp)
 
 
-def _apply(loaded: LoadedGroups, key: bytes, value: bytes | None, tp: TopicPartition, offset: int) -> None:
+def _end_transaction(loaded: LoadedGroups, batch: RecordBatch, tp: TopicPartition, count: int) -> None:
+    """Replay the COMMIT or ABORT marker ``batch`` for the groups of partition ``tp``."""
     try:
-        loaded.apply(key, value)
+        kind = control_batch_type(batch)
+    except CorruptRecordError as e:
+        loaded.skipped += 1
+        log.warning("%s offset %d: skipped, a control batch that does not decode: %s", tp, batch.base_offset, e)
+        return
+    loaded.last_offset = max(loaded.last_offset, batch.base_offset)
+    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        loaded.end_transaction(batch.producer_id, lambda group: offsets_partition_for(group, count) == tp.partition,
+                               kind is ControlRecordType.COMMIT)
+
+
+def _apply(loaded: LoadedGroups, key: bytes, value: bytes | None, tp: TopicPartition, offset: int,
+           producer_id: int) -> None:
+    try:
+        loaded.apply(key, value, producer_id, offset)
     except CorruptRecordError as e:
         loaded.skipped += 1
         log.warning("%s offset %d: skipped, a record that does not decode: %s", tp, offset, e)
@@ -188,15 +243,22 @@ class OffsetsTopicStore:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def write(self, group_id: str, records: list[StoreRecord], done: Done) -> None:
-        task = asyncio.get_running_loop().create_task(self._write(group_id, records, done))
+        self.write_transactional(group_id, -1, -1, records, done)
+
+    def write_transactional(self, group_id: str, producer_id: int, producer_epoch: int,
+                            records: list[StoreRecord], done: Done) -> None:
+        """As :meth:`write`, in a transactional batch of ``producer_id`` (-1: a plain batch)."""
+        task = asyncio.get_running_loop().create_task(self._write(group_id, records, done, producer_id,
+                                                                  producer_epoch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write(self, group_id: str, records: list[StoreRecord], done: Done) -> None:
+    async def _write(self, group_id: str, records: list[StoreRecord], done: Done, producer_id: int,
+                     producer_epoch: int) -> None:
         lock = self._locks.setdefault(group_id, asyncio.Lock())
         async with lock:
             try:
-                await self._run(self._topic.append, group_id, records)
+                await self._run(self._topic.append, group_id, records, producer_id, producer_epoch)
             except Exception as e:  # noqa: BLE001 - the coordinator turns it into an error code
                 done(e)
                 return

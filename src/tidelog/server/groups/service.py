@@ -83,9 +83,19 @@ class GroupService:
         store = OffsetsTopicStore(topic, ctx.run)
         coordinator = GroupCoordinator(GroupConfig.from_broker(broker), store, clock, scheduler)
         coordinator.load(loaded.groups, loaded.offsets)
+        coordinator.load_pending(loaded.pending, loaded.last_offset)
         interval = coordinator.config.offsets_retention_check_interval_ms
         scheduler.schedule_periodic("offsets-expiration", coordinator.expire_offsets, interval, interval)
         return cls(coordinator, topic, store, scheduler)
+
+    def complete_transaction(self, producer_id: int, producer_epoch: int, partition: int, commit: bool) -> int:
+        """The transaction coordinator appended the COMMIT (``commit``) or ABORT marker of
+        ``producer_id`` at ``producer_epoch`` to ``__consumer_offsets`` partition ``partition``:
+        the transactional offsets it holds for the groups of that partition become committed
+        offsets, or are dropped. Call after the marker is stored (the epoch was checked by the
+        log's producer state then). Memory only, no I/O; returns the number of offsets made
+        visible. Event-loop only (the coordinator's thread): not thread-safe, takes no lock."""
+        return self.coordinator.complete_transaction(producer_id, self.topic.groups_of(partition), commit)
 
     async def stop(self) -> None:
         """Stop the timers and wait for the writes in flight."""
