@@ -62,11 +62,12 @@ class TxnLog:
     def last_stable_offset(self) -> int:
         """Kafka's last stable offset (module doc). Thread-safe: without open or unreplicated
         transactions, no lock (the high watermark); with some, takes the log's lock."""
-        if not self.producer_state.txns:
+        txns = self.producer_state.txns
+        if not txns.ongoing and not txns.unreplicated:  # two dict tests, not a __bool__ call: once per fetch
             return self._high_watermark
         with self._lock:
             high_watermark = self._high_watermark
-            first = self.producer_state.txns.first_unstable_offset(high_watermark)
+            first = txns.first_unstable_offset(high_watermark)
             if first is None:
                 return high_watermark
             first = max(first, self._log_start_offset)
