@@ -3,7 +3,8 @@
 :func:`record_batches` scans a buffer of whole v2 batches (CRCs checked, compressed batches
 decompressed by :func:`tidelog.records.scan.scan_batches`), keeps the records of data batches whose
 offset is in ``[start, end)`` (control batches, i.e. transaction markers, are skipped, as Kafka
-consumers skip them; aborted transactional records are returned, as ``read_uncommitted`` does)
+consumers skip them; aborted transactional records are returned, as ``read_uncommitted`` does,
+unless an :class:`~tidelog.storage.read_committed.AbortedBatchFilter` is given: read_committed)
 and yields record batches of at most :data:`MAX_ROWS` rows in exactly
 :func:`tidelog.spark.schema.arrow_read_schema` order and types:
 
@@ -30,11 +31,15 @@ import pyarrow as pa
 from tidelog import twins
 from tidelog.errors import InvalidRecordError
 from tidelog.records.scan import ScanResult, scan_batches
+from tidelog.records.batch import NO_PRODUCER_ID
+from tidelog.records.record import Record
 from tidelog.spark.schema import HEADER_TYPE, arrow_read_schema
+from tidelog.storage.read_committed import AbortedBatchFilter
 
 MAX_ROWS = 65536
 MAX_BYTES = 1 << 30  # per binary column of one record batch (int32 Arrow offsets)
 _CONTROL = 0x20
+_TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 
 
@@ -116,20 +121,70 @@ _KERNELS: _Kernels = twins.choose(_get_kernels)
 # --- record batches -------------------------------------------------------------------------
 
 def record_batches(buf: Any, topic: str, partition: int, start: int, end: int, *,
-                   include_headers: bool = False, max_rows: int = MAX_ROWS) -> Iterator[pa.RecordBatch]:
+                   include_headers: bool = False, max_rows: int = MAX_ROWS,
+                   aborted: AbortedBatchFilter | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of the data records in ``buf`` (whole v2 batches) with offsets in
-    ``[start, end)``. Raises CorruptRecordError (CRC mismatch, bytes that do not parse)."""
+    ``[start, end)``; with ``aborted`` (fed every buffer of the partition in offset order), not
+    those of aborted transactions. Raises CorruptRecordError (CRC mismatch, bytes that do not parse)."""
     result = scan_batches(buf, verify_crc=True)
-    rows = selected_rows(result, start, end)
+    rows = selected_rows(result, start, end, None if aborted is None else aborted_batches(result, aborted))
     for piece in _slices(result, rows, max_rows):
         yield to_record_batch(result, piece, topic, partition, include_headers)
 
 
-def selected_rows(result: ScanResult, start: int, end: int) -> np.ndarray:
-    """Indices of the data records (not control) with offsets in ``[start, end)``."""
+def selected_rows(result: ScanResult, start: int, end: int, skipped: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the data records (not control) with offsets in ``[start, end)``, less those of
+    the batches ``skipped`` marks (one bool per batch)."""
     data_batch = (result.batch_attributes & _CONTROL) == 0
+    if skipped is not None:
+        data_batch &= ~skipped
     mask = (result.offset >= start) & (result.offset < end) & data_batch[result.batch]
     return np.flatnonzero(mask)
+
+
+def aborted_batches(result: ScanResult, aborted: AbortedBatchFilter) -> np.ndarray:
+    """One bool per batch of ``result``: whether ``aborted`` skips it. Only the transactional
+    batches are shown to the filter (it skips nothing else, and its state moves only by them)."""
+    skipped = np.zeros(len(result.batch_attributes), np.bool_)
+    transactional = np.flatnonzero(((result.batch_attributes & _TRANSACTIONAL) != 0)
+                                   & (result.batch_producer_id != NO_PRODUCER_ID))
+    for i in transactional.tolist():
+        skipped[i] = aborted.skips(_ScannedBatch(result, i))
+    return skipped
+
+
+class _ScannedBatch:
+    """Batch ``i`` of a scan, as :class:`AbortedBatchFilter` reads a batch."""
+
+    __slots__ = ("_result", "_i")
+
+    def __init__(self, result: ScanResult, i: int) -> None:
+        self._result, self._i = result, i
+
+    @property
+    def producer_id(self) -> int:
+        return int(self._result.batch_producer_id[self._i])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self._result.batch_last_offset[self._i])
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(int(self._result.batch_attributes[self._i]) & _TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(int(self._result.batch_attributes[self._i]) & _CONTROL)
+
+    def records(self) -> Iterator[Record]:
+        """The batch's first record, keyed (all a control batch's type needs); none if emptied."""
+        r = self._result
+        row = int(np.searchsorted(r.batch, self._i))
+        if row < len(r.batch) and int(r.batch[row]) == self._i:
+            n, pos = int(r.key_len[row]), int(r.key_pos[row])
+            key = None if n < 0 else bytes(r.arenas[int(r.arena[row])][pos:pos + n])
+            yield Record(offset=int(r.offset[row]), timestamp=int(r.timestamp[row]), key=key, value=None)
 
 
 def _slices(result: ScanResult, rows: np.ndarray, max_rows: int) -> Iterator[np.ndarray]:

@@ -36,11 +36,15 @@ maxOffsetsPerTrigger,               streams: rate limit, minimum batch, and the 
 minOffsetsPerTrigger,               it (Spark time string, default 15m)
 maxTriggerDelay
 includeHeaders                      false (default): adds the ``headers`` column
+kafka.isolation.level               read_uncommitted (default) | read_committed: the consumer's
+                                    isolation level; read_committed ends every read (latest) at
+                                    the last stable offset and leaves out the records of aborted
+                                    transactions (:mod:`tidelog.storage.view_txns`)
 =================================== ===========================================================
 
-``kafka.*`` options are refused (there is no broker or consumer to configure; with a store path
-``kafka.bootstrap.servers`` alone is taken, by :mod:`tidelog.spark.remote_source`), and so is every
-other unknown option, rather than silently ignored.
+Other ``kafka.*`` options are refused (there is no broker or consumer to configure; with a store
+path ``kafka.bootstrap.servers`` alone is taken, by :mod:`tidelog.spark.remote_source`), and so is
+every other unknown option, rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -81,18 +85,20 @@ MAX_OFFSETS_PER_TRIGGER = "maxoffsetspertrigger"
 MIN_OFFSETS_PER_TRIGGER = "minoffsetspertrigger"
 MAX_TRIGGER_DELAY = "maxtriggerdelay"
 INCLUDE_HEADERS = "includeheaders"
+ISOLATION_LEVEL = "kafka.isolation.level"
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 KNOWN = frozenset({PATH, *STRATEGY_KEYS, STARTING_OFFSETS, ENDING_OFFSETS, STARTING_TIMESTAMP, ENDING_TIMESTAMP,
                    STARTING_BY_TIMESTAMP, ENDING_BY_TIMESTAMP, STARTING_STRATEGY, FAIL_ON_DATA_LOSS,
                    MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,
-                   MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, INCLUDE_HEADERS})
+                   MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, INCLUDE_HEADERS, ISOLATION_LEVEL})
 # How the user spelled each option in the docs (Spark lower-cases keys before we see them).
 SPELLING = {key.lower(): key for key in (
     "path", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
     "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions", "maxRecordsPerPartition",
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "includeHeaders")}
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "includeHeaders", "kafka.isolation.level")}
 _KAFKA_CLIENT_ONLY = ("groupidprefix", "fetchoffset.numretries", "fetchoffset.retryintervalms",
                       "kafkaconsumer.polltimeoutms")
 
@@ -158,6 +164,9 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
+    read_committed: bool = False
+    """``kafka.isolation.level=read_committed``: reads end at the last stable offset, aborted
+    transactions left out."""
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -188,6 +197,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_offsets_per_trigger=_positive(opts, MIN_OFFSETS_PER_TRIGGER),
         max_trigger_delay_ms=parse_time_ms(opts.get(MAX_TRIGGER_DELAY, DEFAULT_MAX_TRIGGER_DELAY),
                                            SPELLING[MAX_TRIGGER_DELAY]),
+        read_committed=_isolation_level(opts) == READ_COMMITTED,
     )
     _check_trigger_limits(parsed)
     return parsed
@@ -195,7 +205,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 
 def _check_known(opts: Mapping[str, str]) -> None:
     for key in sorted(opts):
-        if key.startswith("kafka."):
+        if key.startswith("kafka.") and key != ISOLATION_LEVEL:
             raise SourceOptionError(
                 f"Kafka option '{key}' is not supported: the tidelog source reads the log dir given by "
                 f"'path' directly, there is no broker or consumer to configure. Remove the 'kafka.*' options.")
@@ -342,6 +352,16 @@ def _strategy(opts: Mapping[str, str]) -> str:
     if value not in ("error", "latest"):
         raise SourceOptionError(
             f"Option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got '{opts[STARTING_STRATEGY]}'")
+    return value
+
+
+def _isolation_level(opts: Mapping[str, str]) -> str:
+    """``kafka.isolation.level``, checked as Kafka's consumer checks ``isolation.level``."""
+    value = opts.get(ISOLATION_LEVEL, READ_UNCOMMITTED)
+    if value not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise SourceOptionError(
+            f"Option 'kafka.isolation.level': Invalid value {value} for configuration isolation.level: "
+            f"String must be one of: {READ_COMMITTED}, {READ_UNCOMMITTED}")
     return value
 
 

@@ -10,6 +10,12 @@ Both readers work like Spark's Kafka source, with the data dir in place of a bro
   with ``pread`` and turned into Arrow record batches (:mod:`tidelog.spark.arrow_rows`). A read is
   bounded by its planned end, so a replayed micro-batch returns the same records.
 
+**Isolation** (``kafka.isolation.level``): under read_committed the end a read resolves to
+(``latest``, the stream's ends) is each partition's last stable offset instead of the readable
+end, and each task leaves out the records of aborted transactions with the storage's filter
+(:class:`~tidelog.storage.read_committed.AbortedBatchFilter`) over the ``.txnindex`` entries of
+its range (:mod:`tidelog.storage.view_txns`), as a read_committed Kafka consumer does.
+
 **Data loss.** Offsets below the log start offset (retention, DeleteRecords) or a deleted partition
 fail the task or the planning with Kafka's message (``failOnDataLoss=true``, the default), or are
 skipped with a warning. Offset gaps left by compaction are normal and never reported.
@@ -54,6 +60,8 @@ from tidelog.spark.ranges import (
     split_ranges,
 )
 from tidelog.storage.log_view import DataLossError, LogView, PartitionBounds, PartitionView
+from tidelog.storage.read_committed import AbortedBatchFilter
+from tidelog.storage.view_txns import aborted_transactions, last_stable_offset
 from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -131,6 +139,14 @@ class _Subscribed:
         live = {tp: self.dirs[tp] for tp in self.partitions if tp in self.dirs}
         self.views: dict[TopicPartition, PartitionView] = {tp: self.view.partition(tp, d) for tp, d in live.items()}
         self.bounds: dict[TopicPartition, PartitionBounds] = self.view.bounds(live)
+        if parsed.read_committed:
+            self.bounds = {tp: stable_bounds(self.views[tp], b) for tp, b in self.bounds.items()}
+
+
+def stable_bounds(view: PartitionView, bounds: PartitionBounds) -> PartitionBounds:
+    """``bounds`` ending at the partition's last stable offset (read_committed)."""
+    end = last_stable_offset(view)
+    return PartitionBounds(bounds.topic_partition, min(bounds.log_start_offset, end), end)
 
 
 def loss(parsed: o.SourceOptions, message: str) -> None:
@@ -167,11 +183,12 @@ def _read_batches(parsed: o.SourceOptions, pview: PartitionView, tp: TopicPartit
     """Read ``[start, end)``; when retention removes offsets mid-read, report it and go on from the
     new log start offset (``failOnDataLoss=false``)."""
     next_offset = start
+    aborted = AbortedBatchFilter(aborted_transactions(pview, start, end)) if parsed.read_committed else None
     while next_offset < end:
         try:
             for buf in pview.read_batches(next_offset, end):
                 for batch in record_batches(buf, tp.topic, tp.partition, next_offset, end,
-                                            include_headers=parsed.include_headers):
+                                            include_headers=parsed.include_headers, aborted=aborted):
                     yield batch
                     next_offset = batch.column(4)[-1].as_py() + 1
             return
