@@ -65,6 +65,7 @@ class Env:
     root: Path
     counter: int = 0  # distinct values across the run
     staged: dict[str, list[Any]] = field(default_factory=dict)  # job key -> its staged batches
+    sequences: dict[int, int] = field(default_factory=dict)  # producer id -> its next sequence
 
     def append(self, topic: str, count: int, *, partition: int = 0, keys: int | None = None,
                tombstone_every: int = 0) -> None:
@@ -363,10 +364,55 @@ def damaged_files_workload() -> list[Step]:
     return steps
 
 
+TXN_LOG_TOPICS = ("txl", "txd")  # read_state adds their LSO and open transactions too
+
+
+def _txn(topic: str, pid: int, count: int, epoch: int = 0) -> Step:
+    """One transactional batch of ``count`` keyed records from producer ``pid`` (a leader append:
+    producer state opens its transaction)."""
+    def run(env: Env) -> None:
+        seq = env.sequences.get(pid, 0)
+        builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+        for i in range(count):
+            env.counter += 1
+            builder.append(i, env.clock.milliseconds(), b"k%d" % (env.counter % 5), b"p%d-%d" % (pid, env.counter))
+        env.manager.append(TopicPartition(topic, 0), builder.build())
+        env.sequences[pid] = seq + count
+    return (f"transactional append {topic} p{pid}", run)
+
+
+def _marker(topic: str, pid: int, commit: bool, epoch: int = 0) -> Step:
+    """The coordinator's COMMIT or ABORT (``write_txn_marker``: the marker, an ABORT's .txnindex entry)."""
+    return (f"{'commit' if commit else 'abort'} marker {topic} p{pid}",
+            lambda env: env.manager.write_txn_marker(TopicPartition(topic, 0), pid, epoch, 0, commit))
+
+
+def transactions_workload() -> list[Step]:
+    """Transactions written as the coordinator writes them, on a compacted page-cache topic and a
+    ``flush.messages=1`` one: interleaved producers, ABORTs whose .txnindex entry points at
+    another producer's open transaction, rolls, a crash with transactions open (the reopen must
+    give back the same LSO and open transactions: producer snapshots + replay), a clean, and
+    markers after it. Each state holds the LSO, the open transactions and the aborted ones."""
+    steps = [_create("txl", **{"cleanup.policy": "compact", "segment.bytes": "500", "min.cleanable.dirty.ratio": "0.01"}),
+             _create("txd", **{"flush.messages": "1", "segment.bytes": "500"})]
+    for topic in TXN_LOG_TOPICS:
+        p1, p2, p3 = (10, 11, 12) if topic == "txl" else (20, 21, 22)
+        steps += [_txn(topic, p1, 2), _txn(topic, p2, 1), _txn(topic, p1, 2), _marker(topic, p2, False),
+                  _txn(topic, p3, 3), _marker(topic, p1, True), _txn(topic, p2, 2), _marker(topic, p3, False)]
+    steps += [("crash and reopen", _crash_and_reopen)]
+    for topic in TXN_LOG_TOPICS:
+        p1, p2 = (10, 11) if topic == "txl" else (20, 21)
+        steps += [_txn(topic, p1, 2), _marker(topic, p2, False), _marker(topic, p1, False)]
+    steps += [("checkpoints", _checkpoints), _clean("txl"), _advance(DELETE_DELAY_MS + 1)]
+    steps += [_txn("txl", 13, 1), _marker("txl", 13, True)]
+    return steps
+
+
 WORKLOADS: dict[str, Callable[[], list[Step]]] = {
     "append": append_workload,
     "damaged_files": damaged_files_workload,
     "staged_commit": staged_commit_workload,
+    "transactions": transactions_workload,
     "live_commit": live_commit_workload,
     "restart": restart_workload,
     "retention": retention_workload,
