@@ -130,11 +130,11 @@ def end_txn(log: Log, producer_id: int, epoch: int, *, commit: bool, coordinator
 
 
 def abort(log: Log, producer_id: int, epoch: int, first_offset: int, last_stable_offset: int | None, ts: int) -> None:
-    """An ABORT marker and its .txnindex entry, written by hand as Kafka's producer state would
-    (tidelog's append path does not maintain .txnindex yet: docs/architecture.md)."""
+    """An ABORT marker; the append path writes its .txnindex entry, which must be the one Kafka's
+    producer state writes (checked here, then decoded by DumpLogSegments below)."""
     marker = end_txn(log, producer_id, epoch, commit=False, coordinator_epoch=6, ts=ts)
     lso = marker + 1 if last_stable_offset is None else last_stable_offset
-    log.active_segment.txn_index.append(AbortedTxn(producer_id, first_offset, marker, lso))
+    assert log.active_segment.txn_index.all_aborted_txns()[-1] == AbortedTxn(producer_id, first_offset, marker, lso)
 
 
 def write_plain(root: Path, clock: FakeClock) -> None:
