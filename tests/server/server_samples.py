@@ -32,7 +32,13 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -203,8 +209,32 @@ GROUP_SAMPLES: dict[int, Any] = {
 }
 
 
-def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = GroupMember()) -> Any:
-    """A request of ``api_key`` valid at ``version`` (group APIs speak for ``member``)."""
+# the transaction coordinator's APIs: their samples speak for a producer of TXN_ID (its producer id
+# and epoch from InitProducerId; EndTxn after AddPartitionsToTxn of the topic's partition 0)
+TXN_ID = "sample-tx"
+TXN_APIS = frozenset({codec.ADD_PARTITIONS_TO_TXN, codec.ADD_OFFSETS_TO_TXN, codec.END_TXN})
+
+
+def add_partitions_to_txn(topic: str, producer: tuple[int, int]) -> Any:
+    A = AddPartitionsToTxnRequest
+    return A(v3_and_below_transactional_id=TXN_ID, v3_and_below_producer_id=producer[0],
+             v3_and_below_producer_epoch=producer[1],
+             v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=topic, partitions=[0])])
+
+
+def txn_sample(api_key: int, topic: str, producer: tuple[int, int]) -> Any:
+    if api_key == codec.ADD_PARTITIONS_TO_TXN:
+        return add_partitions_to_txn(topic, producer)
+    if api_key == codec.ADD_OFFSETS_TO_TXN:
+        return AddOffsetsToTxnRequest(transactional_id=TXN_ID, producer_id=producer[0], producer_epoch=producer[1],
+                                      group_id="g")
+    return EndTxnRequest(transactional_id=TXN_ID, producer_id=producer[0], producer_epoch=producer[1], committed=True)
+
+
+def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = GroupMember(),
+           producer: tuple[int, int] = (0, 0)) -> Any:
+    """A request of ``api_key`` valid at ``version`` (group APIs speak for ``member``, transaction
+    APIs for ``producer``, the producer id and epoch of :data:`TXN_ID`)."""
     if api_key == codec.API_VERSIONS:
         return ApiVersionsRequest(client_software_name="tidelog-tests", client_software_version="1.0")
     if api_key == codec.METADATA:
@@ -229,6 +259,8 @@ def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = G
         return SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret")
     if api_key == codec.INIT_PRODUCER_ID:
         return InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+    if api_key in TXN_APIS:
+        return txn_sample(api_key, topic, producer)
     raise ValueError(f"no sample for API key {api_key}")
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.producer import AddPartitionsToTxnResponse, InitProducerIdRequest, InitProducerIdResponse
 
 import server_samples as samples
 from server_helpers import Broker, RawClient
@@ -36,7 +37,7 @@ def test_advertised_apis_are_exactly_the_ones_served() -> None:
         33: (0, 2), 35: (1, 4), 37: (0, 3), 44: (0, 1), 60: (0, 2),
         8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
         42: (0, 2),
-        17: (0, 1), 36: (0, 2), 22: (0, 5)}
+        17: (0, 1), 36: (0, 2), 22: (0, 5), 24: (0, 3), 25: (0, 3), 26: (0, 4)}
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
@@ -63,6 +64,18 @@ def _group_member(client: RawClient, api_key: int) -> samples.GroupMember:
     return member
 
 
+def _txn_producer(client: RawClient, api_key: int) -> tuple[int, int]:
+    """The producer id and epoch of samples.TXN_ID, its transaction begun for EndTxn."""
+    init = client.call(InitProducerIdRequest(transactional_id=samples.TXN_ID, transaction_timeout_ms=60000),
+                       InitProducerIdResponse, 4)
+    assert init.error_code == 0
+    producer = (init.producer_id, init.producer_epoch)
+    if api_key == codec.END_TXN:
+        added = client.call(samples.add_partitions_to_txn("t", producer), AddPartitionsToTxnResponse, 3)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    return producer
+
+
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
 def test_every_version_is_served_and_its_response_decodes(make_broker: Callable[..., Broker], api_key: int,
                                                           version: int) -> None:
@@ -73,7 +86,8 @@ def test_every_version_is_served_and_its_response_decodes(make_broker: Callable[
     spec = codec.SUPPORTED_APIS[api_key]
     client = broker.connect()
     member = _group_member(client, api_key) if api_key in samples.GROUP_APIS else samples.GroupMember()
-    response = client.call(samples.sample(api_key, version, member=member), spec.response, version)
+    producer = _txn_producer(client, api_key) if api_key in samples.TXN_APIS else (0, 0)
+    response = client.call(samples.sample(api_key, version, member=member, producer=producer), spec.response, version)
     # SASL requests on a listener without SASL answer ILLEGAL_SASL_STATE (34), as Kafka's KafkaApis
     sasl = api_key in (codec.SASL_HANDSHAKE, codec.SASL_AUTHENTICATE)
     assert _error_codes(response) == ({34} if sasl else {0}), response

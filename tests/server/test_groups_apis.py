@@ -46,7 +46,7 @@ def test_find_coordinator_names_this_broker_for_groups_and_creates_the_offsets_t
     assert [(c.key, c.node_id, c.port, c.error_code) for c in batched.coordinators] == [("a", 1, broker.port, 0)]
     assert broker.manager.partitions(OFFSETS_TOPIC) == [0, 1]
     transaction = client.call(samples.find_coordinator("tx", 3, key_type=1), FindCoordinatorResponse, 3)
-    assert (transaction.error_code, transaction.node_id, transaction.port) == (53, -1, -1)  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert (transaction.error_code, transaction.node_id, transaction.port) == (0, 1, broker.port)  # the txn coordinator
     share = client.call(samples.find_coordinator("s:x:0", 6, key_type=2), FindCoordinatorResponse, 6)
     assert share.coordinators[0].error_code == 42  # INVALID_REQUEST
 

@@ -91,7 +91,18 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -109,6 +120,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROU
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 24, 25, 26
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +169,11 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(SASL_HANDSHAKE, 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
     ApiSpec(SASL_AUTHENTICATE, 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
     ApiSpec(INIT_PRODUCER_ID, 0, 5, InitProducerIdRequest, InitProducerIdResponse),
+    # transaction protocol V1 only (server.transactions): AddPartitionsToTxn v4+, AddOffsetsToTxn
+    # v4 and EndTxn v5 are V2's (KIP-890), not advertised
+    ApiSpec(ADD_PARTITIONS_TO_TXN, 0, 3, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    ApiSpec(ADD_OFFSETS_TO_TXN, 0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    ApiSpec(END_TXN, 0, 4, EndTxnRequest, EndTxnResponse),
 )}
 
 # tidelog's own APIs (jobs staged through the broker, server.staged_writes): decoded, never

@@ -106,12 +106,6 @@ class InvalidReplicaAssignmentError(TidelogError):
     error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
 
 
-class InvalidTxnStateError(TidelogError):
-    """A transactional batch: this broker serves no transactions (Kafka INVALID_TXN_STATE)."""
-
-    error_code = ErrorCode.INVALID_TXN_STATE
-
-
 class CoordinatorNotAvailableError(TidelogError):
     """No group coordinator serves the request (Kafka COORDINATOR_NOT_AVAILABLE)."""
 

@@ -1,16 +1,14 @@
-"""InitProducerId (v0-v5, Kafka 4.0's range): producer ids for idempotent producers.
+"""InitProducerId (v0-v5, Kafka 4.0's range): producer ids for idempotent and transactional producers.
 
 A request without a transactional id gets a fresh producer id at epoch 0, whatever producer id
 and epoch it carries (v3+, KIP-360): Kafka's coordinator answers such requests the same way
 ("blindly accept the request and return a new producerId"); an idempotent producer bumps its
 own epoch on the client side and asks for a new id only when it must.
 
-Transactions are not served. A request naming a transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a message saying so: the Java client, librdkafka and
-kafka-python treat that error as fatal for the transactional producer, so it fails at once
-with a readable error instead of retrying until a timeout (a retriable error such as
-COORDINATOR_NOT_AVAILABLE would make them wait out ``transaction.timeout.ms``/``max.block.ms``).
-FindCoordinator for a transaction coordinator (key type 1) answers the same way.
+A request with a transactional id goes to the transaction coordinator
+(:meth:`~tidelog.server.transactions.coordinator.TransactionCoordinator.init_producer_id`: the id's
+producer id at a bumped epoch, fencing the producer that held it). PRODUCER_FENCED is answered as
+INVALID_PRODUCER_EPOCH below v4, as Kafka does.
 """
 
 from __future__ import annotations
@@ -26,18 +24,22 @@ from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode
 from tidelog.server.producer_id_manager import ProducerIdManager
-
-TRANSACTIONS_REFUSED = ("tidelog does not support transactions: use an idempotent producer without "
-                        "transactional.id (enable.idempotence=true is supported)")
+from tidelog.server.transactions.coordinator import transaction_coordinator
 
 _managers: weakref.WeakKeyDictionary[LogManager, ProducerIdManager] = weakref.WeakKeyDictionary()
 _managers_lock = threading.Lock()
 
 
 async def handle_init_producer_id(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
-    body = request.body
+    body, version = request.body, request.api_version
     if body.transactional_id is not None:
-        return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        expected_pid, expected_epoch = (body.producer_id, body.producer_epoch) if version >= 3 else (-1, -1)
+        result = await transaction_coordinator(ctx).init_producer_id(
+            body.transactional_id, body.transaction_timeout_ms, expected_pid, expected_epoch)
+        error = result.error
+        if error is ErrorCode.PRODUCER_FENCED and version < 4:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return _response(error, result.producer_id, result.producer_epoch)
     producer_id = await ctx.run(lambda: producer_ids(ctx.manager).generate_producer_id())
     return _response(ErrorCode.NONE, producer_id, 0)
 

@@ -35,6 +35,7 @@ from tidelog.server.security.sasl import handle_sasl_authenticate, handle_sasl_h
 from tidelog.server.staged_api import ABORT_STAGED_JOB, COMMIT_STAGED_JOB, STAGE_BATCHES
 from tidelog.server.staged_writes import handle_abort_staged_job, handle_commit_staged_job, handle_stage_batches
 from tidelog.server.topics import handle_create_topics, handle_delete_topics
+from tidelog.server.transactions.apis import handle_add_offsets_to_txn, handle_add_partitions_to_txn, handle_end_txn
 
 Handler = Callable[[ApiContext, ConnectionInfo, Request], Awaitable[Any]]
 
@@ -65,6 +66,9 @@ HANDLERS: dict[int, Handler] = {
     codec.SASL_HANDSHAKE: handle_sasl_handshake,
     codec.SASL_AUTHENTICATE: handle_sasl_authenticate,
     codec.INIT_PRODUCER_ID: handle_init_producer_id,
+    codec.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    codec.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    codec.END_TXN: handle_end_txn,
     # tidelog's own, never advertised (server.staged_writes)
     STAGE_BATCHES: handle_stage_batches,
     COMMIT_STAGED_JOB: handle_commit_staged_job,

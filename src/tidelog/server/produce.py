@@ -20,8 +20,13 @@ allowance when a topic allows more), however many connections send them.
 Idempotent producers (producer ids from InitProducerId, :mod:`.init_producer_id`) are checked by
 the log's producer state: a retried batch gets NONE and its original base offset (nothing is
 written twice), an older epoch INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
-Transactions are not served: a request with a transactional id gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a transactional batch INVALID_TXN_STATE.
+Transactional batches (a request with a transactional id) are verified with the transaction
+coordinator before the append (Kafka's ``transaction.partition.verification.enable``, KIP-890 part 1):
+a partition not in the producer's ongoing transaction gets INVALID_TXN_STATE (TRANSACTION_ABORTABLE
+from v11, as Kafka answers), a stale epoch INVALID_PRODUCER_EPOCH, and while the coordinator cannot
+tell (loading, a transition in flight) NOT_ENOUGH_REPLICAS, which producers retry. A transactional
+batch in a request without a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+Non-transactional requests pay nothing for this (the check is behind the request's transactional id).
 """
 
 from __future__ import annotations
@@ -40,19 +45,19 @@ from tidelog.records.layout import (
     COMPRESSION_CODEC_MASK,
     LOG_OVERHEAD,
     PREFIX,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
     TRANSACTIONAL_FLAG_MASK,
 )
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import (
     ErrorCode,
-    InvalidTxnStateError,
     NotEnoughReplicasError,
     error_code,
     error_message,
     record_errors,
 )
-from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
 from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, RequestMetrics
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
@@ -92,12 +97,12 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
     body = request.body
     if body.acks not in (-1, 0, 1):
         outcome = _refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS)
-    elif body.transactional_id is not None:
-        outcome = _refuse_all(body, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED)
     else:
+        refused = verify_transactional(ctx, body, request.api_version) if body.transactional_id is not None else None
         reservation = decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity)
         async with ctx.decompression.reserve(reservation):
-            outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks)
+            outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks, refused,
+                                    body.transactional_id is not None)
         _count_topics(ctx.metrics.topics, outcome)
     if outcome.appended:
         ctx.arrivals.notify(outcome.appended)
@@ -154,25 +159,32 @@ class AcksZeroFailure(Exception):
         self.outcome = outcome
 
 
-def append_all(manager: LogManager, topic_data: list[Any], acks: int) -> ProduceOutcome:
-    """Append every partition's batch in request order. Runs in the thread pool."""
+def append_all(manager: LogManager, topic_data: list[Any], acks: int,
+               refused: dict[TopicPartition, ErrorCode] | None = None, transactional: bool = False) -> ProduceOutcome:
+    """Append every partition's batch in request order, except the ``refused`` ones, which get
+    their error (``transactional``: the request has a transactional id). Runs in the thread pool."""
     outcome = ProduceOutcome()
     for topic in topic_data:
         results = outcome.topics.setdefault(topic.name, [])
         for part in topic.partition_data:
             tp = TopicPartition(topic.name, part.index)
-            result = _append_one(manager, tp, part.records, acks)
+            if refused and tp in refused:
+                results.append(PartitionResult(tp.partition, refused[tp], size=len(part.records or b""),
+                                               message=_REFUSALS.get(refused[tp])))
+                continue
+            result = _append_one(manager, tp, part.records, acks, transactional)
             if result.error == ErrorCode.NONE and result.base_offset >= 0:
                 outcome.appended.append(tp)
             results.append(result)
     return outcome
 
 
-def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int) -> PartitionResult:
+def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int,
+                transactional: bool = False) -> PartitionResult:
     size = len(records) if records else 0
     try:
         check_appendable(tp.topic)
-        check_one_v2_batch(records, tp)
+        check_one_v2_batch(records, tp, transactional)
         if acks == -1:
             _check_min_insync_replicas(manager, tp)
         info = manager.append(tp, records or b"")
@@ -191,8 +203,9 @@ def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:
                                      f"requirement of {min_isr} for partition {tp}", topic_partition=str(tp))
 
 
-def check_one_v2_batch(records: bytes | None, tp: TopicPartition) -> None:
-    """Kafka's rule for Produce v3+: exactly one record batch, of magic 2 (INVALID_RECORD otherwise)."""
+def check_one_v2_batch(records: bytes | None, tp: TopicPartition, transactional: bool = False) -> None:
+    """Kafka's rule for Produce v3+: exactly one record batch, of magic 2 (INVALID_RECORD otherwise);
+    a transactional batch only in a request with a transactional id (``transactional``)."""
     if not records or len(records) < PREFIX.size:
         raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
                                  topic_partition=str(tp))
@@ -203,8 +216,60 @@ def check_one_v2_batch(records: bytes | None, tp: TopicPartition) -> None:
     if LOG_OVERHEAD + length != len(records):  # trailing bytes, or a batch cut short
         raise InvalidRecordError("Produce requests with version 3+ must have exactly one record batch per partition",
                                  topic_partition=str(tp))
-    if _attributes(records) & TRANSACTIONAL_FLAG_MASK:
-        raise InvalidTxnStateError(TRANSACTIONS_REFUSED, topic_partition=str(tp))
+    if not transactional and _attributes(records) & TRANSACTIONAL_FLAG_MASK:
+        raise TransactionalIdRequiredError("a transactional batch needs the request's transactional id",
+                                           topic_partition=str(tp))
+
+
+class TransactionalIdRequiredError(TidelogError):
+    """A transactional batch in a Produce request without a transactional id (Kafka answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the id is what authorizes transactional writes)."""
+
+    error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+_REFUSALS = {
+    ErrorCode.INVALID_TXN_STATE: "the partition is not in the producer's ongoing transaction (AddPartitionsToTxn first)",
+    ErrorCode.TRANSACTION_ABORTABLE: "the partition is not in the producer's ongoing transaction (AddPartitionsToTxn first)",
+    ErrorCode.INVALID_PRODUCER_EPOCH: "the producer was fenced: a newer epoch holds its transactional id",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "no transactional id holds this producer id",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "the transaction coordinator cannot verify the transaction yet; retry",
+}
+_COORDINATOR_BUSY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                               ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS})
+ABORTABLE_SINCE = 11  # Produce version from which a partition outside the transaction is TRANSACTION_ABORTABLE
+
+
+def verify_transactional(ctx: ApiContext, body: Any, version: int) -> dict[TopicPartition, ErrorCode] | None:
+    """The partitions whose transactional batch the coordinator refuses, with the code Produce
+    answers (Kafka's mapping of verification errors); None when verification is off. Event loop;
+    O(partitions), reads each batch's header only."""
+    coordinator = getattr(ctx, "transactions", None)
+    if coordinator is None or not coordinator.config.verification:
+        return None
+    refused: dict[TopicPartition, ErrorCode] = {}
+    for topic in body.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if not records or len(records) < PRODUCER_ID_OFFSET + PRODUCER_FIELDS.size \
+                    or not _attributes(records) & TRANSACTIONAL_FLAG_MASK:
+                continue  # not transactional, or too short: the append answers
+            pid, epoch, _ = PRODUCER_FIELDS.unpack_from(records, PRODUCER_ID_OFFSET)
+            tp = TopicPartition(topic.name, part.index)
+            code = coordinator.verify_partition(pid, epoch, tp)
+            if code is not ErrorCode.NONE:
+                refused[tp] = _produce_code(code, version)
+    return refused
+
+
+def _produce_code(code: ErrorCode, version: int) -> ErrorCode:
+    if code is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code in _COORDINATOR_BUSY:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if code is ErrorCode.INVALID_TXN_STATE and version >= ABORTABLE_SINCE:
+        return ErrorCode.TRANSACTION_ABORTABLE
+    return code
 
 
 def _attributes(records: bytes | None) -> int:

@@ -23,7 +23,9 @@ Every connection reserves the bytes of the request frames it receives from one
 :attr:`KafkaServer.decompression_memory` (``tidelog.produce.decompression.memory.bytes``).
 
 Before it listens, the server loads its group coordinator (:mod:`tidelog.server.groups`) from
-``__consumer_offsets``, so every group and committed offset is back when the first client comes.
+``__consumer_offsets`` and its transaction coordinator (:mod:`tidelog.server.transactions`) from
+``__transaction_state``, so every group, committed offset and transaction is back when the first
+client comes (transactions found half-completed are finished in the background).
 
 :class:`ServerThread` runs a server on its own event loop thread, for ``tidelog serve`` and tests.
 """
@@ -45,12 +47,14 @@ from tidelog.manager.log_dir import DEFAULT_NODE_ID
 from tidelog.server.config import Endpoint, ServerConfig
 from tidelog.server.connection import serve_connection
 from tidelog.server.context import ApiContext, ConnectionInfo, DataArrival
-from tidelog.server.groups.service import GroupsContext, GroupService
+from tidelog.server.groups.service import GroupService
 from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.metrics.broker_metrics import ServerMetrics
 from tidelog.server.security.credentials import CredentialsFile, credentials_path
 from tidelog.server.security.sasl import SaslAuthenticator, SaslSettings
 from tidelog.server import staged_writes
+from tidelog.server.transactions.coordinator import TransactionCoordinator
+from tidelog.server.transactions.service import TransactionsContext, TransactionService
 from tidelog.storage.metadata import read_meta_properties
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,7 @@ class KafkaServer:
         self._executor: ThreadPoolExecutor | None = None
         self._context: ApiContext | None = None
         self._groups: GroupService | None = None
+        self._transactions: TransactionService | None = None
         self._tls: dict[str, ssl.SSLContext] = {}
         self._sasl: dict[str, SaslSettings] = {}
         self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)  # queued.max.request.bytes
@@ -100,9 +105,11 @@ class KafkaServer:
         try:
             self._prepare_security()
             self._groups = await GroupService.start(context)
+            self._transactions = await TransactionService.start(context, self._groups)
             staged_writes.attach(self._manager)  # jobs staged through this broker: their reclaim is scheduled
-            self._context = GroupsContext(self._manager, self._config, node_id, cluster_id, self._executor,
-                                          context.arrivals, self.decompression_memory, self.metrics, self._groups)
+            self._context = TransactionsContext(self._manager, self._config, node_id, cluster_id, self._executor,
+                                                context.arrivals, self.decompression_memory, self.metrics, self._groups,
+                                                self._transactions.coordinator)
             for endpoint in self._config.listeners:
                 await self._listen(endpoint)
             staged_writes.write_address(self._manager, self.bound, {
@@ -219,6 +226,12 @@ class KafkaServer:
         return groups.coordinator.gauges() if groups is not None else []
 
     @property
+    def transactions(self) -> TransactionCoordinator | None:
+        """The transaction coordinator once started, else None. Its methods are event-loop only;
+        its ``describe``/``list_transactions`` only read dicts, safe enough for tests from any thread."""
+        return self._transactions.coordinator if self._transactions is not None else None
+
+    @property
     def delayed_fetches(self) -> int:
         """Fetches waiting for data (long polls); read from any thread, a gauge."""
         return self._context.arrivals.waiting if self._context is not None else 0
@@ -237,6 +250,9 @@ class KafkaServer:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+        if self._transactions is not None:
+            transactions, self._transactions = self._transactions, None
+            await transactions.stop()  # markers in flight land (briefly) before the pool goes
         if self._groups is not None:
             groups, self._groups = self._groups, None
             await groups.stop()  # group writes in flight finish before the pool goes

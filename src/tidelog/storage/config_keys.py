@@ -346,6 +346,27 @@ _BROKER_KEYS = (
     _key("offsets.retention.minutes", _INT, 10080, at_least(1),
          "How long the committed offsets of an empty group are kept after it emptied (or after the commit)."),
     _key("offsets.retention.check.interval.ms", _LONG, 600000, at_least(1), "Period of the offsets expiration task."),
+    # the transaction coordinator's keys (tidelog.server.transactions)
+    _key("transaction.max.timeout.ms", _INT, 900000, at_least(1),
+         "Largest transaction.timeout.ms a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT above)."),
+    _key("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, 10000, at_least(1),
+         "Period of the scan that fences and aborts transactions open longer than their timeout."),
+    _key("transactional.id.expiration.ms", _INT, 604800000, at_least(1),
+         "How long a transactional id with no transaction open and no request is kept before it expires."),
+    _key("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, 3600000, at_least(1),
+         "Period of the task that removes expired transactional ids."),
+    _key("transaction.state.log.num.partitions", _INT, 50, at_least(1),
+         "Partitions of __transaction_state when it is created (an id's partition is hash(id) mod this)."),
+    _key("transaction.state.log.replication.factor", _INT, 3, at_least(1),
+         "Replication factor of __transaction_state; a single node keeps one replica whatever it says."),
+    _key("transaction.state.log.min.isr", _INT, 2, at_least(1),
+         "min.insync.replicas of __transaction_state in Kafka; a single node is its own ISR, so unused."),
+    _key("transaction.state.log.segment.bytes", _INT, 104857600, at_least(1), "segment.bytes of __transaction_state."),
+    _key("transaction.state.log.load.buffer.size", _INT, 5242880, at_least(1),
+         "Bytes read at a time when __transaction_state is loaded at start-up."),
+    _key("transaction.partition.verification.enable", _BOOL, True, None,
+         "Whether a transactional batch is checked with the coordinator (its partition in the producer's "
+         "transaction, its epoch current) before it is appended."),
     # security of the server's listeners (tidelog.server.security); secrets (ssl.key.password,
     # ssl.keystore.key, ssl.keystore.certificate.chain, ssl.truststore.certificates) stay untyped so
     # DescribeConfigs never shows them

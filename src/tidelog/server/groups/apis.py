@@ -1,8 +1,8 @@
 """The consumer-group APIs: requests in, :class:`~.coordinator.GroupCoordinator` calls, responses out.
 
 FindCoordinator (v0-v6; batched keys from v4): this broker coordinates every group (creating
-``__consumer_offsets`` on the first ask, as Kafka does); TRANSACTION keys get
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transactions: see init_producer_id), SHARE keys INVALID_REQUEST.
+``__consumer_offsets`` on the first ask, as Kafka does) and every transactional id (creating
+``__transaction_state``, server.transactions); SHARE keys get INVALID_REQUEST.
 JoinGroup (v2-v9) and SyncGroup (v0-v5) wait on the event loop for the rebalance (a future
 resolved by the coordinator's callback). Heartbeat (v0-v4), LeaveGroup (v0-v5; batched members
 from v3). OffsetCommit (v2-v9): topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION,
@@ -33,13 +33,14 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from tidelog.manager import LogManager
+from tidelog.manager.internal_topics import TRANSACTION_STATE
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode
 from tidelog.server.groups.messages import CommitRequest, JoinRequest, SyncRequest
 from tidelog.server.groups.records import OFFSETS_TOPIC, OffsetCommitValue
 from tidelog.server.groups.service import group_service
-from tidelog.server.init_producer_id import TRANSACTIONS_REFUSED
+from tidelog.server.transactions.coordinator import transaction_coordinator
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,8 +86,11 @@ async def handle_find_coordinator(ctx: ApiContext, conn: ConnectionInfo, request
             log.warning("cannot create %s: %s", OFFSETS_TOPIC, e)
             error, message = E.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {e}"
     elif key_type == TRANSACTION_KEY_TYPE:
-        # Fatal in every client, so a transactional producer fails at once (see init_producer_id).
-        error, message = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_REFUSED
+        try:
+            await ctx.run(transaction_coordinator(ctx).topic.ensure)
+        except Exception as e:  # noqa: BLE001 - no transaction state topic: no coordinator yet (Kafka's answer)
+            log.warning("cannot create %s: %s", TRANSACTION_STATE, e)
+            error, message = E.COORDINATOR_NOT_AVAILABLE, f"cannot create {TRANSACTION_STATE}: {e}"
     else:
         error, message = E.INVALID_REQUEST, f"Unsupported key type {key_type}"
     found = error is E.NONE
