@@ -747,3 +747,33 @@ def test_the_cleaner_drops_kafkas_aborted_data_with_the_txn_index_lost(kafka_dir
             cleaned[damaged] = data_records(manager.log(tp))
     assert cleaned[True] == cleaned[False]
     assert cleaned[False] and not any(r[3].startswith(b"abort") for r in cleaned[False]), "Kafka's aborted records went"
+
+
+def test_our_append_path_writes_the_txn_index_kafka_wrote(served: tuple[Served, Path], tmp_path: Path) -> None:
+    """Kafka's kdir-txn batches appended again through tidelog's leader path (the producer's
+    batches as a client's, the markers as the coordinator's): same offsets, and the ``.txnindex``
+    the append path writes is Kafka's, byte for byte."""
+    from tidelog.storage.append_info import AppendOrigin
+
+    _, copy = served
+    kafka_dir = pdir(copy, TXN)
+    kafka_index = b"".join(files.transaction_index_file(kafka_dir, base).read_bytes() for base, _ in segments(kafka_dir)
+                           if files.transaction_index_file(kafka_dir, base).exists())
+    assert len(kafka_index) == 34, "Kafka indexed the one aborted transaction"
+    batches = [(data[position:position + batch.size_in_bytes], batch) for base, _ in segments(kafka_dir)
+               for data in [files.log_file(kafka_dir, base).read_bytes()] for position, batch in iter_batches(data)]
+    clock = FakeClock(max(batch.max_timestamp for _, batch in batches))  # Kafka's time when it wrote them
+    log = Log.open(tmp_path / f"{TXN}-0", clock=clock, scheduler=FakeScheduler(clock))
+    try:
+        for raw, batch in batches:
+            patched = bytearray(raw)
+            patched[:8] = bytes(8)  # a client's batch starts at offset 0 (outside the CRC)
+            origin = AppendOrigin.COORDINATOR if batch.is_control else AppendOrigin.CLIENT
+            info = log.append_as_leader(bytes(patched), origin=origin)
+            log.maybe_increment_high_watermark(info.next_offset)
+            assert info.first_offset == batch.base_offset
+        ours = b"".join(s.txn_index.path.read_bytes() for s in log.segments if s.txn_index.path.exists())
+        assert ours == kafka_index
+        assert log.last_stable_offset == log.log_end_offset
+    finally:
+        log.close()
