@@ -334,3 +334,20 @@ def test_idle_ids_expire_with_a_tombstone(manager: LogManager) -> None:
         assert c.describe("idle") is None and c.describe("busy").state == "Ongoing"
         assert [t.transactional_id for t in c.list_transactions(["ongoing"])] == ["busy"]
     _drive(manager, reload, clock)
+
+
+def test_markers_carry_the_coordinator_epoch_the_partition_stored(manager: LogManager) -> None:
+    """A dir adopted from Kafka: the data partition holds a marker Kafka's coordinator wrote at
+    coordinator epoch 5 for the producer; the coordinator's markers go out at 5 too, so the partition
+    takes them (at 0 they would be refused as a zombie's and the transaction left open there)."""
+    async def body(c: TransactionCoordinator, _: FakeClock) -> None:
+        r = await c.init_producer_id("tx", 60000)
+        pid = r.producer_id
+        manager.write_txn_marker(T0, pid, 0, 5, False)  # a marker Kafka's coordinator wrote at epoch 5
+        assert await c.add_partitions("tx", pid, 0, [T0]) is E.NONE
+        manager.append(T0, _txn_batch(pid, 0, 0, [b"a"]))
+        assert await c.end_txn("tx", pid, 0, True) is E.NONE
+        assert manager.offsets(T0).last_stable_offset == manager.offsets(T0).log_end_offset
+    _drive(manager, body)
+    epochs = [int.from_bytes(bytes(next(iter(b.records())).value[2:6]), "big") for b in _batches(manager, T0) if b.is_control]
+    assert epochs == [5, 5] and [m[2] for m in _markers(manager, T0)] == [False, True]

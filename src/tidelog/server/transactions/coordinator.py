@@ -30,7 +30,10 @@ INVALID_PRODUCER_EPOCH to old request versions by the handlers):
   transaction.
 
 One node: this broker coordinates every ``__transaction_state`` partition, at coordinator epoch
-:data:`COORDINATOR_EPOCH` (the partitions' leader epoch here).
+:data:`COORDINATOR_EPOCH`. A marker goes out at the epoch the partition last stored for the
+producer when that is higher: in a dir adopted from a Kafka broker, Kafka's coordinator may have
+written at a later leader epoch of ``__transaction_state``, and a lower epoch would be refused as a
+zombie's (TRANSACTION_COORDINATOR_FENCED), leaving the transaction open on that partition.
 
 Threading: the coordinator runs on the server's event loop; no method is thread-safe and none
 takes a lock (``describe`` and ``list_transactions`` only read, as gauges do). File work
@@ -417,12 +420,19 @@ class TransactionCoordinator:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
 
+    def _append_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """Append the marker at the coordinator epoch the partition last saw from the producer's
+        coordinator, at least :data:`COORDINATOR_EPOCH` (see the module doc). File work: the pool."""
+        epoch = max([COORDINATOR_EPOCH, *(p.coordinator_epoch for p in self._manager.producer_states(tp)
+                                          if p.producer_id == producer_id)])
+        self._manager.write_txn_marker(tp, producer_id, producer_epoch, epoch, commit)
+
     async def _write_marker(self, meta: TxnMetadata, tp: TopicPartition, commit: bool) -> None:
         pid, epoch = meta.producer_id, meta.producer_epoch
         backoff = RETRY_BACKOFF_S
         while True:
             try:
-                await self._run(self._manager.write_txn_marker, tp, pid, epoch, COORDINATOR_EPOCH, commit)
+                await self._run(self._append_marker, tp, pid, epoch, commit)
             except (UnknownTopicOrPartitionError, InvalidProducerEpochError, TransactionCoordinatorFencedError) as e:
                 # the partition is gone, or a newer producer epoch or coordinator wrote there: Kafka
                 # drops the marker too
