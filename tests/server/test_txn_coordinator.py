@@ -17,6 +17,8 @@ from tidelog.manager.internal_topics import TRANSACTION_STATE
 from tidelog.records import RecordBatch, iter_batches
 from tidelog.records.builder import BatchBuilder
 from tidelog.server.errors import ErrorCode
+from tidelog.server.groups.offsets import OffsetsTopic
+from tidelog.server.groups.records import OFFSETS_TOPIC, offsets_partition_for
 from tidelog.server.init_producer_id import producer_ids
 from tidelog.server.transactions.coordinator import TransactionCoordinator, TxnConfig
 from tidelog.server.transactions.records import decode_key, decode_value, txn_partition_for
@@ -351,3 +353,24 @@ def test_markers_carry_the_coordinator_epoch_the_partition_stored(manager: LogMa
     _drive(manager, body)
     epochs = [int.from_bytes(bytes(next(iter(b.records())).value[2:6]), "big") for b in _batches(manager, T0) if b.is_control]
     assert epochs == [5, 5] and [m[2] for m in _markers(manager, T0)] == [False, True]
+
+
+def test_add_offsets_adds_the_groups_offsets_partition(manager: LogManager) -> None:
+    clock = FakeClock()
+    offsets = OffsetsTopic(manager, clock, partitions=3, segment_bytes=1 << 20)
+
+    async def main() -> None:
+        async def run(fn: Callable[..., Any], *args: object) -> Any:
+            return await asyncio.to_thread(fn, *args)
+        c = TransactionCoordinator(manager, TxnConfig(num_partitions=PARTITIONS), clock, run,
+                                   producer_ids(manager).generate_producer_id, offsets_partitions=offsets.ensure)
+        await c.load()
+        r = await c.init_producer_id("tx", 60000)
+        assert await c.add_offsets("tx", r.producer_id, 1, "grp") is E.PRODUCER_FENCED
+        assert await c.add_offsets("tx", r.producer_id, 0, "") is E.INVALID_REQUEST
+        assert await c.add_offsets("tx", r.producer_id, 0, "grp") is E.NONE
+        tp = TopicPartition(OFFSETS_TOPIC, offsets_partition_for("grp", 3))
+        assert c.describe("tx").partitions == (tp,) and c.verify_partition(r.producer_id, 0, tp) is E.NONE
+        await c.stop()
+    asyncio.run(main())
+    assert len(manager.partitions(OFFSETS_TOPIC)) == 3
