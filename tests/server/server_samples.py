@@ -18,8 +18,11 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeLogDirsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -38,6 +41,8 @@ from kafka.protocol.producer import (
     EndTxnRequest,
     InitProducerIdRequest,
     ProduceRequest,
+    TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -212,7 +217,9 @@ GROUP_SAMPLES: dict[int, Any] = {
 # the transaction coordinator's APIs: their samples speak for a producer of TXN_ID (its producer id
 # and epoch from InitProducerId; EndTxn after AddPartitionsToTxn of the topic's partition 0)
 TXN_ID = "sample-tx"
-TXN_APIS = frozenset({codec.ADD_PARTITIONS_TO_TXN, codec.ADD_OFFSETS_TO_TXN, codec.END_TXN})
+TXN_APIS = frozenset({codec.ADD_PARTITIONS_TO_TXN, codec.ADD_OFFSETS_TO_TXN, codec.END_TXN, codec.TXN_OFFSET_COMMIT,
+                      codec.WRITE_TXN_MARKERS, codec.DESCRIBE_PRODUCERS, codec.DESCRIBE_TRANSACTIONS,
+                      codec.LIST_TRANSACTIONS})
 
 
 def add_partitions_to_txn(topic: str, producer: tuple[int, int]) -> Any:
@@ -228,7 +235,33 @@ def txn_sample(api_key: int, topic: str, producer: tuple[int, int]) -> Any:
     if api_key == codec.ADD_OFFSETS_TO_TXN:
         return AddOffsetsToTxnRequest(transactional_id=TXN_ID, producer_id=producer[0], producer_epoch=producer[1],
                                       group_id="g")
-    return EndTxnRequest(transactional_id=TXN_ID, producer_id=producer[0], producer_epoch=producer[1], committed=True)
+    if api_key == codec.END_TXN:
+        return EndTxnRequest(transactional_id=TXN_ID, producer_id=producer[0], producer_epoch=producer[1],
+                             committed=True)
+    return txn_admin_sample(api_key, topic, producer)
+
+
+def txn_admin_sample(api_key: int, topic: str, producer: tuple[int, int]) -> Any:
+    """TxnOffsetCommit (after AddOffsetsToTxn of group ``g``) and the transaction admin APIs."""
+    if api_key == codec.TXN_OFFSET_COMMIT:
+        T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        return TxnOffsetCommitRequest(transactional_id=TXN_ID, group_id="g", producer_id=producer[0],
+                                      producer_epoch=producer[1], generation_id=-1, member_id="", group_instance_id=None,
+                                      topics=[T(name=topic, partitions=[T.TxnOffsetCommitRequestPartition(
+                                          partition_index=0, committed_offset=1, committed_leader_epoch=-1,
+                                          committed_metadata="")])])
+    if api_key == codec.WRITE_TXN_MARKERS:
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        return WriteTxnMarkersRequest(markers=[M(producer_id=producer[0], producer_epoch=producer[1],
+                                                 transaction_result=False, coordinator_epoch=0, topics=[
+                                                     M.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])])
+    if api_key == codec.DESCRIBE_PRODUCERS:
+        T = DescribeProducersRequest.TopicRequest
+        return DescribeProducersRequest(topics=[T(name=topic, partition_indexes=[0])])
+    if api_key == codec.DESCRIBE_TRANSACTIONS:
+        return DescribeTransactionsRequest(transactional_ids=[TXN_ID])
+    return ListTransactionsRequest(state_filters=["Empty"], producer_id_filters=[], duration_filter=-1,
+                                   transactional_id_pattern="sample-.*")
 
 
 def sample(api_key: int, version: int, topic: str = "t", member: GroupMember = GroupMember(),

@@ -13,7 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import AddPartitionsToTxnResponse, InitProducerIdRequest, InitProducerIdResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 
 import server_samples as samples
 from server_helpers import Broker, RawClient
@@ -37,7 +43,8 @@ def test_advertised_apis_are_exactly_the_ones_served() -> None:
         33: (0, 2), 35: (1, 4), 37: (0, 3), 44: (0, 1), 60: (0, 2),
         8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5),
         42: (0, 2),
-        17: (0, 1), 36: (0, 2), 22: (0, 5), 24: (0, 3), 25: (0, 3), 26: (0, 4)}
+        17: (0, 1), 36: (0, 2), 22: (0, 5), 24: (0, 3), 25: (0, 3), 26: (0, 4),
+        28: (0, 4), 27: (1, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2)}
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
@@ -73,6 +80,10 @@ def _txn_producer(client: RawClient, api_key: int) -> tuple[int, int]:
     if api_key == codec.END_TXN:
         added = client.call(samples.add_partitions_to_txn("t", producer), AddPartitionsToTxnResponse, 3)
         assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    if api_key == codec.TXN_OFFSET_COMMIT:
+        added = client.call(AddOffsetsToTxnRequest(transactional_id=samples.TXN_ID, producer_id=producer[0],
+                                                   producer_epoch=producer[1], group_id="g"), AddOffsetsToTxnResponse, 1)
+        assert added.error_code == 0
     return producer
 
 

@@ -59,10 +59,16 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import (
@@ -102,6 +108,10 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -121,6 +131,7 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 24, 25, 26
+WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 27, 28, 61, 65, 66
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +185,13 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {spec.api_key: spec for spec in (
     ApiSpec(ADD_PARTITIONS_TO_TXN, 0, 3, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ApiSpec(ADD_OFFSETS_TO_TXN, 0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     ApiSpec(END_TXN, 0, 4, EndTxnRequest, EndTxnResponse),
+    # TxnOffsetCommit v5 is V2's; WriteTxnMarkers v0 left Kafka in 4.0, v2 carries V2's
+    # transaction version (server.groups.txn_apis, server.txn_admin)
+    ApiSpec(TXN_OFFSET_COMMIT, 0, 4, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    ApiSpec(WRITE_TXN_MARKERS, 1, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    ApiSpec(DESCRIBE_PRODUCERS, 0, 0, DescribeProducersRequest, DescribeProducersResponse),
+    ApiSpec(DESCRIBE_TRANSACTIONS, 0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
+    ApiSpec(LIST_TRANSACTIONS, 0, 2, ListTransactionsRequest, ListTransactionsResponse),
 )}
 
 # tidelog's own APIs (jobs staged through the broker, server.staged_writes): decoded, never

@@ -25,6 +25,7 @@ from tidelog.server.groups.apis import (
     handle_offset_fetch,
     handle_sync_group,
 )
+from tidelog.server.groups.txn_apis import handle_txn_offset_commit
 from tidelog.server.init_producer_id import handle_init_producer_id
 from tidelog.server.list_offsets import handle_list_offsets
 from tidelog.server.metrics.request_names import api_name, response_error_codes
@@ -36,6 +37,12 @@ from tidelog.server.staged_api import ABORT_STAGED_JOB, COMMIT_STAGED_JOB, STAGE
 from tidelog.server.staged_writes import handle_abort_staged_job, handle_commit_staged_job, handle_stage_batches
 from tidelog.server.topics import handle_create_topics, handle_delete_topics
 from tidelog.server.transactions.apis import handle_add_offsets_to_txn, handle_add_partitions_to_txn, handle_end_txn
+from tidelog.server.txn_admin import (
+    handle_describe_producers,
+    handle_describe_transactions,
+    handle_list_transactions,
+    handle_write_txn_markers,
+)
 
 Handler = Callable[[ApiContext, ConnectionInfo, Request], Awaitable[Any]]
 
@@ -69,6 +76,11 @@ HANDLERS: dict[int, Handler] = {
     codec.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     codec.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
     codec.END_TXN: handle_end_txn,
+    codec.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    codec.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    codec.DESCRIBE_PRODUCERS: handle_describe_producers,
+    codec.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    codec.LIST_TRANSACTIONS: handle_list_transactions,
     # tidelog's own, never advertised (server.staged_writes)
     STAGE_BATCHES: handle_stage_batches,
     COMMIT_STAGED_JOB: handle_commit_staged_job,

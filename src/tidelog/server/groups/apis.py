@@ -7,7 +7,8 @@ JoinGroup (v2-v9) and SyncGroup (v0-v5) wait on the event loop for the rebalance
 resolved by the coordinator's callback). Heartbeat (v0-v4), LeaveGroup (v0-v5; batched members
 from v3). OffsetCommit (v2-v9): topics this broker does not have get UNKNOWN_TOPIC_OR_PARTITION,
 as Kafka's KafkaApis answers. OffsetFetch (v1-v9; several groups from v8; all committed offsets
-for null topics from v2) answers from memory: -1 and empty metadata where nothing is committed.
+for null topics from v2) answers from memory: -1 and empty metadata where nothing is committed;
+with require_stable (v7+), UNSTABLE_OFFSET_COMMIT where an open transaction holds an offset.
 DescribeGroups (v0-v6; v6 answers GROUP_ID_NOT_FOUND for unknown groups, older versions state
 Dead), ListGroups (v0-v5; state filter v4, type filter v5: every group here is ``classic``),
 DeleteGroups (v0-v2).
@@ -189,6 +190,11 @@ def _known_topics(manager: LogManager, names: list[str]) -> set[str]:
 async def handle_offset_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
     body, version = request.body, request.api_version
     coordinator = group_service(ctx).coordinator
+    require_stable = version >= 7 and body.require_stable
+
+    def unstable(group_id: str) -> set[tuple[str, int]]:
+        return coordinator.unstable_partitions(group_id) if require_stable else set()
+
     if version >= 8:
         G = OffsetFetchResponse.OffsetFetchResponseGroup
         groups = []
@@ -197,23 +203,30 @@ async def handle_offset_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Re
             found = coordinator.fetch_offsets(group.group_id, wanted)
             topics = G.OffsetFetchResponseTopics
             groups.append(G(group_id=group.group_id, error_code=0,
-                            topics=_fetched(found, topics, topics.OffsetFetchResponsePartitions)))
+                            topics=_fetched(found, topics, topics.OffsetFetchResponsePartitions, unstable(group.group_id))))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
     wanted = None if body.topics is None else [(t.name, p) for t in body.topics for p in t.partition_indexes]
     found = coordinator.fetch_offsets(body.group_id, wanted)
     topic_class = OffsetFetchResponse.OffsetFetchResponseTopic
-    return OffsetFetchResponse(throttle_time_ms=0, error_code=0,
-                               topics=_fetched(found, topic_class, topic_class.OffsetFetchResponsePartition))
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=_fetched(
+        found, topic_class, topic_class.OffsetFetchResponsePartition, unstable(body.group_id)))
 
 
-def _fetched(found: dict[tuple[str, int], OffsetCommitValue | None], topic_class: Any, partition_class: Any) -> list[Any]:
-    """Response topics of ``found`` (-1 and empty metadata where nothing is committed)."""
+def _fetched(found: dict[tuple[str, int], OffsetCommitValue | None], topic_class: Any, partition_class: Any,
+             unstable: set[tuple[str, int]]) -> list[Any]:
+    """Response topics of ``found`` (-1 and empty metadata where nothing is committed); partitions
+    in ``unstable`` (an open transaction holds an offset, asked with require_stable) answer
+    UNSTABLE_OFFSET_COMMIT and -1, as Kafka's."""
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), value in found.items():
-        by_topic.setdefault(topic, []).append(partition_class(
-            partition_index=partition, committed_offset=value.offset if value else -1,
+    for tp, value in found.items():
+        if tp in unstable:
+            value, error = None, E.UNSTABLE_OFFSET_COMMIT
+        else:
+            error = E.NONE
+        by_topic.setdefault(tp[0], []).append(partition_class(
+            partition_index=tp[1], committed_offset=value.offset if value else -1,
             committed_leader_epoch=value.leader_epoch if value else -1, metadata=value.metadata if value else "",
-            error_code=0))
+            error_code=error))
     return [topic_class(name=name, partitions=partitions) for name, partitions in by_topic.items()]
 
 
