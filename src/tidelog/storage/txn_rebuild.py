@@ -174,8 +174,8 @@ class TxnIndexCheck:
     (``log_lock``, which ``state`` takes too) is held only to read the index's entries with the
     log end (markers appended later, with their entries, are left out of the comparison and kept),
     for the swap of the entries, a truncation and a few small writes, never an fsync: the check
-    runs again in every process before the index is served, so a rewrite a crash loses (or tears, which the load's sanity
-    check turns into a segment recovery) is done again."""
+    runs again in every process before the index is served, so a rewrite a crash loses (or
+    tears, which the load's sanity check turns into a segment recovery) is done again."""
 
     def __init__(self, name: object, dir: Path, log_lock: threading.RLock, state: Callable[[], LogState]) -> None:
         self._name = name
