@@ -211,3 +211,16 @@ def test_bad_input_on_the_wire_gets_kafkas_codes_by_version(make_broker: Callabl
         assert _end(client, tid, pid, 1, False, 3) == 0  # a retried ABORT: NONE
     finally:
         client.close()
+
+
+def test_without_verification_a_partition_outside_the_transaction_is_appended(make_broker: Callable[..., Broker]) -> None:
+    broker = make_broker(**TXN_CONFIG, **{"transaction.partition.verification.enable": "false"})
+    broker.manager.create_topic("nv", 2)
+    client = broker.connect()
+    try:
+        error, pid, epoch = _init(client, "nv-tx")
+        assert error == 0 and _add(client, "nv-tx", pid, epoch, "nv", [0]) == [0]
+        assert _produce(client, "nv-tx", "nv", 1, pid, epoch, 9) == 0  # Kafka's answer with verification off
+        assert broker.manager.offsets(TopicPartition("nv", 1)).log_end_offset == 1
+    finally:
+        client.close()
