@@ -6,6 +6,7 @@ UnifiedLogTest / ProducerStateManagerTest transaction scenarios)."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from storage_helpers import MakeLog, T0, crash, log_batches, read_all, records
 from tidelog.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
 from tidelog.records import CompressionType, iter_batches
 from tidelog.records.control import ControlRecordType, EndTransactionMarker, build_end_txn_marker_batch, control_batch_type
+from tidelog.storage import fileops
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.log import Log
@@ -160,13 +162,16 @@ def test_a_marker_without_an_open_transaction_is_appended_and_changes_no_offset(
     assert log.producer_state.last_entry(5).current_txn_first_offset is None  # type: ignore[union-attr]
 
 
-def test_a_plain_batch_while_the_transaction_is_open_is_invalid_txn_state(make_log: MakeLog) -> None:
-    """Kafka's ProducerAppendInfo: 'Expected transactional write'; the fast append path asks
-    producer state first, so the refusal and the nothing-written hold there too."""
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_plain_batch_while_the_transaction_is_open_is_invalid_txn_state(make_log: MakeLog, path: str) -> None:
+    """Kafka's ProducerAppendInfo: 'Expected transactional write'; the leader's common append paths
+    (the compiled one, and the Python one a fault plan leaves) ask producer state first, so the
+    refusal and the nothing-written hold there too."""
     log = make_log()
     append(log, txn(1, 0, 2))
     size = log.size
-    with pytest.raises(InvalidTxnStateError) as refused:
+    plan = fileops.inject(fileops.FaultRule(ops=fileops.WRITE_OPS)) if path == "python" else contextlib.nullcontext()
+    with plan, pytest.raises(InvalidTxnStateError) as refused:
         append(log, idem(1, 2))
     assert (refused.value.error_code, refused.value.producer_id, refused.value.offset) == (48, 1, 2)
     assert (log.size, log.log_end_offset) == (size, 2)
