@@ -367,8 +367,8 @@ class Log(AppendPath):
         offset of a tiered log, else as -2), -5 the highest offset in the remote tier (-1 when none
         or not tiered), else the first local record with a timestamp >= ``timestamp``. None when
         nothing matches, and under ``TXN_COMMITTED`` when the record found (-3, by timestamp) lies
-        at or past the last stable offset (Kafka's ``fetchOffsetForTimestamp``).
-        Thread-safe: takes no lock (reads the offsets once and a snapshot of the segment list)."""
+        at or past the last stable offset (Kafka's ``fetchOffsetForTimestamp``). Thread-safe: takes
+        no lock (the offsets read once, a snapshot of the segments; the LSO's lock with open transactions)."""
         tiered = self._local.config.remote_storage_enable
         if timestamp == EARLIEST_LOCAL_TIMESTAMP and tiered:
             local_start = self.local_log_start_offset
