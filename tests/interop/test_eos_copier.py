@@ -66,6 +66,8 @@ SERVE_OVERRIDES = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 WAIT_S = 240.0
+STALL_S = 45.0  # a copier silent this long is replaced (each loop prints a status; a JVM client blocks <= 60 s
+# only on max.block.ms, which a broker restarted within seconds never reaches)
 
 
 def _java() -> None:
@@ -85,11 +87,13 @@ class Copier:
     work_dir: Path
     statuses: list[dict] = field(default_factory=list)
     process: subprocess.Popen[str] | None = None
+    last_status_at: float = 0.0  # time.monotonic() of the last status line (or of the start)
     _reader: threading.Thread | None = None
 
     def start(self) -> Copier:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.statuses = []
+        self.last_status_at = time.monotonic()
         self._stderr = open(self.work_dir / "stderr.txt", "a")
         self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -102,6 +106,7 @@ class Copier:
             if line.startswith("{"):
                 try:
                     self.statuses.append(json.loads(line))
+                    self.last_status_at = time.monotonic()
                 except ValueError:
                     pass
 
@@ -258,8 +263,11 @@ class CopyRun:
 def run_with_kills(tmp_path: Path, count: int, broker_kills: int, copier_kills: int, kind: str = "java") -> CopyRun:
     """Copy ``count`` records with the ``kind`` of copier; at evenly spaced points of its progress
     kill the broker (restarted at once, on the same port) or the copier (a new one started),
-    alternating; then let it finish. A copier that dies of a broker kill is replaced, as an
-    operator would; what it said on stderr is kept."""
+    alternating; then let it finish. A copier that dies of a broker kill, or prints nothing for
+    ``STALL_S`` (librdkafka 2.16's ``send_offsets_to_transaction`` can wait for good for a group
+    coordinator that went down during the transaction, ignoring its timeout: confluentinc/librdkafka
+    issues 5456 and 5511), is replaced as an operator's liveness probe would; what it said on
+    stderr is kept."""
     if kind == "java":
         _java()
     data_dir = tmp_path / "data"
@@ -280,8 +288,11 @@ def run_with_kills(tmp_path: Path, count: int, broker_kills: int, copier_kills: 
     def replace_if_failed() -> None:
         nonlocal current
         code = current.exit_code()
-        if code is not None and code != 0:
-            failures.append(current.stderr()[-500:])
+        stalled = code is None and time.monotonic() - current.last_status_at > STALL_S
+        if stalled:  # a liveness probe's restart: librdkafka's send_offsets_to_transaction can hang for good
+            current.kill()
+        if stalled or (code is not None and code != 0):
+            failures.append(("stalled: " if stalled else "") + current.stderr()[-500:])
             current = new_copier()
 
     kills = [name for i in range(max(broker_kills, copier_kills))
