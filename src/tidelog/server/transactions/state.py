@@ -23,7 +23,7 @@ Not thread-safe: the coordinator's event loop is the one thread that touches it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 
 from tidelog.server.transactions.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnLogValue
@@ -58,10 +58,6 @@ class TxnState(Enum):
             if state.id == state_id:
                 return state
         raise ValueError(f"unknown transaction state id {state_id}")
-
-    @classmethod
-    def from_name(cls, name: str) -> TxnState | None:
-        return next((s for s in cls if s.state_name.lower() == name.lower()), None)
 
 
 S = TxnState
@@ -160,9 +156,6 @@ class TxnMetadata:
     def abandon(self) -> None:
         """The pending record was not stored: the state stays as it was."""
         self.pending, self.pending_value = None, None
-
-    def copy(self) -> TxnMetadata:
-        return replace(self)
 
     @property
     def epoch_exhausted(self) -> bool:

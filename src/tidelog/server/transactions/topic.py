@@ -60,9 +60,6 @@ class TransactionStateTopic:
         self._segment_bytes = segment_bytes
         self._load_buffer = load_buffer_bytes
 
-    def exists(self) -> bool:
-        return self._manager.has_topic(TRANSACTION_STATE)
-
     def ensure(self) -> int:
         """Create the topic if missing; its partition count."""
         if not self._manager.has_topic(TRANSACTION_STATE):
