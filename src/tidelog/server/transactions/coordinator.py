@@ -171,10 +171,6 @@ class TransactionCoordinator:
     def config(self) -> TxnConfig:
         return self._config
 
-    def metadata(self, transactional_id: str) -> TxnMetadata | None:
-        """The id's state, for inspection (tests, admin); never modify it."""
-        return self._txns.get(transactional_id)
-
     # --- loading and lifetime ------------------------------------------------------------------
 
     async def load(self) -> None:
