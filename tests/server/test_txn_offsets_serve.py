@@ -41,7 +41,7 @@ from kafka.protocol.producer import (
 )
 from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KafkaTopicPartition
-from server_helpers import Broker, RawClient, Served, serve, start_broker
+from server_helpers import Broker, RawClient, Served, serve, start_broker, wait_until
 
 from kafka_oracle import KAFKA_4, KafkaToolMissing
 from tidelog.manager import LogManager
@@ -73,11 +73,18 @@ class RawTxn:
         self.init()
 
     def init(self) -> None:
-        """InitProducerId (again: the epoch is bumped)."""
-        init = self.client.call(InitProducerIdRequest(transactional_id=self.id, transaction_timeout_ms=self.timeout_ms),
-                                InitProducerIdResponse, 1)
-        assert init.error_code == E.NONE, init
-        self.pid, self.epoch = init.producer_id, init.producer_epoch
+        """InitProducerId (again: the epoch is bumped; an open transaction is aborted first, the
+        coordinator answering CONCURRENT_TRANSACTIONS meanwhile, as clients do it is asked again)."""
+        request = InitProducerIdRequest(transactional_id=self.id, transaction_timeout_ms=self.timeout_ms)
+        answers: list[Any] = []
+
+        def initialized() -> bool:
+            answers.append(self.client.call(request, InitProducerIdResponse, 1))
+            return answers[-1].error_code != E.CONCURRENT_TRANSACTIONS
+
+        wait_until(initialized)
+        assert answers[-1].error_code == E.NONE, answers[-1]
+        self.pid, self.epoch = answers[-1].producer_id, answers[-1].producer_epoch
 
     def add_offsets(self, group: str) -> int:
         found = self.client.call(FindCoordinatorRequest(key=group, key_type=0), FindCoordinatorResponse, 1)
@@ -171,6 +178,21 @@ def test_a_group_partition_not_added_to_the_transaction_is_refused_and_nothing_i
     assert txn.commit_offsets("grp", {("in", 0): 5}, version=4) == {("in", 0): E.TRANSACTION_ABORTABLE}
     assert txn.commit_offsets("grp", {("nope", 0): 5, ("in", 9): 1}) == {
         ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION, ("in", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert offsets_log_end(txn_broker, "grp") == before
+    assert committed(client, "grp", [("in", 0)], require_stable=True) == {("in", 0): (-1, 0)}
+
+
+def test_a_fenced_producer_epoch_is_refused_and_nothing_is_written(txn_broker: Broker) -> None:
+    txn_broker.manager.create_topic("in", 1)
+    client = txn_broker.connect()
+    txn = RawTxn(client, "tx-fenced")
+    assert txn.add_offsets("grp") == E.NONE
+    old_epoch = txn.epoch
+    txn.init()  # a new producer with the same id: the open transaction is aborted, the epoch bumped
+    assert txn.epoch > old_epoch
+    before = offsets_log_end(txn_broker, "grp")
+    txn.epoch = old_epoch
+    assert txn.commit_offsets("grp", {("in", 0): 5}) == {("in", 0): E.INVALID_PRODUCER_EPOCH}
     assert offsets_log_end(txn_broker, "grp") == before
     assert committed(client, "grp", [("in", 0)], require_stable=True) == {("in", 0): (-1, 0)}
 
