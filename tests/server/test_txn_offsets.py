@@ -17,6 +17,7 @@ from tidelog.manager import LogManager
 from tidelog.records import RecordBatch, iter_batches
 from tidelog.server.errors import ErrorCode as E
 from tidelog.server.groups.coordinator import GroupCoordinator
+from tidelog.server.groups.group import GroupState
 from tidelog.server.groups.messages import CommitRequest, GroupConfig, StoreRecord, TxnCommitRequest
 from tidelog.server.groups.offsets import OffsetsTopic
 from tidelog.server.groups.records import (
@@ -154,6 +155,18 @@ def test_a_group_another_generation_owns_refuses_the_commit_and_nothing_changes(
     assert len(h.store.written) == written + 1
     assert h.txn_commit({("t", 1): 8}, generation=generation, member=follower) == {("t", 1): E.NONE}
     assert h.coordinator.unstable_partitions("g") == {("t", 0), ("t", 1)}
+
+
+def test_a_transactional_commit_is_not_refused_while_the_group_completes_a_rebalance() -> None:
+    h = TxnHarness()
+    member = h.member()
+    generation = h.join(member)[0].generation_id
+    assert h.state() is GroupState.COMPLETING_REBALANCE
+    assert h.txn_commit({("t", 0): 1}, generation=generation, member=member) == {("t", 0): E.NONE}
+    regular: list[Any] = []
+    h.coordinator.commit_offsets(CommitRequest("g", generation, member, None, {("t", 0): OffsetCommitValue(2, "", -1)}),
+                                 regular.append)
+    assert regular == [{("t", 0): E.REBALANCE_IN_PROGRESS}]
 
 
 def test_a_static_member_replaced_is_fenced() -> None:
