@@ -31,7 +31,6 @@ import pyarrow as pa
 from tidelog import twins
 from tidelog.errors import InvalidRecordError
 from tidelog.records.scan import ScanResult, scan_batches
-from tidelog.records.batch import NO_PRODUCER_ID
 from tidelog.records.record import Record
 from tidelog.spark.schema import HEADER_TYPE, arrow_read_schema
 from tidelog.storage.read_committed import AbortedBatchFilter
@@ -144,10 +143,14 @@ def selected_rows(result: ScanResult, start: int, end: int, skipped: np.ndarray 
 
 def aborted_batches(result: ScanResult, aborted: AbortedBatchFilter) -> np.ndarray:
     """One bool per batch of ``result``: whether ``aborted`` skips it. Only the transactional
-    batches are shown to the filter (it skips nothing else, and its state moves only by them)."""
+    batches of the producers it may still skip are shown to the filter (it skips nothing else,
+    and its state moves only by them): a read with no aborted transaction costs one mask."""
     skipped = np.zeros(len(result.batch_attributes), np.bool_)
+    producers = aborted.producer_ids()
+    if not producers:
+        return skipped
     transactional = np.flatnonzero(((result.batch_attributes & _TRANSACTIONAL) != 0)
-                                   & (result.batch_producer_id != NO_PRODUCER_ID))
+                                   & np.isin(result.batch_producer_id, np.fromiter(producers, np.int64)))
     for i in transactional.tolist():
         skipped[i] = aborted.skips(_ScannedBatch(result, i))
     return skipped
