@@ -1,7 +1,8 @@
 """Exactly-once through ``tidelog serve`` with code nobody here wrote: Kafka's own
 ``TransactionalMessageCopier`` (kafka-tools 4.3.1, the tool of Kafka's exactly-once system tests)
-copies an input partition to an output topic in transactions, each transaction committing the
-consumed offsets with ``sendOffsetsToTransaction``, while the broker is SIGKILLed and restarted
+copies an input partition to an output topic in transactions (about a third of them aborted at
+random, ``--enable-random-aborts``), each transaction committing the consumed offsets with
+``sendOffsetsToTransaction``, while the broker is SIGKILLed and restarted
 and the copier itself is SIGKILLed and restarted (a new copier fences the killed one's epoch and
 aborts what it left open, then resumes from the group's committed offset); the same with a
 confluent-kafka consume-transform-produce loop (``eos_copier_confluent.py``). Afterwards:
@@ -151,14 +152,15 @@ class Copier:
 
 
 def copier(bootstrap: str, work_dir: Path, transactional_id: str = "eos-copier-0", transaction_size: int = 50,
-           kind: str = "java", transaction_timeout_ms: int = 20000) -> Copier:
+           kind: str = "java", transaction_timeout_ms: int = 20000, random_aborts: bool = False) -> Copier:
     """Kafka's Java copier (``kind="java"``) or the confluent-kafka loop, with the same arguments."""
     args = ("--broker-list", bootstrap, "--transactional-id", transactional_id, "--input-topic", INPUT,
             "--input-partition", "0", "--output-topic", OUTPUT, "--consumer-group", GROUP,
             "--transaction-size", str(transaction_size), "--transaction-timeout", str(transaction_timeout_ms))
     if kind == "confluent":
         return Copier([sys.executable, str(Path(__file__).with_name("eos_copier_confluent.py")), *args], work_dir)
-    command = KAFKA_4.java_command(COPIER, *args, "--use-group-metadata", jvm_options=(
+    flags = ("--use-group-metadata", *(("--enable-random-aborts",) if random_aborts else ()))
+    command = KAFKA_4.java_command(COPIER, *args, *flags, jvm_options=(
         *FAST_START, f"-Dlog4j2.configurationFile={LOG4J2}", f"-Dkafka.logs.dir={work_dir}"))
     return Copier(command, work_dir)
 
@@ -236,10 +238,10 @@ def committed_offset(bootstrap: str) -> int | None:
     return None if answer is None else answer.offset
 
 
-def local_read_committed(data_dir: Path) -> list[tuple[int, bytes]]:
-    """``tidelog consume --isolation-level read_committed`` of the output, from the files."""
+def local_read_committed(data_dir: Path, level: str = "read_committed") -> list[tuple[int, bytes]]:
+    """``tidelog consume --isolation-level read_committed`` (or ``level``) of the output, from the files."""
     code, out, err = run_cli(data_dir, "consume", OUTPUT, "--from-beginning", "--format", "json", "--encoding",
-                             "base64", "--isolation-level", "read_committed")
+                             "base64", "--isolation-level", level)
     assert code == 0, err
     return [(r["offset"], base64.b64decode(r["value"])) for r in map(orjson.loads, out.splitlines())]
 
@@ -269,7 +271,8 @@ class CopyRun:
     copier_failures: list[str]
 
 
-def run_with_kills(tmp_path: Path, count: int, broker_kills: int, copier_kills: int, kind: str = "java") -> CopyRun:
+def run_with_kills(tmp_path: Path, count: int, broker_kills: int, copier_kills: int, kind: str = "java",
+                   random_aborts: bool = False) -> CopyRun:
     """Copy ``count`` records with the ``kind`` of copier; at evenly spaced points of its progress
     kill the broker (restarted at once, on the same port) or the copier (a new one started),
     alternating; then let it finish. A copier that dies of a broker kill, or prints nothing for
@@ -290,7 +293,7 @@ def run_with_kills(tmp_path: Path, count: int, broker_kills: int, copier_kills: 
     def new_copier() -> Copier:
         nonlocal runs
         runs += 1
-        return copier(bootstrap, tmp_path / f"copier-{runs}", kind=kind).start()
+        return copier(bootstrap, tmp_path / f"copier-{runs}", kind=kind, random_aborts=random_aborts).start()
 
     current = new_copier()
 
@@ -349,21 +352,30 @@ def check_run(run: CopyRun) -> None:
     assert run.output_end > len(run.values)  # the markers (and any aborted copies) are in the log too
 
 
+def aborted_copies(run: CopyRun) -> int:
+    """Records of the output a read_uncommitted reader sees and a read_committed one does not."""
+    return len(local_read_committed(run.data_dir, "read_uncommitted")) - len(run.values)
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory: pytest.TempPathFactory) -> CopyRun:
-    """The Java copier's run (the Kafka test below reads what it left)."""
-    return run_with_kills(tmp_path_factory.mktemp("eos"), count=3000, broker_kills=1, copier_kills=1)
+    """The Java copier's run, aborting about a third of its transactions at random (the Kafka test
+    below reads what it left)."""
+    return run_with_kills(tmp_path_factory.mktemp("eos"), count=3000, broker_kills=1, copier_kills=1,
+                          random_aborts=True)
 
 
 def test_copier_through_broker_and_copier_kills_copies_exactly_once(short_run: CopyRun) -> None:
     assert (short_run.broker_kills, short_run.copier_kills) == (1, 1)
     check_run(short_run)
+    assert aborted_copies(short_run) > 0  # aborted data sits in the log (and in .txnindex) for readers to skip
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("kind", ["java", "confluent"])
 def test_long_copier_run_through_repeated_kills_copies_exactly_once(tmp_path: Path, kind: str) -> None:
-    run = run_with_kills(tmp_path, count=20_000, broker_kills=3, copier_kills=3, kind=kind)
+    run = run_with_kills(tmp_path, count=20_000, broker_kills=3, copier_kills=3, kind=kind,
+                         random_aborts=kind == "java")
     assert (run.broker_kills, run.copier_kills) == (3, 3)
     check_run(run)
 
