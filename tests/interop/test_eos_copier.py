@@ -422,10 +422,14 @@ def test_a_zombie_copier_is_fenced_by_a_new_one_with_its_id(tmp_path: Path) -> N
 # --- Kafka 4.3 opens what tidelog wrote --------------------------------------------------------
 
 @pytest.mark.xdist_group("kafka_broker")
-def test_kafka_reads_the_copied_output_as_tidelog_does(short_run: CopyRun, kafka_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("clean", [True, False], ids=["clean-start", "unclean-start"])
+def test_kafka_reads_the_copied_output_as_tidelog_does(short_run: CopyRun, kafka_broker: KafkaBroker,
+                                                        clean: bool) -> None:
     """The output partition (segments, ``.txnindex``, leader-epoch checkpoint) is put under a
-    Kafka broker that created the same topic, which then starts cleanly: its read_committed
-    consumer gets what tidelog's did, offsets included."""
+    Kafka broker that created the same topic, which then starts: cleanly (it serves our
+    ``.txnindex`` files as they are) or uncleanly (recovery point 0, no clean-shutdown marker: it
+    recovers every segment, rebuilding producer state and the ``.txnindex`` files from our
+    markers). Either way its read_committed consumer gets what tidelog's did, offsets included."""
     from test_kafka_broker_loads_tidelog import merge_checkpoint, replace_segments
 
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers, client_id="eos-adopt")
@@ -441,7 +445,12 @@ def test_kafka_reads_the_copied_output_as_tidelog_does(short_run: CopyRun, kafka
         tp = TopicPartition(OUTPUT, 0)
         for name in (LOG_START_OFFSET_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE,
                      RECOVERY_POINT_CHECKPOINT_FILE):
-            merge_checkpoint(name, kafka_broker.log_dir, OffsetCheckpointFile(short_run.data_dir / name).read(), [tp])
+            entries = OffsetCheckpointFile(short_run.data_dir / name).read()
+            if name == RECOVERY_POINT_CHECKPOINT_FILE and not clean:
+                entries = {tp: 0}
+            merge_checkpoint(name, kafka_broker.log_dir, entries, [tp])
+        if not clean:
+            (kafka_broker.log_dir / ".kafka_cleanshutdown").unlink()
         kafka_broker.start()
         assert read_committed(kafka_broker.bootstrap_servers, OUTPUT) == short_run.through_broker
         assert log_end(kafka_broker.bootstrap_servers, OUTPUT) == short_run.output_end
