@@ -462,3 +462,25 @@ def test_kafka_reads_the_copied_output_as_tidelog_does(short_run: CopyRun, kafka
             admin.delete_topics([OUTPUT])
         finally:
             admin.close()
+
+
+def test_tidelog_dump_prints_the_copiers_markers_as_kafkas_dump_log_segments(short_run: CopyRun) -> None:
+    """The output partition's segments and ``.txnindex`` files (markers written by tidelog's
+    coordinator, aborts indexed by its append path) dumped by Kafka 4.3's DumpLogSegments
+    (``--deep-iteration``) and by ``tidelog dump --deep`` parse to the same batches, records,
+    COMMIT/ABORT markers with their coordinator epoch, and aborted transactions."""
+    from kafka_oracle.dump import dump_log_segments, parse_dump
+
+    partition = short_run.data_dir / f"{OUTPUT}-0"
+    paths = sorted(partition.glob("*.log")) + sorted(partition.glob("*.txnindex"))
+    kafka = dump_log_segments(KAFKA_4, paths, "--deep-iteration")
+    assert kafka.returncode == 0, kafka.stderr[-2000:]
+    code, out, err = run_cli(short_run.data_dir, "dump", "--deep", *map(str, paths))
+    assert code == 0, err
+    theirs, ours = parse_dump(kafka.stdout, kafka.stderr), parse_dump(out.decode(), "")
+    assert not theirs.unparsed and not ours.unparsed, (theirs.unparsed[:3], ours.unparsed[:3])
+    markers = [r for f in theirs.files.values() for b in f.batches for r in b.records if r.end_txn_marker]
+    assert {r.end_txn_marker for r in markers} == {"COMMIT", "ABORT"}
+    assert sum(len(f.aborted_txns) for f in theirs.files.values()) > 0
+    for path in map(str, paths):
+        assert ours.file(path) == theirs.file(path), path
