@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.segments import LogSegments
-from tidelog.storage.txn_tracking import CompletedTxn, aborted_txn_entry
+from tidelog.storage.txn_tracking import CompletedTxn, aborted_txn_entry, stable_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +67,7 @@ class TxnLog:
             return self._high_watermark
         with self._lock:
             high_watermark = self._high_watermark
-            first = txns.first_unstable_offset(high_watermark)
-            if first is None:
-                return high_watermark
-            first = max(first, self._log_start_offset)
-            return first if first < high_watermark else high_watermark
+            return stable_offset(txns.first_unstable_offset(high_watermark), self._log_start_offset, high_watermark)
 
     def _index_completed(self, txn: CompletedTxn, write_index: bool) -> None:
         """A marker just appended ended ``txn`` (under the lock): an ABORT adds its entry to the

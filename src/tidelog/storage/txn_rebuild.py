@@ -13,6 +13,10 @@ writes entries with. Only the transactional batches matter, so this walks batch 
 The open transactions at the segment's base offset come from the newest readable producer
 snapshot at or below it (a snapshot keeps each producer's ``currentTxnFirstOffset``) and the
 transactional batches between that snapshot and the segment; without one, from the log start.
+That start and the replay step are :mod:`.txn_tracking`'s (:func:`~.txn_tracking.open_txns_at_snapshot`,
+:func:`~.txn_tracking.replay_txn_batch`), the ones the read-only view's last stable offset
+(:mod:`.view_txns`) uses: this module decodes each control batch's marker record, the view
+counts a control batch's records (it needs no marker type, only whether one is there).
 
 :func:`abort_markers` is the cheap half (one segment's headers): a segment without ABORT markers
 needs no index, and the caller only replays when the markers and the index's entries disagree.
@@ -31,15 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError
+from tidelog.errors import CorruptIndexError, CorruptRecordError
 from tidelog.records import read_batch_at
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.control import ControlRecordType, control_batch_type
-from tidelog.storage import fileops, files
-from tidelog.storage.producer_snapshot import read_snapshot
+from tidelog.storage import fileops
 from tidelog.storage.segment import LogSegment
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
-from tidelog.storage.txn_tracking import aborted_txn_entry
+from tidelog.storage.txn_tracking import aborted_txn_entry, open_txns_at_snapshot, replay_txn_batch
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +92,13 @@ class _OpenTxns:
         self.first_offsets = open_txns
 
     def apply(self, batch: TxnBatch) -> AbortedTxn | None:
-        """Replay one batch (Kafka's ``ProducerAppendInfo.append``); the entry an ABORT adds."""
-        if batch.control is None:
-            self.first_offsets.setdefault(batch.producer_id, batch.base_offset)
+        """Replay one batch (:func:`~.txn_tracking.replay_txn_batch`); the entry an ABORT adds."""
+        control = batch.control
+        first = replay_txn_batch(self.first_offsets, batch.producer_id, batch.base_offset, control is not None,
+                                 control in (ControlRecordType.ABORT, ControlRecordType.COMMIT))
+        if first is None or control is not ControlRecordType.ABORT:
             return None
-        if batch.control not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-            return None  # an empty control batch: its transaction was cleaned away, nothing completes
-        first = self.first_offsets.get(batch.producer_id)
-        entry = None
-        if first is not None and batch.control is ControlRecordType.ABORT:
-            entry = aborted_txn_entry(batch.producer_id, first, batch.base_offset, self.first_offsets.items())
-        self.first_offsets.pop(batch.producer_id, None)
-        return entry
+        return aborted_txn_entry(batch.producer_id, first, batch.base_offset, self.first_offsets.items())
 
 
 def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log_start_offset: int,
@@ -134,16 +132,10 @@ def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log
 
 def _open_txns_at(offset: int, log_start_offset: int, snapshot_offsets: Sequence[int],
                   dir: Path) -> tuple[int, dict[int, int]]:
-    """Where a replay up to ``offset`` starts and the transactions open there: the newest
-    readable snapshot in [log start, offset], else the log start with none open."""
-    for snapshot in sorted((o for o in snapshot_offsets if log_start_offset <= o <= offset), reverse=True):
-        try:
-            entries = read_snapshot(files.producer_snapshot_file(dir, snapshot))
-        except (CorruptSnapshotError, OSError) as e:
-            log.warning("%s: producer snapshot %d not used to rebuild a transaction index: %s", dir, snapshot, e)
-            continue
-        return snapshot, {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
-    return log_start_offset, {}
+    """:func:`~.txn_tracking.open_txns_at_snapshot`, logging a snapshot it could not read."""
+    def skipped(snapshot: int, e: Exception) -> None:
+        log.warning("%s: producer snapshot %d not used to rebuild a transaction index: %s", dir, snapshot, e)
+    return open_txns_at_snapshot(dir, snapshot_offsets, log_start_offset, offset, skipped)
 
 
 def merge_entries(existing: Sequence[AbortedTxn], rebuilt: Sequence[AbortedTxn]) -> list[AbortedTxn]:

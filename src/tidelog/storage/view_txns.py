@@ -11,7 +11,10 @@ memory, so it finds both as a broker would after a restart, without writing anyt
   batch opens its producer's transaction at its base offset, a control batch holding a marker
   closes it, a control batch the cleaner emptied closes nothing). The LSO is the first offset of
   the earliest open transaction (not below the log start offset), or the readable end when none
-  is open (Kafka's ``UnifiedLog.lastStableOffset`` with the high watermark at the readable end). The replay is
+  is open (Kafka's ``UnifiedLog.lastStableOffset`` with the high watermark at the readable end).
+  The snapshot start, the replay step and the LSO rule are :mod:`.txn_tracking`'s, shared with
+  the live log and the rebuild of a lost ``.txnindex`` (:mod:`.txn_rebuild`); here a control
+  batch counts as a marker when it holds a record (its type is not decoded). The replay is
   kept per view and continued from where it stopped, so a repeated call costs a header walk of
   the bytes appended since; a segment swapped or deleted under it starts it again.
 * **aborted transactions** (:func:`aborted_transactions`): the segments' ``.txnindex`` entries
@@ -32,13 +35,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tidelog.errors import CorruptIndexError, CorruptSnapshotError
+from tidelog.errors import CorruptIndexError
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.storage import files
 from tidelog.storage.log_view import DataLossError, PartitionView, SegmentInfo
-from tidelog.storage.producer_snapshot import read_snapshot
 from tidelog.storage.segment_reader import SegmentReplacedError, open_segment
 from tidelog.storage.txn_index import ENTRY_SIZE, AbortedTxn
+from tidelog.storage.txn_tracking import open_txns_at_snapshot, replay_txn_batch, stable_offset
 
 WALK_CHUNK = 4 << 20  # bytes of headers walked per read
 
@@ -76,30 +79,22 @@ def last_stable_offset(view: PartitionView) -> int:
                 raise
             view.refresh()
             end = view.bounds.end_offset
-    first_unstable = max(min(replay.open_txns.values(), default=end), view.bounds.log_start_offset)
-    return min(first_unstable, end)  # Kafka's: never below the log start offset, never above the end
+    first_unstable = min(replay.open_txns.values(), default=None)
+    return stable_offset(first_unstable, view.bounds.log_start_offset, end)  # the readable end plays the HW
 
 
 def _from_snapshot(view: PartitionView, log_start: int, end: int) -> _Replay:
-    """The replay's start: the newest readable snapshot in [log start, end], else the log start
-    with nothing open."""
-    offsets = []
+    """The replay's start (:func:`~.txn_tracking.open_txns_at_snapshot` over the snapshots in the
+    view's dir)."""
     try:
         names = os.listdir(view.dir)
     except FileNotFoundError:
         raise DataLossError("partition dir is gone (topic deleted?)", topic_partition=str(view.topic_partition),
                             path=view.dir) from None
-    for name in names:
-        if name.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and name.split(".", 1)[0].isdigit():
-            offsets.append(int(name.split(".", 1)[0]))
-    for offset in sorted((o for o in offsets if log_start <= o <= end), reverse=True):
-        try:
-            entries = read_snapshot(files.producer_snapshot_file(view.dir, offset))
-        except (CorruptSnapshotError, OSError):
-            continue  # torn, or deleted meanwhile: an older one, or the log start
-        return _Replay(offset, {e.producer_id: e.current_txn_first_offset for e in entries
-                                if e.current_txn_first_offset >= 0})
-    return _Replay(log_start)
+    offsets = [int(name.split(".", 1)[0]) for name in names
+               if name.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and name.split(".", 1)[0].isdigit()]
+    start, open_txns = open_txns_at_snapshot(view.dir, offsets, log_start, end)
+    return _Replay(start, open_txns)
 
 
 def _advance(view: PartitionView, replay: _Replay, end: int) -> None:
@@ -152,11 +147,8 @@ def _apply(batches: dict[str, np.ndarray], count: int, open_txns: dict[int, int]
     attributes, producer_ids = batches["attributes"][:count], batches["producer_id"][:count]
     rows = np.flatnonzero(((attributes & TRANSACTIONAL_FLAG_MASK) != 0) & (producer_ids >= 0))
     for i in rows.tolist():
-        pid = int(producer_ids[i])
-        if not int(attributes[i]) & CONTROL_FLAG_MASK:
-            open_txns.setdefault(pid, int(batches["base_offset"][i]))
-        elif int(batches["records_count"][i]) > 0:  # a marker; an emptied control batch closes nothing
-            open_txns.pop(pid, None)
+        replay_txn_batch(open_txns, int(producer_ids[i]), int(batches["base_offset"][i]),
+                         bool(int(attributes[i]) & CONTROL_FLAG_MASK), int(batches["records_count"][i]) > 0)
 
 
 def _inode(segment: SegmentInfo) -> int:
