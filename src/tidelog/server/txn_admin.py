@@ -43,7 +43,8 @@ from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import CONSUMER_OFFSETS
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
-from tidelog.server.errors import ErrorCode, error_code, error_message
+from tidelog.server.errors import CoordinatorNotAvailableError, ErrorCode, error_code, error_message
+from tidelog.server.transactions.coordinator import transaction_coordinator
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,11 @@ KAFKA_STATE_NAMES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "Compl
 
 
 def _coordinator(ctx: ApiContext) -> Any:
-    """The server's transaction coordinator, or None when it runs none."""
-    return getattr(ctx, "transactions", None)
+    """The server's transaction coordinator (:func:`transaction_coordinator`), or None when it runs none."""
+    try:
+        return transaction_coordinator(ctx)
+    except CoordinatorNotAvailableError:
+        return None
 
 
 def _coordinator_error(coordinator: Any) -> ErrorCode:

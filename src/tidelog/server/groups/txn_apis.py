@@ -37,10 +37,11 @@ from kafka.protocol.producer import TxnOffsetCommitResponse
 from tidelog.manager import LogManager
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
-from tidelog.server.errors import ErrorCode
+from tidelog.server.errors import CoordinatorNotAvailableError, ErrorCode
 from tidelog.server.groups.messages import TxnCommitRequest
 from tidelog.server.groups.records import OFFSETS_TOPIC, OffsetCommitValue
 from tidelog.server.groups.service import group_service
+from tidelog.server.transactions.coordinator import transaction_coordinator
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,10 @@ async def _verify(ctx: ApiContext, body: Any, version: int, partition: int) -> E
     """Whether the group's partition is in the producer's ongoing transaction (step 3 of the module doc)."""
     if not ctx.manager.broker.get(_VERIFY_KEY):
         return E.NONE
-    coordinator = getattr(ctx, "transactions", None)
-    if coordinator is None:
-        log.warning("TxnOffsetCommit of group %s: this server runs no transaction coordinator", body.group_id)
+    try:
+        coordinator = transaction_coordinator(ctx)
+    except CoordinatorNotAvailableError as e:
+        log.warning("TxnOffsetCommit of group %s: %s", body.group_id, e)
         return E.COORDINATOR_NOT_AVAILABLE
     error = ErrorCode(coordinator.verify_partition(body.producer_id, body.producer_epoch,
                                                    TopicPartition(OFFSETS_TOPIC, partition)))
