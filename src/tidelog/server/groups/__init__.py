@@ -9,6 +9,7 @@ metadata and committed offsets in the compacted ``__consumer_offsets`` topic, in
 | `coordinator` | :class:`GroupCoordinator`: the rebalance state machine, the one door     |
 | `sessions`    | :class:`MemberSessions`: heartbeat and pending-member timers             |
 | `offset_manager` | :class:`OffsetMetadataManager`: commit, fetch, delete, expire offsets |
+| `views`       | what DescribeGroups and ListGroups show of a group (read-only)           |
 | `offsets`     | ``__consumer_offsets`` through the LogManager: create, append, load      |
 | `service`     | the coordinator as the server runs it (event-loop timers, loading)       |
 | `apis`        | the ten group APIs' handlers                                             |

@@ -29,7 +29,8 @@ FENCED_INSTANCE_ID), without a rebalance when the group is Stable and its protoc
 A new member's parked JoinGroup is dropped after five minutes (Kafka's new-member join timeout).
 
 Committed offsets, DeleteGroups and offsets expiration are the :class:`~.offset_manager.OffsetMetadataManager`'s;
-session timers are :class:`~.sessions.MemberSessions`'. Writes go through a :class:`GroupStore` and
+session timers are :class:`~.sessions.MemberSessions`'; what DescribeGroups and ListGroups show
+of a group is :mod:`.views`'. Writes go through a :class:`GroupStore` and
 complete through a callback; the coordinator itself never blocks.
 
 Threading: not thread-safe and takes no lock; every method runs on one thread (the server's event
@@ -51,7 +52,6 @@ from tidelog.server.errors import ErrorCode
 from tidelog.server.groups.group import ClassicGroup, GroupState, Member
 from tidelog.server.groups.messages import (
     CommitRequest,
-    DescribedMember,
     GroupConfig,
     GroupDescription,
     GroupListing,
@@ -74,6 +74,7 @@ from tidelog.server.groups.records import (
 )
 from tidelog.server.groups.sessions import MemberSessions
 from tidelog.server.groups.txn_offsets import PendingTxnOffsets
+from tidelog.server.groups.views import describe_group, group_listings
 
 log = logging.getLogger(__name__)
 E = ErrorCode
@@ -281,7 +282,6 @@ class GroupCoordinator:
         if member.awaiting_sync is not None:
             member.awaiting_sync, answer = None, member.awaiting_sync
             answer(SyncResult(E.FENCED_INSTANCE_ID))
-
 
     def _add_and_rebalance(self, group: ClassicGroup, member_id: str, request: JoinRequest,
                            respond: Callable[[JoinResult], None]) -> None:
@@ -544,20 +544,11 @@ class GroupCoordinator:
     # --- admin -----------------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> GroupDescription | None:
-        """None for an unknown group. Members' metadata and assignments are given when Stable."""
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return None
-        stable = group.state is GroupState.STABLE
-        protocol = group.protocol_name or ""
-        members = tuple(DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                        m.metadata(protocol) if stable else b"", m.assignment if stable else b"")
-                        for m in group.members.values())
-        return GroupDescription(group_id, group.state, group.protocol_type or "", protocol if stable else "", members)
+        """None for an unknown group (:func:`.views.describe_group`)."""
+        return describe_group(self._groups.get(group_id))
 
     def list_groups(self) -> list[GroupListing]:
-        return [GroupListing(g.group_id, g.protocol_type or "", g.state)
-                for g in self._groups.values() if g.state is not GroupState.DEAD]
+        return group_listings(self._groups.values())
 
     # --- offsets (the OffsetMetadataManager's) ---------------------------------------------------
 
