@@ -43,7 +43,7 @@ from rich.table import Table
 from bench import (
     bench_cleaner, bench_kafka, bench_manager, bench_memory, bench_metrics, bench_offset_map, bench_produce,
     bench_remote, bench_remote_fetch, bench_remote_passes, bench_server, bench_spark, bench_spark_cluster,
-    bench_spark_cluster_clean, bench_storage,
+    bench_spark_cluster_clean, bench_storage, bench_txn,
 )
 from bench.bench_storage import Row, Settings
 
@@ -164,6 +164,7 @@ BENCHMARKS: dict[str, tuple[str, Runner]] = {
        for name, (description, _) in bench_kafka.BENCHMARKS.items()},
     **bench_server.BENCHMARKS,
     **bench_metrics.BENCHMARKS,
+    **bench_txn.BENCHMARKS,
     **bench_memory.BENCHMARKS,
     **bench_spark.BENCHMARKS,
     **bench_remote.BENCHMARKS,

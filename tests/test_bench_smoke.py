@@ -31,7 +31,8 @@ BENCHMARK_NAMES = {"append_1000", "append_1", "append_1_idempotent", "fetch_1m",
                    "server_idle_connections", "server_produce_latency", "server_fetch_memory",
                    "server_partial_requests_memory", "server_decompression_memory", "remote_upload",
                    "remote_passes_10k", "remote_fetch", "spark_cluster_remote_read", "spark_cluster_remote_clean",
-                   "spark_broker_write", "metrics_scrape_produce", "metrics_scrape_10k"}
+                   "spark_broker_write", "metrics_scrape_produce", "metrics_scrape_10k",
+                   "txn_produce", "txn_produce_overhead"}
 TARGETED_ROWS = {"append_1000", "append_1", "fetch_1m", "recovery", "recovery_no_index", "open_partitions",
                  "manager_startup", "retention_pass", "produce_json", "offset_map_memory", "clean_1gb",
                  "spark_read", "spark_write", "server_idle_connections", "remote_passes_10k",
@@ -41,10 +42,12 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
                       "clean_many_keys", "server_produce_latency", "server_fetch_memory",
                       "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS,
-                      "spark_cluster_remote_clean"}  # informational; "skipped: ..." without weed or Java
+                      "spark_cluster_remote_clean", "txn_produce_overhead"}  # informational; "skipped: ..." without weed or Java
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
 BROKER_WRITE_ROW = "spark_broker_write"
+# Transactional produce vs Kafka: targeted where Java and Maven are here, a "skipped" row (no target) where not
+TXN_ROW = "txn_produce"
 # The remote tier's upload and reads: targeted where SeaweedFS can be built (Go), a "skipped" row where not
 UPLOAD_ROW = "remote_upload"
 REMOTE_FETCH_ROW = "remote_fetch"
@@ -88,10 +91,10 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
             assert row["figure"] > 0 and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW,
                                                                                           REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
-                                                                                          BROKER_WRITE_ROW})
+                                                                                          BROKER_WRITE_ROW, TXN_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
     optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
-                                                              BROKER_WRITE_ROW)
+                                                              BROKER_WRITE_ROW, TXN_ROW)
                 and not row["details"].get("skipped")}
     assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
