@@ -108,19 +108,29 @@ class OffsetMetadataManager:
     def commit_offsets(self, request: CommitRequest, respond: Callable[[CommitResults], None]) -> None:
         """Store ``request.offsets``; ``respond`` gets one error per partition once written."""
         group = self._groups.get(request.group_id)
-        error = self._check_commit(group, request)
+        prepared = self._prepare(group, self._check_commit(group, request), request, respond)
+        if prepared is not None:
+            results, accepted, records = prepared
+            self._store.write(request.group_id, records, self._committed(request.group_id, results, accepted, respond))
+
+    def _prepare(self, group: ClassicGroup | None, error: ErrorCode, request: CommitRequest,
+                 respond: Callable[[CommitResults], None],
+                 ) -> tuple[CommitResults, dict[TopicPartition, OffsetCommitValue], list[StoreRecord]] | None:
+        """The steps OffsetCommit and TxnOffsetCommit share once ``request`` is checked: answer
+        ``error`` (or nothing accepted) at once and return None; else create the group if new and
+        return the results so far, the accepted offsets and their records to write."""
         if error is not E.NONE:
             respond({tp: error for tp in request.offsets})
-            return
+            return None
         results, accepted = self._accepted(request)
         if group is None:
             self._new_group(request.group_id)
         if not accepted:
             respond(results)
-            return
+            return None
         records: list[StoreRecord] = [(encode_offset_commit_key(request.group_id, topic, partition),
                                        encode_offset_commit_value(value)) for (topic, partition), value in accepted.items()]
-        self._store.write(request.group_id, records, self._committed(request.group_id, results, accepted, respond))
+        return results, accepted, records
 
     def _accepted(self, request: CommitRequest) -> tuple[CommitResults, dict[TopicPartition, OffsetCommitValue]]:
         """One error per partition, and the offsets that may be written (metadata not too large)."""
@@ -188,19 +198,12 @@ class OffsetMetadataManager:
         as Kafka's ``validateTransactionalOffsetCommit`` (no REBALANCE_IN_PROGRESS: the group's
         state is not enforced for transactional commits)."""
         group = self._groups.get(request.group_id)
-        error = self._check_txn_commit(group, request)
-        if error is not E.NONE:
-            respond({tp: error for tp in request.offsets})
+        prepared = self._prepare(group, self._check_txn_commit(group, request),
+                                 CommitRequest(request.group_id, request.generation_id, request.member_id,
+                                               request.group_instance_id, request.offsets), respond)
+        if prepared is None:
             return
-        results, accepted = self._accepted(CommitRequest(request.group_id, request.generation_id, request.member_id,
-                                                         request.group_instance_id, request.offsets))
-        if group is None:
-            self._new_group(request.group_id)
-        if not accepted:
-            respond(results)
-            return
-        records: list[StoreRecord] = [(encode_offset_commit_key(request.group_id, topic, partition),
-                                       encode_offset_commit_value(value)) for (topic, partition), value in accepted.items()]
+        results, accepted, records = prepared
         self._store.write_transactional(request.group_id, request.producer_id, request.producer_epoch, records,
                                         self._held(request, results, accepted, respond))
 
