@@ -17,6 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
+STREAMS_POM = HERE / "streams-pom.xml"  # kafka-streams (and rocksdbjni) for the Streams interop test
 CACHE_DIR = HERE / ".cache"
 MAVEN_TIMEOUT_S = 600.0
 
@@ -42,9 +43,17 @@ class KafkaDistribution:
 
     def classpath(self) -> str:
         """The jars of the broker and its tools, ``:``-joined; resolved through Maven on first use."""
+        return self._classpath(POM, "kafka_2.13-")
+
+    def streams_classpath(self) -> str:
+        """The jars of Kafka Streams (``kafka-streams``, its ``kafka-clients``, ``rocksdbjni``) at this
+        version, ``:``-joined; resolved through Maven on first use, cached as :meth:`classpath` is."""
+        return self._classpath(STREAMS_POM, "kafka-streams-")
+
+    def _classpath(self, pom: Path, needed_jar: str) -> str:
         if shutil.which("java") is None:
             raise KafkaToolMissing("no `java` on PATH: Kafka's broker and tools need a JDK 17+")
-        cached = self._cache_file()
+        cached = self._cache_file(pom)
         classpath = self._cached_classpath(cached)
         if classpath is not None:
             return classpath
@@ -53,7 +62,7 @@ class KafkaDistribution:
         with open(CACHE_DIR / "resolve.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             classpath = self._cached_classpath(cached)
-            return classpath if classpath is not None else self._resolve(cached)
+            return classpath if classpath is not None else self._resolve(cached, pom, needed_jar)
 
     @staticmethod
     def _cached_classpath(cached: Path) -> str | None:
@@ -68,16 +77,17 @@ class KafkaDistribution:
         """``java -cp <classpath> [jvm_options] main_class args`` for one of Kafka's classes."""
         return ["java", *jvm_options, "-cp", self.classpath(), main_class, *args]
 
-    def _cache_file(self) -> Path:
-        pom_digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:12]
-        return CACHE_DIR / f"classpath-{self.version}-{pom_digest}.txt"
+    def _cache_file(self, pom: Path) -> Path:
+        pom_digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+        kind = "" if pom == POM else f"{pom.stem}-"
+        return CACHE_DIR / f"classpath-{kind}{self.version}-{pom_digest}.txt"
 
-    def _resolve(self, cache_file: Path) -> str:
+    def _resolve(self, cache_file: Path, pom: Path, needed_jar: str) -> str:
         maven = shutil.which("mvn")
         if maven is None:
             raise KafkaToolMissing("no `mvn` on PATH: Kafka's jars are resolved from Maven Central by Maven")
         output = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        command = [maven, "-q", "-B", "-f", str(POM), f"-Dkafka.version={self.version}"]
+        command = [maven, "-q", "-B", "-f", str(pom), f"-Dkafka.version={self.version}"]
         if self.line == 3:
             command.append("-Dkafka.line=3")
         command += ["dependency:build-classpath", f"-Dmdep.outputFile={output}"]
@@ -87,11 +97,12 @@ class KafkaDistribution:
             raise KafkaUnavailable(f"Maven did not resolve Kafka {self.version} in {MAVEN_TIMEOUT_S:.0f} s") from exc
         if done.returncode != 0 or not output.exists():
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-            raise KafkaUnavailable(f"Maven could not resolve Kafka {self.version} from {POM}:\n{tail}")
+            raise KafkaUnavailable(f"Maven could not resolve Kafka {self.version} from {pom}:\n{tail}")
         entries = [jar for jar in output.read_text().strip().split(os.pathsep) if jar]
         output.unlink()
-        if not any(Path(jar).name.startswith("kafka_2.13-") for jar in entries):
-            raise KafkaUnavailable(f"Maven's classpath for Kafka {self.version} has no kafka_2.13 jar")
+        if not any(Path(jar).name.startswith(needed_jar) for jar in entries):
+            raise KafkaUnavailable(f"Maven's classpath for Kafka {self.version} from {pom.name} has no "
+                                   f"{needed_jar.rstrip('-')} jar")
         written = cache_file.with_suffix(f".{os.getpid()}.write")
         written.write_text(os.pathsep.join(entries))
         os.replace(written, cache_file)  # readers outside the lock see the old file or the new one
