@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +40,15 @@ PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "client.id": "tidelog-bench"}
 
 @dataclass(frozen=True, slots=True)
 class Produced:
-    """One timed transfer: records acknowledged, transactions committed, the seconds it took, and
-    the partition's end offset afterwards (read_committed: the last stable offset)."""
+    """One timed transfer: records acknowledged, transactions committed, the seconds it took, the
+    partition's end offset afterwards (read_committed: the last stable offset) and the median time of
+    one ``commit_transaction`` call (0 without transactions)."""
 
     seconds: float
     records: int
     transactions: int
     end_offset: int
+    commit_seconds: float = 0.0
 
     @property
     def records_per_s(self) -> float:
@@ -97,24 +99,33 @@ def transactional_produce(bootstrap: str, topic: str, count: int, transactional_
     producer.init_transactions(STALL_TIMEOUT_S)
     deliveries, value = _Deliveries(), bytes(PF_VALUE_SIZE)
     transactions = -(-count // TXN_RECORDS)
+    commits: list[float] = []
 
     def run() -> None:
         for number in range(transactions):
             producer.begin_transaction()
             _produce(producer, topic, value, min(TXN_RECORDS, count - number * TXN_RECORDS), deliveries)
+            began = time.perf_counter()
             producer.commit_transaction(STALL_TIMEOUT_S)
+            commits.append(time.perf_counter() - began)
 
     seconds = _seconds(run)
     producer.flush(STALL_TIMEOUT_S)
-    return _checked(bootstrap, topic, seconds, count, transactions, deliveries)
+    produced = _checked(bootstrap, topic, seconds, count, transactions, deliveries)
+    return replace(produced, commit_seconds=median(commits))
 
 
 def idempotent_produce(bootstrap: str, topic: str, count: int) -> Produced:
     """Time ``count`` records from an idempotent producer (no transactional id), then ``flush``
-    (every record acknowledged); the producer id is fetched before the clock starts."""
+    (every record acknowledged); one record produced and flushed before the clock starts makes sure
+    the producer id is there (librdkafka has no call that waits for it alone)."""
     producer = _producer(bootstrap, None)
-    producer.list_topics(topic, timeout=STALL_TIMEOUT_S)
     deliveries, value = _Deliveries(), bytes(PF_VALUE_SIZE)
+    producer.produce(topic, value, partition=0, on_delivery=deliveries)
+    if producer.flush(STALL_TIMEOUT_S) or deliveries.acknowledged != 1:
+        raise NotTheSameWork(f"idempotent produce to {topic} at {bootstrap}: the first record was not acknowledged "
+                             f"in {STALL_TIMEOUT_S:.0f} s (error: {deliveries.error})")
+    deliveries.acknowledged = 0
 
     def run() -> None:
         _produce(producer, topic, value, count, deliveries)
@@ -122,7 +133,7 @@ def idempotent_produce(bootstrap: str, topic: str, count: int) -> Produced:
             raise NotTheSameWork(f"idempotent produce to {topic}: records still queued after {STALL_TIMEOUT_S:.0f} s")
 
     seconds = _seconds(run)
-    return _checked(bootstrap, topic, seconds, count, 0, deliveries)
+    return _checked(bootstrap, topic, seconds, count, 0, deliveries, earlier=1)
 
 
 def _seconds(action: Callable[[], None]) -> float:
@@ -132,16 +143,17 @@ def _seconds(action: Callable[[], None]) -> float:
 
 
 def _checked(bootstrap: str, topic: str, seconds: float, count: int, transactions: int,
-             deliveries: _Deliveries) -> Produced:
+             deliveries: _Deliveries, earlier: int = 0) -> Produced:
     """Every record acknowledged without error, and the partition's read_committed end offset is the
-    records plus one commit marker per transaction."""
+    ``earlier`` records produced before the clock started, plus the records, plus one commit marker
+    per transaction."""
     if deliveries.error is not None or deliveries.acknowledged != count:
         raise NotTheSameWork(f"produce to {topic} at {bootstrap}: {deliveries.acknowledged} of {count} records "
                              f"acknowledged (first error: {deliveries.error})")
     end = committed_end_offset(bootstrap, topic)
-    if end != count + transactions:
-        raise NotTheSameWork(f"{topic} at {bootstrap} ends at {end} (read_committed), expected {count} records + "
-                             f"{transactions} commit markers = {count + transactions}")
+    if end != earlier + count + transactions:
+        raise NotTheSameWork(f"{topic} at {bootstrap} ends at {end} (read_committed), expected {earlier} + {count} "
+                             f"records + {transactions} commit markers = {earlier + count + transactions}")
     return Produced(seconds, count, transactions, end)
 
 
@@ -203,6 +215,8 @@ def _txn_produce_rows(settings: Settings, root: Path) -> list[Row]:
                # the same producer without transactions, same rounds: what committing costs on each broker
                "tidelog_idempotent_records_per_s": rates["tidelog"]["idempotent"],
                "kafka_idempotent_records_per_s": rates["kafka"]["idempotent"],
+               "tidelog_commit_ms": [r.commit_seconds * 1000 for r in runs["tidelog"]["txn"]],
+               "kafka_commit_ms": [r.commit_seconds * 1000 for r in runs["kafka"]["txn"]],
                "tidelog_txn_over_idempotent": median(ours) / median(rates["tidelog"]["idempotent"]),
                "kafka_txn_over_idempotent": median(kafka) / median(rates["kafka"]["idempotent"]),
                "producer_config": PRODUCER_CONFIG, "load_average_1m": loads}
@@ -256,7 +270,7 @@ def overhead_row(transactional: Sequence[Produced], idempotent: Sequence[Produce
     ratios = [t / i for t, i in zip(txn, idem)]
     details = {"client": "confluent-kafka (librdkafka)", "records": records, "records_per_transaction": TXN_RECORDS,
                "rounds": len(ratios), "transactional_records_per_s": txn, "idempotent_records_per_s": idem,
-               "round_ratios": ratios, "ratio_spread": [min(ratios), max(ratios)],
+               "round_ratios": ratios, "commit_ms": [r.commit_seconds * 1000 for r in transactional], "ratio_spread": [min(ratios), max(ratios)],
                "producer_config": PRODUCER_CONFIG, "load_average_1m": list(loads)}
     return Row("txn_produce_overhead", f"tidelog serve, transactional producer committing every {TXN_RECORDS:,} "
                f"records: {records:,} x {PF_VALUE_SIZE} B (round ratios {min(ratios):.2f}-{max(ratios):.2f})",
