@@ -41,7 +41,7 @@ from tidelog.clock import Clock
 from tidelog.errors import CorruptRecordError, TopicExistsError
 from tidelog.manager import LogManager
 from tidelog.manager.kraft_metadata import INTERNAL_TOPIC_CONFIGS
-from tidelog.records import RecordBatch, iter_batches
+from tidelog.records import RecordBatch
 from tidelog.records.builder import BatchBuilder
 from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.server.groups.messages import Done, StoreRecord
@@ -57,6 +57,7 @@ from tidelog.server.groups.records import (
     offsets_partition_for,
 )
 from tidelog.server.groups.txn_offsets import PendingTxnOffsets
+from tidelog.server.log_load import partition_batches
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.config import BrokerConfig
 from tidelog.topic_partition import TopicPartition
@@ -179,32 +180,16 @@ def _replay(manager: LogManager, tp: TopicPartition, loaded: LoadedGroups, count
     """Apply every record and marker of one partition (of ``count``), from its log start to its
     high watermark. A read that fails is reported as any other read
     (:meth:`LogManager.report_read_error`) and raised."""
-    offsets = manager.offsets(tp)
-    offset, buffer = offsets.log_start_offset, LOAD_BUFFER_BYTES
-    while offset < offsets.high_watermark:
-        try:
-            data = manager.read(tp, offset, buffer).records
-        except Exception as e:
-            manager.report_read_error(tp, "group load", e)
-            raise
-        if not data:
-            return
-        advanced = offset
-        for _, batch in iter_batches(data):
-            advanced = max(advanced, batch.next_offset)
-            transactional = isinstance(batch, RecordBatch) and batch.is_transactional
-            if isinstance(batch, RecordBatch) and batch.is_control:
-                if transactional and batch.next_offset > offset:
-                    _end_transaction(loaded, batch, tp, count)
-                continue
-            producer_id = batch.producer_id if transactional else -1
-            for record in batch.records():
-                if record.offset >= offset and record.key is not None:
-                    _apply(loaded, record.key, record.value, tp, record.offset, producer_id)
-        if advanced == offset:  # one batch larger than the buffer
-            buffer *= 2
-        offset = advanced
-        offsets = manager.offsets(tp)
+    for offset, batch in partition_batches(manager, tp, "group load", LOAD_BUFFER_BYTES):
+        transactional = isinstance(batch, RecordBatch) and batch.is_transactional
+        if isinstance(batch, RecordBatch) and batch.is_control:
+            if transactional and batch.next_offset > offset:
+                _end_transaction(loaded, batch, tp, count)
+            continue
+        producer_id = batch.producer_id if transactional else -1
+        for record in batch.records():
+            if record.offset >= offset and record.key is not None:
+                _apply(loaded, record.key, record.value, tp, record.offset, producer_id)
 
 
 def _end_transaction(loaded: LoadedGroups, batch: RecordBatch, tp: TopicPartition, count: int) -> None:

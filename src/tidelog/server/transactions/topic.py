@@ -30,8 +30,9 @@ from tidelog.errors import CorruptRecordError, TopicExistsError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import TRANSACTION_STATE
 from tidelog.manager.kraft_metadata import INTERNAL_TOPIC_CONFIGS
-from tidelog.records import RecordBatch, iter_batches
+from tidelog.records import RecordBatch
 from tidelog.records.builder import BatchBuilder
+from tidelog.server.log_load import partition_batches
 from tidelog.server.transactions.records import decode_key, decode_value, encode_key, encode_value, TxnLogValue
 from tidelog.server.transactions.records import txn_partition_for
 from tidelog.storage.append_info import AppendOrigin
@@ -96,29 +97,12 @@ class TransactionStateTopic:
         return loaded
 
     def _replay(self, tp: TopicPartition, loaded: LoadedTransactions) -> None:
-        manager = self._manager
-        offsets = manager.offsets(tp)
-        offset, buffer = offsets.log_start_offset, self._load_buffer
-        while offset < offsets.high_watermark:
-            try:
-                data = manager.read(tp, offset, buffer).records
-            except Exception as e:
-                manager.report_read_error(tp, "transaction state load", e)
-                raise
-            if not data:
-                return
-            advanced = offset
-            for _, batch in iter_batches(data):
-                advanced = max(advanced, batch.next_offset)
-                if isinstance(batch, RecordBatch) and (batch.is_control or batch.is_transactional):
-                    continue
-                for record in batch.records():
-                    if record.offset >= offset and record.key is not None:
-                        _apply(loaded, record.key, record.value, tp, record.offset)
-            if advanced == offset:  # one batch larger than the buffer
-                buffer *= 2
-            offset = advanced
-            offsets = manager.offsets(tp)
+        for offset, batch in partition_batches(self._manager, tp, "transaction state load", self._load_buffer):
+            if isinstance(batch, RecordBatch) and (batch.is_control or batch.is_transactional):
+                continue
+            for record in batch.records():
+                if record.offset >= offset and record.key is not None:
+                    _apply(loaded, record.key, record.value, tp, record.offset)
 
 
 def _apply(loaded: LoadedTransactions, key: bytes, value: bytes | None, tp: TopicPartition, offset: int) -> None:
