@@ -65,6 +65,23 @@ def free_port(exclude: tuple[int, ...] = ()) -> int:
     raise OSError(f"no free loopback port in {_PORT_RANGE}")
 
 
+def stop_process_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Stop a program started in a session of its own: SIGTERM to ``process``'s group, wait up to
+    ``timeout_s`` for ``process``, then SIGKILL the whole group (a clean exit can still leave a
+    child of it behind) and reap ``process``. Blocks up to ``timeout_s``."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 class BrokerError(RuntimeError):
     """The broker did not format, start or stop; the message carries the tail of its log."""
 

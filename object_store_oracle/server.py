@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from kafka_oracle.broker import free_port
+from kafka_oracle.broker import free_port, stop_process_group
 from object_store_oracle.weed_build import weed_binary
 
 START_TIMEOUT_S = 90.0
@@ -51,15 +49,6 @@ def _kill_leftovers() -> None:
     # a test session that dies must not leave weed holding ports and files
     for server in list(_RUNNING):
         server.stop(timeout_s=0.0)
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL every process of ``process``'s group (weed runs in its own session) and reap it."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
 
 
 class ObjectStoreError(RuntimeError):
@@ -141,15 +130,8 @@ class WeedS3Server:
         volume server has gone). Afterwards no process of the group, no listener and no socket
         file is left (weed names its gRPC sockets ``/tmp/seaweedfs-<server>-grpc-<port>.sock``).
         """
-        process = self._process
-        if process is not None:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    pass
-            _kill_group(process)  # a clean exit can still leave a child of the group behind
+        if self._process is not None:
+            stop_process_group(self._process, timeout_s)
             self._process = None
         _RUNNING.discard(self)
         for name in _COMPONENTS:

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -43,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 
-from kafka_oracle.broker import free_port
+from kafka_oracle.broker import free_port, stop_process_group
 from prometheus_oracle.install import PrometheusBinaries, prometheus_binaries
 
 SCRAPE_INTERVAL_S = 1.0
@@ -165,19 +163,8 @@ class PrometheusServer:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM to prometheus's process group, wait up to ``timeout_s``, then SIGKILL; idempotent."""
-        process = self._process
-        if process is not None:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # a clean exit can still leave a child of the group
-            except ProcessLookupError:
-                pass
-            process.wait()
+        if self._process is not None:
+            stop_process_group(self._process, timeout_s)
             self._process = None
         _RUNNING.discard(self)
 
