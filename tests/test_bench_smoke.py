@@ -42,7 +42,7 @@ INFORMATIONAL_ROWS = {"append_1_idempotent", "recovery_small_batches", "scan", "
                       "produce_json_steady", "offset_map_put", "offset_map_get", "clean_1gb_records",
                       "clean_many_keys", "server_produce_latency", "server_fetch_memory",
                       "server_partial_requests_memory", "server_decompression_memory", *SIDE_BY_SIDE_ROWS,
-                      "spark_cluster_remote_clean", "txn_produce_overhead"}  # informational; "skipped: ..." without weed or Java
+                      "spark_cluster_remote_clean", "txn_produce_overhead", "txn_nontxn_produce"}  # informational; "skipped: ..." without weed or Java
 # Spark's own Kafka connector: targeted where it can be resolved, a "skipped" row (no target) where not
 CONNECTOR_ROW = "spark_vs_kafka_connector"
 BROKER_WRITE_ROW = "spark_broker_write"
