@@ -125,3 +125,24 @@ def test_a_costly_rendering_is_served_until_the_cpu_budget_covers_it() -> None:
         assert collector.renderings == 2
     finally:
         endpoint.stop()
+
+
+def test_a_served_rendering_is_answered_without_a_worker() -> None:
+    """While the last rendering is served, a scrape is answered on the endpoint's loop thread: it
+    answers even with both render workers held."""
+    clock = FakeClock()
+    endpoint, collector = _served(60.0, clock)
+    held = threading.Event()
+    try:
+        _scrape(endpoint.url)
+        _scrape(endpoint.url, gzipped=True)  # the gzip form is made once, by a worker
+        blockers = [endpoint._workers.submit(held.wait, TIMEOUT_S) for _ in range(2)]
+        assert "probe_renderings_total 1.0" in _scrape(endpoint.url)
+        assert "probe_renderings_total 1.0" in _scrape(endpoint.url, gzipped=True)
+        held.set()
+        for blocker in blockers:
+            blocker.result(TIMEOUT_S)
+        assert collector.renderings == 1
+    finally:
+        held.set()
+        endpoint.stop()

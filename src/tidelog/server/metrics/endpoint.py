@@ -212,10 +212,26 @@ class MetricsEndpoint:
         elif request[0] != "GET":
             response = _response(405, "Method Not Allowed", b"only GET\n", extra=(("Allow", "GET"),))
         else:
-            response = await asyncio.get_running_loop().run_in_executor(self._workers, self._exposition,
-                                                                        request[2])
+            response = self._served_rendering(request[2])
+            if response is None:  # none fresh: a worker renders (or waits for the rendering under way)
+                response = await asyncio.get_running_loop().run_in_executor(self._workers, self._exposition,
+                                                                            request[2])
         writer.write(response)
         await asyncio.wait_for(writer.drain(), self._timeout_s)
+
+    def _served_rendering(self, accepts_gzip: bool) -> bytes | None:
+        """The framed 200 response of the last rendering while it is served, or None. Runs on the
+        endpoint's loop thread without a lock (one attribute read): a scrape answered from the last
+        rendering wakes no worker, so it costs the broker's process one thread's work, not three
+        threads handing the GIL to each other."""
+        rendering = self._rendering
+        if rendering is None or not 0 <= self._clock.nanoseconds() - rendering.at_ns < rendering.served_ns:
+            return None
+        body = rendering.gzipped if accepts_gzip else rendering.text
+        if body is None:
+            return None
+        extra = (("Content-Encoding", "gzip"),) if accepts_gzip else ()
+        return _response(200, "OK", body, content_type=CONTENT_TYPE_LATEST, extra=extra)
 
     def _exposition(self, accepts_gzip: bool) -> bytes:
         """The framed 200 response (500 if a collector fails). Runs on a worker thread."""
