@@ -14,12 +14,28 @@ are; it holds no state between calls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
+from tidelog.errors import TopicExistsError
 from tidelog.manager import LogManager
 from tidelog.records import iter_batches
 from tidelog.records.batch import FileBatch
 from tidelog.topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def ensure_internal_topic(manager: LogManager, name: str, partitions: int, configs: dict[str, str]) -> int:
+    """Create internal topic ``name`` with ``partitions`` and ``configs`` if missing (a topic already
+    there keeps its partition count); its partition count. File work: call it in the thread pool."""
+    if not manager.has_topic(name):
+        try:
+            manager.create_topic(name, partitions, configs)
+            log.info("created %s with %d partitions", name, partitions)
+        except TopicExistsError:
+            pass  # created meanwhile by another request
+    return len(manager.partitions(name))
 
 
 def partition_batches(manager: LogManager, tp: TopicPartition, what: str,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptRecordError, TopicExistsError
+from tidelog.errors import CorruptRecordError
 from tidelog.manager import LogManager
 from tidelog.manager.kraft_metadata import INTERNAL_TOPIC_CONFIGS
 from tidelog.records import RecordBatch
@@ -57,7 +57,7 @@ from tidelog.server.groups.records import (
     offsets_partition_for,
 )
 from tidelog.server.groups.txn_offsets import PendingTxnOffsets
-from tidelog.server.log_load import partition_batches
+from tidelog.server.log_load import ensure_internal_topic, partition_batches
 from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.config import BrokerConfig
 from tidelog.topic_partition import TopicPartition
@@ -131,14 +131,8 @@ class OffsetsTopic:
 
     def ensure(self) -> int:
         """Create the topic if missing; its partition count."""
-        if not self._manager.has_topic(OFFSETS_TOPIC):
-            configs = {**INTERNAL_TOPIC_CONFIGS[OFFSETS_TOPIC], "segment.bytes": str(self._segment_bytes)}
-            try:
-                self._manager.create_topic(OFFSETS_TOPIC, self._partitions, configs)
-                log.info("created %s with %d partitions", OFFSETS_TOPIC, self._partitions)
-            except TopicExistsError:
-                pass  # created meanwhile by another request
-        return len(self._manager.partitions(OFFSETS_TOPIC))
+        configs = {**INTERNAL_TOPIC_CONFIGS[OFFSETS_TOPIC], "segment.bytes": str(self._segment_bytes)}
+        return ensure_internal_topic(self._manager, OFFSETS_TOPIC, self._partitions, configs)
 
     def groups_of(self, partition: int) -> Callable[[str], bool]:
         """Whether a group's records go to ``partition`` (the topic must exist). No I/O: reads

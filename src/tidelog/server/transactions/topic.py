@@ -26,13 +26,13 @@ import logging
 from dataclasses import dataclass, field
 
 from tidelog.clock import Clock
-from tidelog.errors import CorruptRecordError, TopicExistsError
+from tidelog.errors import CorruptRecordError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import TRANSACTION_STATE
 from tidelog.manager.kraft_metadata import INTERNAL_TOPIC_CONFIGS
 from tidelog.records import RecordBatch
 from tidelog.records.builder import BatchBuilder
-from tidelog.server.log_load import partition_batches
+from tidelog.server.log_load import ensure_internal_topic, partition_batches
 from tidelog.server.transactions.records import decode_key, decode_value, encode_key, encode_value, TxnLogValue
 from tidelog.server.transactions.records import txn_partition_for
 from tidelog.storage.append_info import AppendOrigin
@@ -63,15 +63,9 @@ class TransactionStateTopic:
 
     def ensure(self) -> int:
         """Create the topic if missing; its partition count."""
-        if not self._manager.has_topic(TRANSACTION_STATE):
-            configs = {**INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE], "segment.bytes": str(self._segment_bytes),
-                       "compression.type": "uncompressed", "unclean.leader.election.enable": "false"}
-            try:
-                self._manager.create_topic(TRANSACTION_STATE, self._partitions, configs)
-                log.info("created %s with %d partitions", TRANSACTION_STATE, self._partitions)
-            except TopicExistsError:
-                pass  # created meanwhile by another request
-        return len(self._manager.partitions(TRANSACTION_STATE))
+        configs = {**INTERNAL_TOPIC_CONFIGS[TRANSACTION_STATE], "segment.bytes": str(self._segment_bytes),
+                   "compression.type": "uncompressed", "unclean.leader.election.enable": "false"}
+        return ensure_internal_topic(self._manager, TRANSACTION_STATE, self._partitions, configs)
 
     def partition_for(self, transactional_id: str) -> TopicPartition:
         """The partition holding ``transactional_id``'s records (creates the topic if missing)."""
