@@ -148,8 +148,7 @@ def _count_response(metrics: ServerMetrics, reads: list[PartitionRead]) -> None:
     counts = {ErrorCode.NONE.value: 1}
     for read in reads:
         topic, error = read.spec.topic, read.error
-        topics.on_fetch_read(topic, error)
-        topics.on_fetch_response(topic, error, len(read.records))
+        topics.on_fetch_read(topic, error, len(read.records))
         counts[error] = counts.get(error, 0) + 1
     metrics.requests.on_error_counts("Fetch", counts)
 

@@ -111,20 +111,15 @@ class BrokerTopicMetrics:
                 if error == MESSAGE_TOO_LARGE:
                     counters.bytes_rejected += size
 
-    def on_fetch_read(self, topic: str, error: int) -> None:
-        """One partition read by a Fetch. Event loop thread; O(1), no lock."""
+    def on_fetch_read(self, topic: str, error: int, size: int = 0) -> None:
+        """One partition read by a Fetch; ``size``: the record bytes it puts in the response (0 for
+        the first read of a delayed fetch). Event loop thread; O(1), no lock."""
         one = self._topic(topic, error)
         for counters in (self.all_topics, one) if one is not None else (self.all_topics,):
             counters.total_fetch += 1
+            counters.bytes_out += size
             if error not in FETCH_NOT_FAILED:
                 counters.failed_fetch += 1
-
-    def on_fetch_response(self, topic: str, error: int, size: int) -> None:
-        """One partition of a Fetch response carrying ``size`` record bytes. Event loop thread."""
-        one = self._topic(topic, error)
-        self.all_topics.bytes_out += size
-        if one is not None:
-            one.bytes_out += size
 
     def snapshot(self) -> tuple[TopicCounters, dict[str, TopicCounters]]:
         """Copies of the all-topics counters and of each topic's. Any thread; no lock (atomic
