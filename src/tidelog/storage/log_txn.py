@@ -63,7 +63,7 @@ class TxnLog:
         """Kafka's last stable offset (module doc). Thread-safe: without open or unreplicated
         transactions, no lock (the high watermark); with some, takes the log's lock."""
         txns = self.producer_state.txns
-        if not txns.ongoing and not txns.unreplicated:  # two dict tests, not a __bool__ call: once per fetch
+        if not txns.ongoing and not txns.unreplicated:  # two dict tests: once per fetch
             return self._high_watermark
         with self._lock:
             high_watermark = self._high_watermark

@@ -115,11 +115,6 @@ class OngoingTxns:
         self.ongoing: dict[int, int] = {}  # first offset -> producer id, in first-offset order
         self.unreplicated: dict[int, tuple[int, int]] = {}  # first offset -> (producer id, marker offset)
 
-    def __bool__(self) -> bool:
-        """True while some transaction holds the last stable offset back (or may, until the high
-        watermark is compared with its marker)."""
-        return bool(self.ongoing) or bool(self.unreplicated)
-
     def begin(self, producer_id: int, first_offset: int) -> None:
         """A transaction began at ``first_offset`` (above every ongoing one's: appends come in
         offset order)."""
