@@ -85,20 +85,15 @@ def abort_markers(segment: LogSegment, end: int = 2**63 - 1) -> list[tuple[int, 
             if b.control is ControlRecordType.ABORT]
 
 
-class _OpenTxns:
-    """Producer id -> first offset of its open transaction, and the completions of a replay."""
-
-    def __init__(self, open_txns: dict[int, int]) -> None:
-        self.first_offsets = open_txns
-
-    def apply(self, batch: TxnBatch) -> AbortedTxn | None:
-        """Replay one batch (:func:`~.txn_tracking.replay_txn_batch`); the entry an ABORT adds."""
-        control = batch.control
-        first = replay_txn_batch(self.first_offsets, batch.producer_id, batch.base_offset, control is not None,
-                                 control in (ControlRecordType.ABORT, ControlRecordType.COMMIT))
-        if first is None or control is not ControlRecordType.ABORT:
-            return None
-        return aborted_txn_entry(batch.producer_id, first, batch.base_offset, self.first_offsets.items())
+def _replay(open_txns: dict[int, int], batch: TxnBatch) -> AbortedTxn | None:
+    """Replay one batch over ``open_txns`` (producer id -> first offset of its open transaction:
+    :func:`~.txn_tracking.replay_txn_batch`); the ``.txnindex`` entry an ABORT adds."""
+    control = batch.control
+    first = replay_txn_batch(open_txns, batch.producer_id, batch.base_offset, control is not None,
+                             control in (ControlRecordType.ABORT, ControlRecordType.COMMIT))
+    if first is None or control is not ControlRecordType.ABORT:
+        return None
+    return aborted_txn_entry(batch.producer_id, first, batch.base_offset, open_txns.items())
 
 
 def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log_start_offset: int,
@@ -114,7 +109,6 @@ def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log
     start, open_txns = _open_txns_at(target.base_offset, log_start_offset, snapshot_offsets, dir)
     if cached is not None and cached >= start:
         start, open_txns = cached, dict(open_at[cached])
-    state = _OpenTxns(open_txns)
     for i, segment in enumerate(segments):
         if segment.base_offset >= target.base_offset:
             break
@@ -122,12 +116,12 @@ def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log
         if following <= start:
             continue
         for batch in transactional_batches(segment, start, target.base_offset):
-            state.apply(batch)
+            _replay(open_txns, batch)
         if following <= target.base_offset:
-            open_at[following] = dict(state.first_offsets)
-    open_at[target.base_offset] = dict(state.first_offsets)
+            open_at[following] = dict(open_txns)
+    open_at[target.base_offset] = dict(open_txns)
     return [entry for batch in transactional_batches(target, max(start, target.base_offset), end)
-            if (entry := state.apply(batch)) is not None]
+            if (entry := _replay(open_txns, batch)) is not None]
 
 
 def _open_txns_at(offset: int, log_start_offset: int, snapshot_offsets: Sequence[int],
