@@ -474,8 +474,7 @@ class CleanerManager:
         the quarantine's snapshot, replaced whole after each change (a metrics scrape must not wait
         for a selection pass, which holds the lock while it weighs every log)."""
         key = None if log_dir is None else str(dir_key(log_dir))
-        records = self._quarantine.snapshot.values()
-        return sorted((r for r in records if key is None or r.log_dir == key), key=lambda r: r.topic_partition)
+        return self._quarantine.records(key)
 
     def maintain_uncleanable(self) -> None:
         """Kafka's ``maintainUncleanablePartitions``: drop the records of partitions that no longer

@@ -107,8 +107,8 @@ class Quarantine:
             self._changed()
 
     def records(self, log_dir: str | None = None) -> list[QuarantineRecord]:
-        """The records (of log dir ``log_dir``, as keyed), by partition."""
-        return sorted((r for r in self._records.values() if log_dir is None or r.log_dir == log_dir),
+        """The records (of log dir ``log_dir``, as keyed), by partition. Any thread, no lock (reads :attr:`snapshot`)."""
+        return sorted((r for r in self.snapshot.values() if log_dir is None or r.log_dir == log_dir),
                       key=lambda r: r.topic_partition)
 
     def keep_only(self, where: dict[TopicPartition, str]) -> None:
