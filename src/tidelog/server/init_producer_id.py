@@ -24,6 +24,7 @@ from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode
 from tidelog.server.producer_id_manager import ProducerIdManager
+from tidelog.server.transactions.apis import fenced_for
 from tidelog.server.transactions.coordinator import transaction_coordinator
 
 _managers: weakref.WeakKeyDictionary[LogManager, ProducerIdManager] = weakref.WeakKeyDictionary()
@@ -36,10 +37,7 @@ async def handle_init_producer_id(ctx: ApiContext, conn: ConnectionInfo, request
         expected_pid, expected_epoch = (body.producer_id, body.producer_epoch) if version >= 3 else (-1, -1)
         result = await transaction_coordinator(ctx).init_producer_id(
             body.transactional_id, body.transaction_timeout_ms, expected_pid, expected_epoch)
-        error = result.error
-        if error is ErrorCode.PRODUCER_FENCED and version < 4:
-            error = ErrorCode.INVALID_PRODUCER_EPOCH
-        return _response(error, result.producer_id, result.producer_epoch)
+        return _response(fenced_for(result.error, version, since=4), result.producer_id, result.producer_epoch)
     producer_id = await ctx.run(lambda: producer_ids(ctx.manager).generate_producer_id())
     return _response(ErrorCode.NONE, producer_id, 0)
 
