@@ -331,8 +331,7 @@ class Log(AppendPath):
         with self._lock:
             self._check_in_range(start_offset)
             end = self._log_end_offset
-            bound = self._local.bound(end if isolation is FetchIsolation.LOG_END else self._high_watermark
-                                      if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset, end)
+            bound = self._local.bound(self._isolation_bound(isolation), end)
             segment = self._segments.floor(start_offset)
             if segment is None:  # below the first local segment: only a tiered log has records there
                 self._check_local(start_offset)
@@ -376,9 +375,7 @@ class Log(AppendPath):
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(-1, self._log_start_offset, self._earliest_epoch())
         if timestamp == LATEST_TIMESTAMP:
-            offset = self._log_end_offset if isolation is FetchIsolation.LOG_END else self._high_watermark \
-                if isolation is FetchIsolation.HIGH_WATERMARK else self.last_stable_offset
-            return TimestampAndOffset(-1, offset, self.leader_epoch_cache.latest_epoch)
+            return TimestampAndOffset(-1, self._isolation_bound(isolation), self.leader_epoch_cache.latest_epoch)
         if timestamp == LATEST_TIERED_TIMESTAMP:
             highest = self._highest_remote_offset if tiered else -1
             return TimestampAndOffset(-1, highest, self.leader_epoch_cache.epoch_for_offset(highest) if highest >= 0 else None)
@@ -389,6 +386,13 @@ class Log(AppendPath):
         if found is not None and isolation is FetchIsolation.TXN_COMMITTED and found.offset >= self.last_stable_offset:
             return None
         return found
+
+    def _isolation_bound(self, isolation: FetchIsolation) -> int:
+        """The offset a read under ``isolation`` stops at: the log end, the high watermark, or the
+        last stable offset (``TXN_COMMITTED``)."""
+        if isolation is FetchIsolation.HIGH_WATERMARK:
+            return self._high_watermark
+        return self._log_end_offset if isolation is FetchIsolation.LOG_END else self.last_stable_offset
 
     def _earliest_epoch(self) -> int | None:
         entry = self.leader_epoch_cache.earliest_entry
