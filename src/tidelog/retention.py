@@ -39,8 +39,9 @@ the plan.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from tidelog.storage.config import LogConfig
@@ -545,6 +546,14 @@ def retention_reason(config: LogConfig, tiered: bool, segments: Sequence[Segment
 
 _DURATION_UNITS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1_000))
 _BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def merged_reasons(previous: Mapping[TopicPartition, str], plans: Iterable[RetentionPlan],
+                   live: Collection[TopicPartition]) -> Mapping[TopicPartition, str]:
+    """``previous`` updated with ``plans``' reason codes, keeping only ``live`` partitions: a
+    read-only mapping to replace the old one whole (what a metrics scrape reads without a lock)."""
+    merged = {**previous, **{p.topic_partition: p.reason for p in plans}}
+    return MappingProxyType({tp: r for tp, r in merged.items() if tp in live})
 
 
 def format_duration(ms: int) -> str:

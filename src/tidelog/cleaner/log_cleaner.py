@@ -231,8 +231,7 @@ class LogCleaner:
         finally:
             self.manager.done_deleting([tp for tp, _ in deletable])
         live = {tp for tp, _ in self._logs()}  # a busy partition keeps its previous reason
-        merged = {**self.retention_reasons, **{p.topic_partition: p.reason for p in plans}}
-        self.retention_reasons = MappingProxyType({tp: r for tp, r in merged.items() if tp in live})
+        self.retention_reasons = retention.merged_reasons(self.retention_reasons, plans, live)
         return plans
 
     def clean_now(self, tp: TopicPartition, *, force: bool = False) -> CleaningResult | None:

@@ -144,9 +144,7 @@ class BackgroundTasks:
 
     def _record_reasons(self, plans: Iterable[retention.RetentionPlan]) -> None:
         """Merge ``plans``' reasons into :attr:`retention_reasons`, dropping partitions no longer live."""
-        merged = {**self._retention_reasons, **{p.topic_partition: p.reason for p in plans}}
-        live = self._map.logs
-        self._retention_reasons = MappingProxyType({tp: r for tp, r in merged.items() if tp in live})
+        self._retention_reasons = retention.merged_reasons(self._retention_reasons, plans, self._map.logs)
 
     def _retention_over(self, logs: Iterable[tuple[TopicPartition, Log]], *, dry_run: bool) -> list[retention.RetentionPlan]:
         plans = self._decide_over(logs, dry_run=dry_run)
