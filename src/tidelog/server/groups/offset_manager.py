@@ -84,6 +84,11 @@ class OffsetMetadataManager:
         group = self._groups[group_id] = ClassicGroup(group_id, current_state_timestamp=self._wall())
         return group
 
+    def _live_group(self, group_id: str) -> ClassicGroup:
+        """The group, created anew when missing or Dead (a write landed after it went)."""
+        group = self._groups.get(group_id)
+        return self._new_group(group_id) if group is None or group.state is GroupState.DEAD else group
+
     def _next_stamp(self) -> int:
         self._stamp += 1
         return self._stamp
@@ -160,10 +165,7 @@ class OffsetMetadataManager:
                      stamp: int | None) -> None:
         """Make ``offsets`` the group's committed offsets; with a ``stamp`` (a regular commit),
         pending ones written before it are superseded."""
-        target = self._groups.get(group_id)
-        if target is None or target.state is GroupState.DEAD:
-            target = self._new_group(group_id)
-        target.offsets.update(offsets)
+        self._live_group(group_id).offsets.update(offsets)
         if stamp is not None:
             for tp in offsets:
                 self._pending.supersede(group_id, tp, stamp)
@@ -233,8 +235,7 @@ class OffsetMetadataManager:
                             request.producer_id, failure)
                 results.update({tp: _write_error(code) for tp in accepted})
             else:
-                if request.group_id not in self._groups or self._groups[request.group_id].state is GroupState.DEAD:
-                    self._new_group(request.group_id)
+                self._live_group(request.group_id)
                 self._pending.add(request.producer_id, request.group_id, accepted, self._next_stamp())
             respond(results)
         return stored
