@@ -110,3 +110,28 @@ def test_schema_types_are_what_spark_declares() -> None:
     assert [f.type for f in rb.schema] == [pa.binary(), pa.binary(), pa.string(), pa.int32(), pa.int64(),
                                            pa.timestamp("us", tz="UTC"), pa.int32(),
                                            arrow_read_schema(True).field("headers").type]
+
+
+def test_the_aborted_filter_sees_only_the_batches_it_may_skip() -> None:
+    """read_committed in a task (aborted_batches): producer 1's transaction aborted, producer 2's
+    committed, plain records between; the answer is that of the storage filter fed every batch."""
+    from tidelog.records import iter_batches
+    from tidelog.storage.read_committed import AbortedBatchFilter
+    from tidelog.storage.txn_index import AbortedTxn
+
+    def txn(offset: int, pid: int) -> bytes:
+        return batch([(offset, T, b"k", b"v", [])], base_offset=offset, producer_id=pid, producer_epoch=0,
+                     base_sequence=offset, is_transactional=True)
+
+    def end(offset: int, pid: int, commit: bool) -> bytes:
+        return build_end_txn_marker_batch(commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0,
+                                          base_offset=offset, timestamp=T)
+
+    buf = (txn(0, 1) + txn(1, 2) + batch([(2, T, b"k", b"v", [])], base_offset=2) + txn(3, 1)
+           + end(4, 1, False) + txn(5, 1) + end(6, 2, True) + end(7, 1, True))
+    aborted = [AbortedTxn(1, 0, 4, 1)]
+    every = AbortedBatchFilter(aborted)
+    kept = [b.base_offset for _, b in iter_batches(buf) if not every.skips(b) and not b.is_control]  # fed every batch
+    assert kept == [1, 2, 5]
+    assert [r["offset"] for r in rows(buf, aborted=AbortedBatchFilter(aborted))] == kept
+    assert [r["offset"] for r in rows(buf)] == [0, 1, 2, 3, 5]
