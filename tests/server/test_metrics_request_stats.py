@@ -123,3 +123,16 @@ def test_scrapes_from_another_thread_while_the_writer_runs_see_consistent_counts
     writer.join()
     all_topics, per_topic = metrics.topics.snapshot()
     assert all_topics.messages_in == 100_000 and sum(t.messages_in for t in per_topic.values()) == 100_000
+
+
+def test_partitions_refused_by_transaction_verification_are_not_produce_requests() -> None:
+    from tidelog.server.produce import PartitionResult, ProduceOutcome, _count_topics
+    from tidelog.topic_partition import TopicPartition
+
+    outcome = ProduceOutcome()
+    outcome.topics["t"] = [PartitionResult(0, ErrorCode.INVALID_TXN_STATE, size=50),
+                           PartitionResult(1, ErrorCode.NONE, size=70, appended_records=2)]
+    topics = BrokerTopicMetrics()
+    _count_topics(topics, outcome, {TopicPartition("t", 0): ErrorCode.INVALID_TXN_STATE})
+    all_topics, _ = topics.snapshot()
+    assert (all_topics.total_produce, all_topics.failed_produce, all_topics.bytes_in) == (1, 0, 70)

@@ -103,7 +103,7 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
         async with ctx.decompression.reserve(reservation):
             outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks, refused,
                                     body.transactional_id is not None)
-        _count_topics(ctx.metrics.topics, outcome)
+        _count_topics(ctx.metrics.topics, outcome, refused)
     if outcome.appended:
         ctx.arrivals.notify(outcome.appended)
     if body.acks == 0:
@@ -115,11 +115,14 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
     return ProduceResponse(throttle_time_ms=0, responses=[_topic_response(n, rs) for n, rs in outcome.topics.items()])
 
 
-def _count_topics(topics: BrokerTopicMetrics, outcome: ProduceOutcome) -> None:
-    """BrokerTopicMetrics of the partitions that reached the append. Event loop; O(partitions)."""
+def _count_topics(topics: BrokerTopicMetrics, outcome: ProduceOutcome,
+                  refused: dict[TopicPartition, ErrorCode] | None = None) -> None:
+    """BrokerTopicMetrics of the partitions that reached the append (not the ``refused`` ones, as
+    Kafka's ReplicaManager marks none for a failed verification). Event loop; O(partitions)."""
     for name, results in outcome.topics.items():
         for r in results:
-            topics.on_produce(name, r.error, r.size, r.appended_records)
+            if not refused or TopicPartition(name, r.partition) not in refused:
+                topics.on_produce(name, r.error, r.size, r.appended_records)
 
 
 def _count_errors(requests: RequestMetrics, outcome: ProduceOutcome) -> None:
