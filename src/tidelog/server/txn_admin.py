@@ -40,11 +40,11 @@ from kafka.protocol.admin import (
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
 from tidelog.manager import LogManager
-from tidelog.manager.internal_topics import CONSUMER_OFFSETS
 from tidelog.server.codec import Request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import CoordinatorNotAvailableError, ErrorCode, error_code, error_message
 from tidelog.server.transactions.coordinator import transaction_coordinator
+from tidelog.server.transactions.service import marker_written
 from tidelog.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -188,8 +188,5 @@ async def _write_marker(ctx: ApiContext, marker: Any, tp: TopicPartition) -> Any
         log.info("WriteTxnMarkers: no %s marker of producer %d on %s: %s", "COMMIT" if commit else "ABORT",
                  marker.producer_id, tp, e)
         return P(partition_index=tp.partition, error_code=error_code(e))
-    ctx.arrivals.notify([tp])
-    groups = getattr(ctx, "groups", None)
-    if tp.topic == CONSUMER_OFFSETS and groups is not None:
-        groups.complete_transaction(marker.producer_id, marker.producer_epoch, tp.partition, commit)
+    marker_written(ctx, getattr(ctx, "groups", None), tp, marker.producer_id, marker.producer_epoch, commit)
     return P(partition_index=tp.partition, error_code=E.NONE)

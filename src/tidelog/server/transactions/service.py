@@ -22,6 +22,16 @@ from tidelog.server.transactions.coordinator import TransactionCoordinator, TxnC
 from tidelog.topic_partition import TopicPartition
 
 
+def marker_written(ctx: ApiContext, groups: GroupService | None, tp: TopicPartition, producer_id: int,
+                   producer_epoch: int, commit: bool) -> None:
+    """After a COMMIT or ABORT marker landed on ``tp`` (the coordinator's, or WriteTxnMarkers'):
+    wake the delayed fetches of ``tp``, and on ``__consumer_offsets`` complete the producer's
+    pending offsets. Event loop; memory only."""
+    ctx.arrivals.notify([tp])
+    if tp.topic == CONSUMER_OFFSETS and groups is not None:
+        groups.complete_transaction(producer_id, producer_epoch, tp.partition, commit)
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionService:
     """The transaction coordinator of one server and its timers."""
@@ -36,9 +46,7 @@ class TransactionService:
         config = TxnConfig.from_broker(manager.broker)
 
         async def on_marker(tp: TopicPartition, producer_id: int, producer_epoch: int, commit: bool) -> None:
-            ctx.arrivals.notify([tp])
-            if tp.topic == CONSUMER_OFFSETS and groups is not None:
-                groups.complete_transaction(producer_id, producer_epoch, tp.partition, commit)
+            marker_written(ctx, groups, tp, producer_id, producer_epoch, commit)
 
         coordinator = TransactionCoordinator(manager, config, clock, ctx.run,
                                              lambda: producer_ids(manager).generate_producer_id(), on_marker,
@@ -64,4 +72,4 @@ class TransactionsContext(GroupsContext):
     transactions: TransactionCoordinator
 
 
-__all__ = ["TransactionService", "TransactionsContext", "transaction_coordinator"]
+__all__ = ["TransactionService", "TransactionsContext", "marker_written", "transaction_coordinator"]
