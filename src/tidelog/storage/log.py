@@ -387,13 +387,6 @@ class Log(AppendPath):
             return None
         return found
 
-    def _isolation_bound(self, isolation: FetchIsolation) -> int:
-        """The offset a read under ``isolation`` stops at: the log end, the high watermark, or the
-        last stable offset (``TXN_COMMITTED``)."""
-        if isolation is FetchIsolation.HIGH_WATERMARK:
-            return self._high_watermark
-        return self._log_end_offset if isolation is FetchIsolation.LOG_END else self.last_stable_offset
-
     def _earliest_epoch(self) -> int | None:
         entry = self.leader_epoch_cache.earliest_entry
         if entry is not None and entry.start_offset <= self._log_start_offset:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from tidelog.storage.fetch_info import FetchIsolation
 from tidelog.storage.producer_state import ProducerStateManager
 from tidelog.storage.segments import LogSegments
 from tidelog.storage.txn_tracking import CompletedTxn, aborted_txn_entry, stable_offset
@@ -55,8 +56,16 @@ class TxnLog:
     _lock: threading.RLock
     _segments: LogSegments
     _high_watermark: int
+    _log_end_offset: int
     _log_start_offset: int
     producer_state: ProducerStateManager
+
+    def _isolation_bound(self, isolation: FetchIsolation) -> int:
+        """The offset a read under ``isolation`` stops at: the log end, the high watermark, or the
+        last stable offset (``TXN_COMMITTED``)."""
+        if isolation is FetchIsolation.HIGH_WATERMARK:
+            return self._high_watermark
+        return self._log_end_offset if isolation is FetchIsolation.LOG_END else self.last_stable_offset
 
     @property
     def last_stable_offset(self) -> int:
