@@ -51,6 +51,7 @@ from typing import TypeVar
 
 from tidelog.errors import OffsetOutOfRangeError, TidelogError
 from tidelog.manager.reports import PartitionFetch
+from tidelog.remote.aborted_txns import remote_aborted_transactions
 from tidelog.remote.chunk_cache import ChunkCache
 from tidelog.remote.index_cache import CACHE_DIR_NAME, RemoteIndexCache
 from tidelog.remote.errors import RemoteResourceNotFoundError, with_context
@@ -205,22 +206,12 @@ class RemoteReader:
         ``collectAbortedTransactions`` on a tiered log): the non-empty remote ``.txnindex`` files of
         the remote segments from the one holding ``start`` (below the local log start), then the
         local ones, until an index says the search is complete. Thread-safe; on the calling thread."""
-        found: list[AbortedTxn] = []
         if end <= start:
-            return found
-        local_start = lg.local_log_start_offset
-        for segment in self._metadata_of(tp, lg).finished_segments():
-            if segment.end_offset < start or segment.txn_idx_empty:
-                continue
-            if segment.start_offset >= local_start:
-                break
-            with self.index_cache.indexes(segment) as indexes:
-                assert indexes.txn is not None
-                result = indexes.txn.collect_aborted_txns(start, end)
-            found.extend(result.aborted_transactions)
-            if result.is_complete:
-                return found
-        found.extend(lg.collect_aborted_transactions(start, end))
+            return []
+        found, complete = remote_aborted_transactions(self.index_cache, self._metadata_of(tp, lg).finished_segments(),
+                                                      start, end, below=lg.local_log_start_offset)
+        if not complete:
+            found.extend(lg.collect_aborted_transactions(start, end))
         return found
 
     # --- ListOffsets -----------------------------------------------------------------------------
