@@ -171,3 +171,68 @@ def test_aborted_transactions_match_the_logs_own_answer(make_log: MakeLog, tp_di
     for start in range(13):
         for end in range(start + 1, 14):
             assert aborted_transactions(view, start, end) == log.collect_aborted_transactions(start, end), (start, end)
+
+
+def _three_segments(make_log: MakeLog) -> tuple[Log, Model]:
+    """Three segments whose ABORTs are indexed in later segments than their data, and an ABORT of
+    a transaction with no data (offset 13: no entry, as Kafka writes none)."""
+    log, model = make_log(), Model()
+    script = [[("d", 0, 1), ("d", 1, 1), ("c", 2, 1), ("d", 3, 1)],
+              [("d", 4, 2), ("a", 5, 1), ("d", 6, 2), ("a", 7, 1), ("d", 8, -1)],
+              [("a", 9, 2), ("d", 10, -1), ("d", 11, 3), ("a", 12, 3), ("a", 13, 4)]]
+    for segment in script:
+        if log.log_end_offset:
+            log.roll()
+        for kind, offset, pid in segment:
+            if kind == "d":
+                log.append_as_follower(data(offset, pid))
+                model.data(offset, pid)
+            else:
+                append_marker(log, model, offset, pid, kind == "c")
+    log.update_high_watermark(log.log_end_offset)
+    return log, model
+
+
+def test_a_lost_or_corrupt_txnindex_is_rebuilt_from_the_markers_in_memory(make_log: MakeLog, tp_dir: Path) -> None:
+    """As the broker checks each segment's ``.txnindex`` against its ABORT markers before serving
+    it, the view does too: a deleted index, one cut short and one with an unreadable entry give
+    the same aborted transactions as the intact files, and the files are left as they were."""
+    log, model = _three_segments(make_log)
+    intact = {(s, e): log.collect_aborted_transactions(s, e) for s in range(14) for e in range(s + 1, 15)}
+    assert [t.producer_id for t in intact[0, 14]] == [1, 2, 3]
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    indexes = [files.transaction_index_file(tp_dir, base) for base in bases]
+    indexes[1].unlink()  # holds the ABORTs of 5 and 7
+    indexes[2].write_bytes(indexes[2].read_bytes()[:20])  # cut mid-entry: the ABORTs of 9 and 12 lost
+    for damage in ("cut", "corrupt"):
+        if damage == "corrupt":
+            indexes[2].write_bytes(b"\x07" + bytes(39))  # an entry of version 7
+        before = {p: p.read_bytes() for p in indexes if p.exists()}
+        view = fresh_view(tp_dir)
+        for (start, end), expected in intact.items():
+            assert aborted_transactions(view, start, end) == expected, (damage, start, end)
+        assert {p: p.read_bytes() for p in indexes if p.exists()} == before  # nothing written
+        assert not indexes[1].exists()
+
+
+def test_a_checked_sealed_segment_is_not_walked_again(make_log: MakeLog, tp_dir: Path,
+                                                      monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each sealed segment's markers are walked once per view; the last one at every call."""
+    from tidelog.storage import view_txns
+
+    _three_segments(make_log)[0].close()
+    walked: list[int] = []
+    real = view_txns.abort_markers
+
+    def counting(segment, end):  # type: ignore[no-untyped-def]
+        walked.append(segment.base_offset)
+        return real(segment, end)
+
+    monkeypatch.setattr(view_txns, "abort_markers", counting)
+    view = fresh_view(tp_dir)
+    aborted_transactions(view, 0, 14)
+    first = sorted(walked)
+    walked.clear()
+    aborted_transactions(view, 0, 14)
+    assert len(first) == 3 and walked == [first[-1]]

@@ -346,6 +346,15 @@ class PartitionView:
         """The bounds of the last refresh (refreshing first if there was none)."""
         return self._bounds if self._bounds is not None else self.refresh()
 
+    def readable_size(self, segment: SegmentInfo) -> int:
+        """Bytes of ``segment``'s ``.log`` that hold whole batches as of the last refresh: its
+        size, or for the last segment how far its headers were walked (a batch being appended
+        is left out). Not thread-safe (as the view)."""
+        walk = self._walk
+        if walk is not None and segment is self._segments[-1] and walk.segment_base == segment.base_offset:
+            return walk.position
+        return os.stat(segment.log_path).st_size
+
     # --- lookups --------------------------------------------------------------------------
 
     def locate(self, offset: int) -> BatchPosition | None:

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -40,11 +41,25 @@ from tidelog.records import read_batch_at
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.records.control import ControlRecordType, control_batch_type
 from tidelog.storage import fileops
+from tidelog.storage.file_records import FileRecords
 from tidelog.storage.segment import LogSegment
 from tidelog.storage.txn_index import AbortedTxn, TransactionIndex
 from tidelog.storage.txn_tracking import aborted_txn_entry, open_txns_at_snapshot, replay_txn_batch
 
 log = logging.getLogger(__name__)
+
+
+class SegmentFiles(Protocol):
+    """What a rebuild reads of a segment: a live :class:`LogSegment`, or a read-only view's
+    stand-in (:mod:`.view_txns`)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def log(self) -> FileRecords: ...
+    @property
+    def size(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class TxnBatch:
@@ -55,7 +70,7 @@ class TxnBatch:
     control: ControlRecordType | None  # None: a data batch; UNKNOWN also for an empty control batch
 
 
-def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 - 1) -> Iterator[TxnBatch]:
+def transactional_batches(segment: SegmentFiles, start: int = 0, end: int = 2**63 - 1) -> Iterator[TxnBatch]:
     """The transactional batches of ``segment`` with offsets in [start, end), in order. Reads the
     header columns (one walk of the mapped ``.log``), then each control batch whole (~78 bytes)."""
     headers = segment.log.batch_headers(segment.size)
@@ -79,7 +94,7 @@ def transactional_batches(segment: LogSegment, start: int = 0, end: int = 2**63 
         os.close(fd)
 
 
-def abort_markers(segment: LogSegment, end: int = 2**63 - 1) -> list[tuple[int, int]]:
+def abort_markers(segment: SegmentFiles, end: int = 2**63 - 1) -> list[tuple[int, int]]:
     """``(producer id, marker offset)`` of every ABORT marker below ``end`` in ``segment``, in offset order."""
     return [(b.producer_id, b.base_offset) for b in transactional_batches(segment, 0, end)
             if b.control is ControlRecordType.ABORT]
@@ -96,7 +111,7 @@ def _replay(open_txns: dict[int, int], batch: TxnBatch) -> AbortedTxn | None:
     return aborted_txn_entry(batch.producer_id, first, batch.base_offset, open_txns.items())
 
 
-def rebuild_aborted_txns(segments: Sequence[LogSegment], target: LogSegment, log_start_offset: int,
+def rebuild_aborted_txns(segments: Sequence[SegmentFiles], target: SegmentFiles, log_start_offset: int,
                          snapshot_offsets: Sequence[int], dir: Path, open_at: dict[int, dict[int, int]],
                          end: int = 2**63 - 1) -> list[AbortedTxn]:
     """The entries Kafka's recovery would give ``target``'s ``.txnindex`` for its markers below

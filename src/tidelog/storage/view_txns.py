@@ -20,9 +20,12 @@ memory, so it finds both as a broker would after a restart, without writing anyt
 * **aborted transactions** (:func:`aborted_transactions`): the segments' ``.txnindex`` entries
   overlapping ``[start, end)``, read with ``pread`` from the segment holding ``start`` on until
   an entry's last stable offset reaches ``end`` (Kafka's ``collectAbortedTransactions``), for
-  :class:`~tidelog.storage.read_committed.AbortedBatchFilter`. The ``.txnindex`` files are taken
-  as the owner left them (tidelog and Kafka check them against the ABORT markers when they load
-  a segment they recover); this view cannot rewrite them.
+  :class:`~tidelog.storage.read_committed.AbortedBatchFilter`. Each segment's entries are
+  checked against the ABORT markers in its ``.log`` first, as tidelog's broker checks them before
+  serving a segment (:class:`~.txn_rebuild.TxnIndexCheck`): where they disagree (a ``.txnindex``
+  lost, cut short or corrupt), the entries are rebuilt in memory by the same replay
+  (:func:`~.txn_rebuild.rebuild_aborted_txns`) and the file is left as it is (the view writes
+  nothing). A sealed segment is checked once per view; the last one at each call, as it grows.
 
 Not thread-safe: one caller per view, like the view itself.
 """
@@ -32,15 +35,18 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from tidelog.errors import CorruptIndexError
 from tidelog.records.batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from tidelog.storage import files
+from tidelog.storage.file_records import FileRecords
 from tidelog.storage.log_view import DataLossError, PartitionView, SegmentInfo
 from tidelog.storage.segment_reader import SegmentReplacedError, open_segment
 from tidelog.storage.txn_index import ENTRY_SIZE, AbortedTxn
+from tidelog.storage.txn_rebuild import abort_markers, merge_entries, rebuild_aborted_txns
 from tidelog.storage.txn_tracking import open_txns_at_snapshot, replay_txn_batch, stable_offset
 
 WALK_CHUNK = 4 << 20  # bytes of headers walked per read
@@ -157,20 +163,85 @@ def _inode(segment: SegmentInfo) -> int:
 
 def aborted_transactions(view: PartitionView, start: int, end: int) -> list[AbortedTxn]:
     """The aborted transactions overlapping ``[start, end)`` of ``view``'s partition, from the
-    ``.txnindex`` files of the segments of the last refresh (module doc). Raises
-    :class:`CorruptIndexError` naming a ``.txnindex`` whose entry has a version above 0."""
+    ``.txnindex`` files of the segments of the last refresh, each checked against its ABORT
+    markers (module doc). Raises :class:`CorruptIndexError` naming a ``.txnindex`` whose entry has
+    a version above 0 and whose segment cannot be replayed instead."""
     found: list[AbortedTxn] = []
     if end <= start:
         return found
     segments = view.segments
     first = max((i for i, s in enumerate(segments) if s.base_offset <= start), default=0)
+    checks = _CHECKS.setdefault(view, _Checks())
     for segment in segments[first:]:
-        for txn in _read_entries(files.transaction_index_file(segment.log_path.parent, segment.base_offset)):
+        for txn in checks.entries(view, segment):
             if txn.last_offset >= start and txn.first_offset < end:
                 found.append(txn)
             if txn.last_stable_offset >= end:
                 return found
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class _ViewSegment:
+    """A listed segment as :mod:`.txn_rebuild` reads one: its ``.log`` (read-only) up to ``size``."""
+
+    base_offset: int
+    log: FileRecords
+    size: int
+
+
+@dataclass(slots=True)
+class _Checks:
+    """One view's checked entries of sealed segments (by base offset and ``.log`` inode), and the
+    open transactions at segment bases its replays found (:func:`rebuild_aborted_txns`'s cache)."""
+
+    sealed: dict[tuple[int, int], list[AbortedTxn]] = field(default_factory=dict)
+    open_at: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def entries(self, view: PartitionView, segment: SegmentInfo) -> list[AbortedTxn]:
+        """``segment``'s entries, checked against its markers below the view's readable end."""
+        segments = view.segments
+        sealed = segment is not segments[-1]
+        try:
+            key = (segment.base_offset, _inode(segment))
+            if sealed and key in self.sealed:
+                return self.sealed[key]
+            checked = self._check(view, segment, segments)
+        except FileNotFoundError:  # deleted or swapped since the refresh: its reads fail on their own
+            return _read_entries(_txn_index_path(segment))
+        if sealed:
+            self.sealed[key] = checked
+        return checked
+
+    def _check(self, view: PartitionView, segment: SegmentInfo, segments: list[SegmentInfo]) -> list[AbortedTxn]:
+        end = view.bounds.end_offset
+        try:
+            existing: list[AbortedTxn] | None = [t for t in _read_entries(_txn_index_path(segment)) if t.last_offset < end]
+        except CorruptIndexError:
+            existing = None
+        target = _view_segment(view, segment)
+        markers = abort_markers(target, end)
+        if existing is not None and [(t.producer_id, t.last_offset) for t in existing] == markers:
+            return existing
+        if not markers:
+            return []
+        snapshots = [int(n.split(".", 1)[0]) for n in os.listdir(view.dir)
+                     if n.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and n.split(".", 1)[0].isdigit()]
+        rebuilt = rebuild_aborted_txns([_view_segment(view, s) for s in segments], target, view.bounds.log_start_offset,
+                                       snapshots, view.dir, self.open_at, end)
+        return merge_entries(existing or [], rebuilt)
+
+
+_CHECKS: weakref.WeakKeyDictionary[PartitionView, _Checks] = weakref.WeakKeyDictionary()
+
+
+def _view_segment(view: PartitionView, segment: SegmentInfo) -> _ViewSegment:
+    size = view.readable_size(segment)
+    return _ViewSegment(segment.base_offset, FileRecords(segment.log_path, size), size)
+
+
+def _txn_index_path(segment: SegmentInfo) -> Path:
+    return files.transaction_index_file(segment.log_path.parent, segment.base_offset)
 
 
 def _read_entries(path: os.PathLike[str]) -> list[AbortedTxn]:
