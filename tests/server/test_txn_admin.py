@@ -2,7 +2,7 @@
 duration and pattern filters), DescribeTransactions, DescribeProducers, and WriteTxnMarkers as
 ``kafka-transactions.sh abort`` sends it to end a hanging transaction (on a data partition: the
 last stable offset moves; on ``__consumer_offsets``: the pending offsets are dropped or shown);
-then Kafka's own TransactionsCommand (4.3.1, from Maven Central) lists, describes,
+then Kafka's own TransactionsCommand (4.3.1, from Maven Central) lists, describes, finds hanging,
 describes producers and aborts a hanging transaction. Java tests are skipped, saying why, where
 Java or Maven is missing."""
 
@@ -244,3 +244,36 @@ def test_kafka_transactions_lists_describes_and_aborts_a_hanging_transaction(txn
     offsets = txn_broker.manager.offsets(tp)
     assert offsets.last_stable_offset == offsets.high_watermark == 4  # three records and the ABORT marker
     assert txn_broker.manager.producer_states(tp)[0].current_txn_start_offset == -1
+
+
+def test_kafka_transactions_find_hanging_lists_only_what_no_coordinator_will_end(txn_broker: Broker) -> None:
+    """``find-hanging`` (DescribeTopics, DescribeProducers, ListTransactions by producer id,
+    DescribeTransactions): a partition's open transaction whose producer id no transactional id
+    holds (a marker never written) is hanging; one the coordinator has Ongoing with that partition
+    is not. ``abort`` at the start offset it printed ends it, and the next search finds none."""
+    try:
+        KAFKA_4.classpath()
+    except KafkaToolMissing as missing:
+        pytest.skip(f"Kafka's Java tools need Java and Maven: {missing}")
+    manager = txn_broker.manager
+    manager.create_topic("t", 2)
+    alive = hanging(txn_broker.connect(), "alive", "t")  # t-0: the coordinator will end it
+    stray_pid = alive.pid + 1000
+    builder = BatchBuilder(producer_id=stray_pid, producer_epoch=0, base_sequence=0, is_transactional=True)
+    for i in range(2):
+        builder.append(i, 0, None, b"stray-%d" % i)
+    manager.append(TopicPartition("t", 1), builder.build())  # t-1: data of a transaction no coordinator knows
+
+    def found() -> list[list[str]]:
+        rows = _table(_transactions(txn_broker, "find-hanging", "--topic", "t",
+                                    "--max-transaction-timeout", "0"))
+        assert rows[0] == ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                           "LastTimestamp", "Duration(min)"]
+        return rows[1:]
+
+    (row,) = found()
+    assert row[:6] == ["t", "1", str(stray_pid), "0", "-1", "0"]
+    _transactions(txn_broker, "abort", "--topic", "t", "--partition", "1", "--start-offset", row[5])
+    assert manager.offsets(TopicPartition("t", 1)).last_stable_offset == 3  # two records and the ABORT marker
+    assert found() == []
+    assert manager.offsets(TopicPartition("t", 0)).last_stable_offset == 0  # the live one is left open
