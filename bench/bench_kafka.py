@@ -4,7 +4,8 @@ Kafka 4.3.1 (``kafka_oracle.KAFKA_4``, from Maven Central) runs as a real single
 of the benchmark's own, in its scratch dir. Both engines get the same segment files, copied and
 fsynced before each run (so their pages are clean in the page cache), and the same settings; the
 figure is tidelog's rate, the baseline Kafka's, measured in the same run, alternating, medians of
-3 runs (``--quick``: 1); the ratio ``tidelog / Kafka`` reads as "times Kafka's speed".
+3 runs (``--quick``: 1; produce and fetch: 5 rounds, ``--quick`` 2); the ratio ``tidelog / Kafka``
+reads as "times Kafka's speed".
 
 | name | figure (tidelog) | baseline (Kafka 4.3.1, same run) |
 |------|------------------|----------------------------------|
@@ -15,6 +16,8 @@ figure is tidelog's rate, the baseline Kafka's, measured in the same run, altern
 | ``kafka_fetch`` | records/s of kafka-python's ``KafkaConsumer`` reading them back (no group, from the start) | the same consumer against the Kafka broker |
 | ``kafka_produce_lean`` | records/s of a lean client (pre-encoded 500-record batches, 8 Produce requests in flight) | the same client against the Kafka broker |
 | ``kafka_fetch_lean`` | records/s of the lean client's 1 MiB Fetch requests reading them back | the same client against the Kafka broker |
+| ``kafka_produce_librdkafka`` | records/s of a ``confluent_kafka.Producer`` at its defaults (acks=all) sending 1 KB values, then ``flush()`` | the same producer against the Kafka broker |
+| ``kafka_fetch_librdkafka`` | records/s of a ``confluent_kafka.Consumer`` at its defaults (partition assigned, from the start) reading them back | the same consumer against the Kafka broker |
 
 What Kafka's times cover (its 4.x source, ``org.apache.kafka.storage.internals.log``; the order
 of the calls checked in the 4.3.1 jar):
@@ -46,17 +49,19 @@ must have read every record and kept the same records at the same offsets (read 
 partition dirs with tidelog's scanner); the recoveries must reach the same log end offset, and
 Kafka must have logged "Recovering unflushed segment".
 
-Produce and fetch (issue 5's performance goal: >= 1.0x Kafka): ``tidelog serve`` runs as its own
-process and the Kafka broker beside it, both on loopback, both warmed by a first round of the same
-transfers; each round then runs the four transfers on fresh one-partition topics, Kafka and
-tidelog alternating. kafka-python is the slower party of its rows (~20-30 k records/s whatever
+Produce and fetch (target >= 1.0x Kafka for the lean and librdkafka rows): ``tidelog serve`` runs
+as its own process and the Kafka broker beside it, both on loopback, both warmed by a first round
+of the same transfers; each round then runs the six transfers on fresh one-partition topics, Kafka
+and tidelog alternating. kafka-python is the slower party of its rows (~20-30 k records/s whatever
 the broker), so the lean client, built on kafka-python's message classes and tidelog's batch
-builder, shows the brokers' own speed. Every round checks that both logs end at the offset of the
+builder, shows the brokers' own speed; librdkafka (bench/bench_kafka_rdkafka.py) is what a stock
+client gets. Every round checks that both logs end at the offset of the
 records produced and that each fetch read back exactly those records (and bytes).
 
 Where ``java`` or ``mvn`` is missing, or Maven cannot resolve Kafka, each row says "skipped:
 <why>". ``--quick``: 100 k records (14 MB, 4 MiB segments) for the cleaner, a 32 MiB segment for
-recovery, 5 k and 50 k records for produce/fetch: a smoke run, where fixed costs dominate.
+recovery, 5 k, 50 k and 10 k records (kafka-python, lean, librdkafka) for produce/fetch: a smoke
+run, where fixed costs dominate.
 :func:`write_chart` draws the side-by-side rows of a run into a PNG.
 """
 
@@ -96,7 +101,8 @@ from tidelog.storage.metadata import CLEAN_SHUTDOWN_FILE
 from tidelog.topic_partition import TopicPartition
 
 KAFKA = KAFKA_4
-PRODUCE_FETCH_ROWS = ("kafka_produce", "kafka_fetch", "kafka_produce_lean", "kafka_fetch_lean")  # bench_kafka_wire's rows
+PRODUCE_FETCH_ROWS = ("kafka_produce", "kafka_fetch", "kafka_produce_lean", "kafka_fetch_lean",
+                      "kafka_produce_librdkafka", "kafka_fetch_librdkafka")  # bench_kafka_wire's rows
 MB = 1_000_000
 CHART_NAME = "kafka_side_by_side.png"
 CHART_COLUMNS = 4  # panels per line of the chart
@@ -123,8 +129,7 @@ BROKER_OVERRIDES = {
 BROKER_HEAP = "1g"  # kafka-server-start.sh's default
 VALUE_SIZE = 110
 SEGMENT_FILE_SUFFIXES = (*files.SEGMENT_FILE_SUFFIXES, files.PRODUCER_SNAPSHOT_SUFFIX)
-SIDE_BY_SIDE_ROWS = ("kafka_cleaner", "kafka_cleaner_records", "kafka_recovery", "kafka_produce", "kafka_fetch",
-                     "kafka_produce_lean", "kafka_fetch_lean")
+SIDE_BY_SIDE_ROWS = ("kafka_cleaner", "kafka_cleaner_records", "kafka_recovery", *PRODUCE_FETCH_ROWS)
 
 
 class NotTheSameWork(RuntimeError):
@@ -649,5 +654,5 @@ BENCHMARKS = {
     "kafka_recovery": (f"unclean Log.open vs Kafka {KAFKA.version}'s recovery of the same 1 GiB segment",
                        bench_kafka_recovery),
     "kafka_produce_fetch": (f"produce and fetch records/s: tidelog serve vs a Kafka {KAFKA.version} broker, same "
-                            "clients (kafka-python, a lean pipelined one), loopback", bench_kafka_produce_fetch),
+                            "clients (kafka-python, a lean pipelined one, librdkafka)", bench_kafka_produce_fetch),
 }

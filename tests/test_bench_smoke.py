@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench.bench_kafka import CHART_NAME, PRODUCE_FETCH_ROWS, SIDE_BY_SIDE_ROWS, kafka_missing
+from bench.bench_kafka_wire import PF_TARGETED_ROWS
 
 # one xdist worker for the module: each worker would otherwise run its own quick_run (minutes each)
 pytestmark = pytest.mark.xdist_group("bench_smoke")
@@ -54,6 +55,8 @@ REMOTE_FETCH_ROW = "remote_fetch"
 # Spark on the two-worker cluster: targeted where weed, Java and the connector are here, "skipped" where not
 CLUSTER_READ_ROW = "spark_cluster_remote_read"
 KAFKA_BENCHMARKS = ("kafka_cleaner", "kafka_recovery", "kafka_produce_fetch")
+# produce/fetch vs Kafka with a client that can push a broker (lean, librdkafka): targeted where Kafka runs
+KAFKA_TARGETED_ROWS = set(PF_TARGETED_ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +97,7 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
                                                                                           BROKER_WRITE_ROW, TXN_ROW})
     targeted = {row["benchmark"]: row for row in rows if row["target"] is not None}
     optional = {row["benchmark"] for row in rows if row["benchmark"] in (CONNECTOR_ROW, UPLOAD_ROW, REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
-                                                              BROKER_WRITE_ROW, TXN_ROW)
+                                                              BROKER_WRITE_ROW, TXN_ROW, *KAFKA_TARGETED_ROWS)
                 and not row["details"].get("skipped")}
     assert set(targeted) == TARGETED_ROWS | optional
     assert all(isinstance(row["passed"], bool) for row in targeted.values())
