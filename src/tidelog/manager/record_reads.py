@@ -23,6 +23,7 @@ from tidelog.manager.remote_tier import RemoteTier
 from tidelog.manager.reports import PartitionFetch, PartitionOffsets
 from tidelog.storage.config import BrokerConfig
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation, TimestampAndOffset
+from tidelog.storage.file_slice import close_records
 from tidelog.storage.log import Log
 from tidelog.storage.txn_index import AbortedTxn
 from tidelog.topic_partition import TopicPartition
@@ -45,30 +46,37 @@ class RecordReads:
         raise NotImplementedError
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int,
-             isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, *, min_one_message: bool = True
-             ) -> FetchDataInfo:
+             isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, *, min_one_message: bool = True,
+             as_slice: bool = False) -> FetchDataInfo:
         """Raw batches of ``tp`` from ``offset``, at most ``max_bytes`` (at least one batch with
         ``min_one_message``), never past the bound of ``isolation``; :class:`OffsetOutOfRangeError`
-        outside [log start, log end]. Thread-safe: the log takes its own lock to find the segment
-        and reads outside it."""
-        return self.log(tp).read(offset, max_bytes, isolation, min_one_message)
+        outside [log start, log end]. ``as_slice``: the records as a
+        :class:`~tidelog.storage.file_slice.FileSlice` (the caller closes it), not bytes.
+        Thread-safe: the log takes its own lock to find the segment and reads outside it."""
+        return self.log(tp).read(offset, max_bytes, isolation, min_one_message, as_slice)
 
     def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, isolation: FetchIsolation, *,
-              min_one_message: bool = True) -> PartitionFetch:
+              min_one_message: bool = True, as_slice: bool = False) -> PartitionFetch:
         """A consumer's fetch of ``tp``: :meth:`read` (``max_bytes`` 0: the range check only), then
         the offsets, taken after the read as Kafka does, so the records never pass the high
         watermark reported, and for ``TXN_COMMITTED`` the aborted transactions up to the last
-        stable offset. Thread-safe as :meth:`read`; the aborted-transaction walk reads the
-        ``.txnindex`` and ``.log`` files of later segments. A failure is raised as it is: the
-        caller reports it (:meth:`report_read_error`)."""
+        stable offset. ``as_slice``: the records as a :class:`~tidelog.storage.file_slice.FileSlice`
+        where there are any (the caller closes it; closed here when a later step fails).
+        Thread-safe as :meth:`read`; the aborted-transaction walk reads the ``.txnindex`` and
+        ``.log`` files of later segments. A failure is raised as it is: the caller reports it
+        (:meth:`report_read_error`)."""
         lg = self.log(tp)
-        info = lg.read(offset, max_bytes, isolation, min_one_message)
+        info = lg.read(offset, max_bytes, isolation, min_one_message, as_slice)
         stable = lg.last_stable_offset
         aborted = None
         if isolation is FetchIsolation.TXN_COMMITTED:
             # Bounded by the last stable offset rather than the read's end: an extra entry past the
             # records returned is ignored by consumers.
-            found = lg.collect_aborted_transactions(offset, stable) if info.records else []
+            try:
+                found = lg.collect_aborted_transactions(offset, stable) if info.records else []
+            except BaseException:
+                close_records(info.records)
+                raise
             aborted = tuple((t.producer_id, t.first_offset) for t in found)
         # built as a bare tuple: a NamedTuple's own __new__ costs 3x as much, once per partition fetched
         return _new_tuple(PartitionFetch, (info.records, lg.high_watermark, stable, lg.log_start_offset, aborted))

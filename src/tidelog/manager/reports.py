@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidelog.manager.log_dir_failure import OfflineLogDir
+from tidelog.storage.file_slice import FileSlice
 from tidelog.topic_partition import TopicPartition
 
 
@@ -37,9 +38,10 @@ class PartitionOffsets(NamedTuple):
 class PartitionFetch(NamedTuple):
     """One partition's fetch (:meth:`~tidelog.manager.manager.LogManager.fetch`): the raw batches
     and the offsets taken after the read; ``aborted`` (producer id, first offset) pairs for
-    ``read_committed`` only. A tuple: built once per partition of every fetch."""
+    ``read_committed`` only; ``records`` a :class:`~tidelog.storage.file_slice.FileSlice` where
+    the fetch asked ``as_slice``. A tuple: built once per partition of every fetch."""
 
-    records: bytes
+    records: bytes | FileSlice
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidelog.storage.file_slice import FileSlice
 
 UNKNOWN_OFFSET = -1
 
@@ -33,10 +37,12 @@ class LogOffsetMetadata:
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     """Raw batch bytes of a read. ``records`` may start before the requested offset (whole
-    batches) and may end mid-batch; ``first_entry_incomplete`` when even the first batch was cut."""
+    batches) and may end mid-batch; ``first_entry_incomplete`` when even the first batch was cut.
+    A read asked ``as_slice`` holds a :class:`~tidelog.storage.file_slice.FileSlice` of those
+    bytes instead (the receiver closes it) where it found any."""
 
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
+    records: bytes | FileSlice
     first_entry_incomplete: bool = False
     aborted_transactions: tuple[object, ...] | None = None
 

@@ -174,13 +174,15 @@ class LocalLog:
 
     def read_from(
         self, segment: LogSegment | None, start_offset: int, max_length: int, bound: ReadBound, min_one_message: bool,
+        as_slice: bool = False,
     ) -> FetchDataInfo | None:
         """Batches from ``start_offset`` in ``segment`` or, past a gap at its end (compaction), in
         the next ones, never past ``bound``; None when no segment holds any. Runs without the
         lock (the segments were taken under it and are read up to a bound complete then); takes
-        it for each step to the next segment."""
+        it for each step to the next segment. ``as_slice``: as :meth:`LogSegment.read`."""
         while segment is not None:
-            info = segment.read(start_offset, max_length, _max_position(segment, bound), min_one_message)
+            info = segment.read(start_offset, max_length, _max_position(segment, bound), min_one_message,
+                                as_slice=as_slice)
             if info is not None:
                 return info
             with self.lock:

@@ -323,11 +323,14 @@ class Log(AppendPath):
     def read(
         self, start_offset: int, max_length: int,
         isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, min_one_message: bool = True,
+        as_slice: bool = False,
     ) -> FetchDataInfo:
         """Raw batches from ``start_offset``, at most ``max_length`` bytes, never past the bound of
         ``isolation``. Raises :class:`OffsetOutOfRangeError` below the log start or past the log end.
-        Offset gaps (compaction) are skipped: the read continues in the next segment. Thread-safe:
-        takes the log's lock for the bound, reads the files without it."""
+        Offset gaps (compaction) are skipped: the read continues in the next segment. ``as_slice``:
+        the records as a :class:`~tidelog.storage.file_slice.FileSlice` (the caller closes it)
+        rather than bytes (:meth:`LogSegment.read`). Thread-safe: takes the log's lock for the
+        bound, reads the files without it."""
         with self._lock:
             self._check_in_range(start_offset)
             end = self._log_end_offset
@@ -337,7 +340,7 @@ class Log(AppendPath):
                 self._check_local(start_offset)
         if start_offset >= bound.offset:
             return FetchDataInfo(LogOffsetMetadata(start_offset), b"")
-        info = self._local.read_from(segment, start_offset, max_length, bound, min_one_message)
+        info = self._local.read_from(segment, start_offset, max_length, bound, min_one_message, as_slice)
         return info if info is not None else FetchDataInfo(LogOffsetMetadata(self._log_end_offset), b"")
 
     def _check_local(self, offset: int) -> None:

@@ -31,6 +31,7 @@ from tidelog.storage._append_kernel import (
 from tidelog.storage.append_state import TailSlot, invalidates_append_state
 from tidelog.storage.fetch_info import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from tidelog.storage.file_records import BatchHeaders, BatchLocation, Chunks, FileRecords, chunks_size, set_file_mtime
+from tidelog.storage.file_slice import FileSlice
 from tidelog.storage.index import OffsetIndex, TimeIndex, TimestampOffset
 from tidelog.storage.log_config import SegmentConfig
 from tidelog.storage.roll import RollLimits, max_timestamp_limit
@@ -395,13 +396,16 @@ class LogSegment:
         """Locate the first batch whose last offset is >= ``offset`` (index lookup, then header scan)."""
         return self.reader().search_for_offset(offset, self.offset_index.lookup(offset).position)
 
-    def read(self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False) -> FetchDataInfo | None:
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
+             *, as_slice: bool = False) -> FetchDataInfo | None:
         """Bytes from the batch holding ``start_offset``; None when no batch in this segment reaches it.
 
         The slice starts at that batch's first byte (so it may include lower offsets) and may end
         mid-batch. With ``min_one_message`` the first batch is returned whole even past ``max_size``.
         ``max_position`` bounds the slice (the high watermark's position); None means the bound is
         not in this segment's known range, and the result carries the position but no bytes.
+        ``as_slice``: the same range as a :class:`~tidelog.storage.file_slice.FileSlice` (its own
+        descriptor, not read; the caller closes it) instead of bytes; an empty range stays ``b""``.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for segment read")
@@ -414,7 +418,12 @@ class LogSegment:
         if adjusted == 0 or max_position is None:
             return FetchDataInfo(metadata, b"")
         fetch_size = max(0, min(max_position - location.position, adjusted))
-        data = reader.read(location.position, fetch_size)
+        if as_slice:
+            size = min(fetch_size, reader.limit - location.position)  # as reader.read bounds it
+            data: bytes | FileSlice = (FileSlice.of(reader.fd, location.position, size, reader.path) if size > 0
+                                       else b"")
+        else:
+            data = reader.read(location.position, fetch_size)
         return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < location.size)
 
     def read_next_offset(self) -> int:
