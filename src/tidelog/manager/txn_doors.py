@@ -19,6 +19,7 @@ from tidelog.records.control import build_end_txn_marker_batch
 from tidelog.storage.append_info import AppendOrigin, LogAppendInfo
 from tidelog.storage.log import Log
 from tidelog.storage.log_txn import ProducerSnapshotView
+from tidelog.storage.txn_verification import verification_token
 from tidelog.topic_partition import TopicPartition
 
 
@@ -62,3 +63,9 @@ class TxnDoors:
         """Every producer ``tp`` knows (DescribeProducers' answer), by producer id. Raises as
         :meth:`LogManager.log`. Thread-safe: the log's lock."""
         return self.log(tp).producer_views()
+
+    def verification_token(self, tp: TopicPartition, producer_id: int) -> int:
+        """What a transaction verification of ``producer_id``'s batch for ``tp`` records, for the
+        append to check (:mod:`tidelog.storage.txn_verification`). Thread-safe, lock-free: one
+        dict read of the partition's producer state."""
+        return verification_token(self.log(tp).producer_state.last_entry(producer_id))

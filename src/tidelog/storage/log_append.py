@@ -16,6 +16,7 @@ batch unlocked first and then take it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.clock import Clock
@@ -124,7 +125,8 @@ class AppendPath(TxnLog):
         self._flush_due_at = self._local.recovery_point + self._flush_messages
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT,
+        verified: Mapping[int, int] | None = None,
     ) -> LogAppendInfo:
         """Validate ``records`` as Kafka's leader does, assign offsets from the log end, append.
         Thread-safe: takes the log's lock around the write and the bookkeeping.
@@ -140,8 +142,11 @@ class AppendPath(TxnLog):
         producer state has nothing to say about its sequence (``continues_in_sequence``).
         Everything else, and every error, takes the general path (:meth:`_append_as_leader`):
         validator's two steps, a roll when due, producer state's checks. All write the same bytes
-        and return the same info. The bytes are in the OS when this returns.
+        and return the same info. The bytes are in the OS when this returns. ``verified``: the
+        tokens of a transactional request's verification (:mod:`.txn_verification`; general path).
         """
+        if verified is not None:
+            return self._append_as_leader(records, leader_epoch, origin, verified)
         append = self._append_produced
         if append is not None and origin is _CLIENT and type(records) is bytes and not _FAULT_PLANS:
             # The compiled twin (written out here, not in a helper: every Python call adds to each
@@ -267,7 +272,8 @@ class AppendPath(TxnLog):
                                                first, first + delta, max_timestamp)
 
     def _append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin,
+        verified: Mapping[int, int] | None = None,
     ) -> LogAppendInfo:
         """The general leader append: the validator's two steps, then :meth:`_append`."""
         analyzed = analyze_batches(records, origin=origin, max_message_bytes=self._local.config.max_message_bytes)
@@ -278,7 +284,8 @@ class AppendPath(TxnLog):
             if self.append_fence is not None:
                 raise self.append_fence
             # Producer state step 1: epoch, sequence and duplicate checks (nothing changes yet).
-            producer_batches = self.producer_state.check_leader_append(analyzed.batches, self._log_end_offset, origin)
+            producer_batches = self.producer_state.check_leader_append(analyzed.batches, self._log_end_offset, origin,
+                                                                       verified)
             if isinstance(producer_batches, BatchMetadata):
                 return self._duplicate_append_info(producer_batches, analyzed.source_compression)
             validated = assign_offsets(

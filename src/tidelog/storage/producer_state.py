@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +64,7 @@ from tidelog.storage.append_info import AppendOrigin
 from tidelog.storage.producer_snapshot import SnapshotEntry, read_snapshot, write_snapshot
 from tidelog.storage.segment import LogSegment
 from tidelog.storage.txn_tracking import CompletedTxn, OngoingTxns
+from tidelog.storage.txn_verification import check_verified
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class ProducerStateEntry:
     its last transaction marker, last batch timestamp, first offset of its open transaction."""
 
     __slots__ = ("producer_id", "producer_epoch", "coordinator_epoch", "last_timestamp",
-                 "current_txn_first_offset", "batches")
+                 "current_txn_first_offset", "batches", "markers")
 
     def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH, coordinator_epoch: int = -1,
                  last_timestamp: int = -1, current_txn_first_offset: int | None = None,
@@ -123,6 +124,7 @@ class ProducerStateEntry:
         self.last_timestamp = last_timestamp
         self.current_txn_first_offset = current_txn_first_offset
         self.batches: deque[BatchMetadata] = deque(batches, NUM_BATCHES_TO_RETAIN)
+        self.markers = 0  # markers applied in this process (:mod:`.txn_verification`), never persisted
 
     @property
     def is_empty(self) -> bool:
@@ -275,14 +277,17 @@ class ProducerStateManager:
     # --- the append path ----------------------------------------------------------------------
 
     def check_leader_append(self, batches: Sequence[tuple[int, FileBatch]], first_offset: int,
-                            origin: AppendOrigin) -> list[FileBatch] | BatchMetadata:
+                            origin: AppendOrigin, verified: Mapping[int, int] | None = None,
+                            ) -> list[FileBatch] | BatchMetadata:
         """Check a leader append before offsets are assigned (``first_offset``: the log end).
         Returns the batches with a producer id (empty: nothing to check or update, the common
         case, one attribute read per batch), or the cached :class:`BatchMetadata` of the batch
         this one duplicates (client appends only). Raises :class:`InvalidProducerEpochError`,
         :class:`OutOfOrderSequenceError`, :class:`InvalidTxnStateError` (a client's plain batch
         while its producer's transaction is open), :class:`TransactionCoordinatorFencedError` (a
-        marker from an older coordinator epoch). Changes nothing: :meth:`update` does, after the write."""
+        marker from an older coordinator epoch). With ``verified`` (tokens of the producers the
+        coordinator verified, :mod:`.txn_verification`), a batch opening a transaction a marker
+        ended since is refused too. Changes nothing: :meth:`update` does, after the write."""
         if len(batches) == 1 and batches[0][1].producer_id < 0:
             return []  # the common case: one batch without a producer id
         found = [batch for _, batch in batches if batch.producer_id >= 0]
@@ -290,6 +295,8 @@ class ProducerStateManager:
             return found
         for batch in found:
             entry = self._producers.get(batch.producer_id)
+            if verified is not None:
+                check_verified(entry, batch, verified, self._tp, first_offset)
             if entry is None:
                 continue  # an unknown producer: any epoch, any sequence
             if origin is AppendOrigin.CLIENT:
@@ -368,6 +375,7 @@ class ProducerStateManager:
             if batch.coordinator_epoch is None:  # an empty control batch: its transaction is cleaned away
                 return None
             first = entry.current_txn_first_offset
+            entry.markers += 1
             entry.maybe_update_epoch(batch.producer_epoch)
             entry.coordinator_epoch = batch.coordinator_epoch
             entry.current_txn_first_offset = None
