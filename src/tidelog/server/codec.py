@@ -1,4 +1,7 @@
-"""Kafka's wire format, through kafka-python's message classes (built from Kafka's own JSON schemas).
+"""Kafka's wire format, through kafka-python's message classes (built from Kafka's own JSON schemas),
+except the bodies of the two hot requests, Produce and Fetch, which purpose-built decoders read in
+place (:mod:`tidelog.server.wire`, the only decoders of those APIs; their types keep kafka-python's
+attribute names). The request header of every API is read by :func:`.wire.reader.request_header`.
 
 A request frame (after its 4-byte size prefix)::
 
@@ -21,7 +24,8 @@ that do not parse raise :class:`MalformedRequestError`.
 
 Decoding is strict about lengths: a string, bytes, array or tagged field whose declared length runs
 past the end of the frame makes the request malformed (Kafka's readers throw a buffer underflow
-there, and the broker closes the connection). kafka-python's compiled decoders slice such a field
+there, and the broker closes the connection). The purpose-built decoders check each length against
+the frame (:mod:`.wire.reader`). kafka-python's compiled decoders slice such a field
 short without a word (``data[pos:pos + n]``) and carry on, so :func:`_decode_body` checks where
 the decoder stopped, and :func:`body_decoder` gives the decoders' tagged-field reader a stream that
 refuses a short read.
@@ -70,7 +74,6 @@ from kafka.protocol.admin import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
-from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -122,6 +125,9 @@ from kafka.protocol.sasl import (
 
 from tidelog.server.errors import MalformedRequestError, UnsupportedRequestError
 from tidelog.server.staged_api import MESSAGES as STAGED_MESSAGES
+from tidelog.server.wire.fetch_request import decode_fetch
+from tidelog.server.wire.produce_request import decode_produce
+from tidelog.server.wire.reader import request_header
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 1, 2, 3, 18, 19, 20
 DELETE_RECORDS, DESCRIBE_CONFIGS, ALTER_CONFIGS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS = 21, 32, 33, 35, 37
@@ -243,13 +249,21 @@ def decode_request(frame: bytes) -> Request:
                                  api_key=api_key, api_version=version, correlation_id=correlation_id)
     flexible = supported and spec.request.flexible_version_q(version)
     try:
-        stream = StrictBytesIO(frame)
-        header = RequestHeader.decode(stream, flexible=flexible)
-        body = _decode_body(spec.request, version, memoryview(frame)[stream.tell():]) if supported else None
+        client_id, pos = request_header(frame, flexible)[3:]
+        if not supported:
+            body = None
+        elif api_key in _HOT_DECODERS:
+            body = _HOT_DECODERS[api_key](frame, pos, version)
+        else:
+            body = _decode_body(spec.request, version, memoryview(frame)[pos:])
     except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
         raise MalformedRequestError(f"cannot decode {spec.request.__name__} v{version}: {type(e).__name__}: {e}",
                                api_key=api_key, api_version=version, correlation_id=correlation_id) from e
-    return Request(api_key, version, correlation_id, header.client_id, body)
+    return Request(api_key, version, correlation_id, client_id, body)
+
+
+# the purpose-built body decoders (tidelog.server.wire): f(frame, body position, version) -> body
+_HOT_DECODERS: dict[int, Callable[[bytes, int, int], Any]] = {PRODUCE: decode_produce, FETCH: decode_fetch}
 
 
 def _decode_body(request_class: Any, version: int, data: memoryview) -> Any:
@@ -279,8 +293,8 @@ _DECODERS: dict[tuple[type, int], Decoder] = {}
 
 def body_decoder(request_class: type, version: int) -> Decoder:
     """kafka-python's compiled decoder of ``request_class`` at ``version`` (``f(data, pos) -> (body,
-    end)``), copied once with its tagged-field reader's stream, the ``_BytesIO`` global of the
-    generated code, replaced by :class:`StrictBytesIO`. kafka-python's own decoder, which every
+    end)``; never Produce's or Fetch's, which :mod:`.wire` decodes), copied once with its
+    tagged-field reader's stream, the ``_BytesIO`` global of the generated code, replaced by :class:`StrictBytesIO`. kafka-python's own decoder, which every
     client in this process shares, is left as it is."""
     decoder = _DECODERS.get((request_class, version))
     if decoder is None:
