@@ -98,8 +98,7 @@ async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> byt
         ctx.metrics.requests.on_errors("ApiVersions", response_error_codes(body))
         return codec.encode_response(request, body, version)
     body = await HANDLERS[request.api_key](ctx, conn, request)
-    if body is None or isinstance(body, ResponseParts):
-        return body  # Fetch and Produce count their own errors (server.fetch, server.produce)
-    if request.api_key != codec.PRODUCE:
-        ctx.metrics.requests.on_errors(api_name(request.api_key), response_error_codes(body))
+    if body is None or isinstance(body, (bytes, ResponseParts)):
+        return body  # Fetch and Produce frame their responses and count their own errors (server.fetch, server.produce)
+    ctx.metrics.requests.on_errors(api_name(request.api_key), response_error_codes(body))
     return codec.encode_response(request, body)

@@ -34,8 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.protocol.producer import ProduceResponse
-
 from tidelog.errors import InvalidRecordError, TidelogError
 from tidelog.manager import LogManager
 from tidelog.manager.internal_topics import check_appendable
@@ -59,11 +57,10 @@ from tidelog.server.errors import (
     record_errors,
 )
 from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, RequestMetrics
+from tidelog.server.wire.produce_response import PartitionProduceResponse, encode_produce_response
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 
-TopicResponse = ProduceResponse.TopicProduceResponse
-PartitionResponse = TopicResponse.PartitionProduceResponse
 _ATTRIBUTES = ATTRIBUTES  # at ATTRIBUTES_OFFSET of a v2 batch
 
 
@@ -112,7 +109,8 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
             raise AcksZeroFailure(outcome)
         return None  # no response: no errors counted (Kafka's NoOpResponse)
     _count_errors(ctx.metrics.requests, outcome)
-    return ProduceResponse(throttle_time_ms=0, responses=[_topic_response(n, rs) for n, rs in outcome.topics.items()])
+    return encode_produce_response(request.api_version, request.correlation_id,
+                                   [(n, _partition_responses(rs)) for n, rs in outcome.topics.items()])
 
 
 def _count_topics(topics: BrokerTopicMetrics, outcome: ProduceOutcome,
@@ -291,11 +289,7 @@ def _refuse_all(body: Any, code: ErrorCode, message: str | None = None) -> Produ
     return outcome
 
 
-def _topic_response(name: str, results: list[PartitionResult]) -> Any:
-    return TopicResponse(name=name, partition_responses=[
-        PartitionResponse(index=r.partition, error_code=r.error, base_offset=r.base_offset,
-                          log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
-                          record_errors=[PartitionResponse.BatchIndexAndErrorMessage(
-                              batch_index=i, batch_index_error_message=m) for i, m in r.record_errors],
-                          error_message=r.message if r.error != ErrorCode.NONE else None)
-        for r in results])
+def _partition_responses(results: list[PartitionResult]) -> list[PartitionProduceResponse]:
+    return [PartitionProduceResponse(r.partition, r.error, r.base_offset, r.log_append_time, r.log_start_offset,
+                                     r.record_errors, r.message if r.error != ErrorCode.NONE else None)
+            for r in results]
