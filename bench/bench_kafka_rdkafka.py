@@ -9,7 +9,9 @@ at their defaults, so the rows read as "what a stock librdkafka client gets from
 * :func:`rdkafka_fetch`: ``group.id`` (required by the client; nothing is committed),
   ``enable.auto.commit=false``, ``auto.offset.reset=earliest``, partition 0 assigned with no
   committed offset, so it reads from the log start; ``consume()`` until it holds the N records,
-  each checked (no error, offsets consecutive from 0), bytes counted from the values.
+  each checked (no error, offsets consecutive from 0), bytes counted from the values. The
+  consumer's start (OffsetFetch, then ListOffsets about 0.1 s later: librdkafka's own pacing)
+  is inside the clock, on both brokers alike.
 
 Connecting and the first metadata request happen before the clock starts (``list_topics``), on
 both brokers alike. What the rows mean and the checks across brokers: bench/README.md, "Against Kafka".
@@ -96,7 +98,8 @@ def rdkafka_fetch(bootstrap: str, topic: str, count: int) -> Transfer:
 def _consume_all(consumer: Any, topic: str, count: int, got: list[int]) -> None:
     deadline = time.monotonic() + STALL_TIMEOUT_S
     while got[0] < count:
-        messages = consumer.consume(num_messages=RD_CONSUME_BATCH, timeout=0.5)
+        # consume() waits until it holds num_messages or the timeout passes: never ask for more than are left
+        messages = consumer.consume(num_messages=min(RD_CONSUME_BATCH, count - got[0]), timeout=0.5)
         if not messages:
             stalled(deadline, f"librdkafka consumer of {topic} at {got[0]} of {count} records")
             continue
