@@ -195,10 +195,11 @@ def test_the_isolation_level_option_is_checked() -> None:
         o.parse_source_options({**base, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False)
     with pytest.raises(o.SourceOptionError, match="Kafka option 'kafka.group.id' is not supported"):
         o.parse_source_options({**base, "kafka.group.id": "g"}, streaming=False)
-    # a store path (the remote tier, the broker's tail) reads uncommitted only, and says so
-    with pytest.raises(o.SourceOptionError, match="'read_committed' is not supported with a store path"):
-        parse_broker_options({"kafka.isolation.level": "read_committed"})
-    assert parse_broker_options({"kafka.isolation.level": "read_uncommitted"})[0] == ""
+    # a store path (the remote tier, the broker's tail) takes either level: the broker options
+    # leave it to the source's options (test_spark_remote_read_committed reads with it)
+    for level in (o.READ_COMMITTED, o.READ_UNCOMMITTED):
+        lowered = {"kafka.isolation.level": level}
+        assert parse_broker_options(lowered)[0] == "" and lowered == {"kafka.isolation.level": level}
 
 
 def test_transactions_of_a_kafka_python_producer_read_alike_directly_and_through_the_broker(

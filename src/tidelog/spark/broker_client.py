@@ -42,6 +42,8 @@ REQUEST_TIMEOUT_S = 30.0
 CLIENT_ID = "tidelog-spark"
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+"""Kafka's isolation levels (the ``isolation_level`` byte of Fetch and ListOffsets)."""
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -87,12 +89,16 @@ def error_name(code: int) -> str:
 @dataclass(frozen=True, slots=True)
 class PartitionFetched:
     """One partition of a Fetch response: ``records`` are raw v2 batches (possibly ending in a
-    partial batch); offsets are -1 with an error."""
+    partial batch); offsets are -1 with an error. ``last_stable_offset`` is the broker's (-1 when
+    it does not say); ``aborted`` the ``(producer id, first offset)`` of the aborted transactions
+    overlapping the records of a read_committed Fetch (empty for read_uncommitted)."""
 
     error: int
     high_watermark: int
     log_start_offset: int
     records: bytes
+    last_stable_offset: int = -1
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 def parse_bootstrap(text: str) -> list[tuple[str, int]]:
@@ -174,10 +180,12 @@ class BrokerClient:
                 self._leaders[TopicPartition(topic.name, p.partition_index)] = p.leader_id
         return out
 
-    def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """ListOffsets (read_uncommitted): per partition the offset for its timestamp (-2
-        earliest = the log start, -1 latest = the high watermark, else the first offset whose
-        timestamp is at least it, -1 when none is). BrokerReplyError on a partition's error."""
+    def list_offsets(self, timestamps: dict[TopicPartition, int],
+                     isolation_level: int = READ_UNCOMMITTED) -> dict[TopicPartition, int]:
+        """ListOffsets: per partition the offset for its timestamp (-2 earliest = the log start,
+        -1 latest = the high watermark, or the last stable offset under ``READ_COMMITTED``, else
+        the first offset whose timestamp is at least it, -1 when none is). BrokerReplyError on a
+        partition's error."""
         from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
         out: dict[TopicPartition, int] = {}
@@ -186,7 +194,7 @@ class BrokerClient:
             for tp in tps:
                 by_topic.setdefault(tp.topic, []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                     partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamps[tp]))
-            request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            request = ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=[
                 ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
             response = self.call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION, node)
             for topic in response.topics:
@@ -198,22 +206,27 @@ class BrokerClient:
                     out[tp] = p.offset
         return out
 
-    def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, max_wait_ms: int = 0) -> PartitionFetched:
-        """One Fetch of ``tp`` from ``offset`` (read_uncommitted, at most ``max_bytes``, the first
-        batch whole however large) from its leader."""
+    def fetch(self, tp: TopicPartition, offset: int, max_bytes: int, max_wait_ms: int = 0,
+              isolation_level: int = READ_UNCOMMITTED) -> PartitionFetched:
+        """One Fetch of ``tp`` from ``offset`` (at most ``max_bytes``, the first batch whole
+        however large) from its leader; under ``READ_COMMITTED`` the records end at the last
+        stable offset and the answer lists the aborted transactions overlapping them."""
         from kafka.protocol.consumer import FetchRequest, FetchResponse
 
         F = FetchRequest.FetchTopic
         part = F.FetchPartition(partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset,
                                 last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
         request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1 if max_wait_ms else 0,
-                               max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                               max_bytes=max_bytes, isolation_level=isolation_level, session_id=0,
+                               session_epoch=-1,
                                topics=[F(topic=tp.topic, partitions=[part])], forgotten_topics_data=[], rack_id="")
         response = self.call(request, FetchResponse, FETCH_VERSION, self._leader(tp))
         for topic in response.responses:
             for p in topic.partitions:
                 if p.partition_index == tp.partition and topic.topic == tp.topic:
-                    return PartitionFetched(p.error_code, p.high_watermark, p.log_start_offset, p.records or b"")
+                    aborted = tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions or ())
+                    return PartitionFetched(p.error_code, p.high_watermark, p.log_start_offset, p.records or b"",
+                                            p.last_stable_offset, aborted)
         raise BrokerReplyError(f"Fetch of {tp} from the broker at {self.bootstrap}: the response does not "
                                f"name the partition", -1)
 

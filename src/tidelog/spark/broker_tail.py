@@ -2,18 +2,28 @@
 given ``kafka.bootstrap.servers`` (:mod:`tidelog.spark.remote_source`), through the Spark side's
 one broker client (:mod:`tidelog.spark.broker_client`).
 
-* **options** (:func:`parse_broker_options`): ``kafka.bootstrap.servers`` and
-  ``kafkaConsumer.pollTimeoutMs``; no other ``kafka.`` option applies.
+* **options** (:func:`parse_broker_options`): ``kafka.bootstrap.servers``,
+  ``kafkaConsumer.pollTimeoutMs`` and ``kafka.isolation.level``; no other ``kafka.`` option applies.
 * **driver** (:class:`BrokerPartitions`): the partitions are the broker's (Metadata), earliest is
   the broker's log start offset (ListOffsets -2: ``delete-records`` and retention move it, the
-  first remote segment does not), latest its high watermark (ListOffsets -1); timestamps are
-  resolved by the broker's ListOffsets (which searches both tiers). The remote/broker boundary of
-  each partition is its highest tiered offset + 1, from the remote metadata (the caller's).
-* **executors** (:func:`read_tail`): Fetch requests (8 MiB, read_uncommitted) from the offset
-  asked for; the raw batches are turned into rows by the local reader's
+  first remote segment does not), latest its high watermark (ListOffsets -1), or under
+  read_committed its last stable offset (ListOffsets -1 with isolation level 1, as Kafka's
+  read_committed consumer asks); timestamps are resolved by the broker's ListOffsets (which
+  searches both tiers). The remote/broker boundary of each partition is its highest tiered
+  offset + 1, from the remote metadata (the caller's).
+* **executors** (:func:`read_tail`): Fetch requests (8 MiB, the read's isolation level) from the
+  offset asked for; the raw batches are turned into rows by the local reader's
   :func:`~tidelog.spark.arrow_rows.record_batches` (the one row builder), keeping offsets in
   ``[lo, hi)`` (Fetch returns whole batches, compaction leaves gaps). A response ending in a
-  partial batch is read up to its last whole batch.
+  partial batch is read up to its last whole batch. Under read_committed each response's aborted
+  transactions feed a fresh :class:`~tidelog.storage.read_committed.AbortedBatchFilter` for that
+  response's batches, as Kafka's consumer does per fetched partition; read_uncommitted sends the
+  same requests as before read_committed existed, and no other.
+* **the store part's straddling aborts** (:func:`aborted_past_boundary`): a transaction whose
+  data lies in the remote tier but whose ABORT marker lies past the boundary is indexed in a
+  local ``.txnindex`` only; one read_committed Fetch of one batch at the boundary lists it (the
+  broker lists every aborted transaction whose marker is at or past the fetch offset and whose
+  first offset is below the end of the data returned).
 
 **The boundary moving.** When a range planned for the broker has been tiered and deleted
 locally since planning, the broker answers ``OFFSET_MOVED_TO_TIERED_STORAGE`` (a broker that
@@ -40,6 +50,8 @@ from tidelog.spark import broker_client as bc
 from tidelog.spark import options as o
 from tidelog.spark.arrow_rows import record_batches
 from tidelog.storage.log_view import PartitionBounds
+from tidelog.storage.read_committed import AbortedBatchFilter
+from tidelog.storage.txn_index import AbortedTxn
 from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -51,6 +63,9 @@ log = logging.getLogger(__name__)
 
 FETCH_BYTES = 8 << 20
 """Bytes of records asked for per Fetch (the broker may send less, or one larger batch)."""
+BOUNDARY_FETCH_BYTES = 1
+"""Bytes asked for by the Fetch at the boundary (:func:`aborted_past_boundary`): its first batch
+only, sent whole; only its aborted transactions are used."""
 BACKOFF_MS = 100
 """The wait between two tries (doubled up to 1 s)."""
 
@@ -84,7 +99,7 @@ def parse_broker_options(lowered: dict[str, str]) -> tuple[str, int]:
     ``kafka.bootstrap.servers`` ('' when not given) and ``kafkaConsumer.pollTimeoutMs``.
     :class:`~tidelog.spark.options.SourceOptionError` for a malformed one or any other
     ``kafka.`` option (the tail's client takes no other), ``kafka.isolation.level`` excepted
-    when it is read_uncommitted (read_committed is refused: not implemented for store reads)."""
+    (left in ``lowered``: the source's options parse it)."""
     from tidelog.errors import InvalidRequestError
 
     given = BOOTSTRAP in lowered
@@ -101,11 +116,6 @@ def parse_broker_options(lowered: dict[str, str]) -> tuple[str, int]:
             raise o.SourceOptionError(f"Option 'kafkaConsumer.pollTimeoutMs' must be a positive number of "
                                       f"milliseconds, got '{text}'")
         poll_timeout_ms = int(text)
-    if lowered.get(o.ISOLATION_LEVEL, o.READ_UNCOMMITTED) == o.READ_COMMITTED:
-        raise o.SourceOptionError(
-            "Option 'kafka.isolation.level'='read_committed' is not supported with a store path yet: the remote "
-            "tier and the broker's tail are read uncommitted. Read the data dir (path = the log dir) for "
-            "read_committed, or leave the option out.")
     others = sorted(k for k in lowered if k.startswith("kafka.") and k != o.ISOLATION_LEVEL)
     if others:
         key = others[0]
@@ -119,11 +129,12 @@ def parse_broker_options(lowered: dict[str, str]) -> tuple[str, int]:
 
 class BrokerPartitions:
     """The subscribed topics' partitions and topic ids (``topic_ids``: by name, Kafka's base64
-    form) as the broker has them, their bounds and timestamp searches (driver side; each call one
-    short-lived connection)."""
+    form) as the broker has them, their bounds and timestamp searches at the read's isolation
+    level (driver side; each call one short-lived connection)."""
 
     def __init__(self, bootstrap: str, parsed: o.SourceOptions) -> None:
         self.bootstrap = bootstrap
+        self.isolation_level = bc.READ_COMMITTED if parsed.read_committed else bc.READ_UNCOMMITTED
         sub = parsed.subscription
         topics = (None if sub.kind == o.SUBSCRIBE_PATTERN else
                   sorted(set(sub.topics) if sub.kind == o.SUBSCRIBE else {tp.topic for tp in sub.assigned}))
@@ -134,21 +145,24 @@ class BrokerPartitions:
         self.existing = {TopicPartition(t, p) for t, ps in found.items() for p in ps}
 
     def bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionBounds]:
-        """Per partition: the broker's log start offset and high watermark (two ListOffsets)."""
+        """Per partition: the broker's log start offset and high watermark, or last stable offset
+        under read_committed (two ListOffsets)."""
         earliest = self.offsets(partitions, bc.EARLIEST_TIMESTAMP)
         latest = self.offsets(partitions, bc.LATEST_TIMESTAMP)
         return {tp: PartitionBounds(tp, earliest[tp], latest[tp]) for tp in partitions}
 
     def offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        """One ListOffsets of ``partitions`` for ``timestamp`` (-2 log start, -1 high watermark)."""
+        """One ListOffsets of ``partitions`` for ``timestamp`` (-2 log start, -1 high watermark
+        or, under read_committed, last stable offset)."""
         if not partitions:
             return {}
-        return self._ask("list the partitions' offsets", lambda c: c.list_offsets({tp: timestamp for tp in partitions}))
+        return self._ask("list the partitions' offsets", lambda c: c.list_offsets(
+            {tp: timestamp for tp in partitions}, self.isolation_level))
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
         """ListOffsets by time of ``tp`` (both tiers, searched by the broker); None: no match."""
         found = self._ask(f"find the offset of {tp} for timestamp {timestamp}",
-                          lambda c: c.list_offsets({tp: timestamp}))[tp]
+                          lambda c: c.list_offsets({tp: timestamp}, self.isolation_level))[tp]
         return None if found < 0 else found
 
     def _ask(self, what: str, call):  # type: ignore[no-untyped-def]
@@ -186,6 +200,44 @@ def read_tail(parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartiti
         yield from rows
 
 
+def aborted_past_boundary(parsed: o.SourceOptions, client: bc.BrokerClient, tp: TopicPartition, boundary: int,
+                          retry_ms: int, clock: Clock = SYSTEM_CLOCK) -> list[AbortedTxn] | None:
+    """The aborted transactions of ``tp`` whose ABORT marker lies at or past ``boundary`` and
+    whose first offset is below the end of the first batch there: the aborted list of one
+    read_committed Fetch of one batch at ``boundary`` (see the module doc). Entries carry the
+    producer id and first offset only (what :class:`AbortedBatchFilter` reads). Returns ``[]``
+    when the log ends at ``boundary`` (no marker lies past it), None when the broker answers
+    ``OFFSET_MOVED_TO_TIERED_STORAGE`` (the boundary was tiered since: the caller searches the
+    store again). While the broker's last stable offset is still at ``boundary`` (a transaction
+    begins there and is open) it is asked again, for up to ``retry_ms``, then
+    :class:`BrokerReadError`; likewise a broker not answering."""
+    reader = _TailRead(parsed, client, tp, boundary + 1, lambda lo, hi: None, retry_ms, clock)
+    while True:
+        try:
+            got = client.fetch(tp, boundary, BOUNDARY_FETCH_BYTES, isolation_level=bc.READ_COMMITTED)
+        except bc.BrokerUnreachableError as e:
+            reader.retry(boundary, str(e))
+            continue
+        if got.error == bc.OFFSET_MOVED_TO_TIERED_STORAGE:
+            return None
+        if got.error == bc.NONE:
+            if got.records:
+                return [AbortedTxn(pid, first, -1, -1) for pid, first in got.aborted]
+            if boundary >= got.high_watermark:
+                return []
+            reader.retry(boundary, f"the last stable offset ({got.last_stable_offset}) is at the boundary between "
+                                   f"the remote tier and the broker: the transaction open there must end before "
+                                   f"the aborted transactions of the records below it are known")
+            continue
+        if got.error in bc.RETRIABLE:
+            client.forget_leaders()
+            reader.retry(boundary, bc.error_name(got.error))
+            continue
+        raise BrokerReadError(f"Cannot fetch the aborted transactions at offset {boundary} of {tp} (the boundary "
+                              f"between the remote tier and the broker at {client.bootstrap}): "
+                              f"{bc.error_name(got.error)}")
+
+
 _NOTHING: tuple = ()
 
 
@@ -203,9 +255,15 @@ class _TailRead:
     def where(self, offset: int) -> str:
         return f"offsets [{offset}, {self.hi}) of {self.tp} from the broker at {self.client.bootstrap}"
 
+    def fetch(self, offset: int, max_bytes: int) -> bc.PartitionFetched:
+        """One Fetch at the read's isolation level (read_uncommitted: the request as always)."""
+        if self.parsed.read_committed:
+            return self.client.fetch(self.tp, offset, max_bytes, isolation_level=bc.READ_COMMITTED)
+        return self.client.fetch(self.tp, offset, max_bytes)
+
     def step(self, offset: int) -> _Step:
         try:
-            got = self.client.fetch(self.tp, offset, FETCH_BYTES)
+            got = self.fetch(offset, FETCH_BYTES)
         except bc.BrokerUnreachableError as e:
             return self.retry(offset, str(e))
         if got.error == bc.NONE:
@@ -227,12 +285,16 @@ class _TailRead:
         walk = walk_batch_headers(got.records)
         last = walk.batches["last_offset"]
         if len(last) == 0:
-            if offset >= got.high_watermark:
-                return self.lost(offset, self.hi, f"the log now ends at {got.high_watermark}")
-            return self.from_store(offset, "the broker answered no records below its high watermark", retry=True)
+            end, which = ((got.last_stable_offset, "last stable offset") if self.parsed.read_committed
+                          else (got.high_watermark, "high watermark"))
+            if offset >= end:
+                return self.lost(offset, self.hi, f"the log now ends at {end}")
+            return self.from_store(offset, f"the broker answered no records below its {which}", retry=True)
         self.failing_since, self.backoff = None, BACKOFF_MS
+        aborted = (AbortedBatchFilter(AbortedTxn(pid, first, -1, -1) for pid, first in got.aborted)
+                   if self.parsed.read_committed else None)
         rows = record_batches(got.records[:walk.end_position], self.tp.topic, self.tp.partition, offset, self.hi,
-                              include_headers=self.parsed.include_headers)
+                              include_headers=self.parsed.include_headers, aborted=aborted)
         return rows, int(last[-1]) + 1
 
     def from_store(self, offset: int, why: str, retry: bool = False) -> _Step:
@@ -251,7 +313,8 @@ class _TailRead:
     def out_of_range(self, offset: int) -> _Step:
         try:
             earliest = self.client.list_offsets({self.tp: bc.EARLIEST_TIMESTAMP})[self.tp]
-            latest = self.client.list_offsets({self.tp: bc.LATEST_TIMESTAMP})[self.tp]
+            latest = self.client.list_offsets({self.tp: bc.LATEST_TIMESTAMP},
+                                              bc.READ_COMMITTED if self.parsed.read_committed else bc.READ_UNCOMMITTED)[self.tp]
         except bc.BrokerUnreachableError as e:
             return self.retry(offset, str(e))
         except bc.BrokerReplyError as e:

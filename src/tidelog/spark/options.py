@@ -39,7 +39,8 @@ includeHeaders                      false (default): adds the ``headers`` column
 kafka.isolation.level               read_uncommitted (default) | read_committed: the consumer's
                                     isolation level; read_committed ends every read (latest) at
                                     the last stable offset and leaves out the records of aborted
-                                    transactions (:mod:`tidelog.storage.view_txns`)
+                                    transactions (:mod:`tidelog.storage.view_txns`; for a store
+                                    path :mod:`tidelog.spark.remote_source`)
 =================================== ===========================================================
 
 Other ``kafka.*`` options are refused (there is no broker or consumer to configure; with a store

@@ -35,6 +35,25 @@ between the tiers from the remote metadata. Streaming reads: :mod:`tidelog.spark
   (:class:`~tidelog.remote.index_cache.RemoteIndexCache` in a temporary dir, 64 MiB; dirs of
   dead workers are removed by the next worker, :func:`index_dir`).
 
+**read_committed** (``kafka.isolation.level``), as a read_committed Kafka consumer sees the
+partition. With a broker, latest is its last stable offset; each task's store part ``[lo, x)``
+leaves out aborted batches with :class:`~tidelog.storage.read_committed.AbortedBatchFilter` (fed
+every batch of the part in offset order), whose aborted transactions are the remote ``.txnindex``
+search from the segment holding ``lo`` with upper bound ``x``
+(:func:`~tidelog.remote.aborted_txns.remote_aborted_transactions`, over the segments with a
+non-empty index the range carries, :attr:`RemoteOffsetRange.txn_segments`) and, when that search
+is not complete, the aborted list of one read_committed Fetch of one batch at the boundary
+(:func:`~tidelog.spark.broker_tail.aborted_past_boundary`): a transaction whose data was tiered
+but was still open at the boundary closed before that copy (a segment is copied only once the
+next one's base offset is at or below the last stable offset), so its ABORT is indexed in a local
+segment, and the broker lists it. The broker part reads with read_committed Fetch requests
+(:mod:`tidelog.spark.broker_tail`). Without a broker the end is the highest tiered offset + 1
+capped at the first offset of every transaction open in the producer snapshot uploaded with the
+last FINISHED segment (one GET at planning): the store does not hold their outcome, so the read
+stops before them (Kafka has no store-only reader; ``docs/architecture.md`` says so); every abort
+below that end is in the remote ``.txnindex`` objects. Under read_uncommitted none of this runs:
+no snapshot GET, no index search, no extra Fetch.
+
 **Faults.** A segment object gone since planning (remote retention, a compaction's swap) is data
 loss: the task fails naming the partition, the offsets and the object (``failOnDataLoss=true``)
 or skips the segment with a warning. Any other store error (unreachable, access denied, corrupt
@@ -63,6 +82,7 @@ from tidelog.spark.broker_tail import POLL_TIMEOUT_MS, parse_broker_options
 from tidelog.spark.ranges import OffsetRange, check_range_bounds, resolve, split_ranges
 from tidelog.storage.config_keys import REMOTE_STORE_SCHEMES
 from tidelog.storage.log_view import PartitionBounds
+from tidelog.storage.read_committed import AbortedBatchFilter
 from tidelog.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -72,6 +92,8 @@ if TYPE_CHECKING:
     from tidelog.remote.index_cache import RemoteIndexCache
     from tidelog.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
     from tidelog.remote.store import RemoteStore
+    from tidelog.spark.broker_client import BrokerClient
+    from tidelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +191,20 @@ def batch_reader(options: Mapping[str, str], schema: StructType) -> RemoteBatchR
 @dataclass(frozen=True, slots=True)
 class RemoteOffsetRange(OffsetRange):
     """Offsets ``[start, end)`` of one partition read from the remote tier: one Spark task, with
-    the metadata of the FINISHED segments the range overlaps (by start offset). With a broker,
+    the metadata of the FINISHED segments the range overlaps (by start offset; under
+    read_committed also :attr:`txn_segments`). With a broker,
     ``boundary`` is where the broker's part starts (the highest tiered offset + 1 at planning)
     and ``topic_id`` the partition's topic id in the store ("" when it had no remote data)."""
 
     segments: tuple[RemoteLogSegmentMetadata, ...] = ()
     boundary: int | None = None
     topic_id: str = ""
+    txn_segments: tuple[RemoteLogSegmentMetadata, ...] = ()
+    """Under read_committed: the FINISHED segments (by start offset) ending at or past ``start``
+    whose ``.txnindex`` is not empty, where the aborted transactions of the range's store part
+    are searched (an abort is indexed with its marker, possibly in a later segment). Carried
+    from the plan, not reloaded by the task: the search then costs no metadata load (a LIST and
+    GETs per task), and it reads the same metadata the plan's end was decided on."""
 
 
 class _RemoteView:
@@ -253,8 +282,10 @@ class RemotePlan:
                                   f"{e}") from e
         finished = self.segments[tp] = metadata.finished_segments()
         start = finished[0].start_offset if finished else 0
-        self.boundary[tp] = metadata.highest_offset() + 1
-        self.bounds[tp] = PartitionBounds(tp, start, self.boundary[tp])
+        self.boundary[tp] = end = metadata.highest_offset() + 1
+        if self.ropts.parsed.read_committed and self.broker is None and finished:
+            end = min([end, *_open_txns_at_end(self.store, finished[-1]).values()])
+        self.bounds[tp] = PartitionBounds(tp, min(start, end), end)
 
     def _same_topic(self, tp: TopicPartition) -> bool:
         """Whether the store's data of ``tp`` is of the broker's topic (not of an earlier topic
@@ -300,15 +331,18 @@ class RemotePlan:
         for r in split:
             tp = r.topic_partition
             tip = self.tips.get(tp)
+            txn_segments = (tuple(s for s in self.segments.get(tp, []) if not s.txn_idx_empty and s.end_offset >= r.start)
+                            if parsed.read_committed else ())
             if self.broker is None:
                 out.append(RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
-                                             _overlapping(self.segments.get(tp, []), r.start, r.end)))
+                                             _overlapping(self.segments.get(tp, []), r.start, r.end),
+                                             txn_segments=txn_segments))
                 continue
             boundary = self.boundary.get(tp, 0)
             topic_id = self.broker.topic_ids.get(tp.topic, tip.topic_id if tip is not None else "")
             out.append(RemoteOffsetRange(r.topic, r.partition, r.start, r.end,
                                          _overlapping(self.segments.get(tp, []), r.start, min(r.end, boundary)),
-                                         boundary, topic_id))
+                                         boundary, topic_id, txn_segments))
         return out
 
 
@@ -421,16 +455,17 @@ def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: R
     (tests count requests this way)."""
     if store is None or cache is None:
         store, cache = _executor_store(ropts)
+    tp = r.topic_partition
     if r.boundary is None:
-        yield from _store_rows(ropts, store, cache, r.segments, r.start, r.end)
+        aborted = _store_aborted(ropts, store, cache, tp, r.txn_segments, r.start, r.end)
+        yield from _store_rows(ropts, store, cache, r.segments, r.start, r.end, aborted)
         return
     from tidelog.spark.broker_tail import executor_client, read_tail
 
     client = executor_client(ropts.bootstrap)
-    tp = r.topic_partition
 
     def store_read(lo: int, hi: int) -> tuple[int, Iterator[pa.RecordBatch]] | None:
-        return _store_now(ropts, store, cache, tp, r.topic_id, lo, hi)
+        return _store_now(ropts, store, cache, tp, r.topic_id, lo, hi, client)
 
     split = min(r.end, r.boundary)
     first = r.segments[0].start_offset if r.segments else split
@@ -438,28 +473,34 @@ def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: R
     if r.start < min(first, split):  # below the first tiered segment: the broker's to serve or refuse
         yield from read_tail(ropts.parsed, client, tp, r.start, min(first, split), store_read, wait)
     if max(r.start, first) < split:
-        yield from _store_rows(ropts, store, cache, r.segments, max(r.start, first), split)
+        lo = max(r.start, first)
+        aborted = _store_aborted(ropts, store, cache, tp, r.txn_segments, lo, split, (client, r.boundary))
+        yield from _store_rows(ropts, store, cache, r.segments, lo, split, aborted)
     if max(r.start, r.boundary) < r.end:
         yield from read_tail(ropts.parsed, client, tp, max(r.start, r.boundary), r.end, store_read, wait)
 
 
 def _store_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
-                segments: tuple[RemoteLogSegmentMetadata, ...], start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Rows of ``[start, end)`` from ``segments``. A segment whose object vanished since planning
-    is looked up again in the partition's metadata: when other FINISHED segments now hold its
-    offsets (a compaction swapped it), they are read instead; otherwise the offsets are lost
-    (``failOnDataLoss``)."""
+                segments: tuple[RemoteLogSegmentMetadata, ...], start: int, end: int,
+                aborted: AbortedBatchFilter | None = None) -> Iterator[pa.RecordBatch]:
+    """Rows of ``[start, end)`` from ``segments`` (with ``aborted``, read_committed: fed every
+    batch in offset order, it leaves out aborted transactions). A segment whose object vanished
+    since planning is looked up again in the partition's metadata: when other FINISHED segments
+    now hold its offsets (a compaction swapped it), they are read instead; otherwise the offsets
+    are lost (``failOnDataLoss``)."""
     for segment in segments:
         lo, hi = max(start, segment.start_offset), min(end, segment.end_offset + 1)
         if lo < hi:
-            yield from _segment_or_replacement(ropts, store, cache, segment, lo, hi)
+            yield from _segment_or_replacement(ropts, store, cache, segment, lo, hi, aborted)
 
 
 def _store_now(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
-               topic_id: str, lo: int, hi: int) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+               topic_id: str, lo: int, hi: int, client: BrokerClient) -> tuple[int, Iterator[pa.RecordBatch]] | None:
     """What the remote tier holds now from ``lo`` (a range tiered since planning): None when no
-    FINISHED segment holds ``lo``, else the end of what it holds below ``hi`` and its rows. One
-    metadata load (plus one LIST of the store when the partition had no remote data at planning)."""
+    FINISHED segment holds ``lo``, else the end of what it holds below ``hi`` and its rows
+    (read_committed: without aborted transactions, searched as for the planned store part, from
+    the segments and the boundary now). One metadata load (plus one LIST of the store when the
+    partition had no remote data at planning)."""
     from tidelog.remote.errors import RemoteStorageError
     from tidelog.remote.metadata import TopicIdPartition
     from tidelog.remote.metadata_log import RemotePartitionMetadata
@@ -480,18 +521,123 @@ def _store_now(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteInde
     segments = metadata.finished_segments()
     if not segments or segments[0].start_offset > lo or metadata.highest_offset() < lo:
         return None
-    end = min(hi, metadata.highest_offset() + 1)
-    return end, _store_rows(ropts, store, cache, _overlapping(segments, lo, end), lo, end)
+    boundary = metadata.highest_offset() + 1
+    end = min(hi, boundary)
+    txn_segments = tuple(s for s in segments if not s.txn_idx_empty and s.end_offset >= lo)
+    aborted = _store_aborted(ropts, store, cache, tp, txn_segments, lo, end, (client, boundary))
+    return end, _store_rows(ropts, store, cache, _overlapping(segments, lo, end), lo, end, aborted)
+
+
+def _store_aborted(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
+                   txn_segments: tuple[RemoteLogSegmentMetadata, ...], lo: int, end: int,
+                   broker: tuple[BrokerClient, int] | None = None) -> AbortedBatchFilter | None:
+    """Under read_committed, the filter of the store part ``[lo, end)`` of ``tp`` (None under
+    read_uncommitted: no request). Its aborted transactions are (a) the remote ``.txnindex``
+    search from the segment holding ``lo`` with upper bound ``end`` over ``txn_segments``
+    (:func:`~tidelog.remote.aborted_txns.remote_aborted_transactions`) and, when that search is
+    not complete and a broker is given (``(client, boundary)``), (b) the aborts whose marker lies
+    past the boundary, from one read_committed Fetch there
+    (:func:`~tidelog.spark.broker_tail.aborted_past_boundary`). When the broker says the boundary
+    was tiered since, the segments tiered from it are searched and the next boundary asked.
+    Without a broker the plan ended the read before every transaction whose outcome the store
+    does not hold, so (a) finds them all."""
+    if not ropts.parsed.read_committed:
+        return None
+    found, complete = _search_store(ropts, store, cache, tp, txn_segments, lo, end)
+    while not complete and broker is not None:
+        from tidelog.spark.broker_tail import aborted_past_boundary
+
+        client, boundary = broker
+        past = aborted_past_boundary(ropts.parsed, client, tp, boundary, ropts.poll_timeout_ms)
+        if past is not None:
+            found.extend(past)
+            break
+        newer = [s for s in _finished_now(ropts, store, txn_segments, tp, lo, end) if s.start_offset >= boundary]
+        if not newer:
+            raise RemoteReadError(f"Cannot find the aborted transactions of offsets [{lo}, {end}) of {tp}: the "
+                                  f"broker answered OFFSET_MOVED_TO_TIERED_STORAGE at offset {boundary} and the "
+                                  f"remote tier at {store.uri} holds nothing from there")
+        more, complete = _search_store(ropts, store, cache, tp, tuple(s for s in newer if not s.txn_idx_empty),
+                                       lo, end)
+        found.extend(more)
+        broker = (client, max(s.end_offset for s in newer) + 1)
+    return AbortedBatchFilter(found)
+
+
+def _search_store(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
+                  txn_segments: tuple[RemoteLogSegmentMetadata, ...], lo: int,
+                  end: int) -> tuple[list[AbortedTxn], bool]:
+    """The remote ``.txnindex`` search; a segment gone since planning (a compaction swapped it)
+    makes it search the partition's current FINISHED segments; other store errors are
+    :class:`RemoteReadError` naming the partition, the range and the store."""
+    from tidelog.remote.aborted_txns import remote_aborted_transactions
+    from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStorageError
+    from tidelog.remote.index_cache import RemoteIndexCacheError
+
+    for attempt in (0, 1):
+        try:
+            return remote_aborted_transactions(cache, txn_segments, lo, end)
+        except RemoteResourceNotFoundError as e:
+            if attempt == 1 or not txn_segments:
+                raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from "
+                                      f"the remote tier at {store.uri}: {e}") from e
+            txn_segments = tuple(s for s in _finished_now(ropts, store, txn_segments, tp, lo, end)
+                                 if not s.txn_idx_empty and s.end_offset >= lo)
+        except (RemoteStorageError, RemoteIndexCacheError) as e:
+            raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from the "
+                                  f"remote tier at {store.uri}: {e}") from e
+    raise AssertionError("unreachable")
+
+
+def _finished_now(ropts: RemoteSourceOptions, store: RemoteStore, known: tuple[RemoteLogSegmentMetadata, ...],
+                  tp: TopicPartition, lo: int, end: int) -> list[RemoteLogSegmentMetadata]:
+    """The partition's FINISHED segments now (one metadata load), found through a segment of
+    ``known`` or else the store's listing."""
+    from tidelog.remote.errors import RemoteStorageError
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+    from tidelog.remote.verify import list_partitions
+
+    try:
+        if known:
+            tip: TopicIdPartition | None = known[0].topic_id_partition
+        else:
+            found, strays = list_partitions(store, tp.topic)
+            tip = _one_topic_id_each(_not_being_deleted(found, strays)).get(tp)
+        return [] if tip is None else RemotePartitionMetadata.load(store, tip).finished_segments()
+    except RemoteStorageError as e:
+        raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from the "
+                              f"remote tier at {store.uri}: loading the partition's remote metadata failed: {e}") from e
+
+
+def _open_txns_at_end(store: RemoteStore, last: RemoteLogSegmentMetadata) -> dict[int, int]:
+    """The transactions open where the remote tier ends (producer id -> first offset): those of
+    the producer snapshot uploaded with the last FINISHED segment (Kafka's, at the next
+    segment's base offset). One GET. :class:`RemoteReadError` naming the object when it cannot
+    be read or decoded."""
+    from tidelog.errors import CorruptSnapshotError
+    from tidelog.remote.errors import RemoteStorageError
+    from tidelog.remote.metadata import RemoteFileKind, object_key
+    from tidelog.storage.producer_snapshot import decode_snapshot
+
+    key = object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)
+    try:
+        entries = decode_snapshot(store.get(key))
+    except (RemoteStorageError, CorruptSnapshotError) as e:
+        raise RemoteReadError(f"Cannot plan the read_committed read of {last.topic_id_partition.topic_partition} "
+                              f"from the remote tier at {store.uri}: the producer snapshot {key} of its last "
+                              f"segment (the transactions open where the tier ends) cannot be read: {e}") from e
+    return {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
 
 
 def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
-                            segment: RemoteLogSegmentMetadata, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+                            segment: RemoteLogSegmentMetadata, lo: int, hi: int,
+                            aborted: AbortedBatchFilter | None = None) -> Iterator[pa.RecordBatch]:
     from tidelog.remote.errors import RemoteResourceNotFoundError
 
     tp = segment.topic_id_partition.topic_partition
     progress = [lo]
     try:
-        yield from _checked_rows(ropts, store, cache, segment, lo, hi, progress)
+        yield from _checked_rows(ropts, store, cache, segment, lo, hi, progress, aborted)
         return
     except RemoteResourceNotFoundError as e:
         gone = e
@@ -504,7 +650,7 @@ def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cach
             break
         try:
             yield from _checked_rows(ropts, store, cache, other, max(covered, other.start_offset),
-                                     min(hi, other.end_offset + 1), progress)
+                                     min(hi, other.end_offset + 1), progress, aborted)
         except RemoteResourceNotFoundError as e:
             gone = e
             break
@@ -531,7 +677,8 @@ def _reload(ropts: RemoteSourceOptions, store: RemoteStore, segment: RemoteLogSe
 
 
 def _checked_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
-                  segment: RemoteLogSegmentMetadata, lo: int, hi: int, progress: list[int]) -> Iterator[pa.RecordBatch]:
+                  segment: RemoteLogSegmentMetadata, lo: int, hi: int, progress: list[int],
+                  aborted: AbortedBatchFilter | None = None) -> Iterator[pa.RecordBatch]:
     """:func:`_segment_rows`, keeping ``progress[0]`` at the offset after the last row yielded;
     store errors other than a missing object become :class:`RemoteReadError` naming the
     partition, the range and the store (a missing object is the caller's to handle)."""
@@ -540,7 +687,7 @@ def _checked_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteI
     from tidelog.remote.remote_read import RemoteSegmentCorruptError
 
     try:
-        for b in _segment_rows(ropts, store, cache, segment, lo, hi):
+        for b in _segment_rows(ropts, store, cache, segment, lo, hi, aborted):
             if b.num_rows:
                 progress[0] = b.column(4)[-1].as_py() + 1
             yield b
@@ -552,7 +699,8 @@ def _checked_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteI
 
 
 def _segment_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
-                  segment: RemoteLogSegmentMetadata, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+                  segment: RemoteLogSegmentMetadata, lo: int, hi: int,
+                  aborted: AbortedBatchFilter | None = None) -> Iterator[pa.RecordBatch]:
     """Rows of offsets ``[lo, hi)`` of one segment: ranged GETs of whole batches from the offset
     index's position, :data:`READ_BYTES` at a time."""
     from tidelog.remote.remote_read import read_segment
@@ -565,7 +713,7 @@ def _segment_rows(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteI
             if not got.records:
                 return  # the segment holds nothing at or past ``offset`` (compacted away)
             yield from record_batches(got.records, tp.topic, tp.partition, lo, hi,
-                                      include_headers=ropts.parsed.include_headers)
+                                      include_headers=ropts.parsed.include_headers, aborted=aborted)
             if got.next_offset <= offset:
                 return
             offset = got.next_offset

@@ -2,12 +2,14 @@
 the remote tier, straight from the store (see :mod:`tidelog.spark.remote_source` for the options,
 the planning and the executors' reads).
 
-Without a broker, the latest offsets are the ends of the FINISHED remote segments: a batch appears
-as segments are tiered. The driver reloads the store's partitions and remote metadata (one LIST of
+Without a broker, the latest offsets are the ends of the FINISHED remote segments (under
+read_committed capped before the transactions open there, as :class:`RemotePlan` plans them): a
+batch appears as segments are tiered. The driver reloads the store's partitions and remote metadata (one LIST of
 the store, then one LIST plus the new metadata objects per partition) at most once per
 :data:`REFRESH_MS`, however often Spark polls.
 
-With ``kafka.bootstrap.servers``, offsets are the broker's: latest is its high watermark (one
+With ``kafka.bootstrap.servers``, offsets are the broker's: latest is its high watermark, or its
+last stable offset under read_committed (one
 Metadata and one ListOffsets request at most once per :data:`REFRESH_MS`, the answer reused
 between), and each micro-batch's ranges are split at plan time into a store part (up to the
 highest tiered offset then) and a broker part (:mod:`tidelog.spark.broker_tail`), so the query
@@ -110,7 +112,8 @@ class RemoteStreamReader(StreamReaderBase):
                 {tp: b.log_start_offset for tp, b in plan.bounds.items()})
 
     def _ends_from_broker(self) -> tuple[PartitionOffsets, PartitionOffsets]:
-        """High watermarks from the broker, asked at most once per REFRESH_MS (one Metadata and
+        """High watermarks (read_committed: last stable offsets) from the broker, asked at most
+        once per REFRESH_MS (one Metadata and
         one ListOffsets), with the log start offsets of partitions first seen then (one more
         ListOffsets; they are the start of partitions a batch has no offset for yet)."""
         from tidelog.spark.broker_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
