@@ -170,8 +170,9 @@ class Writer:
             p.close(timeout=1)
 
 
-def build(root: Path, uri: str, store_options: dict[str, str]) -> Tiered:
-    data = root / "data"
+def start_broker(data: Path, uri: str, store_options: dict[str, str]) -> tuple[LogManager, ServerThread, str]:
+    """A broker over ``data`` tiering to ``uri`` (copies and retention run when the test asks),
+    with topic ``TP.topic`` tiered, its tiered segments deleted locally by retention."""
     props = {"log.dirs": str(data), "remote.log.storage.system.enable": "true", "remote.log.storage.uri": uri,
              "remote.log.manager.task.interval.ms": "3600000", "log.retention.check.interval.ms": "3600000",
              **{f"rsm.config.{k}": v for k, v in store_options.items()}}
@@ -180,8 +181,13 @@ def build(root: Path, uri: str, store_options: dict[str, str]) -> Tiered:
     thread = ServerThread(manager, ServerConfig((Endpoint("PLAINTEXT", "127.0.0.1", 0),), config.advertised,
                                                 config.socket_request_max_bytes))
     thread.start()
-    bootstrap = f"127.0.0.1:{thread.server.bound[0].port}"
     manager.create_topic(TP.topic, 1, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+    return manager, thread, f"127.0.0.1:{thread.server.bound[0].port}"
+
+
+def build(root: Path, uri: str, store_options: dict[str, str]) -> Tiered:
+    data = root / "data"
+    manager, thread, bootstrap = start_broker(data, uri, store_options)
     w = Writer(manager, bootstrap)
     try:
         w.plain(4)
@@ -313,3 +319,48 @@ def test_streams_end_where_batch_reads_do(tiered: Tiered) -> None:
                                (True, {}, t.high_watermark), (False, {}, t.boundary)):
         reader = RemoteStreamReader(rs.parse_remote_options(t.options(broker=broker, **extra), streaming=True))
         assert reader._ends()[0] == {TP: end}, (broker, extra)
+
+
+def test_a_transaction_open_right_at_the_boundary(tmp_path: Path, object_store, s3_filesystem) -> None:  # type: ignore[no-untyped-def]
+    """A transaction begins at the boundary B and stays open (the last stable offset is B) while
+    one whose data is tiered aborts after it: a read_committed Fetch at B answers no records and
+    no aborted list, so the straddling abort comes from the batch before B (the last tiered
+    one), without waiting for the open transaction to end."""
+    c = object_store.credentials
+    s3 = s3_filesystem(c)
+    bucket = f"t-{uuid.uuid4().hex[:16]}"
+    s3.create_dir(bucket)
+    store_options = {"endpoint.url": c.endpoint_url, "access.key": c.access_key, "secret.key": c.secret_key,
+                     "region": c.region}
+    uri = f"s3://{bucket}/tiered"
+    manager, thread, bootstrap = start_broker(tmp_path / "data", uri, store_options)
+    w = Writer(manager, bootstrap)
+    try:
+        w.plain(2)
+        straddling_first = w.send("s", 3)
+        w.roll()
+        w.plain(2)
+        w.roll()
+        boundary = w.send("n", 2)  # open from the boundary on
+        assert boundary == w.log.active_segment.base_offset
+        w.end("s", commit=False)
+        w.plain(1)
+        log = manager.log(TP)
+        assert log.last_stable_offset == boundary
+        manager.remote_tier.copy_pass()
+        assert manager.remote_tier.status()[0].highest_remote_offset + 1 == boundary
+        expected = local_rows(tmp_path / "data", **COMMITTED)
+        assert expected == consumer_rows(bootstrap, boundary)
+        assert [v for _, _, v in expected] == [b"p0", b"p1", b"p5", b"p6"] and straddling_first == 2
+        manager.run_retention()
+        options = {"path": uri, "subscribe": TP.topic, "kafka.bootstrap.servers": bootstrap,
+                   "kafkaConsumer.pollTimeoutMs": "3000", **COMMITTED,
+                   **{f"rsm.config.{k}": v for k, v in store_options.items()}}
+        got, ranges = remote_rows(options)
+        assert [(r.start, r.end, r.boundary) for r in ranges] == [(0, boundary, boundary)]
+        assert got == expected
+    finally:
+        w.close()
+        thread.stop()
+        manager.shutdown()
+        s3.delete_dir(bucket)

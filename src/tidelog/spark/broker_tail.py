@@ -208,9 +208,11 @@ def aborted_past_boundary(parsed: o.SourceOptions, client: bc.BrokerClient, tp: 
     producer id and first offset only (what :class:`AbortedBatchFilter` reads). Returns ``[]``
     when the log ends at ``boundary`` (no marker lies past it), None when the broker answers
     ``OFFSET_MOVED_TO_TIERED_STORAGE`` (the boundary was tiered since: the caller searches the
-    store again). While the broker's last stable offset is still at ``boundary`` (a transaction
-    begins there and is open) it is asked again, for up to ``retry_ms``, then
-    :class:`BrokerReadError`; likewise a broker not answering."""
+    store again). When the broker's last stable offset is at ``boundary`` (a transaction begins
+    there and is open) the Fetch at ``boundary`` answers no records and no list; the batch
+    before it is asked for then (:func:`_last_tiered_batch`), and failing that the broker is
+    asked again, for up to ``retry_ms``, then :class:`BrokerReadError`; likewise a broker not
+    answering."""
     reader = _TailRead(parsed, client, tp, boundary + 1, lambda lo, hi: None, retry_ms, clock)
     while True:
         try:
@@ -225,9 +227,12 @@ def aborted_past_boundary(parsed: o.SourceOptions, client: bc.BrokerClient, tp: 
                 return [AbortedTxn(pid, first, -1, -1) for pid, first in got.aborted]
             if boundary >= got.high_watermark:
                 return []
+            before = _last_tiered_batch(client, tp, boundary)
+            if before is not None:
+                return before
             reader.retry(boundary, f"the last stable offset ({got.last_stable_offset}) is at the boundary between "
-                                   f"the remote tier and the broker: the transaction open there must end before "
-                                   f"the aborted transactions of the records below it are known")
+                                   f"the remote tier and the broker and the batch before it is not served: the "
+                                   f"aborted transactions of the records below the boundary are not known")
             continue
         if got.error in bc.RETRIABLE:
             client.forget_leaders()
@@ -236,6 +241,23 @@ def aborted_past_boundary(parsed: o.SourceOptions, client: bc.BrokerClient, tp: 
         raise BrokerReadError(f"Cannot fetch the aborted transactions at offset {boundary} of {tp} (the boundary "
                               f"between the remote tier and the broker at {client.bootstrap}): "
                               f"{bc.error_name(got.error)}")
+
+
+def _last_tiered_batch(client: bc.BrokerClient, tp: TopicPartition, boundary: int) -> list[AbortedTxn] | None:
+    """The aborted list of a read_committed Fetch of the one batch ending at ``boundary - 1``
+    (the last tiered offset): the broker lists every aborted transaction whose marker is at or
+    past ``boundary - 1`` and whose first offset is below ``boundary``, which covers those
+    straddling the boundary. None when that batch is not served (no records, an error, no
+    answer): the caller asks again later."""
+    if boundary <= 0:
+        return None
+    try:
+        got = client.fetch(tp, boundary - 1, BOUNDARY_FETCH_BYTES, isolation_level=bc.READ_COMMITTED)
+    except bc.BrokerUnreachableError:
+        return None
+    if got.error != bc.NONE or not got.records:
+        return None
+    return [AbortedTxn(pid, first, -1, -1) for pid, first in got.aborted]
 
 
 _NOTHING: tuple = ()
