@@ -40,7 +40,7 @@ import struct
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -208,9 +208,9 @@ TIDELOG_APIS: dict[int, ApiSpec] = {key: ApiSpec(key, 0, 0, request, response)
 _HEAD = struct.Struct(">hhi")
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """A decoded request. ``body`` is None for an ApiVersions request of an unsupported version."""
+class Request(NamedTuple):
+    """A decoded request (immutable; a NamedTuple, the cheapest to build once per request).
+    ``body`` is None for an ApiVersions request of an unsupported version."""
 
     api_key: int
     api_version: int
@@ -247,7 +247,7 @@ def decode_request(frame: bytes) -> Request:
         raise UnsupportedRequestError(f"unsupported version {version} of API key {api_key} "
                                  f"(supported: {spec.min_version}-{spec.max_version})",
                                  api_key=api_key, api_version=version, correlation_id=correlation_id)
-    flexible = supported and spec.request.flexible_version_q(version)
+    flexible = supported and (api_key, version) in _FLEXIBLE
     try:
         client_id, pos = request_header(frame, flexible)[3:]
         if not supported:
@@ -259,7 +259,14 @@ def decode_request(frame: bytes) -> Request:
     except Exception as e:  # noqa: BLE001 - any parse failure of client bytes is a malformed request
         raise MalformedRequestError(f"cannot decode {spec.request.__name__} v{version}: {type(e).__name__}: {e}",
                                api_key=api_key, api_version=version, correlation_id=correlation_id) from e
-    return Request(api_key, version, correlation_id, client_id, body)
+    return _new(Request, (api_key, version, correlation_id, client_id, body))
+
+
+_new = tuple.__new__  # a NamedTuple from a tuple in its field order, without its Python-level __new__
+# the flexible versions (request header v2, compact encodings) of every API decoded, from its schema
+_FLEXIBLE = frozenset((spec.api_key, version) for spec in (*SUPPORTED_APIS.values(), *TIDELOG_APIS.values())
+                      for version in range(spec.min_version, spec.max_version + 1)
+                      if spec.request.flexible_version_q(version))
 
 
 # the purpose-built body decoders (tidelog.server.wire): f(frame, body position, version) -> body

@@ -41,7 +41,11 @@ from tidelog.server.wire.reader import WireError, count, nullable_string, skip_t
 
 FLEXIBLE_VERSION = 12
 _TOP_V4, _TOP_V7 = struct.Struct(">iiiib"), struct.Struct(">iiiibii")
-_P_V4, _P_V5, _P_V9, _P_V12 = (struct.Struct(f) for f in (">iqi", ">iqqi", ">iiqqi", ">iiqiqi"))
+# a partition's fixed fields at each version (see the layout): the struct and its size
+_LAYOUT_FROM = ((12, ">iiqiqi"), (9, ">iiqqi"), (5, ">iqqi"), (4, ">iqi"))
+_PARTITION_LAYOUTS = {v: next((struct.Struct(f), struct.calcsize(f)) for since, f in _LAYOUT_FROM if v >= since)
+                      for v in range(4, FLEXIBLE_VERSION + 1)}
+_new = tuple.__new__  # a NamedTuple from a tuple in its field order, without its __new__
 _REQUEST_TAGS = {0: "cluster_id"}
 
 
@@ -82,8 +86,15 @@ class FetchRequestData(NamedTuple):
 
 def decode_fetch(frame: bytes, pos: int, version: int) -> FetchRequestData:
     """The body of a Fetch ``version`` (4-12) request starting at ``pos`` of ``frame``; bytes after
-    it are ignored. Raises :class:`WireError` (or ``struct.error`` for a fixed-size field cut
-    short) when the body does not parse. Cost: one pass, one small object per partition."""
+    it are ignored. Raises :class:`WireError` when the body does not parse. Cost: one pass, one
+    small object per topic and partition."""
+    try:
+        return _decode(frame, pos, version)
+    except (IndexError, struct.error) as e:
+        raise WireError(f"the frame ({len(frame)} bytes) ends inside a field: {type(e).__name__}: {e}") from None
+
+
+def _decode(frame: bytes, pos: int, version: int) -> FetchRequestData:
     compact = version >= FLEXIBLE_VERSION
     if version >= 7:
         replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id, epoch = _TOP_V7.unpack_from(frame, pos)
@@ -100,44 +111,48 @@ def decode_fetch(frame: bytes, pos: int, version: int) -> FetchRequestData:
     if version >= 11:
         rack_id, pos = string(frame, pos, compact, "rack_id")
     cluster_id = None
-    if compact:
+    if compact and frame[pos] != 0:
         known = tagged_fields(frame, pos, "FetchRequest", _REQUEST_TAGS)[0]
         if known:
             cluster_id = nullable_string(known["cluster_id"], 0, True, "cluster_id (tag 0)")[0]
-    return FetchRequestData(replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id, epoch, topics,
-                            forgotten, rack_id, cluster_id)
+    return _new(FetchRequestData, (replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id, epoch,
+                                   topics, forgotten, rack_id, cluster_id))
 
 
 def _topics(frame: bytes, pos: int, version: int, compact: bool) -> tuple[list[FetchTopic], int]:
+    """The topics and their partitions, with kafka-python's defaults for the partition fields
+    absent at ``version``."""
     n, pos = count(frame, pos, compact, "topics")
     topics = []
+    layout, size = _PARTITION_LAYOUTS[version]
     for _ in range(n):
         name, pos = string(frame, pos, compact, "topics[].topic")
         m, pos = count(frame, pos, compact, "topics[].partitions")
         partitions = []
         for _ in range(m):
-            partition, pos = _partition(frame, pos, version)
-            partitions.append(partition)
+            fields = layout.unpack_from(frame, pos)
+            pos += size
+            if version < 12:
+                fields = _with_defaults(fields, version)
+            partitions.append(_new(FetchPartition, fields))
             if compact:
-                pos = skip_tags(frame, pos, "topics[].partitions[]")
-        topics.append(FetchTopic(name, partitions))
+                pos = pos + 1 if frame[pos] == 0 else skip_tags(frame, pos, "topics[].partitions[]")
+        topics.append(_new(FetchTopic, (name, partitions)))
         if compact:
-            pos = skip_tags(frame, pos, "topics[]")
+            pos = pos + 1 if frame[pos] == 0 else skip_tags(frame, pos, "topics[]")
     return topics, pos
 
 
-def _partition(frame: bytes, pos: int, version: int) -> tuple[FetchPartition, int]:
-    """One partition's fixed fields, with kafka-python's defaults for those absent at ``version``."""
-    if version >= 12:
-        return FetchPartition(*_P_V12.unpack_from(frame, pos)), pos + _P_V12.size
+def _with_defaults(fields: tuple[int, ...], version: int) -> tuple[int, ...]:
+    """A partition's fields before v12 in FetchPartition's order, -1 for those absent."""
     if version >= 9:
-        partition, leader_epoch, offset, log_start, max_bytes = _P_V9.unpack_from(frame, pos)
-        return FetchPartition(partition, leader_epoch, offset, -1, log_start, max_bytes), pos + _P_V9.size
+        partition, leader_epoch, offset, log_start, max_bytes = fields
+        return partition, leader_epoch, offset, -1, log_start, max_bytes
     if version >= 5:
-        partition, offset, log_start, max_bytes = _P_V5.unpack_from(frame, pos)
-        return FetchPartition(partition, -1, offset, -1, log_start, max_bytes), pos + _P_V5.size
-    partition, offset, max_bytes = _P_V4.unpack_from(frame, pos)
-    return FetchPartition(partition, -1, offset, -1, -1, max_bytes), pos + _P_V4.size
+        partition, offset, log_start, max_bytes = fields
+        return partition, -1, offset, -1, log_start, max_bytes
+    partition, offset, max_bytes = fields
+    return partition, -1, offset, -1, -1, max_bytes
 
 
 def _forgotten(frame: bytes, pos: int, compact: bool) -> tuple[list[ForgottenTopic], int]:
@@ -152,6 +167,6 @@ def _forgotten(frame: bytes, pos: int, compact: bool) -> tuple[list[ForgottenTop
         forgotten.append(ForgottenTopic(name, list(struct.unpack_from(f">{m}i", frame, pos))))
         pos += 4 * m
         if compact:
-            pos = skip_tags(frame, pos, "forgotten_topics_data[]")
+            pos = pos + 1 if frame[pos] == 0 else skip_tags(frame, pos, "forgotten_topics_data[]")
     return forgotten, pos
 

@@ -64,15 +64,10 @@ def uvarint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     raise WireError(f"{what}: a varint longer than 5 bytes at byte {pos}")
 
 
-def length(data: bytes, pos: int, compact: bool, wide: bool, what: str) -> tuple[int, int]:
-    """A declared length or count, -1 for null (any negative): int16 (``wide`` False) or int32
-    classic, uvarint minus one compact."""
-    if compact:
-        n, pos = uvarint(data, pos, what)
-        return (n - 1 if n > 0 else -1), pos
-    if wide:
-        return I32.unpack_from(data, pos)[0], pos + 4
-    return I16.unpack_from(data, pos)[0], pos + 2
+def compact_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    """A compact length or count (uvarint minus one; negative: null)."""
+    n, pos = uvarint(data, pos, what)
+    return (n - 1 if n > 0 else -1), pos
 
 
 def text(data: bytes, pos: int, n: int, what: str) -> tuple[str, int]:
@@ -88,32 +83,39 @@ def text(data: bytes, pos: int, n: int, what: str) -> tuple[str, int]:
 
 def string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str, int]:
     """A non-nullable string (null is malformed)."""
-    n, pos = length(data, pos, compact, False, what)
+    if compact:  # the one-byte length inline (a call less per string)
+        n = data[pos]
+        n, pos = (n - 1, pos + 1) if n < 0x80 else compact_length(data, pos, what)
+    else:
+        n, pos = I16.unpack_from(data, pos)[0], pos + 2
     if n < 0:
         raise WireError(f"{what}: null (length {n}) where a string is required, at byte {pos}")
-    return text(data, pos, n, what)
-
-
-def nullable_string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str | None, int]:
-    n, pos = length(data, pos, compact, False, what)
-    return (None, pos) if n < 0 else text(data, pos, n, what)
-
-
-def nullable_bytes(data: bytes, pos: int, compact: bool, what: str) -> tuple[bytes | None, int]:
-    """Nullable bytes, copied out of the frame (a ``bytes`` frame: one copy)."""
-    n, pos = length(data, pos, compact, True, what)
-    if n < 0:
-        return None, pos
     end = pos + n
     if end > len(data):
         raise short(what, n, pos, data)
-    return bytes(data[pos:end]), end
+    try:
+        return str(data[pos:end], "utf-8"), end
+    except UnicodeDecodeError as e:
+        raise WireError(f"{what}: not UTF-8 at byte {pos}: {e.reason}") from None
+
+
+def nullable_string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str | None, int]:
+    if compact:
+        n = data[pos]
+        n, pos = (n - 1, pos + 1) if n < 0x80 else compact_length(data, pos, what)
+    else:
+        n, pos = I16.unpack_from(data, pos)[0], pos + 2
+    return (None, pos) if n < 0 else text(data, pos, n, what)
 
 
 def count(data: bytes, pos: int, compact: bool, what: str) -> tuple[int, int]:
     """A non-nullable array's element count, each element at least one byte (so no more than
     the bytes left)."""
-    n, pos = length(data, pos, compact, True, what)
+    if compact:
+        n = data[pos]
+        n, pos = (n - 1, pos + 1) if n < 0x80 else compact_length(data, pos, what)
+    else:
+        n, pos = I32.unpack_from(data, pos)[0], pos + 4
     if n < 0:
         raise WireError(f"{what}: null array (count {n}) where an array is required, at byte {pos}")
     if n > len(data) - pos:
