@@ -321,11 +321,34 @@ def test_streams_end_where_batch_reads_do(tiered: Tiered) -> None:
         assert reader._ends()[0] == {TP: end}, (broker, extra)
 
 
-def test_a_transaction_open_right_at_the_boundary(tmp_path: Path, object_store, s3_filesystem) -> None:  # type: ignore[no-untyped-def]
+class MovedToTiered:
+    """The real client, except that a Fetch below ``local_start`` is answered
+    OFFSET_MOVED_TO_TIERED_STORAGE, as by a broker that does not serve its remote tier to
+    consumers (tidelog's broker reads the remote tier itself)."""
+
+    def __init__(self, client: Any, local_start: int) -> None:
+        self.client, self.local_start, self.moved = client, local_start, []  # type: list[int]
+
+    def fetch(self, tp: Any, offset: int, max_bytes: int, max_wait_ms: int = 0, **kw: Any) -> Any:
+        from tidelog.spark.broker_client import OFFSET_MOVED_TO_TIERED_STORAGE, PartitionFetched
+
+        if offset < self.local_start:
+            self.moved.append(offset)
+            return PartitionFetched(OFFSET_MOVED_TO_TIERED_STORAGE, -1, -1, b"")
+        return self.client.fetch(tp, offset, max_bytes, max_wait_ms, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def test_a_transaction_open_right_at_the_boundary(tmp_path: Path, object_store, s3_filesystem,  # type: ignore[no-untyped-def]
+                                                  monkeypatch) -> None:
     """A transaction begins at the boundary B and stays open (the last stable offset is B) while
     one whose data is tiered aborts after it: a read_committed Fetch at B answers no records and
     no aborted list, so the straddling abort comes from the batch before B (the last tiered
-    one), without waiting for the open transaction to end."""
+    one), without waiting for the open transaction to end. Then the open one commits and a read
+    planned before the rest is tiered (and deleted locally) finds the abort in the store, whether
+    the broker serves the tiered offsets itself or answers OFFSET_MOVED_TO_TIERED_STORAGE."""
     c = object_store.credentials
     s3 = s3_filesystem(c)
     bucket = f"t-{uuid.uuid4().hex[:16]}"
@@ -359,6 +382,34 @@ def test_a_transaction_open_right_at_the_boundary(tmp_path: Path, object_store, 
         got, ranges = remote_rows(options)
         assert [(r.start, r.end, r.boundary) for r in ranges] == [(0, boundary, boundary)]
         assert got == expected
+
+        w.end("n", commit=True)
+        w.send("a", 2)  # aborted in the tail, which is tiered after planning
+        w.end("a", commit=False)
+        w.plain(2)
+        w.roll()
+        w.plain(1)
+        end = log.high_watermark
+        assert log.last_stable_offset == end
+        everything = consumer_rows(bootstrap, end)
+        assert [v[:1] for _, _, v in everything] == [b"p"] * 4 + [b"n"] * 2 + [b"p"] * 4
+        ropts = rs.parse_remote_options(options, streaming=False)
+        planned = rs.plan(ropts)
+        assert [(r.start, r.end, r.boundary) for r in planned] == [(0, end, boundary)]
+        manager.remote_tier.copy_pass()  # the marker's segment is tiered and deleted locally after planning
+        manager.run_retention(TP.topic)
+        assert log.local_log_start_offset == end - 1
+        assert sorted(row for r in planned for row in rows_of(rs.read_remote_range(ropts, r))) == everything
+        from tidelog.spark import broker_tail
+        from tidelog.spark.broker_client import BrokerClient
+
+        client = MovedToTiered(BrokerClient(bootstrap), end - 1)
+        monkeypatch.setattr(broker_tail, "executor_client", lambda bootstrap: client)
+        try:
+            assert sorted(row for r in planned for row in rows_of(rs.read_remote_range(ropts, r))) == everything
+            assert client.moved == [boundary, boundary], "the boundary's aborts, then the tail: both from the store"
+        finally:
+            client.client.close()
     finally:
         w.close()
         thread.stop()
