@@ -162,6 +162,18 @@ def test_unknown_tagged_fields_are_skipped_at_every_level() -> None:
         assert (body.topic_data[0].name, body.topic_data[0].partition_data[0].records) == ("t", b"x" * 70)
 
 
+def test_fetch_skips_unknown_tags_and_reads_the_cluster_id_among_them() -> None:
+    request = FetchRequest(max_wait_ms=5, min_bytes=1, rack_id="", topics=[FTopic(topic="t", partitions=[FPartition(
+        partition=3, fetch_offset=9, partition_max_bytes=100)])])
+    data = frame(request, 12)
+    partition_end = data.index(struct.pack(">i", 100)) + 4  # then: partition tags, topic tags
+    cluster = bytes([2, 1, 2]) + b"xy" + bytes([0, 4, 4]) + b"abc"  # tag 1 (unknown at v12), tag 0: "abc"
+    patched = data[:partition_end] + bytes([1, 9, 1, 0]) + data[partition_end + 1:-1] + cluster
+    body = decode_request(patched).body
+    assert (body.topics[0].partitions[0].partition, body.topics[0].partitions[0].fetch_offset) == (3, 9)
+    assert body.cluster_id == "abc"
+
+
 def test_a_tagged_field_running_past_the_frame_is_malformed() -> None:
     data = _produce_v9()
     with pytest.raises(MalformedRequestError, match="tag 42: 40 bytes declared"):

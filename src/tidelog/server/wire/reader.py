@@ -4,8 +4,10 @@ Every reader takes the frame (``bytes``, or any buffer ``struct.unpack_from`` re
 position, and returns ``(value, position after it)``; nothing is copied but the strings and the
 bytes a field holds. The frame's end is the bound of every length: a field whose declared length
 runs past it raises :class:`WireError` (Kafka's readers throw a buffer underflow there), never a
-short value. Fixed-size fields past the end raise ``struct.error``, which the caller
-(:func:`tidelog.server.codec.decode_request`) turns into a malformed request as it does WireError.
+short value. A fixed-size field past the end raises ``struct.error``, and the first byte of a
+compact length past the end ``IndexError`` (read inline: the one-byte case is one index), which
+the decoders turn into WireError; :func:`tidelog.server.codec.decode_request` makes any of them a
+malformed request.
 
 | kind                  | classic (non-flexible)          | compact (flexible versions)                    |
 |-----------------------|---------------------------------|------------------------------------------------|
@@ -100,6 +102,7 @@ def string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str, int]:
 
 
 def nullable_string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str | None, int]:
+    """A nullable string (any negative length: null)."""
     if compact:
         n = data[pos]
         n, pos = (n - 1, pos + 1) if n < 0x80 else compact_length(data, pos, what)
