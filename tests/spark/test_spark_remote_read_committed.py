@@ -415,3 +415,28 @@ def test_a_transaction_open_right_at_the_boundary(tmp_path: Path, object_store, 
         thread.stop()
         manager.shutdown()
         s3.delete_dir(bucket)
+
+
+def test_an_unreadable_producer_snapshot_fails_the_store_only_plan_naming_it(tiered: Tiered) -> None:
+    from tidelog.remote.metadata import RemoteFileKind, object_key
+    from tidelog.remote.metadata_log import RemotePartitionMetadata
+    from tidelog.remote.verify import list_partitions
+
+    t = tiered
+    ropts = rs.parse_remote_options(t.options(broker=False, **COMMITTED), streaming=False)
+    store = ropts.open_store()
+    [tip] = list_partitions(store, TP.topic)[0]
+    last = RemotePartitionMetadata.load(store, tip).finished_segments()[-1]
+    key = object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)
+    good = store.get(key)
+    try:
+        store.put(key, good[:-3])  # torn
+        with pytest.raises(rs.RemoteReadError, match=f"producer snapshot {key} .* cannot be read"):
+            rs.plan(ropts)
+        store.delete(key)
+        with pytest.raises(rs.RemoteReadError, match=f"producer snapshot {key} .* cannot be read"):
+            rs.plan(ropts)
+        assert remote_rows(t.options(broker=False))[1][0].end == t.boundary, "read_uncommitted does not read it"
+    finally:
+        store.put(key, good)
+    assert remote_rows(t.options(broker=False, **COMMITTED))[1][0].end == t.straddling_first
