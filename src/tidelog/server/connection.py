@@ -31,7 +31,8 @@ pays one clock read per request; the timer fires once per idle period, however m
 Responses are written in chunks of at most :data:`WRITE_CHUNK` bytes, waiting for the transport to
 drain before it holds more: a response is never copied whole into the transport's buffer (which,
 before Python 3.12, copies what the socket did not take at once), and a client that reads slowly
-holds only what it has not been sent yet.
+holds only what it has not been sent yet. A Fetch's records read as file slices (plaintext
+listeners) are handed to the kernel with sendfile instead (:mod:`.file_send`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ from tidelog.server.codec import Request, decode_request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, MalformedRequestError, UnsupportedRequestError
 from tidelog.server.fetch_response import ResponseParts
+from tidelog.server.file_send import send_slice
 from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.metrics.request_names import api_name, metric_names
 from tidelog.server.produce import AcksZeroFailure
 from tidelog.server.security.sasl import SaslAuthenticator
+from tidelog.storage.file_slice import FileSlice
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -184,16 +187,28 @@ async def _read_size(reader: asyncio.StreamReader, max_bytes: int, key: str, con
 
 async def _send(writer: asyncio.StreamWriter, response: Response, idle: IdleExpiry) -> None:
     """Write ``response`` in chunks of at most :data:`WRITE_CHUNK`, draining whenever the
-    transport holds that much; each drain that completes is activity for ``idle``."""
-    parts = response.parts if isinstance(response, ResponseParts) else (response,)
-    for part in parts:
-        view = memoryview(part)
-        for start in range(0, len(view), WRITE_CHUNK):
-            writer.write(view[start:start + WRITE_CHUNK])
-            if writer.transport.get_write_buffer_size() >= WRITE_CHUNK:
-                await writer.drain()
-                idle.done()
-    await writer.drain()
+    transport holds that much; each drain that completes is activity for ``idle``. File slices
+    (a Fetch's records on a plaintext listener) go by sendfile (:mod:`.file_send`); they are
+    closed when this returns or raises."""
+    if not isinstance(response, ResponseParts):
+        parts: tuple[bytes | FileSlice, ...] = (response,)
+    else:
+        parts = response.parts
+    try:
+        for part in parts:
+            if part.__class__ is FileSlice:
+                await send_slice(writer, part, idle, WRITE_CHUNK, idle._idle_s)  # type: ignore[arg-type]
+                continue
+            view = memoryview(part)  # type: ignore[arg-type]
+            for start in range(0, len(view), WRITE_CHUNK):
+                writer.write(view[start:start + WRITE_CHUNK])
+                if writer.transport.get_write_buffer_size() >= WRITE_CHUNK:
+                    await writer.drain()
+                    idle.done()
+        await writer.drain()
+    finally:
+        if isinstance(response, ResponseParts):
+            response.close()
 
 
 def _count(ctx: ApiContext, request: Request | None, started_ns: int) -> None:

@@ -20,6 +20,14 @@ Memory: the records read are the only large buffers a fetch holds; the response 
 them without copying (:mod:`.fetch_response`) and written in bounded chunks by the connection. So
 one Fetch costs at most its records (``fetch.max.bytes`` plus one batch) and a small constant.
 
+**Zero copy** (Kafka's ``FileRecords.writeTo``): on a listener without TLS (PLAINTEXT,
+SASL_PLAINTEXT) the local reads return :class:`~tidelog.storage.file_slice.FileSlice` ranges of the
+segment files instead of their bytes, and the connection hands them to the kernel (``sendfile``):
+the records never pass through Python, and the response holds one descriptor per partition with
+data rather than its bytes. Every slice of a read that is not sent (a long poll reading again, a
+failure, a cancelled fetch) is closed here; a response's are closed by the connection once sent.
+Remote-tier reads stay bytes (a response may mix both).
+
 **Long poll** (Kafka's delayed fetch): when fewer than ``min_bytes`` are read and ``max_wait_ms``
 allows, the fetch waits for an append to one of its partitions and reads them all again,
 answering as soon as ``min_bytes`` are there, or at ``max_wait_ms`` with what there is. An error in
@@ -56,6 +64,7 @@ from tidelog.server.errors import ErrorCode, error_code
 from tidelog.server.fetch_response import PartitionResponse, ResponseParts, encode_fetch_response
 from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, ServerMetrics
 from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage.file_slice import FileSlice, close_records
 from tidelog.topic_partition import TopicPartition
 
 READ_COMMITTED = 1
@@ -80,7 +89,7 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | FileSlice = b""  # a FileSlice where the fetch read as_slice
     aborted: tuple[tuple[int, int], ...] | None = None
     remote: Future[PartitionFetch] | None = None  # a read from the remote tier under way
 
@@ -95,9 +104,25 @@ async def handle_fetch(ctx: ApiContext, conn: ConnectionInfo, request: Request) 
     isolation = FetchIsolation.TXN_COMMITTED if committed else FetchIsolation.HIGH_WATERMARK
     max_bytes = max(0, min(body.max_bytes, ctx.config.fetch_max_bytes))
     reads = await _read_until(ctx, fetch_specs(body), isolation, max_bytes, min(body.min_bytes, max_bytes),
-                              body.max_wait_ms)
-    _count_response(ctx.metrics, reads)
-    return encode_fetch_response(request.api_version, request.correlation_id, 0, 0, _responses(reads, committed))
+                              body.max_wait_ms, zero_copy(ctx, conn))
+    try:
+        _count_response(ctx.metrics, reads)
+        return encode_fetch_response(request.api_version, request.correlation_id, 0, 0, _responses(reads, committed))
+    except BaseException:
+        close_reads(reads)
+        raise
+
+
+def zero_copy(ctx: ApiContext, conn: ConnectionInfo) -> bool:
+    """Whether fetches on ``conn`` read file slices for ``sendfile``: its listener has no TLS
+    (a TLS connection encrypts every byte in user space anyway)."""
+    return ctx.config.security_for(conn.listener_name).tls is None
+
+
+def close_reads(reads: list[PartitionRead]) -> None:
+    """Close the file slices of ``reads`` (reads not sent). Idempotent."""
+    for read in reads:
+        close_records(read.records)
 
 
 def fetch_specs(body: Any) -> list[FetchSpec]:
@@ -111,28 +136,35 @@ def fetch_specs(body: Any) -> list[FetchSpec]:
 
 
 async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchIsolation, max_bytes: int,
-                      min_bytes: int, max_wait_ms: int) -> list[PartitionRead]:
+                      min_bytes: int, max_wait_ms: int, as_slice: bool = False) -> list[PartitionRead]:
     """Read; while fewer than ``min_bytes`` came back and no partition failed, wait for an append to
-    one of ``specs`` (or the deadline, on the event loop's clock) and read again."""
+    one of ``specs`` (or the deadline, on the event loop's clock) and read again. ``as_slice``:
+    local records as file slices; those of a read not returned are closed here (a read dropped
+    by a cancellation while its thread ran: when it is freed)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, max_wait_ms) / 1000
     first = True
     while True:
         ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
-        reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes)
-        if reads.__class__ is _RemoteReads:  # (one check: no per-partition work for local-only fetches)
-            ctx.arrivals.cancel(ticket)
-            return await _finish_remote(ctx, reads)
-        remaining = deadline - loop.time()
-        if _satisfied(reads, min_bytes) or remaining <= 0:
-            ctx.arrivals.cancel(ticket)
-            return reads
-        if first:  # delayed: this first read counts, as the final one will (Kafka reads twice too)
-            first = False
-            _count_reads(ctx.metrics.topics, reads)
-        if not await ctx.arrivals.wait(ticket, remaining):
-            ctx.arrivals.cancel(ticket)
-            return reads
+        reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes, as_slice)
+        try:
+            if reads.__class__ is _RemoteReads:  # (one check: no per-partition work for local-only fetches)
+                ctx.arrivals.cancel(ticket)
+                return await _finish_remote(ctx, reads)
+            remaining = deadline - loop.time()
+            if _satisfied(reads, min_bytes) or remaining <= 0:
+                ctx.arrivals.cancel(ticket)
+                return reads
+            if first:  # delayed: this first read counts, as the final one will (Kafka reads twice too)
+                first = False
+                _count_reads(ctx.metrics.topics, reads)
+            if not await ctx.arrivals.wait(ticket, remaining):
+                ctx.arrivals.cancel(ticket)
+                return reads
+        except BaseException:
+            close_reads(reads)
+            raise
+        close_reads(reads)  # read again below
 
 
 def _count_reads(topics: BrokerTopicMetrics, reads: list[PartitionRead]) -> None:
@@ -159,23 +191,28 @@ def _satisfied(reads: list[PartitionRead], min_bytes: int) -> bool:
 
 
 def read_partitions(manager: LogManager, specs: list[FetchSpec], isolation: FetchIsolation,
-                    max_bytes: int) -> list[PartitionRead]:
-    """Read every partition in order within the byte limits (see module doc). Runs in the thread pool."""
+                    max_bytes: int, as_slice: bool = False) -> list[PartitionRead]:
+    """Read every partition in order within the byte limits (see module doc); ``as_slice``: local
+    records as file slices (the caller closes them). Runs in the thread pool."""
     left = max_bytes
     min_one = True
     reads: list[PartitionRead] = []
-    for spec in specs:
-        limit = max(0, min(spec.max_bytes, left))
-        read = _read_one(manager, spec, isolation, limit, min_one)
-        if read.records:
-            min_one = False
-            left -= len(read.records)
-        elif read.remote is not None:  # its bytes are not known yet: its limit is reserved
-            min_one = False
-            left -= limit
-            if reads.__class__ is not _RemoteReads:  # copied once, at the first remote read
-                reads = _RemoteReads(reads)
-        reads.append(read)
+    try:
+        for spec in specs:
+            limit = max(0, min(spec.max_bytes, left))
+            read = _read_one(manager, spec, isolation, limit, min_one, as_slice)
+            if read.records:
+                min_one = False
+                left -= len(read.records)
+            elif read.remote is not None:  # its bytes are not known yet: its limit is reserved
+                min_one = False
+                left -= limit
+                if reads.__class__ is not _RemoteReads:  # copied once, at the first remote read
+                    reads = _RemoteReads(reads)
+            reads.append(read)
+    except BaseException:
+        close_reads(reads)
+        raise
     return reads
 
 
@@ -184,10 +221,10 @@ class _RemoteReads(list[PartitionRead]):
 
 
 def _read_one(manager: LogManager, spec: FetchSpec, isolation: FetchIsolation, limit: int,
-              min_one: bool) -> PartitionRead:
+              min_one: bool, as_slice: bool) -> PartitionRead:
     tp = TopicPartition(spec.topic, spec.partition)
     try:  # limit 0: the range check only
-        got = manager.fetch(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one)
+        got = manager.fetch(tp, spec.fetch_offset, limit, isolation, min_one_message=min_one, as_slice=as_slice)
     except OffsetMovedToTieredStorageError:
         return _read_remote(manager, tp, spec, isolation, limit, min_one)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code

@@ -3,9 +3,11 @@
 Records are most of a Fetch response's size, so a read costs their bytes once: every field but
 the records is packed into small ``bytes`` and the records a read returned are passed through as
 they are (kafka-python's encoder would copy each byte into its thread-local buffer, which keeps the
-largest size it ever held, and out again); :mod:`tidelog.server.connection` writes the parts in
-bounded chunks. Byte-identical to kafka-python's encoding of the same response
-(tests/server/test_fetch_response.py).
+largest size it ever held, and out again), or as :class:`~tidelog.storage.file_slice.FileSlice`
+ranges of the segment files when the fetch read them so; :mod:`tidelog.server.connection` writes the
+parts in bounded chunks (slices with ``sendfile``) and closes the slices. Byte-identical to
+kafka-python's encoding of the same response (tests/server/test_fetch_response.py, and
+tests/server/test_fetch_sendfile.py with slices).
 
 Layout (Kafka's FetchResponse.json; "compact" and the tagged fields from v12, the flexible versions)::
 
@@ -41,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidelog.records.varint import encode_unsigned_varint
+from tidelog.storage.file_slice import FileSlice
 
 FLEXIBLE_VERSION = 12
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
@@ -58,18 +61,25 @@ class PartitionResponse:
     last_stable_offset: int
     log_start_offset: int
     aborted: tuple[tuple[int, int], ...] | None
-    records: bytes
+    records: bytes | FileSlice
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseParts:
-    """A framed response as buffers to send in order (their concatenation is the frame)."""
+    """A framed response as parts to send in order (their concatenation is the frame): buffers,
+    and file slices whose bytes the frame holds there. Whoever drops it unsent calls :meth:`close`."""
 
-    parts: tuple[bytes, ...]
+    parts: tuple[bytes | FileSlice, ...]
 
     @property
     def size(self) -> int:
         return sum(len(p) for p in self.parts)
+
+    def close(self) -> None:
+        """Close the file slices among the parts (sent or not). Idempotent."""
+        for part in self.parts:
+            if part.__class__ is FileSlice:
+                part.close()  # type: ignore[union-attr]
 
 
 def encode_fetch_response(version: int, correlation_id: int, error_code: int, session_id: int,
@@ -84,7 +94,7 @@ def encode_fetch_response(version: int, correlation_id: int, error_code: int, se
     if version >= 7:
         head += _I16.pack(error_code) + _I32.pack(session_id)
     head += _count(len(topics), flexible)
-    parts: list[bytes] = []
+    parts: list[bytes | FileSlice] = []
     for name, partitions in topics:
         head += _string(name, flexible) + _count(len(partitions), flexible)
         for p in partitions:
