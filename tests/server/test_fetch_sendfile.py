@@ -409,3 +409,38 @@ def test_send_slice_falls_back_where_the_kernel_refuses(a_slice: tuple[FileSlice
     part, expected = a_slice
     data, fallback, _ = _sent_through(part, chunk=70_000)
     assert data == b"head" + expected and fallback and len(refusing_sendfile) == 1
+
+
+def test_loop_sendfile_short_of_the_slice_aborts_naming_the_file(a_slice: tuple[FileSlice, bytes]) -> None:
+    """The second step (loop.sendfile) meets the file's end before the slice's: ResponseCutShort,
+    the connection aborted, a warning naming the file."""
+    part, expected = a_slice
+    os.truncate(part.path, part.position + len(expected) - 5000)
+    outcome: dict[str, object] = {}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state = file_send._Connection()
+        try:
+            await file_send._sendfile(writer, part, 0, state, _Activity(), WRITE_CHUNK, TIMEOUT_S)
+        except file_send.ResponseCutShort as e:
+            outcome["error"] = str(e)
+            outcome["closing"] = writer.transport.is_closing()
+
+    async def run() -> bytes:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        data = b""
+        try:
+            while chunk := await asyncio.wait_for(reader.read(1 << 20), TIMEOUT_S):
+                data += chunk
+        except ConnectionResetError:
+            pass
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return data
+
+    data = asyncio.run(run())
+    assert str(part.path) in str(outcome["error"]) and "5000 bytes before" in str(outcome["error"])
+    assert outcome["closing"] is True
+    assert expected.startswith(data) and len(data) <= len(expected) - 5000
