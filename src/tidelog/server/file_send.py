@@ -41,7 +41,7 @@ from tidelog.storage.file_slice import FileSlice
 log = logging.getLogger(__name__)
 
 # errno of a sendfile the kernel refuses for this file or socket (rather than a socket gone)
-_REFUSED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK, errno.EBADF})
+_REFUSED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK})
 
 
 class _Connection:
@@ -100,6 +100,8 @@ def uses_fallback(writer: asyncio.StreamWriter) -> bool:
 def _sendfile_now(writer: asyncio.StreamWriter, part: FileSlice, state: _Connection, idle: Activity) -> int:
     """``os.sendfile`` on the socket, at once, as much as it takes without waiting (the transport
     buffers nothing, so these bytes come next on the wire); returns what was sent."""
+    if writer.transport.is_closing():
+        raise ConnectionResetError("connection closed while sending a response")
     sock = writer.get_extra_info("socket")
     if sock is None:
         state.direct = False
@@ -171,6 +173,8 @@ async def _copy(writer: asyncio.StreamWriter, part: FileSlice, start: int, idle:
     transport no longer holds what it was given."""
     done = start
     while done < part.size:
+        if writer.transport.is_closing():  # (a write to it would be dropped: stop reading the file)
+            raise ConnectionResetError("connection closed while sending a response")
         try:
             n = part.read_into(buffer, done)
         except StorageError as e:
