@@ -63,7 +63,7 @@ from types import MappingProxyType
 from tidelog.errors import CorruptRecordError, InvalidLogFileNameError, InvalidRecordError, StorageError
 from tidelog.manager.internal_topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE
 from tidelog.records import RECORD_ERRORS, RecordBatch, iter_batches
-from tidelog.records.varint import decode_unsigned_varint
+from tidelog.records.fields import FieldReader
 from tidelog.storage import files
 from tidelog.storage.metadata import uuid_to_topic_id
 
@@ -85,8 +85,6 @@ INTERNAL_TOPIC_CONFIGS: Mapping[str, Mapping[str, str]] = MappingProxyType({
                                          "segment.bytes": "104857600"}),
 })
 
-_INT8 = struct.Struct(">b")
-_INT32 = struct.Struct(">i")
 _UUID_SIZE = 16
 
 
@@ -320,7 +318,7 @@ MetadataRecord = TopicRecord | PartitionRecord | ConfigRecord | RemoveTopicRecor
 def decode_metadata_record(value: bytes, path: Path, offset: int) -> MetadataRecord | None:
     """One framed record value (module doc); None for a record type not read here.
     :class:`CorruptRecordError` (``path``, ``offset``) when it does not decode."""
-    reader = _Reader(value)
+    reader = FieldReader(value, flexible=True)
     api_key = None
     try:
         frame = reader.uvarint()
@@ -335,63 +333,24 @@ def decode_metadata_record(value: bytes, path: Path, offset: int) -> MetadataRec
                                  api_key=api_key) from e
 
 
-def _decode_message(api_key: int, r: _Reader) -> MetadataRecord | None:
+def _decode_message(api_key: int, r: FieldReader) -> MetadataRecord | None:
     match api_key:
         case MetadataRecordType.TOPIC_RECORD:
-            return TopicRecord(r.string(), r.uuid())
+            return TopicRecord(r.required_string(), _uuid(r))
         case MetadataRecordType.PARTITION_RECORD:
-            return PartitionRecord(r.int32(), r.uuid())
+            return PartitionRecord(r.int32(), _uuid(r))
         case MetadataRecordType.CONFIG_RECORD:
-            return ConfigRecord(r.int8(), r.string(), r.string(), r.nullable_string())
+            return ConfigRecord(r.int8(), r.required_string(), r.required_string(), r.string())
         case MetadataRecordType.REMOVE_TOPIC_RECORD:
-            return RemoveTopicRecord(r.uuid())
+            return RemoveTopicRecord(_uuid(r))
         case (MetadataRecordType.BEGIN_TRANSACTION_RECORD | MetadataRecordType.END_TRANSACTION_RECORD
               | MetadataRecordType.ABORT_TRANSACTION_RECORD):
             return TransactionRecord(MetadataRecordType(api_key))
     return None
 
 
-class _Reader:
-    """Fields of the flexible-versions encoding, front to back; short input raises IndexError."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._pos = 0
-
-    def uvarint(self) -> int:
-        value, self._pos = decode_unsigned_varint(self._data, self._pos)
-        return value
-
-    def int8(self) -> int:
-        return self._unpack(_INT8)
-
-    def int32(self) -> int:
-        return self._unpack(_INT32)
-
-    def _unpack(self, layout: struct.Struct) -> int:
-        (value,) = layout.unpack_from(self._data, self._pos)
-        self._pos += layout.size
-        return int(value)
-
-    def _take(self, size: int) -> bytes:
-        if size > len(self._data) - self._pos:
-            raise IndexError(f"{size} bytes needed at byte {self._pos}, {len(self._data) - self._pos} left")
-        chunk = self._data[self._pos:self._pos + size]
-        self._pos += size
-        return chunk
-
-    def uuid(self) -> str:
-        return uuid_to_topic_id(uuid.UUID(bytes=self._take(_UUID_SIZE)))
-
-    def nullable_string(self) -> str | None:
-        length = self.uvarint()
-        return None if length == 0 else self._take(length - 1).decode("utf-8")
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise ValueError(f"null string at byte {self._pos}")
-        return value
+def _uuid(r: FieldReader) -> str:
+    return uuid_to_topic_id(uuid.UUID(bytes=bytes(r.take(_UUID_SIZE))))
 
 
 # --- replay ----------------------------------------------------------------------------------

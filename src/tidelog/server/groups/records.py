@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError
 from tidelog.manager.internal_topics import CONSUMER_OFFSETS
-from tidelog.records.varint import decode_unsigned_varint
+from tidelog.records.fields import FieldReader
 
 OFFSETS_TOPIC = CONSUMER_OFFSETS  # the name from the one list of internal topics
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -187,65 +187,11 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
 
 # --- decoding ----------------------------------------------------------------------------------
 
-class _Reader:
-    """Reads Kafka's message fields from ``data``; ``flexible`` switches to compact forms."""
-
-    __slots__ = ("_data", "_pos", "flexible")
-
-    def __init__(self, data: bytes, flexible: bool = False) -> None:
-        self._data = memoryview(data)
-        self._pos = 0
-        self.flexible = flexible
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self._pos + n > len(self._data):
-            raise struct.error(f"need {n} bytes at {self._pos}, have {len(self._data) - self._pos}")
-        view = self._data[self._pos:self._pos + n]
-        self._pos += n
-        return view
-
-    def int16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def int64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def _uvarint(self) -> int:
-        value, self._pos = decode_unsigned_varint(self._data, self._pos)
-        return int(value)
-
-    def string(self) -> str | None:
-        n = self._uvarint() - 1 if self.flexible else self.int16()
-        return None if n < 0 else bytes(self._take(n)).decode()
-
-    def required_string(self) -> str:
-        text = self.string()
-        if text is None:
-            raise struct.error(f"null string at {self._pos}")
-        return text
-
-    def bytes_(self) -> bytes:
-        n = self._uvarint() - 1 if self.flexible else self.int32()
-        return b"" if n < 0 else bytes(self._take(n))
-
-    def count(self) -> int:
-        return self._uvarint() - 1 if self.flexible else self.int32()
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            for _ in range(self._uvarint()):
-                self._uvarint()  # tag
-                self._take(self._uvarint())
-
-
 def decode_key(data: bytes) -> RecordKey | None:
     """The key of a ``__consumer_offsets`` record, or None for a record type a classic coordinator
     does not read. :class:`CorruptRecordError` when the bytes do not parse."""
     try:
-        reader = _Reader(data)
+        reader = FieldReader(data)
         version = reader.int16()
         if version in (0, 1):
             return OffsetCommitKey(reader.required_string(), reader.required_string(), reader.int32())
@@ -259,7 +205,7 @@ def decode_key(data: bytes) -> RecordKey | None:
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     """OffsetCommitValue v0-v4; :class:`CorruptRecordError` for another version or bad bytes."""
     try:
-        reader = _Reader(data)
+        reader = FieldReader(data)
         version = reader.int16()
         if not 0 <= version <= _FLEXIBLE:
             raise CorruptRecordError(f"unknown OffsetCommitValue version {version}")
@@ -278,7 +224,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     """GroupMetadataValue v0-v4; :class:`CorruptRecordError` for another version or bad bytes."""
     try:
-        reader = _Reader(data)
+        reader = FieldReader(data)
         version = reader.int16()
         if not 0 <= version <= _FLEXIBLE:
             raise CorruptRecordError(f"unknown GroupMetadataValue version {version}")
@@ -294,7 +240,7 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
         raise CorruptRecordError(f"cannot decode a GroupMetadataValue: {e}") from e
 
 
-def _member(reader: _Reader, version: int) -> MemberMetadata:
+def _member(reader: FieldReader, version: int) -> MemberMetadata:
     member_id = reader.required_string()
     instance_id = reader.string() if version >= 3 else None
     client_id, client_host = reader.required_string(), reader.required_string()

@@ -45,7 +45,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tidelog.errors import CorruptRecordError, InvalidRecordError
-from tidelog.records.varint import decode_unsigned_varint, encode_unsigned_varint
+from tidelog.records.fields import FieldReader
+from tidelog.records.varint import encode_unsigned_varint
 from tidelog.server.groups.records import offsets_partition_for
 from tidelog.topic_partition import TopicPartition
 
@@ -138,89 +139,43 @@ def encode_value(value: TxnLogValue) -> bytes:
 
 # --- decoding ----------------------------------------------------------------------------------
 
-class _Reader:
-    __slots__ = ("_data", "_pos")
-
-    def __init__(self, data: bytes) -> None:
-        self._data = memoryview(data)
-        self._pos = 0
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self._pos + n > len(self._data):
-            raise struct.error(f"need {n} bytes at {self._pos}, have {len(self._data) - self._pos}")
-        view = self._data[self._pos:self._pos + n]
-        self._pos += n
-        return view
-
-    def unpack(self, s: struct.Struct) -> int:
-        return int(s.unpack(self.take(s.size))[0])
-
-    def uvarint(self) -> int:
-        value, self._pos = decode_unsigned_varint(self._data, self._pos)
-        return int(value)
-
-    def string(self, flexible: bool) -> str:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I16)
-        if n < 0:
-            raise struct.error(f"null string at {self._pos}")
-        return bytes(self.take(n)).decode()
-
-    def count(self, flexible: bool) -> int:
-        return self.uvarint() - 1 if flexible else self.unpack(_I32)
-
-    def skip_tagged(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
 def decode_key(data: bytes) -> str | None:
     """The transactional id of a key, or None for a record type other than the transaction log's
     (Kafka skips those too). :class:`CorruptRecordError` when the bytes do not parse."""
     try:
-        reader = _Reader(data)
-        if reader.unpack(_I16) != TXN_LOG_KEY_TYPE:
+        reader = FieldReader(data)
+        if reader.int16() != TXN_LOG_KEY_TYPE:
             return None
-        return reader.string(False)
+        return reader.required_string()
     except _DECODE_ERRORS as e:
         raise CorruptRecordError(f"cannot decode a __transaction_state key: {e}") from e
 
 
-def _partitions(reader: _Reader, flexible: bool) -> frozenset[TopicPartition] | None:
-    topics = reader.count(flexible)
+def _partitions(reader: FieldReader) -> frozenset[TopicPartition] | None:
+    topics = reader.count()
     if topics < 0:
         return None
     found: set[TopicPartition] = set()
     for _ in range(topics):
-        topic = reader.string(flexible)
-        for _ in range(max(0, reader.count(flexible))):
-            found.add(TopicPartition(topic, reader.unpack(_I32)))
-        if flexible:
-            reader.skip_tagged()
+        topic = reader.required_string()
+        for _ in range(max(0, reader.count())):
+            found.add(TopicPartition(topic, reader.int32()))
+        reader.tagged_fields()
     return frozenset(found)
-
-
-def _read_tags(reader: _Reader) -> dict[int, bytes]:
-    tags = {}
-    for _ in range(reader.uvarint()):
-        tag = reader.uvarint()
-        tags[tag] = bytes(reader.take(reader.uvarint()))
-    return tags
 
 
 def decode_value(data: bytes) -> TxnLogValue:
     """TransactionLogValue v0 or v1; :class:`CorruptRecordError` for another version or bad bytes."""
     try:
-        reader = _Reader(data)
-        version = reader.unpack(_I16)
+        reader = FieldReader(data)
+        version = reader.int16()
         if version not in (0, 1):
             raise CorruptRecordError(f"unknown TransactionLogValue version {version}")
-        flexible = version >= 1
-        pid, epoch, timeout = reader.unpack(_I64), reader.unpack(_I16), reader.unpack(_I32)
-        state_id = reader.unpack(_I8)
-        partitions = _partitions(reader, flexible)
-        updated, started = reader.unpack(_I64), reader.unpack(_I64)
-        tags = _read_tags(reader) if flexible else {}
+        reader.flexible = version >= 1
+        pid, epoch, timeout, state_id = reader.int64(), reader.int16(), reader.int32(), reader.int8()
+        partitions = _partitions(reader)
+        updated, started = reader.int64(), reader.int64()
+        tags = reader.tags()
     except _DECODE_ERRORS as e:
         raise CorruptRecordError(f"cannot decode a TransactionLogValue: {e}") from e
 
