@@ -22,7 +22,8 @@ NOT_YET_SWITCHED: set[str] = set()
 # producer fields, and the two index entries.
 LAYOUT_FORMATS = {">qiibIhiqqqhii", ">qiib", ">qii", ">hiqqqhii", ">qhi", ">qiIbb", ">qiI", ">ii", ">qi"}
 # Formats that happen to spell an index entry but encode something else (module -> formats).
-UNRELATED_FORMATS = {"records/compression.py": {">ii"}}  # the xerial snappy header: version, compatible version
+UNRELATED_FORMATS = {"records/compression.py": {">ii"},  # the xerial snappy header: version, compatible version
+                     "server/wire/produce_request.py": {">ii"}}  # a Produce partition's index and records length
 LAYOUT_FIELD_NAMES = {"relative_offset", "batch_length", "partition_leader_epoch", "last_offset_delta",
                       "base_sequence", "records_count"}
 LAYOUT_INT_NAMES = {name for name, value in vars(layout).items()
