@@ -14,7 +14,7 @@ from typing import Any
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 from kafka.protocol.sasl import SaslHandshakeResponse
 
-from server_helpers import TIMEOUT_S, RawClient
+from server_helpers import TIMEOUT_S, RawClient, event_loop_props
 from tidelog.manager import LogManager
 from tidelog.server import ServerConfig, ServerThread
 from tidelog.server.security.credentials import credentials_path, load_credentials, new_user_credential
@@ -46,7 +46,7 @@ class SecureBroker:
 
 def start_secure_broker(data: Path, **props: object) -> SecureBroker:
     """A broker whose ``listeners`` (one, port 0) and security keys come from ``props``."""
-    broker = BrokerConfig.from_properties({"log.dirs": str(data), **props})
+    broker = BrokerConfig.from_properties({"log.dirs": str(data), **event_loop_props(), **props})
     manager = LogManager.open(broker, scheduler=FakeScheduler(FakeClock()))
     thread = ServerThread(manager, ServerConfig.from_broker(broker), io_threads=2)
     try:

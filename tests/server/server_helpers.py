@@ -52,8 +52,15 @@ class Broker:
         return RawClient(socket.create_connection(("127.0.0.1", self.port), timeout=TIMEOUT_S))
 
 
+def event_loop_props() -> dict[str, str]:
+    """``tidelog.server.event.loop`` from ``TIDELOG_TEST_EVENT_LOOP`` when set: the server tests run
+    on that loop (``TIDELOG_TEST_EVENT_LOOP=uvloop``); a test's own props still win."""
+    loop = os.environ.get("TIDELOG_TEST_EVENT_LOOP")
+    return {"tidelog.server.event.loop": loop} if loop else {}
+
+
 def start_broker(data: Path, **props: object) -> tuple[LogManager, ServerThread]:
-    broker = BrokerConfig.from_properties({"log.dirs": str(data), **props})
+    broker = BrokerConfig.from_properties({"log.dirs": str(data), **event_loop_props(), **props})
     manager = LogManager.open(broker, scheduler=FakeScheduler(FakeClock()))
     # every broker prop applies (limits, idle expiry), on one plaintext listener on a free port
     config = dataclasses.replace(ServerConfig.from_broker(broker), listeners=(Endpoint("PLAINTEXT", "127.0.0.1", 0),),

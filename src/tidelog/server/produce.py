@@ -31,6 +31,7 @@ Non-transactional requests pay nothing for this (the check is behind the request
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,13 +59,14 @@ from tidelog.server.errors import (
 )
 from tidelog.server.metrics.broker_metrics import BrokerTopicMetrics, RequestMetrics
 from tidelog.server.wire.produce_response import PartitionProduceResponse, encode_produce_response
+from tidelog.storage.config import LogConfig
 from tidelog.storage.validator import decompressed_records_limit
 from tidelog.topic_partition import TopicPartition
 
 _ATTRIBUTES = ATTRIBUTES  # at ATTRIBUTES_OFFSET of a v2 batch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~6x (object.__setattr__ per field)
 class PartitionResult:
     partition: int
     error: ErrorCode = ErrorCode.NONE
@@ -91,16 +93,92 @@ class ProduceOutcome:
 
 async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request) -> Any:
     """The response, or None for acks=0 (see the module doc for when the connection closes)."""
+    (answer,) = await handle_produces(ctx, [request])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+async def handle_produces(ctx: ApiContext, requests: list[Request]) -> list[Any]:
+    """Produce requests pipelined on one connection, appended in request order in ONE thread-pool
+    call (one hop for all). Each element of the answer is what :func:`handle_produce` returns for
+    that request, in order; the answer may end with the exception one raised
+    (:class:`AcksZeroFailure`, or a handler bug), and then holds nothing after it: the connection
+    closes there, so nothing after it is appended (Kafka mutes a connection until its request is
+    done). Event loop."""
+    works: list[ProduceWork] = []
+    refused: Exception | None = None
+    for request in requests:
+        try:
+            works.append(begin_produce(ctx, request))
+        except Exception as e:  # noqa: BLE001 - the connection's handler logs it and closes
+            refused = e
+            break
+    # the requests' batches are validated one after another: the largest allowance covers them all
+    done, failure = 0, None
+    if works:
+        async with ctx.decompression.reserve(max(w.reservation for w in works)):
+            done, failure = await ctx.run(append_requests, ctx.manager, works)
+    answers: list[Any] = []
+    for work in works[:done]:
+        try:
+            answers.append(end_produce(ctx, work))
+        except Exception as e:  # noqa: BLE001 - AcksZeroFailure, or a bug: the connection closes here
+            answers.append(e)
+            return answers
+    if failure is not None or refused is not None:
+        answers.append(failure if failure is not None else refused)
+    return answers
+
+
+@dataclass(slots=True)
+class ProduceWork:
+    """One Produce request between its phases: checked on the event loop (:func:`begin_produce`),
+    appended in the thread pool (:func:`append_requests`), answered on the event loop
+    (:func:`end_produce`)."""
+
+    request: Request
+    body: Any
+    refused: dict[TopicPartition, ErrorCode] | None = None  # by transaction verification
+    reservation: int = 0  # decompression budget its validation needs
+    outcome: ProduceOutcome | None = None  # set before the pool when nothing is to be appended
+
+
+def begin_produce(ctx: ApiContext, request: Request) -> ProduceWork:
+    """The event-loop phase before the append: acks checked, transactional batches verified with
+    the coordinator, the decompression allowance computed. O(partitions), no file work."""
     body = request.body
     if body.acks not in (-1, 0, 1):
-        outcome = _refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS)
-    else:
-        refused = verify_transactional(ctx, body, request.api_version) if body.transactional_id is not None else None
-        reservation = decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity)
-        async with ctx.decompression.reserve(reservation):
-            outcome = await ctx.run(append_all, ctx.manager, body.topic_data, body.acks, refused,
-                                    body.transactional_id is not None)
-        _count_topics(ctx.metrics.topics, outcome, refused)
+        return ProduceWork(request, body, outcome=_refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS))
+    refused = verify_transactional(ctx, body, request.api_version) if body.transactional_id is not None else None
+    return ProduceWork(request, body, refused,
+                       decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity))
+
+
+def append_requests(manager: LogManager, works: list[ProduceWork]) -> tuple[int, Exception | None]:
+    """The thread-pool phase of pipelined requests: each one's :func:`append_all` in order. Returns
+    how many were done and, when one raised, its exception (that one is not done). Stops after an
+    acks=0 request that failed (the connection closes on it). Runs in the thread pool."""
+    for done, work in enumerate(works):
+        if work.outcome is None:
+            body = work.body
+            try:
+                work.outcome = append_all(manager, body.topic_data, body.acks, work.refused,
+                                          body.transactional_id is not None)
+            except Exception as e:  # noqa: BLE001 - a handler bug: answered as handle_produce's would be
+                return done, e
+            if body.acks == 0 and work.outcome.failed:
+                return done + 1, None
+    return len(works), None
+
+
+def end_produce(ctx: ApiContext, work: ProduceWork) -> Any:
+    """The event-loop phase after the append: metrics counted, delayed fetches woken, the response
+    built; None for acks=0; raises :class:`AcksZeroFailure` for a failed acks=0 request."""
+    body, outcome = work.body, work.outcome
+    assert outcome is not None
+    if body.acks in (-1, 0, 1):
+        _count_topics(ctx.metrics.topics, outcome, work.refused)
     if outcome.appended:
         ctx.arrivals.notify(outcome.appended)
     if body.acks == 0:
@@ -109,7 +187,7 @@ async def handle_produce(ctx: ApiContext, conn: ConnectionInfo, request: Request
             raise AcksZeroFailure(outcome)
         return None  # no response: no errors counted (Kafka's NoOpResponse)
     _count_errors(ctx.metrics.requests, outcome)
-    return encode_produce_response(request.api_version, request.correlation_id,
+    return encode_produce_response(work.request.api_version, work.request.correlation_id,
                                    [(n, _partition_responses(rs)) for n, rs in outcome.topics.items()])
 
 
@@ -187,8 +265,9 @@ def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, 
         check_appendable(tp.topic)
         check_one_v2_batch(records, tp, transactional)
         if acks == -1:
-            _check_min_insync_replicas(manager, tp)
-        info = manager.append(tp, records or b"")
+            info = manager.append(tp, records or b"", check=_min_insync_replicas_check(tp))
+        else:
+            info = manager.append(tp, records or b"")
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         return PartitionResult(tp.partition, error_code(e), message=error_message(e),
                                record_errors=tuple(record_errors(e)), size=size)
@@ -196,12 +275,15 @@ def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, 
                            size=size, appended_records=info.record_count if info.appended else 0)
 
 
-def _check_min_insync_replicas(manager: LogManager, tp: TopicPartition) -> None:
-    """Kafka's leader check for acks=-1: the ISR (this broker alone) must reach ``min.insync.replicas``."""
-    min_isr = manager.partition_config(tp).min_insync_replicas
-    if min_isr > 1:
-        raise NotEnoughReplicasError(f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
-                                     f"requirement of {min_isr} for partition {tp}", topic_partition=str(tp))
+def _min_insync_replicas_check(tp: TopicPartition) -> Callable[[LogConfig], None]:
+    """Kafka's leader check for acks=-1, run by the append on the config of the log it found: the
+    ISR (this broker alone) must reach ``min.insync.replicas``."""
+    def check(config: LogConfig) -> None:
+        if config.min_insync_replicas > 1:
+            raise NotEnoughReplicasError(f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr "
+                                         f"requirement of {config.min_insync_replicas} for partition {tp}",
+                                         topic_partition=str(tp))
+    return check
 
 
 def check_one_v2_batch(records: bytes | None, tp: TopicPartition, transactional: bool = False) -> None:

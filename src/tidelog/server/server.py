@@ -42,6 +42,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from tidelog.errors import ConfigError
 from tidelog.manager import LogManager
 from tidelog.manager.log_dir import DEFAULT_NODE_ID
 from tidelog.server.config import Endpoint, ServerConfig
@@ -269,13 +270,27 @@ def _advertised_host(host: str) -> str:
     return host
 
 
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """A new event loop of ``kind`` (``tidelog.server.event.loop``): ``asyncio``, Python's own, or
+    ``uvloop``, libuv's (imported only when chosen; :class:`ConfigError` when it is not installed)."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError as e:
+            raise ConfigError(f"tidelog.server.event.loop=uvloop, but the uvloop package cannot be imported: {e}",
+                              config="tidelog.server.event.loop") from e
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class ServerThread:
-    """A :class:`KafkaServer` on its own event-loop thread. :meth:`start` returns once every
-    listener is bound (or raises what binding raised); :meth:`stop` returns once it is closed."""
+    """A :class:`KafkaServer` on its own event-loop thread, of the kind ``tidelog.server.event.loop``
+    names (:func:`new_event_loop`). :meth:`start` returns once every listener is bound (or raises
+    what binding raised); :meth:`stop` returns once it is closed."""
 
     def __init__(self, manager: LogManager, config: ServerConfig, *, io_threads: int = DEFAULT_IO_THREADS) -> None:
         self.server = KafkaServer(manager, config, io_threads=io_threads)
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop(config.event_loop)
         self._thread = threading.Thread(target=self._run, name="tidelog-server", daemon=True)
         self._started = threading.Event()
         self._error: BaseException | None = None

@@ -24,7 +24,8 @@ naming the replacement, at topic and broker level alike. Unknown topic keys are 
 tidelog-only broker keys (a Kafka broker only warns about them):
 ``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites),
 ``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine),
-``tidelog.produce.decompression.memory.bytes``, ``tidelog.spark.staging.lease.ms`` (the time lease
+``tidelog.produce.decompression.memory.bytes``, ``tidelog.server.event.loop`` (``asyncio`` or ``uvloop``:
+the event loop of ``tidelog serve``), ``tidelog.spark.staging.lease.ms`` (the time lease
 of a Spark job's staging dir staged through the broker), ``metrics.listener`` (where ``tidelog serve``
 serves its Prometheus endpoint; Kafka has none), and ``remote.log.storage.uri`` (the remote store's
 location, named as the tiered-storage keys are; Kafka names a RemoteStorageManager class instead).
@@ -83,6 +84,7 @@ _ZSTD_LEVEL = between(-131072, 22)
 SEGMENT_BYTES_MIN = 14  # Kafka 3.x's RECORD_OVERHEAD_V0; see the module docstring
 SEGMENT_INDEX_BYTES_MIN = 12  # one time-index entry; see the module docstring
 CLEANER_ENGINES = ("in-process", "spark")  # tidelog.cleaner.engine
+EVENT_LOOPS = ("asyncio", "uvloop")  # tidelog.server.event.loop
 REMOTE_STORE_SCHEMES = ("s3", "gs", "abfs", "abfss", "hdfs", "file")  # remote.log.storage.uri
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
@@ -329,6 +331,9 @@ _BROKER_KEYS = (
          "tidelog only: decompressed records Produce validation may hold at once, over every connection. "
          "A compressed batch reserves what max.message.bytes allows it uncompressed (at most all of this) "
          "before it is decompressed; beyond it, produces of compressed batches wait their turn. At least 1 MiB."),
+    _key("tidelog.server.event.loop", _STR, "asyncio", OneOf(EVENT_LOOPS),
+         "tidelog only: the event loop tidelog serve runs its connections on: asyncio (Python's own) or "
+         "uvloop (libuv's, the uvloop package). Same protocol and behaviour either way."),
     _key("tidelog.spark.staging.lease.ms", _LONG, 1800000, at_least(1),
          "tidelog only: how long a Spark job staged through this broker (format(\"tidelog\") with "
          "kafka.bootstrap.servers) keeps its staging dir without staging anything more; an expired dir "
