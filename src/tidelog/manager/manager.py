@@ -399,23 +399,24 @@ class LogManager(RecordReads, TxnDoors):
         return self.offline_dirs.no_log_error(tp, self._record(tp.topic))
 
     def append(self, tp: TopicPartition, records: bytes | bytearray | memoryview,
-               origin: AppendOrigin = AppendOrigin.CLIENT,
-               check: Callable[[LogConfig], None] | None = None) -> LogAppendInfo:
+               origin: AppendOrigin = AppendOrigin.CLIENT, check: Callable[[LogConfig], None] | None = None,
+               verified: Mapping[int, int] | None = None) -> LogAppendInfo:
         """Append record batches as the partition's leader; the high watermark follows the log end.
         ``check``, when given, is called first with the config of the log the append found (one
         lookup for both) and refuses the append by raising (the leader's ``min.insync.replicas``
-        check of acks=-1).
-        A disk fault takes the partition's dir offline (:class:`LogDirOfflineError`). Thread-safe:
-        the log serializes its appends; the manager's lock is taken only on a disk fault."""
+        check of acks=-1); ``verified``: a transactional request's verification tokens
+        (:mod:`tidelog.storage.txn_verification`). A disk fault takes the partition's dir offline
+        (:class:`LogDirOfflineError`). Thread-safe: the log serializes its appends; the manager's
+        lock is taken only on a disk fault."""
         target = self.log(tp)
         if check is not None:
             check(target.config)
-        return self._append_to(tp, target, records, origin)
+        return self._append_to(tp, target, records, origin, verified)
 
     def _append_to(self, tp: TopicPartition, target: Log, records: bytes | bytearray | memoryview,
-                   origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+                   origin: AppendOrigin = AppendOrigin.CLIENT, verified: Mapping[int, int] | None = None) -> LogAppendInfo:
         with self._storage_op(tp, target, "append", len(records)):
-            info = target.append_as_leader(records, origin=origin)
+            info = target.append_as_leader(records, origin=origin, verified=verified)
         if info.appended:  # to this append's end, not the log end: a live commit may have appended since
             target.maybe_increment_high_watermark(info.next_offset)
         return info
