@@ -277,3 +277,43 @@ def test_kafka_transactions_find_hanging_lists_only_what_no_coordinator_will_end
     assert manager.offsets(TopicPartition("t", 1)).last_stable_offset == 3  # two records and the ABORT marker
     assert found() == []
     assert manager.offsets(TopicPartition("t", 0)).last_stable_offset == 0  # the live one is left open
+
+
+def test_a_batch_verified_before_its_transaction_ended_is_refused_at_the_append(txn_broker: Broker) -> None:
+    """Kafka's VerificationGuard: the coordinator verifies a Produce's transactional batch on
+    arrival, the append runs later on the pool; when a marker ends the transaction in between (a
+    client aborting after its produce timed out), the batch is refused with INVALID_TXN_STATE
+    instead of opening a transaction no coordinator knows. Verified after the marker, it goes in."""
+    import asyncio
+
+    from tidelog.server.codec import decode_request
+    from tidelog.server.produce import append_requests, begin_produce
+
+    manager = txn_broker.manager
+    manager.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    txn = hanging(txn_broker.connect(), "race", "t")  # Ongoing with t-0, three records appended
+
+    def produce(sequence: int) -> Any:
+        builder = BatchBuilder(producer_id=txn.pid, producer_epoch=txn.epoch, base_sequence=sequence,
+                               is_transactional=True)
+        builder.append(0, 0, None, b"late")
+        P = ProduceRequest.TopicProduceData
+        request = ProduceRequest(transactional_id=txn.id, acks=-1, timeout_ms=5000, topic_data=[
+            P(name="t", partition_data=[P.PartitionProduceData(index=0, records=builder.build())])])
+        request.API_VERSION = 8
+        request.with_header(correlation_id=1, client_id="race")
+        return decode_request(bytes(request.encode(header=True, framed=False)))
+
+    async def verify(request: Any) -> Any:
+        return begin_produce(txn_broker.server._context, request)  # the coordinator still says Ongoing
+
+    late = asyncio.run_coroutine_threadsafe(verify(produce(3)), txn_broker.loop).result(10)
+    manager.write_txn_marker(tp, txn.pid, txn.epoch, 0, commit=False)  # the client's abort lands in between
+    end = manager.offsets(tp).log_end_offset
+    assert append_requests(manager, [late]) == (1, None)
+    (result,) = late.outcome.topics["t"]
+    assert result.error == E.INVALID_TXN_STATE and manager.offsets(tp).log_end_offset == end
+    fresh = asyncio.run_coroutine_threadsafe(verify(produce(3)), txn_broker.loop).result(10)
+    append_requests(manager, [fresh])
+    assert fresh.outcome.topics["t"][0].error == E.NONE and manager.offsets(tp).log_end_offset == end + 1

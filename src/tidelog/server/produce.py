@@ -140,6 +140,7 @@ class ProduceWork:
     request: Request
     body: Any
     refused: dict[TopicPartition, ErrorCode] | None = None  # by transaction verification
+    verified: dict[TopicPartition, dict[int, int]] | None = None  # its tokens (None: verification off)
     reservation: int = 0  # decompression budget its validation needs
     outcome: ProduceOutcome | None = None  # set before the pool when nothing is to be appended
 
@@ -150,8 +151,9 @@ def begin_produce(ctx: ApiContext, request: Request) -> ProduceWork:
     body = request.body
     if body.acks not in (-1, 0, 1):
         return ProduceWork(request, body, outcome=_refuse_all(body, ErrorCode.INVALID_REQUIRED_ACKS))
-    refused = verify_transactional(ctx, body, request.api_version) if body.transactional_id is not None else None
-    return ProduceWork(request, body, refused,
+    refused, verified = (verify_transactional(ctx, body, request.api_version) if body.transactional_id is not None
+                         else (None, None))
+    return ProduceWork(request, body, refused, verified,
                        decompression_reservation(ctx.manager, body.topic_data, ctx.decompression.capacity))
 
 
@@ -164,7 +166,7 @@ def append_requests(manager: LogManager, works: list[ProduceWork]) -> tuple[int,
             body = work.body
             try:
                 work.outcome = append_all(manager, body.topic_data, body.acks, work.refused,
-                                          body.transactional_id is not None)
+                                          body.transactional_id is not None, work.verified)
             except Exception as e:  # noqa: BLE001 - a handler bug: answered as handle_produce's would be
                 return done, e
             if body.acks == 0 and work.outcome.failed:
@@ -239,9 +241,11 @@ class AcksZeroFailure(Exception):
 
 
 def append_all(manager: LogManager, topic_data: list[Any], acks: int,
-               refused: dict[TopicPartition, ErrorCode] | None = None, transactional: bool = False) -> ProduceOutcome:
+               refused: dict[TopicPartition, ErrorCode] | None = None, transactional: bool = False,
+               verified: dict[TopicPartition, dict[int, int]] | None = None) -> ProduceOutcome:
     """Append every partition's batch in request order, except the ``refused`` ones, which get
-    their error (``transactional``: the request has a transactional id). Runs in the thread pool."""
+    their error (``transactional``: the request has a transactional id; ``verified``: the tokens
+    of its verification, checked by the append). Runs in the thread pool."""
     outcome = ProduceOutcome()
     for topic in topic_data:
         results = outcome.topics.setdefault(topic.name, [])
@@ -251,7 +255,8 @@ def append_all(manager: LogManager, topic_data: list[Any], acks: int,
                 results.append(PartitionResult(tp.partition, refused[tp], size=len(part.records or b""),
                                                message=_REFUSALS.get(refused[tp])))
                 continue
-            result = _append_one(manager, tp, part.records, acks, transactional)
+            result = _append_one(manager, tp, part.records, acks, transactional,
+                                 None if verified is None else verified.get(tp, {}))
             if result.error == ErrorCode.NONE and result.base_offset >= 0:
                 outcome.appended.append(tp)
             results.append(result)
@@ -259,15 +264,13 @@ def append_all(manager: LogManager, topic_data: list[Any], acks: int,
 
 
 def _append_one(manager: LogManager, tp: TopicPartition, records: bytes | None, acks: int,
-                transactional: bool = False) -> PartitionResult:
+                transactional: bool = False, verified: dict[int, int] | None = None) -> PartitionResult:
     size = len(records) if records else 0
     try:
         check_appendable(tp.topic)
         check_one_v2_batch(records, tp, transactional)
-        if acks == -1:
-            info = manager.append(tp, records or b"", check=_min_insync_replicas_check(tp))
-        else:
-            info = manager.append(tp, records or b"")
+        check = _min_insync_replicas_check(tp) if acks == -1 else None
+        info = manager.append(tp, records or b"", check=check, verified=verified)
     except Exception as e:  # noqa: BLE001 - every failure becomes this partition's error code
         return PartitionResult(tp.partition, error_code(e), message=error_message(e),
                                record_errors=tuple(record_errors(e)), size=size)
@@ -323,14 +326,18 @@ _COORDINATOR_BUSY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode
 ABORTABLE_SINCE = 11  # Produce version from which a partition outside the transaction is TRANSACTION_ABORTABLE
 
 
-def verify_transactional(ctx: ApiContext, body: Any, version: int) -> dict[TopicPartition, ErrorCode] | None:
+def verify_transactional(ctx: ApiContext, body: Any, version: int) -> tuple[
+        dict[TopicPartition, ErrorCode] | None, dict[TopicPartition, dict[int, int]] | None]:
     """The partitions whose transactional batch the coordinator refuses, with the code Produce
-    answers (Kafka's mapping of verification errors); None when verification is off. Event loop;
-    O(partitions), reads each batch's header only."""
+    answers (Kafka's mapping of verification errors), and for those it accepts the token the
+    append checks (:mod:`tidelog.storage.txn_verification`: no marker for the producer since);
+    ``(None, None)`` when verification is off. Event loop; O(partitions), reads each batch's
+    header and one dict entry of its partition's producer state."""
     coordinator = getattr(ctx, "transactions", None)
     if coordinator is None or not coordinator.config.verification:
-        return None
+        return None, None
     refused: dict[TopicPartition, ErrorCode] = {}
+    verified: dict[TopicPartition, dict[int, int]] = {}
     for topic in body.topic_data:
         for part in topic.partition_data:
             records = part.records
@@ -342,7 +349,12 @@ def verify_transactional(ctx: ApiContext, body: Any, version: int) -> dict[Topic
             code = coordinator.verify_partition(pid, epoch, tp)
             if code is not ErrorCode.NONE:
                 refused[tp] = _produce_code(code, version)
-    return refused
+                continue
+            try:
+                verified[tp] = {pid: ctx.manager.verification_token(tp, pid)}
+            except TidelogError:
+                continue  # no live log: the append answers why
+    return refused, verified
 
 
 def _produce_code(code: ErrorCode, version: int) -> ErrorCode:
