@@ -30,10 +30,18 @@ from tidelog.server.connection import WRITE_CHUNK
 from tidelog.server.fetch_response import PartitionResponse, encode_fetch_response
 from tidelog.server.file_send import send_slice, uses_fallback
 from tidelog.storage.fetch_info import FetchIsolation
+from tidelog.storage import file_slice
 from tidelog.storage.file_slice import FileSlice
 from tidelog.topic_partition import TopicPartition
 
 INT32_MAX = 2**31 - 1
+
+
+@pytest.fixture(autouse=True)
+def every_range_a_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices from one byte on, so small test partitions take the sendfile path (the default
+    minimum is tested on its own)."""
+    monkeypatch.setattr(file_slice, "MIN_SLICE_BYTES", 1)
 
 
 @pytest.fixture(autouse=True)
@@ -155,6 +163,19 @@ def test_fetched_records_go_by_sendfile_and_are_the_stored_bytes(broker: Broker,
     assert got[0] == _stored(broker, "t", 0) and [r.value for _, b in iter_batches(got[1]) for r in b.records()] \
         == [b"other"]
     assert api_versions(client).error_code == 0
+
+
+def test_responses_below_the_slice_minimum_are_copied_and_above_it_sent(
+        broker: Broker, sendfile_calls: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_slice, "MIN_SLICE_BYTES", 256 * 1024)
+    broker.manager.create_topic("t", 1)
+    client = broker.connect()
+    for i in range(8):
+        _produce(client, "t", [b"%d" % i + b"s" * 20_000] * 5)  # ~100 KB a batch
+    assert _fetch_raw(client, "t", 0, partition_max_bytes=200_000) == _stored(broker, "t", 0, 200_000)
+    assert sendfile_calls == []
+    assert _fetch_raw(client, "t", 0, partition_max_bytes=500_000) == _stored(broker, "t", 0, 500_000)
+    assert sum(sendfile_calls) >= 400_000
 
 
 def test_the_fallback_sends_the_same_bytes(broker: Broker, refusing_sendfile: list[int]) -> None:

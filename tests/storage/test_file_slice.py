@@ -18,11 +18,18 @@ from tidelog.cleaner.clean import Cleaner, CleanerBuffers, InProcessEngine
 from tidelog.cleaner.offset_map import OffsetMap
 from tidelog.errors import StorageError
 from tidelog.storage.fetch_info import FetchDataInfo, FetchIsolation
+from tidelog.storage import file_slice
 from tidelog.storage.file_slice import FileSlice, close_records
 from tidelog.storage.log import Log
 from tidelog.testing import FakeClock, FakeScheduler
 
 LOG_END, HW, COMMITTED = FetchIsolation.LOG_END, FetchIsolation.HIGH_WATERMARK, FetchIsolation.TXN_COMMITTED
+
+
+@pytest.fixture(autouse=True)
+def every_range_a_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices from one byte on (the default keeps small ranges as bytes: tested on its own)."""
+    monkeypatch.setattr(file_slice, "MIN_SLICE_BYTES", 1)
 
 
 def sliced(info: FetchDataInfo) -> bytes:
@@ -189,3 +196,28 @@ def test_a_slice_of_a_closed_descriptor_is_a_storage_error(tmp_path: Path) -> No
     with pytest.raises(StorageError, match="cannot hold the read's file") as raised:
         FileSlice.of(fd, 0, 1, path)
     assert str(path) in str(raised.value)
+
+
+def test_ranges_below_the_slice_minimum_stay_bytes(make_log: MakeLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_slice, "MIN_SLICE_BYTES", 256 * 1024)
+    log = make_log()
+    for _ in range(6):
+        log.append_as_leader(batch(*[b"m" * 20_000] * 5), leader_epoch=0)  # ~100 KB each
+    small = log.read(0, 200_000, LOG_END, as_slice=True)
+    assert isinstance(small.records, bytes) and small.records == log.read(0, 200_000, LOG_END).records
+    large = log.read(0, 400_000, LOG_END, as_slice=True)
+    assert isinstance(large.records, FileSlice) and sliced(large) == log.read(0, 400_000, LOG_END).records
+
+
+def test_a_process_out_of_descriptors_reads_the_bytes(make_log: MakeLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EMFILE at the duplicate: the read returns the bytes (a busy broker is no disk fault)."""
+    log = make_log()
+    log.append_as_leader(records(10, value_size=50), leader_epoch=0)
+    expected = log.read(0, 1 << 20, LOG_END).records
+
+    def no_descriptor_left(fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_descriptor_left)
+    got = log.read(0, 1 << 20, LOG_END, as_slice=True)
+    assert isinstance(got.records, bytes) and got.records == expected

@@ -21,7 +21,7 @@ from tidelog.clock import Clock
 from tidelog.errors import LogSegmentOffsetOverflowError
 from tidelog.records import NO_TIMESTAMP
 from tidelog.records.varint import INT32_MAX, INT64_MAX
-from tidelog.storage import fileops, files, segment_recovery
+from tidelog.storage import file_slice, fileops, files, segment_recovery
 from tidelog.storage._append_kernel import (
     PRODUCED_INDEX_DUE,
     TAIL_BYTES_SINCE_LAST_INDEX_ENTRY,
@@ -405,7 +405,8 @@ class LogSegment:
         ``max_position`` bounds the slice (the high watermark's position); None means the bound is
         not in this segment's known range, and the result carries the position but no bytes.
         ``as_slice``: the same range as a :class:`~tidelog.storage.file_slice.FileSlice` (its own
-        descriptor, not read; the caller closes it) instead of bytes; an empty range stays ``b""``.
+        descriptor, not read; the caller closes it) instead of bytes where it holds at least
+        ``file_slice.MIN_SLICE_BYTES`` (and a descriptor is left); a smaller range stays bytes.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for segment read")
@@ -418,11 +419,12 @@ class LogSegment:
         if adjusted == 0 or max_position is None:
             return FetchDataInfo(metadata, b"")
         fetch_size = max(0, min(max_position - location.position, adjusted))
+        data: bytes | FileSlice | None = None
         if as_slice:
             size = min(fetch_size, reader.limit - location.position)  # as reader.read bounds it
-            data: bytes | FileSlice = (FileSlice.of(reader.fd, location.position, size, reader.path) if size > 0
-                                       else b"")
-        else:
+            if size >= file_slice.MIN_SLICE_BYTES:
+                data = FileSlice.of(reader.fd, location.position, size, reader.path)
+        if data is None:
             data = reader.read(location.position, fetch_size)
         return FetchDataInfo(metadata, data, first_entry_incomplete=adjusted < location.size)
 
