@@ -35,8 +35,8 @@ between the tiers from the remote metadata. Streaming reads: :mod:`tidelog.spark
   (:class:`~tidelog.remote.index_cache.RemoteIndexCache` in a temporary dir, 64 MiB; dirs of
   dead workers are removed by the next worker, :func:`index_dir`).
 
-**read_committed** (``kafka.isolation.level``), as a read_committed Kafka consumer sees the
-partition. With a broker, latest is its last stable offset; each task's store part ``[lo, x)``
+**read_committed** (``kafka.isolation.level``, :mod:`tidelog.spark.remote_committed`), as a
+read_committed Kafka consumer sees the partition. With a broker, latest is its last stable offset; each task's store part ``[lo, x)``
 leaves out aborted batches with :class:`~tidelog.storage.read_committed.AbortedBatchFilter` (fed
 every batch of the part in offset order), whose aborted transactions are the remote ``.txnindex``
 search from the segment holding ``lo`` with upper bound ``x``
@@ -93,7 +93,6 @@ if TYPE_CHECKING:
     from tidelog.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
     from tidelog.remote.store import RemoteStore
     from tidelog.spark.broker_client import BrokerClient
-    from tidelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +283,9 @@ class RemotePlan:
         start = finished[0].start_offset if finished else 0
         self.boundary[tp] = end = metadata.highest_offset() + 1
         if self.ropts.parsed.read_committed and self.broker is None and finished:
-            end = min([end, *_open_txns_at_end(self.store, finished[-1]).values()])
+            from tidelog.spark.remote_committed import open_txns_at_end
+
+            end = min([end, *open_txns_at_end(self.store, finished[-1]).values()])
         self.bounds[tp] = PartitionBounds(tp, min(start, end), end)
 
     def _same_topic(self, tp: TopicPartition) -> bool:
@@ -453,11 +454,13 @@ def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: R
     with a broker (``r.boundary`` set) the offsets from the boundary on through Fetch
     (:func:`tidelog.spark.broker_tail.read_tail`). ``store``/``cache`` replace this process's own
     (tests count requests this way)."""
+    from tidelog.spark.remote_committed import store_aborted
+
     if store is None or cache is None:
         store, cache = _executor_store(ropts)
     tp = r.topic_partition
     if r.boundary is None:
-        aborted = _store_aborted(ropts, store, cache, tp, r.txn_segments, r.start, r.end)
+        aborted = store_aborted(ropts, store, cache, tp, r.txn_segments, r.start, r.end)
         yield from _store_rows(ropts, store, cache, r.segments, r.start, r.end, aborted)
         return
     from tidelog.spark.broker_tail import executor_client, read_tail
@@ -474,7 +477,7 @@ def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: R
         yield from read_tail(ropts.parsed, client, tp, r.start, min(first, split), store_read, wait)
     if max(r.start, first) < split:
         lo = max(r.start, first)
-        aborted = _store_aborted(ropts, store, cache, tp, r.txn_segments, lo, split, (client, r.boundary))
+        aborted = store_aborted(ropts, store, cache, tp, r.txn_segments, lo, split, (client, r.boundary))
         yield from _store_rows(ropts, store, cache, r.segments, lo, split, aborted)
     if max(r.start, r.boundary) < r.end:
         yield from read_tail(ropts.parsed, client, tp, max(r.start, r.boundary), r.end, store_read, wait)
@@ -521,112 +524,13 @@ def _store_now(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteInde
     segments = metadata.finished_segments()
     if not segments or segments[0].start_offset > lo or metadata.highest_offset() < lo:
         return None
+    from tidelog.spark.remote_committed import store_aborted
+
     boundary = metadata.highest_offset() + 1
     end = min(hi, boundary)
     txn_segments = tuple(s for s in segments if not s.txn_idx_empty and s.end_offset >= lo)
-    aborted = _store_aborted(ropts, store, cache, tp, txn_segments, lo, end, (client, boundary))
+    aborted = store_aborted(ropts, store, cache, tp, txn_segments, lo, end, (client, boundary))
     return end, _store_rows(ropts, store, cache, _overlapping(segments, lo, end), lo, end, aborted)
-
-
-def _store_aborted(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
-                   txn_segments: tuple[RemoteLogSegmentMetadata, ...], lo: int, end: int,
-                   broker: tuple[BrokerClient, int] | None = None) -> AbortedBatchFilter | None:
-    """Under read_committed, the filter of the store part ``[lo, end)`` of ``tp`` (None under
-    read_uncommitted: no request). Its aborted transactions are (a) the remote ``.txnindex``
-    search from the segment holding ``lo`` with upper bound ``end`` over ``txn_segments``
-    (:func:`~tidelog.remote.aborted_txns.remote_aborted_transactions`) and, when that search is
-    not complete and a broker is given (``(client, boundary)``), (b) the aborts whose marker lies
-    past the boundary, from one read_committed Fetch there
-    (:func:`~tidelog.spark.broker_tail.aborted_past_boundary`). When the broker says the boundary
-    was tiered since, the segments tiered from it are searched and the next boundary asked.
-    Without a broker the plan ended the read before every transaction whose outcome the store
-    does not hold, so (a) finds them all."""
-    if not ropts.parsed.read_committed:
-        return None
-    found, complete = _search_store(ropts, store, cache, tp, txn_segments, lo, end)
-    while not complete and broker is not None:
-        from tidelog.spark.broker_tail import aborted_past_boundary
-
-        client, boundary = broker
-        past = aborted_past_boundary(ropts.parsed, client, tp, boundary, ropts.poll_timeout_ms)
-        if past is not None:
-            found.extend(past)
-            break
-        newer = [s for s in _finished_now(ropts, store, txn_segments, tp, lo, end) if s.start_offset >= boundary]
-        if not newer:
-            raise RemoteReadError(f"Cannot find the aborted transactions of offsets [{lo}, {end}) of {tp}: the "
-                                  f"broker answered OFFSET_MOVED_TO_TIERED_STORAGE at offset {boundary} and the "
-                                  f"remote tier at {store.uri} holds nothing from there")
-        more, complete = _search_store(ropts, store, cache, tp, tuple(s for s in newer if not s.txn_idx_empty),
-                                       lo, end)
-        found.extend(more)
-        broker = (client, max(s.end_offset for s in newer) + 1)
-    return AbortedBatchFilter(found)
-
-
-def _search_store(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache, tp: TopicPartition,
-                  txn_segments: tuple[RemoteLogSegmentMetadata, ...], lo: int,
-                  end: int) -> tuple[list[AbortedTxn], bool]:
-    """The remote ``.txnindex`` search; a segment gone since planning (a compaction swapped it)
-    makes it search the partition's current FINISHED segments; other store errors are
-    :class:`RemoteReadError` naming the partition, the range and the store."""
-    from tidelog.remote.aborted_txns import remote_aborted_transactions
-    from tidelog.remote.errors import RemoteResourceNotFoundError, RemoteStorageError
-    from tidelog.remote.index_cache import RemoteIndexCacheError
-
-    for attempt in (0, 1):
-        try:
-            return remote_aborted_transactions(cache, txn_segments, lo, end)
-        except RemoteResourceNotFoundError as e:
-            if attempt == 1 or not txn_segments:
-                raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from "
-                                      f"the remote tier at {store.uri}: {e}") from e
-            txn_segments = tuple(s for s in _finished_now(ropts, store, txn_segments, tp, lo, end)
-                                 if not s.txn_idx_empty and s.end_offset >= lo)
-        except (RemoteStorageError, RemoteIndexCacheError) as e:
-            raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from the "
-                                  f"remote tier at {store.uri}: {e}") from e
-    raise AssertionError("unreachable")
-
-
-def _finished_now(ropts: RemoteSourceOptions, store: RemoteStore, known: tuple[RemoteLogSegmentMetadata, ...],
-                  tp: TopicPartition, lo: int, end: int) -> list[RemoteLogSegmentMetadata]:
-    """The partition's FINISHED segments now (one metadata load), found through a segment of
-    ``known`` or else the store's listing."""
-    from tidelog.remote.errors import RemoteStorageError
-    from tidelog.remote.metadata_log import RemotePartitionMetadata
-    from tidelog.remote.verify import list_partitions
-
-    try:
-        if known:
-            tip: TopicIdPartition | None = known[0].topic_id_partition
-        else:
-            found, strays = list_partitions(store, tp.topic)
-            tip = _one_topic_id_each(_not_being_deleted(found, strays)).get(tp)
-        return [] if tip is None else RemotePartitionMetadata.load(store, tip).finished_segments()
-    except RemoteStorageError as e:
-        raise RemoteReadError(f"Cannot read the aborted transactions of offsets [{lo}, {end}) of {tp} from the "
-                              f"remote tier at {store.uri}: loading the partition's remote metadata failed: {e}") from e
-
-
-def _open_txns_at_end(store: RemoteStore, last: RemoteLogSegmentMetadata) -> dict[int, int]:
-    """The transactions open where the remote tier ends (producer id -> first offset): those of
-    the producer snapshot uploaded with the last FINISHED segment (Kafka's, at the next
-    segment's base offset). One GET. :class:`RemoteReadError` naming the object when it cannot
-    be read or decoded."""
-    from tidelog.errors import CorruptSnapshotError
-    from tidelog.remote.errors import RemoteStorageError
-    from tidelog.remote.metadata import RemoteFileKind, object_key
-    from tidelog.storage.producer_snapshot import decode_snapshot
-
-    key = object_key(last, RemoteFileKind.PRODUCER_SNAPSHOT)
-    try:
-        entries = decode_snapshot(store.get(key))
-    except (RemoteStorageError, CorruptSnapshotError) as e:
-        raise RemoteReadError(f"Cannot plan the read_committed read of {last.topic_id_partition.topic_partition} "
-                              f"from the remote tier at {store.uri}: the producer snapshot {key} of its last "
-                              f"segment (the transactions open where the tier ends) cannot be read: {e}") from e
-    return {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
 
 
 def _segment_or_replacement(ropts: RemoteSourceOptions, store: RemoteStore, cache: RemoteIndexCache,
