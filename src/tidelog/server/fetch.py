@@ -22,9 +22,10 @@ one Fetch costs at most its records (``fetch.max.bytes`` plus one batch) and a s
 
 **Zero copy** (Kafka's ``FileRecords.writeTo``): on a listener without TLS (PLAINTEXT,
 SASL_PLAINTEXT) the local reads return :class:`~tidelog.storage.file_slice.FileSlice` ranges of the
-segment files instead of their bytes, and the connection hands them to the kernel (``sendfile``):
-the records never pass through Python, and the response holds one descriptor per partition with
-data rather than its bytes. Every slice of a read that is not sent (a long poll reading again, a
+segment files instead of their bytes (ranges of at least ``file_slice.MIN_SLICE_BYTES``, 256 KiB;
+smaller ones cost less copied), and the connection hands them to the kernel (``sendfile``): the
+records never pass through Python, and the response holds one descriptor per such range rather
+than its bytes. Every slice of a read that is not sent (a long poll reading again, a
 failure, a cancelled fetch) is closed here; a response's are closed by the connection once sent.
 Remote-tier reads stay bytes (a response may mix both).
 
