@@ -36,23 +36,12 @@ between the tiers from the remote metadata. Streaming reads: :mod:`tidelog.spark
   dead workers are removed by the next worker, :func:`index_dir`).
 
 **read_committed** (``kafka.isolation.level``, :mod:`tidelog.spark.remote_committed`), as a
-read_committed Kafka consumer sees the partition. With a broker, latest is its last stable offset; each task's store part ``[lo, x)``
-leaves out aborted batches with :class:`~tidelog.storage.read_committed.AbortedBatchFilter` (fed
-every batch of the part in offset order), whose aborted transactions are the remote ``.txnindex``
-search from the segment holding ``lo`` with upper bound ``x``
-(:func:`~tidelog.remote.aborted_txns.remote_aborted_transactions`, over the segments with a
-non-empty index the range carries, :attr:`RemoteOffsetRange.txn_segments`) and, when that search
-is not complete, the aborted list of one read_committed Fetch of one batch at the boundary
-(:func:`~tidelog.spark.broker_tail.aborted_past_boundary`): a transaction whose data was tiered
-but was still open at the boundary closed before that copy (a segment is copied only once the
-next one's base offset is at or below the last stable offset), so its ABORT is indexed in a local
-segment, and the broker lists it. The broker part reads with read_committed Fetch requests
-(:mod:`tidelog.spark.broker_tail`). Without a broker the end is the highest tiered offset + 1
-capped at the first offset of every transaction open in the producer snapshot uploaded with the
-last FINISHED segment (one GET at planning): the store does not hold their outcome, so the read
-stops before them (Kafka has no store-only reader; ``docs/architecture.md`` says so); every abort
-below that end is in the remote ``.txnindex`` objects. Under read_uncommitted none of this runs:
-no snapshot GET, no index search, no extra Fetch.
+read_committed Kafka consumer sees the partition: with a broker, latest is its last stable offset;
+each task's store part drops the aborted batches found in the remote ``.txnindex`` objects and,
+for aborts whose marker is not tiered yet, in one read_committed Fetch at the boundary; the
+broker part reads with read_committed Fetch requests. Without a broker the end stops before the
+transactions open where the tier ends (their outcome is not in the store). Under
+read_uncommitted none of this runs.
 
 **Faults.** A segment object gone since planning (remote retention, a compaction's swap) is data
 loss: the task fails naming the partition, the offsets and the object (``failOnDataLoss=true``)
@@ -63,8 +52,6 @@ bytes) fails the task with a message naming the partition, the offset range and 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
@@ -80,6 +67,7 @@ from tidelog.spark import options as o
 from tidelog.spark.arrow_rows import record_batches
 from tidelog.spark.broker_tail import POLL_TIMEOUT_MS, parse_broker_options
 from tidelog.spark.ranges import OffsetRange, check_range_bounds, resolve, split_ranges
+from tidelog.spark.worker_dirs import index_dir
 from tidelog.storage.config_keys import REMOTE_STORE_SCHEMES
 from tidelog.storage.log_view import PartitionBounds
 from tidelog.storage.read_committed import AbortedBatchFilter
@@ -199,11 +187,9 @@ class RemoteOffsetRange(OffsetRange):
     boundary: int | None = None
     topic_id: str = ""
     txn_segments: tuple[RemoteLogSegmentMetadata, ...] = ()
-    """Under read_committed: the FINISHED segments (by start offset) ending at or past ``start``
-    whose ``.txnindex`` is not empty, where the aborted transactions of the range's store part
-    are searched (an abort is indexed with its marker, possibly in a later segment). Carried
-    from the plan, not reloaded by the task: the search then costs no metadata load (a LIST and
-    GETs per task), and it reads the same metadata the plan's end was decided on."""
+    """Under read_committed: the FINISHED segments ending at or past ``start`` with a non-empty
+    ``.txnindex`` (an abort is indexed with its marker, maybe in a later segment), carried from
+    the plan so a task loads no metadata and searches what the plan's end was decided on."""
 
 
 class _RemoteView:
@@ -424,28 +410,6 @@ def _executor_store(ropts: RemoteSourceOptions) -> tuple[RemoteStore, RemoteInde
         directory = index_dir() / str(len(_EXECUTOR))
         found = _EXECUTOR[key] = (store, RemoteIndexCache(store, directory, INDEX_CACHE_BYTES))
     return found
-
-
-def index_dir() -> Path:
-    """``<tmp>/tidelog-spark-remote-index-<uid>/<pid>``: this process's index cache dir. Spark's
-    Python workers end with ``os._exit`` (no exit hooks run), so the dirs of processes no longer
-    alive are removed here, when a worker makes its own."""
-    root = Path(tempfile.gettempdir()) / f"tidelog-spark-remote-index-{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
-    for child in root.iterdir():
-        if child.name.isdigit() and int(child.name) != os.getpid() and not _alive(int(child.name)):
-            shutil.rmtree(child, ignore_errors=True)
-    return root / str(os.getpid())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_remote_range(ropts: RemoteSourceOptions, r: RemoteOffsetRange, store: RemoteStore | None = None,
