@@ -403,11 +403,10 @@ class LogManager(RecordReads, TxnDoors):
                verified: Mapping[int, int] | None = None) -> LogAppendInfo:
         """Append record batches as the partition's leader; the high watermark follows the log end.
         ``check``, when given, is called first with the config of the log the append found (one
-        lookup for both) and refuses the append by raising (the leader's ``min.insync.replicas``
-        check of acks=-1); ``verified``: a transactional request's verification tokens
-        (:mod:`tidelog.storage.txn_verification`). A disk fault takes the partition's dir offline
-        (:class:`LogDirOfflineError`). Thread-safe: the log serializes its appends; the manager's
-        lock is taken only on a disk fault."""
+        lookup for both) and refuses the append by raising (acks=-1's ``min.insync.replicas``);
+        ``verified``: a transactional request's tokens (:mod:`tidelog.storage.txn_verification`).
+        A disk fault takes the partition's dir offline (:class:`LogDirOfflineError`). Thread-safe:
+        the log serializes its appends; the manager's lock is taken only on a disk fault."""
         target = self.log(tp)
         if check is not None:
             check(target.config)

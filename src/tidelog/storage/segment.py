@@ -404,9 +404,8 @@ class LogSegment:
         mid-batch. With ``min_one_message`` the first batch is returned whole even past ``max_size``.
         ``max_position`` bounds the slice (the high watermark's position); None means the bound is
         not in this segment's known range, and the result carries the position but no bytes.
-        ``as_slice``: the same range as a :class:`~tidelog.storage.file_slice.FileSlice` (its own
-        descriptor, not read; the caller closes it) instead of bytes where it holds at least
-        ``file_slice.MIN_SLICE_BYTES`` (and a descriptor is left); a smaller range stays bytes.
+        ``as_slice``: the range as a :class:`~tidelog.storage.file_slice.FileSlice` (own descriptor,
+        unread; the caller closes it) when it holds ``file_slice.MIN_SLICE_BYTES`` and a descriptor is left.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for segment read")
