@@ -145,3 +145,15 @@ def test_acks_all_checks_min_insync_replicas_with_the_append(make_broker: Callab
     assert refused.error_code == 19 and "min.isr requirement of 2" in refused.error_message  # NOT_ENOUGH_REPLICAS
     assert (taken.error_code, taken.base_offset) == (0, 0)
     assert log_end(broker, "strict") == 0
+
+
+def test_acks_zero_produces_in_a_group_are_appended_and_not_answered(make_broker: Callable[..., Broker],
+                                                                      pool_calls: list[int]) -> None:
+    broker = make_broker()
+    broker.manager.create_topic("t", 1)
+    client = connect(broker)
+    client.send_bytes(produce_frame(1, acks=0) + produce_frame(2, acks=0) + produce_frame(3))
+    answer = client.receive(ProduceResponse, 9)  # the only response: acks=0 gets none
+    assert (answer.header.correlation_id, answer.responses[0].partition_responses[0].base_offset) == (3, 2)
+    wait_until(lambda: produce_requests(broker) == 3)
+    assert sum(pool_calls) == 3 and log_end(broker) == 3

@@ -132,14 +132,9 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
                     answers = [(*await _handle_frame(ctx, conn, frame), started)]
                 del frame  # its bytes go back to the pool now, not at the next request
             idle.done()  # handled; from here a response the client does not take is idleness
-            for response, request, started in answers:
-                if response is _CLOSE:
-                    _count(ctx, request, started)
-                    return
-                if response:
-                    await _send(writer, response, idle)
-                _count(ctx, request, started)
-            answers = response = None  # sent: the records they held are not kept while the next request is awaited
+            if not await _answer(ctx, writer, answers, idle):
+                return
+            answers = None  # sent: the records they held are not kept while the next request is awaited
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
     finally:
@@ -192,6 +187,26 @@ async def _read_size(reader: asyncio.StreamReader, max_bytes: int, key: str, con
         log.warning("%s: closing connection: request size %d is outside [0, %s=%d]", conn.peer, size, key, max_bytes)
         return None
     return size
+
+
+async def _answer(ctx: ApiContext, writer: asyncio.StreamWriter,
+                  answers: list[tuple[Response | None, Request | None, int]], idle: IdleExpiry) -> bool:
+    """Write the responses of ``answers`` in order and count each request once its response is
+    written; False when the connection is to close (the last answer, after those before it). The
+    answers of a group of pipelined Produce requests (small bytes) go out in one write."""
+    if len(answers) == 1:
+        response, request, started = answers[0]
+        if response and response is not _CLOSE:
+            await _send(writer, response, idle)
+        _count(ctx, request, started)
+        return response is not _CLOSE
+    closing = answers[-1][0] is _CLOSE
+    joined = b"".join(response for response, _, _ in (answers[:-1] if closing else answers) if response)
+    if joined:
+        await _send(writer, joined, idle)
+    for _, request, started in answers:
+        _count(ctx, request, started)
+    return not closing
 
 
 def _produces_ahead(reader: asyncio.StreamReader, max_bytes: int, pool: RequestMemoryPool) -> list[int]:
