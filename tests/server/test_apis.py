@@ -259,10 +259,10 @@ def test_a_slow_append_does_not_stall_other_connections(broker: Broker, monkeypa
     entered, release = threading.Event(), threading.Event()
     append = broker.manager.append
 
-    def slow_append(tp: TopicPartition, records: bytes) -> object:
+    def slow_append(tp: TopicPartition, records: bytes, **options: object) -> object:
         entered.set()
         release.wait(TIMEOUT_S)
-        return append(tp, records)
+        return append(tp, records, **options)
 
     monkeypatch.setattr(broker.manager, "append", slow_append)
     slow = broker.connect()
