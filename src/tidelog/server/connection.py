@@ -9,6 +9,17 @@ the other, as Kafka's broker mutes a connection until its response is sent: a cl
 requests (they wait, buffered, in the socket), and gets the responses in the order it sent them;
 appends from one producer connection land in its order.
 
+Pipelined Produce requests are handled together: when a Produce frame has been read and the
+stream already holds further whole Produce frames (up to :data:`PIPELINED_PRODUCES` in all, each
+small enough that the memory pool does not count it), their appends run in one thread-pool call
+(:func:`~tidelog.server.produce.handle_produces`), in request order, and their responses go out
+in order in one write, each request counted as if alone. A failed acks=0 request or a frame that
+does not decode ends the group: nothing after it is appended, and the connection closes after the
+answers before it. The frames ahead are found by looking at the stream's buffer
+(:func:`_produces_ahead`) rather than by a read-ahead task feeding a queue: nothing is read
+beyond what the connection holds anyway, a non-Produce request still waits for the answers
+before it, and the common path pays no task switch or queue per request.
+
 Closed instead of answered, as Kafka does: a frame that does not parse, an unknown API key, an
 unsupported version (but ApiVersions), an acks=0 Produce that failed. Responses already sent
 stay sent. Nothing a client sends escapes this module as an exception.
