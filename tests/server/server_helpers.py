@@ -54,7 +54,7 @@ class Broker:
 
 def event_loop_props() -> dict[str, str]:
     """``tidelog.server.event.loop`` from ``TIDELOG_TEST_EVENT_LOOP`` when set: the server tests run
-    on that loop (``TIDELOG_TEST_EVENT_LOOP=uvloop``); a test's own props still win."""
+    on that loop (``TIDELOG_TEST_EVENT_LOOP=asyncio``; uvloop is the default); a test's own props still win."""
     loop = os.environ.get("TIDELOG_TEST_EVENT_LOOP")
     return {"tidelog.server.event.loop": loop} if loop else {}
 

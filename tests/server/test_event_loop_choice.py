@@ -1,5 +1,6 @@
-"""``tidelog.server.event.loop``: the broker's connections on asyncio's own loop or uvloop. (The
-server tests run on uvloop with ``TIDELOG_TEST_EVENT_LOOP=uvloop``; the pipelining tests take both.)"""
+"""``tidelog.server.event.loop``: the broker's connections on uvloop (the default) or asyncio's own
+loop. (The server tests run on asyncio's with ``TIDELOG_TEST_EVENT_LOOP=asyncio``; the pipelining
+tests take both.)"""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tidelog.server.server import new_event_loop
 from tidelog.storage.config import BrokerConfig
 
 
-def test_the_event_loop_key_defaults_to_asyncio_and_takes_uvloop() -> None:
-    assert BrokerConfig.from_properties({"log.dirs": "/nowhere"}).get("tidelog.server.event.loop") == "asyncio"
+def test_the_event_loop_key_defaults_to_uvloop_and_takes_asyncio() -> None:
+    assert BrokerConfig.from_properties({"log.dirs": "/nowhere"}).get("tidelog.server.event.loop") == "uvloop"
     assert BrokerConfig.from_properties({"log.dirs": "/nowhere", "tidelog.server.event.loop": "UVLOOP"}).get(
         "tidelog.server.event.loop") == "uvloop"
 

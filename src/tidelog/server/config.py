@@ -27,8 +27,8 @@ listener syntax as Kafka does:
   with compressed batches reserves, before any is decompressed, what its largest topic's
   ``max.message.bytes`` allows one batch uncompressed (capped at the whole budget); see
   :mod:`.produce`.
-* ``tidelog.server.event.loop`` (tidelog only, default ``asyncio``): the event loop the server's
-  connections run on, Python's own ``asyncio`` loop or ``uvloop`` (libuv's, from the uvloop package);
+* ``tidelog.server.event.loop`` (tidelog only, default ``uvloop``): the event loop the server's
+  connections run on, ``uvloop`` (libuv's, from the uvloop package) or Python's own ``asyncio`` loop;
   the same protocol and behaviour on either. See :class:`~tidelog.server.server.ServerThread`.
 * ``connections.max.idle.ms`` (default 600000): a connection with no request for that long is
   closed (a request being handled, such as a long poll, keeps it busy, not idle); negative: never.

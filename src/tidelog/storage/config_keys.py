@@ -331,7 +331,7 @@ _BROKER_KEYS = (
          "tidelog only: decompressed records Produce validation may hold at once, over every connection. "
          "A compressed batch reserves what max.message.bytes allows it uncompressed (at most all of this) "
          "before it is decompressed; beyond it, produces of compressed batches wait their turn. At least 1 MiB."),
-    _key("tidelog.server.event.loop", _STR, "asyncio", OneOf(EVENT_LOOPS),
+    _key("tidelog.server.event.loop", _STR, "uvloop", OneOf(EVENT_LOOPS),
          "tidelog only: the event loop tidelog serve runs its connections on: asyncio (Python's own) or "
          "uvloop (libuv's, the uvloop package). Same protocol and behaviour either way."),
     _key("tidelog.spark.staging.lease.ms", _LONG, 1800000, at_least(1),
