@@ -152,24 +152,11 @@ def test_aborted_transactions_match_the_logs_own_answer(make_log: MakeLog, tp_di
     """Over three segments with ABORTs indexed in later segments than their data, every range's
     aborted transactions read by the view equal the log's (which it serves to read_committed
     fetches)."""
-    log, model = make_log(), Model()
-    script = [[("d", 0, 1), ("d", 1, 1), ("c", 2, 1), ("d", 3, 1)],
-              [("d", 4, 2), ("a", 5, 1), ("d", 6, 2), ("a", 7, 1), ("d", 8, -1)],
-              [("a", 9, 2), ("d", 10, -1), ("d", 11, 3), ("a", 12, 3)]]
-    for segment in script:
-        if log.log_end_offset:
-            log.roll()
-        for kind, offset, pid in segment:
-            if kind == "d":
-                log.append_as_follower(data(offset, pid))
-                model.data(offset, pid)
-            else:
-                append_marker(log, model, offset, pid, kind == "c")
-    log.update_high_watermark(log.log_end_offset)
+    log, _ = _three_segments(make_log)
     view = fresh_view(tp_dir)
-    assert [t.producer_id for t in aborted_transactions(view, 0, 13)] == [1, 2, 3]
-    for start in range(13):
-        for end in range(start + 1, 14):
+    assert [t.producer_id for t in aborted_transactions(view, 0, 14)] == [1, 2, 3]
+    for start in range(14):
+        for end in range(start + 1, 15):
             assert aborted_transactions(view, start, end) == log.collect_aborted_transactions(start, end), (start, end)
 
 

@@ -92,13 +92,7 @@ def string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str, int]:
         n, pos = I16.unpack_from(data, pos)[0], pos + 2
     if n < 0:
         raise WireError(f"{what}: null (length {n}) where a string is required, at byte {pos}")
-    end = pos + n
-    if end > len(data):
-        raise short(what, n, pos, data)
-    try:
-        return str(data[pos:end], "utf-8"), end
-    except UnicodeDecodeError as e:
-        raise WireError(f"{what}: not UTF-8 at byte {pos}: {e.reason}") from None
+    return text(data, pos, n, what)
 
 
 def nullable_string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str | None, int]:
