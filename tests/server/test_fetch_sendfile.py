@@ -356,9 +356,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def _sent_through(part: FileSlice, *, loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
-                  pki: Pki | None = None, chunk: int = WRITE_CHUNK) -> tuple[bytes, bool, int]:
+                  pki: Pki | None = None, chunk: int = WRITE_CHUNK, sndbuf: int | None = None,
+                  read_after_s: float = 0.0) -> tuple[bytes, bool, int]:
     """What a client receives when a server sends ``b"head"`` then ``part``; whether that
-    connection fell back to the buffer; the activity count."""
+    connection fell back to the buffer; the activity count. ``sndbuf``: the server socket's send
+    buffer; ``read_after_s``: how long the client waits before it reads (with a small send
+    buffer, the server's writes then queue in its transport)."""
     server_tls = client_tls = None
     if pki is not None:
         server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -368,6 +371,8 @@ def _sent_through(part: FileSlice, *, loop_factory: Callable[[], asyncio.Abstrac
     activity = _Activity()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if sndbuf is not None:
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         writer.write(b"head")
         await send_slice(writer, part, activity, chunk, TIMEOUT_S)
         await writer.drain()
@@ -379,6 +384,7 @@ def _sent_through(part: FileSlice, *, loop_factory: Callable[[], asyncio.Abstrac
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls,
                                                        server_hostname="localhost" if client_tls else None)
+        await asyncio.sleep(read_after_s)
         data = await asyncio.wait_for(reader.read(), TIMEOUT_S)
         writer.close()
         server.close()
@@ -423,6 +429,17 @@ def test_send_slice_on_uvloop_sends_what_the_socket_takes_then_falls_back(a_slic
     part, expected = a_slice
     data, fallback, _ = _sent_through(part, loop_factory=uvloop.new_event_loop, chunk=100_000)
     assert data == b"head" + expected and not fallback and sendfile_calls[0] == len(expected)
+
+
+@pytest.mark.parametrize("loop_factory", [uvloop.new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"])
+def test_the_fallback_waits_for_a_client_reading_slowly(a_slice: tuple[FileSlice, bytes], refusing_sendfile: list[int],
+                                                         loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    """A small send buffer and a client that reads late: the fallback's writes queue in the
+    transport and it waits for them (its flow-control limits lowered for the wait, then restored)
+    before refilling its buffer; every byte arrives in order."""
+    part, expected = a_slice
+    data, _, _ = _sent_through(part, loop_factory=loop_factory, chunk=100_000, sndbuf=16_384, read_after_s=0.3)
+    assert data == b"head" + expected
 
 
 def test_send_slice_falls_back_where_the_kernel_refuses(a_slice: tuple[FileSlice, bytes],

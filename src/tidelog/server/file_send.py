@@ -193,7 +193,7 @@ async def _written(writer: asyncio.StreamWriter) -> None:
     transport = writer.transport
     if not transport.get_write_buffer_size():
         return
-    high, low = transport.get_write_buffer_limits()  # type: ignore[attr-defined]
+    low, high = transport.get_write_buffer_limits()  # type: ignore[attr-defined]  # asyncio and uvloop give (low, high)
     transport.set_write_buffer_limits(high=0, low=0)
     try:
         await writer.drain()
