@@ -77,16 +77,16 @@ def _produce_all(producer: Any, topic: str, count: int, value: bytes, reports: l
 
 
 def rdkafka_fetch(bootstrap: str, topic: str, count: int) -> Transfer:
-    """Time a ``Consumer`` (partition 0 assigned, no committed offset: from the log start)
-    consuming until it holds ``count`` records; the log end offset (high watermark) is asked of
-    the broker afterwards."""
-    from confluent_kafka import Consumer, TopicPartition
+    """Time a ``Consumer`` (partition 0 assigned at its beginning, so no committed offset is asked
+    of a group coordinator) consuming until it holds ``count`` records; the log end offset (high
+    watermark) is asked of the broker afterwards."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"tidelog-bench-{topic}", **CONSUMER_CONFIG})
     partition = TopicPartition(topic, 0)
     try:
         consumer.list_topics(topic, timeout=STALL_TIMEOUT_S)
-        consumer.assign([partition])
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         got = [0, 0]  # records, value bytes
         seconds = seconds_of(lambda: _consume_all(consumer, topic, count, got))
         _, end = consumer.get_watermark_offsets(partition, timeout=STALL_TIMEOUT_S)
@@ -104,8 +104,12 @@ def _consume_all(consumer: Any, topic: str, count: int, got: list[int]) -> None:
             stalled(deadline, f"librdkafka consumer of {topic} at {got[0]} of {count} records")
             continue
         for message in messages:
-            if message.error() is not None:
-                raise NotTheSameWork(f"librdkafka consumer of {topic} at {got[0]} records: {message.error()}")
+            error = message.error()
+            if error is not None and (error.fatal() or not error.retriable()):
+                raise NotTheSameWork(f"librdkafka consumer of {topic} at {got[0]} records: {error}")
+        messages = [message for message in messages if message.error() is None]  # retriable errors: go on
+        if not messages:
+            continue
         first, last = messages[0].offset(), messages[-1].offset()
         if first != got[0] or last != got[0] + len(messages) - 1:  # offsets only rise within a partition
             raise NotTheSameWork(f"librdkafka consumer of {topic}: offsets {first}..{last} for "

@@ -84,6 +84,9 @@ def test_quick_run_exits_zero_and_writes_every_benchmark(quick_run) -> None:
         assert outcome["rows"], f"{name} reported no figure"
 
 
+CAN_BE_ZERO = {"server_fetch_memory"}  # peak RSS growth: none when the records go from the page cache (sendfile)
+
+
 def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) -> None:
     _, out, _ = quick_run
     rows = [row for outcome in json.loads(out.read_text())["benchmarks"].values() for row in outcome["rows"]]
@@ -91,7 +94,7 @@ def test_quick_run_reports_figure_baseline_and_target_for_each_row(quick_run) ->
         if row["details"].get("kafka_skipped"):  # the latency row without a Kafka baseline
             assert row["figure"] > 0, row
         elif not row["details"].get("skipped"):  # only the Kafka rows, where Kafka cannot run (next test)
-            assert row["figure"] > 0 and row["baseline"] > 0, row
+            assert (row["figure"] > 0 or row["benchmark"] in CAN_BE_ZERO) and row["baseline"] > 0, row
     assert sorted(row["benchmark"] for row in rows) == sorted(TARGETED_ROWS | INFORMATIONAL_ROWS | {CONNECTOR_ROW, UPLOAD_ROW,
                                                                                           REMOTE_FETCH_ROW, CLUSTER_READ_ROW,
                                                                                           BROKER_WRITE_ROW, TXN_ROW})
