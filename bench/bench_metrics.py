@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -97,25 +97,22 @@ def scrape(url: str, gzip_ok: bool) -> Scrape:
 
 
 _SCRAPER = """
-import sys, time, urllib.request
-url, interval = sys.argv[1], float(sys.argv[2])
+import os, sys, time, urllib.request
+url, interval, stop = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
 count = total = 0
 slowest = 0.0
-try:
-    due = time.monotonic()
-    while True:
-        began = time.monotonic()
-        with urllib.request.urlopen(request, timeout=30) as response:
-            total += len(response.read())
-        count += 1
-        slowest = max(slowest, time.monotonic() - began)
-        if count == 1:
-            print("scraping", flush=True)
-        due += interval
-        time.sleep(max(0.0, due - time.monotonic()))
-except KeyboardInterrupt:
-    pass
+due = time.monotonic()
+while not os.path.exists(stop):
+    began = time.monotonic()
+    with urllib.request.urlopen(request, timeout=20) as response:
+        total += len(response.read())
+    count += 1
+    slowest = max(slowest, time.monotonic() - began)
+    if count == 1:
+        print("scraping", flush=True)
+    due += interval
+    time.sleep(max(0.0, due - time.monotonic()))
 print(count, total, slowest, flush=True)
 """
 
@@ -132,7 +129,9 @@ def scraper(url: str) -> Iterator[list[ScraperReport]]:
     """A separate process GETting ``url`` every :data:`SCRAPE_INTERVAL_S` (gzip, as Prometheus asks)
     for the ``with`` body, started and past its first scrape before the body runs; the list it
     yields gets its report when it stops."""
-    process = subprocess.Popen([sys.executable, "-c", _SCRAPER, url, str(SCRAPE_INTERVAL_S)],
+    stop_dir = tempfile.TemporaryDirectory(prefix="tidelog-scraper-")
+    stop = Path(stop_dir.name) / "stop"  # the scraper stops before its next scrape once this exists
+    process = subprocess.Popen([sys.executable, "-c", _SCRAPER, url, str(SCRAPE_INTERVAL_S), str(stop)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     report: list[ScraperReport] = []
     try:
@@ -140,7 +139,7 @@ def scraper(url: str) -> Iterator[list[ScraperReport]]:
         if process.stdout.readline().strip() != "scraping":
             raise RuntimeError(f"the scraper of {url} failed: {process.communicate(timeout=30)[1][-2000:]}")
         yield report
-        process.send_signal(signal.SIGINT)
+        stop.touch()
         out, err = process.communicate(timeout=60)
         fields = out.split()
         if process.returncode != 0 or len(fields) != 3:
@@ -150,6 +149,7 @@ def scraper(url: str) -> Iterator[list[ScraperReport]]:
         if process.poll() is None:
             process.kill()
             process.wait()
+        stop_dir.cleanup()
 
 
 # --- produce with and without a scraper --------------------------------------------------------------
