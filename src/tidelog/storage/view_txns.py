@@ -92,15 +92,19 @@ def last_stable_offset(view: PartitionView) -> int:
 def _from_snapshot(view: PartitionView, log_start: int, end: int) -> _Replay:
     """The replay's start (:func:`~.txn_tracking.open_txns_at_snapshot` over the snapshots in the
     view's dir)."""
+    start, open_txns = open_txns_at_snapshot(view.dir, _snapshot_offsets(view), log_start, end)
+    return _Replay(start, open_txns)
+
+
+def _snapshot_offsets(view: PartitionView) -> list[int]:
+    """The offsets of the producer snapshots in ``view``'s dir; DataLossError when the dir is gone."""
     try:
         names = os.listdir(view.dir)
     except FileNotFoundError:
         raise DataLossError("partition dir is gone (topic deleted?)", topic_partition=str(view.topic_partition),
                             path=view.dir) from None
-    offsets = [int(name.split(".", 1)[0]) for name in names
-               if name.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and name.split(".", 1)[0].isdigit()]
-    start, open_txns = open_txns_at_snapshot(view.dir, offsets, log_start, end)
-    return _Replay(start, open_txns)
+    return [int(name.split(".", 1)[0]) for name in names
+            if name.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and name.split(".", 1)[0].isdigit()]
 
 
 def _advance(view: PartitionView, replay: _Replay, end: int) -> None:
@@ -225,10 +229,8 @@ class _Checks:
             return existing
         if not markers:
             return []
-        snapshots = [int(n.split(".", 1)[0]) for n in os.listdir(view.dir)
-                     if n.endswith(files.PRODUCER_SNAPSHOT_SUFFIX) and n.split(".", 1)[0].isdigit()]
         rebuilt = rebuild_aborted_txns([_view_segment(view, s) for s in segments], target, view.bounds.log_start_offset,
-                                       snapshots, view.dir, self.open_at, end)
+                                       _snapshot_offsets(view), view.dir, self.open_at, end)
         return merge_entries(existing or [], rebuilt)
 
 
