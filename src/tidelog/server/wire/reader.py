@@ -85,14 +85,10 @@ def text(data: bytes, pos: int, n: int, what: str) -> tuple[str, int]:
 
 def string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str, int]:
     """A non-nullable string (null is malformed)."""
-    if compact:  # the one-byte length inline (a call less per string)
-        n = data[pos]
-        n, pos = (n - 1, pos + 1) if n < 0x80 else compact_length(data, pos, what)
-    else:
-        n, pos = I16.unpack_from(data, pos)[0], pos + 2
-    if n < 0:
-        raise WireError(f"{what}: null (length {n}) where a string is required, at byte {pos}")
-    return text(data, pos, n, what)
+    value, end = nullable_string(data, pos, compact, what)
+    if value is None:
+        raise WireError(f"{what}: null where a string is required, at byte {pos}")
+    return value, end
 
 
 def nullable_string(data: bytes, pos: int, compact: bool, what: str) -> tuple[str | None, int]:
