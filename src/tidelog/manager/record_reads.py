@@ -14,9 +14,11 @@ whose log start lies below its local start. They run on the
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 
-from tidelog.errors import OffsetMovedToTieredStorageError, StorageError
+from tidelog.errors import OffsetMovedToTieredStorageError, StorageError, TidelogError
 from tidelog.manager.log_dir import LogDir
 from tidelog.manager.remote_reads import RemoteReader
 from tidelog.manager.remote_tier import RemoteTier
@@ -44,6 +46,35 @@ class RecordReads:
     def log(self, tp: TopicPartition) -> Log:
         """The live log of ``tp`` (:meth:`LogManager.log`, which overrides this)."""
         raise NotImplementedError
+
+    @contextmanager
+    def held_if_free(self, tps: Iterable[TopicPartition]) -> Iterator[bool]:
+        """Hold the locks of the live logs of ``tps`` for the ``with`` body if every one is free
+        now; yields whether they are held. Inside, the read doors of those partitions never wait
+        on a lock (a log's lock is re-entrant), so a caller that must not wait (the server's event
+        loop, which would stall every connection behind one append) can read them itself and go
+        to a thread only when a writer is busy. A partition without a live log yields False (its
+        read fails: a thread reports it). Holding, the body must not wait on anything either.
+        Thread-safe: takes the logs' locks without waiting, never the manager's."""
+        held: list[threading.RLock] = []
+        try:
+            free = self._take_if_free(tps, held)
+            if not free:
+                _release(held)  # at once: the caller goes elsewhere
+            yield free
+        finally:
+            _release(held)
+
+    def _take_if_free(self, tps: Iterable[TopicPartition], held: list[threading.RLock]) -> bool:
+        for tp in tps:
+            try:
+                lock = self.log(tp).lock
+            except TidelogError:
+                return False
+            if not lock.acquire(blocking=False):
+                return False
+            held.append(lock)
+        return True
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int,
              isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK, *, min_one_message: bool = True,
@@ -166,3 +197,7 @@ class RecordReads:
         lg = self.log(tp)
         return PartitionOffsets(lg.log_start_offset, lg.high_watermark, lg.last_stable_offset, lg.log_end_offset)
 
+
+def _release(held: list[threading.RLock]) -> None:
+    while held:
+        held.pop().release()

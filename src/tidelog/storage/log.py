@@ -240,7 +240,8 @@ class Log(AppendPath):
     def lock(self) -> threading.RLock:
         """The log's (re-entrant) lock, for upper layers that must decide and act on one consistent
         state: retention plans and deletes a prefix under it, so no append, roll or truncation
-        slips in between."""
+        slips in between; the server's event loop reads under it when it is free (it must never
+        wait for it)."""
         return self._lock
 
     # --- high watermark and log start offset --------------------------------------------------
