@@ -37,11 +37,14 @@ def serve(ctx: click.Context) -> None:
     # which no other command should pay.
     from tidelog.server import ServerConfig, ServerThread
 
+    from tidelog.server.allocator import retain_freed_memory
+
     broker: BrokerConfig = ctx.find_root().obj["broker"]
     try:
         config = ServerConfig.from_broker(broker)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
+    retain_freed_memory(broker.get("tidelog.server.allocator.retain.bytes"))  # this process is the broker's
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -24,7 +24,8 @@ naming the replacement, at topic and broker level alike. Unknown topic keys are 
 tidelog-only broker keys (a Kafka broker only warns about them):
 ``tidelog.cleaner.engine`` (``in-process`` or ``spark``: where the log cleaner dedupes and rewrites),
 ``tidelog.cleaner.spark.master`` (the Spark master URL of the ``spark`` engine),
-``tidelog.produce.decompression.memory.bytes``, ``tidelog.server.event.loop`` (``asyncio`` or ``uvloop``:
+``tidelog.produce.decompression.memory.bytes``, ``tidelog.server.allocator.retain.bytes`` (freed memory
+``tidelog serve``'s C allocator keeps), ``tidelog.server.event.loop`` (``asyncio`` or ``uvloop``:
 the event loop of ``tidelog serve``), ``tidelog.spark.staging.lease.ms`` (the time lease
 of a Spark job's staging dir staged through the broker), ``metrics.listener`` (where ``tidelog serve``
 serves its Prometheus endpoint; Kafka has none), and ``remote.log.storage.uri`` (the remote store's
@@ -334,6 +335,10 @@ _BROKER_KEYS = (
     _key("tidelog.server.event.loop", _STR, "uvloop", OneOf(EVENT_LOOPS),
          "tidelog only: the event loop tidelog serve runs its connections on: asyncio (Python's own) or "
          "uvloop (libuv's, the uvloop package). Same protocol and behaviour either way."),
+    _key("tidelog.server.allocator.retain.bytes", _INT, 67108864, at_least(0),
+         "tidelog only: freed memory tidelog serve's C allocator (glibc) keeps for reuse instead of returning "
+         "it to the kernel, with blocks up to 4 MiB served from its heap: large requests then reuse warm pages "
+         "rather than fault in fresh ones. 0 keeps glibc's own thresholds; no effect with another C library."),
     _key("tidelog.spark.staging.lease.ms", _LONG, 1800000, at_least(1),
          "tidelog only: how long a Spark job staged through this broker (format(\"tidelog\") with "
          "kafka.bootstrap.servers) keeps its staging dir without staging anything more; an expired dir "
