@@ -6,6 +6,7 @@ What each row covers, the warm-up and the same-work checks: bench/README.md, "Ag
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -405,10 +406,14 @@ def _produce_fetch_rows(settings: Settings, root: Path) -> list[Row]:
 
 def _alternate(kafka: str, ours: str, rounds: int, sizes: ProduceFetchSizes,
                batches: Sequence[bytes]) -> tuple[list[dict[str, Transfer]], list[dict[str, Transfer]], list[Any]]:
-    """Rounds 1..``rounds``, Kafka first in odd rounds, tidelog first in even ones."""
+    """Rounds 1..``rounds``, Kafka first in odd rounds, tidelog first in even ones. Each broker's
+    round starts with no dirty page (``os.sync``): a round writes ~430 MB, and without it the
+    kernel's background writeback of earlier rounds (past ``dirty_background_ratio``, ~2 GB here
+    from the second round on) ran inside whichever broker's transfers came next."""
     kafka_runs, our_runs, loads = [], [], []
     for number in range(1, rounds + 1):
         for bootstrap in ((kafka, ours) if number % 2 else (ours, kafka)):
+            os.sync()
             runs = kafka_runs if bootstrap == kafka else our_runs
             runs.append(produce_fetch_round(bootstrap, number, sizes, batches))
         loads.append(load_average())
