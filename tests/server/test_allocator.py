@@ -46,7 +46,7 @@ def _faults(retain_bytes: int) -> tuple[bool, int]:
 
 @pytest.mark.skipif(allocator._glibc() is None, reason="the settings are glibc's")
 def test_kept_freed_memory_stops_large_requests_faulting_in_fresh_pages() -> None:
-    took, faults = _faults(64 << 20)
+    took, faults = _faults(8 << 20)  # the default
     untouched, default_faults = _faults(0)
     assert took and not untouched
     # 200 requests of ~3 MiB: with glibc's own thresholds their pages are fresh each time
@@ -58,8 +58,8 @@ def test_nothing_changes_without_retained_bytes() -> None:
     assert allocator.retain_freed_memory(0) is False
 
 
-def test_the_key_defaults_to_64_mib_and_refuses_a_negative_size() -> None:
-    assert BrokerConfig.from_properties({}).get("tidelog.server.allocator.retain.bytes") == 64 << 20
+def test_the_key_defaults_to_8_mib_and_refuses_a_negative_size() -> None:
+    assert BrokerConfig.from_properties({}).get("tidelog.server.allocator.retain.bytes") == 8 << 20
     assert BrokerConfig.from_properties({"tidelog.server.allocator.retain.bytes": "0"}).get(
         "tidelog.server.allocator.retain.bytes") == 0
     with pytest.raises(ConfigError, match="tidelog.server.allocator.retain.bytes"):

@@ -335,7 +335,7 @@ _BROKER_KEYS = (
     _key("tidelog.server.event.loop", _STR, "uvloop", OneOf(EVENT_LOOPS),
          "tidelog only: the event loop tidelog serve runs its connections on: asyncio (Python's own) or "
          "uvloop (libuv's, the uvloop package). Same protocol and behaviour either way."),
-    _key("tidelog.server.allocator.retain.bytes", _INT, 67108864, at_least(0),
+    _key("tidelog.server.allocator.retain.bytes", _INT, 8388608, at_least(0),
          "tidelog only: freed memory tidelog serve's C allocator (glibc) keeps for reuse instead of returning "
          "it to the kernel, with blocks up to 4 MiB served from its heap: large requests then reuse warm pages "
          "rather than fault in fresh ones. 0 keeps glibc's own thresholds; no effect with another C library."),
