@@ -52,3 +52,12 @@ def test_records_are_passed_through_not_copied() -> None:
     records = bytes(1 << 20)
     parts = encode_fetch_response(12, 1, 0, 0, [("t", [PartitionResponse(0, 0, 1, 1, 0, None, records)])]).parts
     assert any(part is records for part in parts)
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_the_size_prefix_goes_out_with_the_first_header_and_records_stay_apart(version: int) -> None:
+    records = bytes(1 << 20)
+    parts = encode_fetch_response(version, 1, 0, 0, [("t", [PartitionResponse(0, 0, 1, 1, 0, None, records)])]).parts
+    head, *rest = parts
+    assert int.from_bytes(head[:4], "big") == sum(len(p) for p in parts) - 4 and len(head) > 4  # one write
+    assert rest[0] is records and len(rest) == (2 if version >= 12 else 1)  # v12: the tagged fields after
