@@ -4,11 +4,11 @@ waited for (the server's event loop reads under it), and nothing left held on an
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from manager_helpers import Opener, batch, tp
+
+from tests.lock_helpers import held_by_another_thread
 
 from tidelog.manager import LogManager
 from tidelog.storage.fetch_info import FetchIsolation
@@ -30,26 +30,6 @@ def _free_elsewhere(manager: LogManager, topic: str, partition: int = 0) -> bool
     return got[0]
 
 
-@contextmanager
-def _held_by_another_thread(manager: LogManager, topic: str, partition: int = 0) -> Iterator[None]:
-    lock = manager.log(tp(topic, partition)).lock
-    taken, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            done.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    taken.wait(30)
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
 def test_free_logs_are_held_for_the_body_and_read_without_waiting(broker: Opener, one_dir: list[Path]) -> None:
     manager = broker.open(one_dir)
     manager.create_topic("t", 2)
@@ -65,7 +45,7 @@ def test_free_logs_are_held_for_the_body_and_read_without_waiting(broker: Opener
 def test_one_busy_log_yields_false_and_holds_none(broker: Opener, one_dir: list[Path]) -> None:
     manager = broker.open(one_dir)
     manager.create_topic("t", 3)
-    with _held_by_another_thread(manager, "t", 1):
+    with held_by_another_thread(manager.log(tp("t", 1)).lock):
         with manager.held_if_free([tp("t", 0), tp("t", 1), tp("t", 2)]) as free:
             assert not free
             assert _free_elsewhere(manager, "t", 0), "the lock taken before the busy one is given back at once"

@@ -17,6 +17,7 @@ from kafka.protocol.producer import ProduceResponse
 
 import server_samples as samples
 from server_helpers import Broker, api_versions, wait_until
+from tests.lock_helpers import held_by_another_thread
 from tidelog.server import fetch
 from tidelog.server.errors import ErrorCode
 from tidelog.storage import file_slice, fileops
@@ -92,20 +93,8 @@ def writer_holding_the_log(broker: Broker) -> Iterator[threading.Event]:
     """A thread holding t-0's lock (as an append or roll does) until the event it yields is set."""
     broker.manager.create_topic("t", 1)
     _produce(broker, "t")
-    lock = broker.manager.log(TopicPartition("t", 0)).lock
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    taken.wait(30)
-    yield release
-    release.set()
-    thread.join()
+    with held_by_another_thread(broker.manager.log(TopicPartition("t", 0)).lock) as release:
+        yield release
 
 
 def test_a_fetch_of_a_log_a_writer_holds_is_read_on_the_pool_and_the_loop_keeps_serving(
