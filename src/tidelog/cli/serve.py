@@ -36,7 +36,6 @@ def serve(ctx: click.Context) -> None:
     # Imported here: the protocol codec (kafka-python's message classes) costs ~0.2 s to load,
     # which no other command should pay.
     from tidelog.server import ServerConfig, ServerThread
-
     from tidelog.server.allocator import retain_freed_memory
 
     broker: BrokerConfig = ctx.find_root().obj["broker"]

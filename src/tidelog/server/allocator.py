@@ -35,7 +35,8 @@ def retain_freed_memory(retain_bytes: int) -> bool:
     if libc is None:
         log.debug("not glibc: the C allocator keeps its own handling of freed memory")
         return False
-    took = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1 and libc.mallopt(M_TRIM_THRESHOLD, retain_bytes) == 1
+    took = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    took = took and libc.mallopt(M_TRIM_THRESHOLD, retain_bytes) == 1
     if not took:
         log.warning("glibc refused mallopt(M_MMAP_THRESHOLD=%d, M_TRIM_THRESHOLD=%d): large requests will "
                     "fault in fresh pages", MMAP_THRESHOLD_BYTES, retain_bytes)
