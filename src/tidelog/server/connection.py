@@ -22,7 +22,8 @@ before it, and the common path pays no task switch or queue per request.
 
 Closed instead of answered, as Kafka does: a frame that does not parse, an unknown API key, an
 unsupported version (but ApiVersions), an acks=0 Produce that failed. Responses already sent
-stay sent. Nothing a client sends escapes this module as an exception.
+stay sent. Nothing a client sends escapes this module as an exception; nor does a bug in serving
+a connection, which closes that connection, logged with its peer and traceback.
 
 On a SASL listener, frames go to the connection's
 :class:`~tidelog.server.security.sasl.SaslAuthenticator` until it completes (its own size limit,
@@ -148,6 +149,8 @@ async def serve_connection(ctx: ApiContext, conn: ConnectionInfo, reader: asynci
             answers = None  # sent: the records they held are not kept while the next request is awaited
     except (ConnectionError, asyncio.IncompleteReadError):
         pass  # the client went away, or the connection expired mid-frame
+    except Exception:  # a bug here, not the client's input: the connection closes, the server goes on
+        log.exception("%s: closing connection: unexpected error", conn.peer)
     finally:
         idle.cancel()
         if writer.transport.get_write_buffer_size():
