@@ -166,7 +166,11 @@ def test_a_compaction_lowers_the_max_dirty_percent_prometheus_recorded(
         assert prom.value('tidelog_log_cleaner_reason{topic="users",reason="below_min_cleanable_ratio"}') is None
         size_after = prom.value(f"kafka_log_log_size{selector}")
         assert size_after is not None and size_before is not None and size_after < size_before / 2
-        assert prom.value(f"kafka_log_log_numlogsegments{selector}") < segments_before
+        # Not always fewer: a pass groups segments by their sizes before cleaning (Kafka's rule), so full
+        # 2 KiB segments stay one each; only those an early pass (at ratio 0.99, while the log was
+        # short) had already shrunk merge. What holds is the figure matching the dir.
+        segments_after = prom.value(f"kafka_log_log_numlogsegments{selector}")
+        assert segments_after == len(list((data / "users-0").glob("*.log"))) and segments_after <= segments_before
         assert prom.value(f"kafka_log_log_logendoffset{selector}") == 200  # cleaning keeps the offsets
         assert prom.value("kafka_log_logcleaner_cleaner_recopy_percent") > 0
         assert prom.value("kafka_log_logcleaner_deadthreadcount") == 0
