@@ -159,9 +159,10 @@ async def _read_until(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchI
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, max_wait_ms) / 1000
     first = True
+    tps = [TopicPartition(s.topic, s.partition) for s in specs]  # once: every read again uses them
     while True:
-        ticket = ctx.arrivals.ticket(TopicPartition(s.topic, s.partition) for s in specs)
-        reads = _read_on_loop(ctx, specs, isolation, max_bytes, as_slice)
+        ticket = ctx.arrivals.ticket(tps)
+        reads = _read_on_loop(ctx, specs, tps, isolation, max_bytes, as_slice)
         if not isinstance(reads, list):
             reads = await ctx.run(read_partitions, ctx.manager, specs, isolation, max_bytes, as_slice, False, reads)
         try:
@@ -207,14 +208,14 @@ def _satisfied(reads: list[PartitionRead], min_bytes: int) -> bool:
     return not reads or any(r.error != ErrorCode.NONE for r in reads) or sum(len(r.records) for r in reads) >= min_bytes
 
 
-def _read_on_loop(ctx: ApiContext, specs: list[FetchSpec], isolation: FetchIsolation, max_bytes: int,
-                  as_slice: bool) -> list[PartitionRead] | _ReadOnPool | None:
+def _read_on_loop(ctx: ApiContext, specs: list[FetchSpec], tps: list[TopicPartition], isolation: FetchIsolation,
+                  max_bytes: int, as_slice: bool) -> list[PartitionRead] | _ReadOnPool | None:
     """:func:`read_partitions` on the event loop, where it cannot wait (module doc, *where reads
     run*). None when it may not run there, a :class:`_ReadOnPool` when it met a partition's failure
     or remote read: either way the pool reads."""
     if not as_slice or isolation is not FetchIsolation.HIGH_WATERMARK or len(specs) > LOOP_READ_MAX_PARTITIONS:
         return None
-    with ctx.manager.held_if_free(TopicPartition(s.topic, s.partition) for s in specs) as free:
+    with ctx.manager.held_if_free(tps) as free:
         if free:
             try:
                 return read_partitions(ctx.manager, specs, isolation, max_bytes, as_slice, on_loop=True)
